@@ -1,0 +1,122 @@
+"""The public attention op, mirroring ``torch.nn.functional.scaled_dot_product_attention``.
+
+Validation lives here, at the boundary: every rejected input raises a ``TypeError`` or
+``ValueError`` (a :class:`~flashscope.errors.FlashscopeError`) that names the argument and
+what was expected. Launching is in :mod:`flashscope.launch`; kernels in
+:mod:`flashscope.kernels`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from . import launch
+from .config import AttentionConfig, check_config, check_head_dim, select_config
+from .errors import ConfigError, FlashscopeError, UnknownTargetError
+from .targets import get_target
+
+_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+def device_target(device: torch.device) -> Optional[str]:
+    """Target name (``sm90``, ``gfx942``) of a CUDA/ROCm device, or None (CPU/interpreter
+    or a GPU missing from the tables)."""
+    if device.type != "cuda" or launch.interpreting():
+        return None
+    if torch.version.hip:
+        name = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+    else:
+        major, minor = torch.cuda.get_device_capability(device)
+        name = f"sm{major}{minor}"
+    try:
+        return get_target(name).name
+    except UnknownTargetError:
+        return None
+
+
+def _check_inputs(query, key, value, enable_gqa: bool, scale):
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise FlashscopeError(f"{name}: expected rank 4 (B, H, N, D), got shape "
+                                  f"{tuple(t.shape)} (rank {t.dim()})")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name}: expected dtype float16 or bfloat16, got {t.dtype}")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise TypeError(f"query, key, value: expected one dtype, got {query.dtype}, "
+                        f"{key.dtype}, {value.dtype}")
+    if not (query.device == key.device == value.device):
+        raise FlashscopeError(f"query, key, value: expected one device, got {query.device}, "
+                              f"{key.device}, {value.device}")
+    dev = query.device
+    if dev.type == "cpu" and not launch.interpreting():
+        raise FlashscopeError(
+            "query: CPU tensors run only under Triton's interpreter (set TRITON_INTERPRET=1 "
+            "before importing flashscope); otherwise pass CUDA/ROCm tensors")
+    if dev.type not in ("cpu", "cuda"):
+        raise FlashscopeError(f"query: expected a CUDA/ROCm tensor, got device {dev}")
+    B, H, Nq, D = query.shape
+    if key.shape != value.shape:
+        raise FlashscopeError(f"key, value: expected the same shape, got {tuple(key.shape)} "
+                              f"and {tuple(value.shape)}")
+    Bk, Hkv, Nk, Dk = key.shape
+    if Bk != B:
+        raise FlashscopeError(f"key: batch {Bk} does not match query's batch {B}")
+    if Dk != D:
+        raise FlashscopeError(f"key/value: head dim {Dk} does not match query's head dim {D}")
+    if Hkv != H:
+        if not enable_gqa:
+            raise FlashscopeError(f"key: {Hkv} heads against query's {H}; pass enable_gqa=True "
+                                  "for grouped-query attention")
+        if Hkv == 0 or H % Hkv != 0:
+            raise FlashscopeError(f"key: {Hkv} kv heads must divide query's {H} heads (GQA)")
+    try:
+        check_head_dim(D)
+    except ConfigError as e:
+        raise FlashscopeError(f"query: {e}") from None
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}")
+        if not math.isfinite(scale):
+            raise FlashscopeError(f"scale: expected a finite number, got {scale}")
+
+
+def resolve_config(config: Optional[AttentionConfig], head_dim: int, dtype: str,
+                   causal: bool, device: torch.device) -> AttentionConfig:
+    """The caller's config, checked for the device's target, or the default for it."""
+    target = device_target(device)
+    if config is None:
+        return select_config(head_dim, dtype, causal, target or "sm90")
+    if not isinstance(config, AttentionConfig):
+        raise TypeError(f"config: expected flashscope.AttentionConfig or None, got "
+                        f"{type(config).__name__}")
+    if target is None:  # interpreter: vendor knobs have no meaning, tiles still must be valid
+        check_config(config.replace(maxnreg=None, waves_per_eu=None), "sm90", head_dim, dtype)
+    else:
+        check_config(config, target, head_dim, dtype)
+    return config
+
+
+def attention(query, key, value, *, is_causal: bool = False, scale: Optional[float] = None,
+              enable_gqa: bool = False, config: Optional[AttentionConfig] = None,
+              return_lse: bool = False):
+    """softmax(Q K^T * scale [+ causal mask]) V, like SDPA, with FlashAttention's memory.
+
+    query (B, H, Nq, D); key, value (B, Hkv, Nk, D) with Hkv == H, or H % Hkv == 0 with
+    ``enable_gqa``. fp16/bf16, any strides (e.g. a (B, N, H, D) tensor seen through
+    ``.transpose(1, 2)``), D in 1..256. ``is_causal`` masks key j > query i (top-left
+    aligned, as SDPA). ``scale`` defaults to 1/sqrt(D). Returns the output (B, H, Nq, D)
+    laid out like ``query``; with ``return_lse`` also the natural-log row log-sum-exp
+    (B, H, Nq) fp32.
+    """
+    _check_inputs(query, key, value, enable_gqa, scale)
+    D = query.shape[-1]
+    cfg = resolve_config(config, D, _DTYPES[query.dtype], bool(is_causal), query.device)
+    sc = launch.default_scale(D) if scale is None else float(scale)
+    out, lse = launch.forward(query, key, value, causal=bool(is_causal), scale=sc, cfg=cfg,
+                              return_lse=return_lse)
+    return (out, lse) if return_lse else out

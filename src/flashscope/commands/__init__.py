@@ -1,0 +1,1 @@
+"""One module per ``flashscope`` subcommand; each exposes ``register(subparsers)``."""

@@ -1,0 +1,211 @@
+"""Kernel configs: the knobs as one frozen record, default selection, feasibility checks.
+
+Flow (after FlashAttention's cute ``config.py``): problem facts (head dim, dtype, causal,
+target) -> the pure :func:`select_config` -> a resolved :class:`AttentionConfig`.
+Selection never reads tensor contents, synchronizes or allocates. A caller's config goes
+through :func:`check_config`: it is honoured as given or rejected with the limit it breaks,
+never silently changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from .errors import ConfigError
+from .targets import get_target
+
+#: Head dims the kernels accept; anything in between is padded inside the kernel.
+MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256
+
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Tile and launch knobs of the forward kernel.
+
+    BLOCK_M x BLOCK_N is the score tile each program computes per step (BLOCK_M query rows
+    against BLOCK_N keys). Q_IN_REGS keeps the Q tile live in registers across the KV loop
+    (False re-reads it every iteration: fewer live registers, more shared-memory/L1
+    traffic). ``maxnreg`` caps registers per thread (NVIDIA ptxas ``.maxnreg``);
+    ``waves_per_eu`` asks the AMD backend for that many waves per SIMD.
+    """
+
+    BLOCK_M: int = 128
+    BLOCK_N: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    Q_IN_REGS: bool = True
+    maxnreg: Optional[int] = None
+    waves_per_eu: Optional[int] = None
+
+    def replace(self, **changes) -> "AttentionConfig":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def key(self) -> str:
+        """Short stable label, e.g. ``m128n64w4s3q1``; caps appended when set."""
+        s = (f"m{self.BLOCK_M}n{self.BLOCK_N}w{self.num_warps}s{self.num_stages}"
+             f"q{int(self.Q_IN_REGS)}")
+        if self.maxnreg is not None:
+            s += f"r{self.maxnreg}"
+        if self.waves_per_eu is not None:
+            s += f"e{self.waves_per_eu}"
+        return s
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AttentionConfig":
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ConfigError(f"config: unknown key(s) {', '.join(unknown)}; "
+                              f"expected some of {', '.join(fields)}")
+        return cls(**{k: _coerce(k, v) for k, v in d.items()})
+
+    @classmethod
+    def parse(cls, text: str, base: "AttentionConfig | None" = None) -> "AttentionConfig":
+        """``"BLOCK_M=128,BLOCK_N=64,num_warps=8"`` on top of ``base`` (default record)."""
+        d = {}
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "=" not in part:
+                raise ConfigError(f"config: expected KEY=VALUE, got {part!r}")
+            k, v = (x.strip() for x in part.split("=", 1))
+            d[k] = v
+        merged = (base or cls()).as_dict()
+        cls.from_dict(d)  # reject unknown keys before merging
+        merged.update({k: _coerce(k, v) for k, v in d.items()})
+        return cls(**merged)
+
+
+def _coerce(key, value):
+    if key == "Q_IN_REGS":
+        if isinstance(value, str):
+            low = value.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ConfigError(f"config: Q_IN_REGS expects true/false, got {value!r}")
+        return bool(value)
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "")):
+        if key in ("maxnreg", "waves_per_eu"):
+            return None
+        raise ConfigError(f"config: {key} needs an integer")
+    try:
+        if isinstance(value, bool) or float(value) != int(float(value)):
+            raise ValueError
+        return int(float(value))
+    except (TypeError, ValueError):
+        raise ConfigError(f"config: {key} expects an integer, got {value!r}") from None
+
+
+def head_dim_pad(head_dim: int) -> int:
+    """Next power of two >= head_dim, at least 16 (tensor-core K dimension)."""
+    p = 16
+    while p < head_dim:
+        p *= 2
+    return p
+
+
+def check_head_dim(head_dim: int) -> None:
+    if not (MIN_HEAD_DIM <= int(head_dim) <= MAX_HEAD_DIM):
+        raise ConfigError(f"head dim {head_dim} is not supported: expected "
+                          f"{MIN_HEAD_DIM}..{MAX_HEAD_DIM} (padded to a power of two inside)")
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+def min_shared_bytes(cfg: AttentionConfig, head_dim: int, dtype: str = "bfloat16") -> int:
+    """A lower bound on the forward kernel's shared memory, in bytes.
+
+    The K and V tiles (BLOCK_N x D_pad each) are staged through shared memory; a software
+    pipeline of S stages keeps at least max(1, S - 1) copies of each in flight. Triton may
+    use more (Q, conversion scratch), never less, so a config over the limit by this bound
+    certainly cannot launch.
+    """
+    elt = DTYPE_BYTES[dtype]
+    return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * elt * max(1, cfg.num_stages - 1)
+
+
+def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
+                 dtype: str = "bfloat16") -> AttentionConfig:
+    """Return ``cfg`` unchanged if it can be built for ``target``; else raise ConfigError
+    naming the knob and the limit it breaks. Pure: no compilation, no GPU."""
+    t = get_target(target)
+    check_head_dim(head_dim)
+    where = f"for {t.name}"
+    for name in ("BLOCK_M", "BLOCK_N"):
+        v = getattr(cfg, name)
+        if not (_pow2(v) and 16 <= v <= 256):
+            raise ConfigError(f"{name}={v}: expected a power of two in 16..256")
+    if not (_pow2(cfg.num_warps) and cfg.num_warps <= 16):
+        raise ConfigError(f"num_warps={cfg.num_warps}: expected a power of two in 1..16")
+    threads = cfg.num_warps * t.warp_size
+    if threads > t.max_threads_per_block:
+        raise ConfigError(f"num_warps={cfg.num_warps} gives {threads} threads per block, over "
+                          f"the {t.max_threads_per_block} allowed {where}")
+    if not (1 <= cfg.num_stages <= 8):
+        raise ConfigError(f"num_stages={cfg.num_stages}: expected 1..8")
+    if cfg.maxnreg is not None:
+        if t.vendor != "nvidia":
+            raise ConfigError(f"maxnreg={cfg.maxnreg} is an NVIDIA register cap; {t.name} is "
+                              "AMD (use waves_per_eu)")
+        if not (16 <= cfg.maxnreg <= t.max_regs_per_thread):
+            raise ConfigError(f"maxnreg={cfg.maxnreg}: expected 16..{t.max_regs_per_thread} "
+                              f"registers per thread {where}")
+    if cfg.waves_per_eu is not None:
+        if t.vendor != "amd":
+            raise ConfigError(f"waves_per_eu={cfg.waves_per_eu} is an AMD option; {t.name} "
+                              "is NVIDIA (use maxnreg)")
+        if not (1 <= cfg.waves_per_eu <= t.max_waves_per_simd):
+            raise ConfigError(f"waves_per_eu={cfg.waves_per_eu}: expected "
+                              f"1..{t.max_waves_per_simd} {where}")
+    need = min_shared_bytes(cfg, head_dim, dtype)
+    limit = t.smem_per_block_optin
+    if need > limit:
+        raise ConfigError(
+            f"BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}, HEAD_DIM={head_dim} with "
+            f"{cfg.num_stages} stages needs at least {need // 1024} KB of shared memory, more "
+            f"than the {limit // 1024} KB a {t.name} block may have")
+    return cfg
+
+
+# Defaults as data: (vendor or target name, largest head dim) -> config. The first row
+# whose key matches the target (name before vendor) and whose head-dim bound holds wins.
+_DEFAULTS = (
+    ("sm90", 64, AttentionConfig(128, 64, 4, 3)),
+    ("sm90", 128, AttentionConfig(128, 64, 8, 3)),
+    ("sm90", 256, AttentionConfig(64, 64, 4, 2)),
+    ("nvidia", 64, AttentionConfig(128, 64, 4, 3)),
+    ("nvidia", 128, AttentionConfig(128, 64, 8, 2)),
+    ("nvidia", 256, AttentionConfig(64, 32, 4, 2)),
+    ("cdna", 128, AttentionConfig(128, 64, 4, 2, waves_per_eu=2)),
+    ("cdna", 256, AttentionConfig(64, 32, 4, 1, waves_per_eu=2)),
+    ("rdna", 128, AttentionConfig(64, 32, 4, 1)),
+    ("rdna", 256, AttentionConfig(32, 16, 4, 1)),
+)
+
+
+def _family(t) -> str:
+    return t.vendor if t.vendor == "nvidia" else t.family.rstrip("0123456789")
+
+
+def select_config(head_dim: int, dtype: str = "bfloat16", causal: bool = False,
+                  target="sm90") -> AttentionConfig:
+    """The default forward config for a problem: pure, tensor-free, deterministic."""
+    t = get_target(target)
+    check_head_dim(head_dim)
+    for key, max_d, cfg in _DEFAULTS:
+        if key in (t.name, _family(t)) and head_dim <= max_d:
+            return cfg
+    raise ConfigError(f"no default config for {t.name}, head dim {head_dim}")

@@ -1,0 +1,148 @@
+"""FlashAttention forward: one Triton body, variants as ``tl.constexpr`` switches.
+
+For one (batch, head) and a tile of BLOCK_M query rows, stream over the keys in tiles of
+BLOCK_N and keep, per row i, the running maximum m_i and running sum l_i of the online
+softmax (Milakov & Gimelshein 2018; Dao et al., FlashAttention, 2022 and FlashAttention-2,
+2023), in base 2:
+
+    s_ij   = (q_i . k_j) * scale * log2(e)              scores in the exp2 domain
+    m_new  = max(m_i, max_j s_ij)
+    alpha  = 2^(m_i - m_new)                             rescales what came before
+    p_ij   = 2^(s_ij - m_new)
+    l_i   <- l_i * alpha + sum_j p_ij
+    acc_i <- acc_i * alpha + sum_j p_ij v_j              fp32 accumulator
+    out_i  = acc_i / l_i                                 one division, at the end
+    lse_i  = ln(2) * (m_i + log2(l_i))                   natural-log row log-sum-exp
+
+Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D) with H % Hkv == 0 (GQA: query head h
+reads kv head h // (H / Hkv)), Out (B, H, Nq, D), Lse (B, H, Nq) fp32. Any strides.
+D is padded to HEAD_DIM_PAD (a power of two, >= 16) by masked loads, never by the caller.
+
+Causal masking is top-left aligned, as in SDPA's ``is_causal``: query i sees keys j <= i.
+Key tiles entirely above the diagonal are never visited; tiles entirely below it run the
+unmasked loop; only the diagonal band (and a partial last tile) pays for masks.
+
+This module imports Triton only, so it compiles for any target without torch or a GPU.
+"""
+
+import triton
+import triton.language as tl
+
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _attn_fwd_tiles(
+    acc, l_i, m_i, q,
+    q_ptrs, q_mask, k_base, v_base,
+    stride_kn, stride_kd, stride_vn, stride_vd,
+    offs_m, offs_d, N_K, qk_scale, lo, hi,
+    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    Q_IN_REGS: tl.constexpr, MASK_N: tl.constexpr, MASK_DIAG: tl.constexpr,
+):
+    """Fold key tiles [lo, hi) into (acc, l_i, m_i). MASK_N masks keys >= N_K,
+    MASK_DIAG masks keys above the causal diagonal; both are compile-time switches."""
+    offs_n = tl.arange(0, BLOCK_N)
+    d_ok = offs_d < HEAD_DIM
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        kt_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
+        v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASK_N:
+            kt = tl.load(kt_ptrs, mask=(cols[None, :] < N_K) & d_ok[:, None], other=0.0)
+        elif HEAD_DIM != HEAD_DIM_PAD:
+            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+        if not Q_IN_REGS:
+            # Q is re-read each iteration (L1/L2 -> shared memory) instead of staying
+            # live in registers across the loop.
+            q = tl.load(q_ptrs, mask=q_mask, other=0.0)
+        s = tl.dot(q, kt) * qk_scale
+        if MASK_DIAG:
+            s = tl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
+        if MASK_N:
+            s = tl.where(cols[None, :] < N_K, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if MASK_N:
+            v = tl.load(v_ptrs, mask=(cols[:, None] < N_K) & d_ok[None, :], other=0.0)
+        elif HEAD_DIM != HEAD_DIM_PAD:
+            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd(
+    Q, K, V, Out, Lse,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    H, GROUP, N_Q, N_K, qk_scale,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, Q_IN_REGS: tl.constexpr,
+    RETURN_LSE: tl.constexpr, EVEN_N: tl.constexpr,
+):
+    """Grid: (cdiv(N_Q, BLOCK_M), B * H). qk_scale = scale * log2(e)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // H).to(tl.int64)
+    off_h = (pid_bh % H).to(tl.int64)
+    off_hkv = off_h // GROUP
+    start_m = pid_m * BLOCK_M
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    q_base = Q + off_b * stride_qb + off_h * stride_qh
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    q_ptrs = q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    q_mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)
+    q = tl.load(q_ptrs, mask=q_mask, other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+
+    n_full = (N_K // BLOCK_N) * BLOCK_N  # keys in whole tiles
+    if IS_CAUSAL:
+        # Whole tiles strictly left of this row block need no causal mask.
+        full_hi = tl.minimum((start_m // BLOCK_N) * BLOCK_N, n_full)
+        acc, l_i, m_i = _attn_fwd_tiles(
+            acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
+            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
+            0, full_hi, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False)
+        # The diagonal band (and a partial last tile); tiles above it are skipped.
+        acc, l_i, m_i = _attn_fwd_tiles(
+            acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
+            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
+            full_hi, tl.minimum(N_K, start_m + BLOCK_M),
+            BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, True)
+    else:
+        acc, l_i, m_i = _attn_fwd_tiles(
+            acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
+            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
+            0, n_full, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False)
+        if not EVEN_N:
+            acc, l_i, m_i = _attn_fwd_tiles(
+                acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
+                stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
+                n_full, N_K, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, True, False)
+
+    out = acc / l_i[:, None]
+    o_ptrs = (Out + off_b * stride_ob + off_h * stride_oh
+              + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=q_mask)
+    if RETURN_LSE:
+        lse = (m_i + tl.math.log2(l_i)) * LN2
+        tl.store(Lse + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)

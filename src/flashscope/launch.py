@@ -1,0 +1,75 @@
+"""Kernel launchers: allocation, grid and launch options. No validation here (see
+:mod:`flashscope.attention`), no autograd; inputs are assumed checked.
+
+Kernels are imported lazily so that ``TRITON_INTERPRET=1`` set by a caller before the
+first launch still selects Triton's CPU interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from .config import AttentionConfig, head_dim_pad
+
+LOG2E = 1.4426950408889634
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def launch_options(cfg: AttentionConfig, device: torch.device) -> dict:
+    """Triton launch keywords for a config; vendor-specific knobs only where they apply."""
+    opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    if interpreting() or device.type != "cuda":
+        return opts
+    if torch.version.hip:
+        if cfg.waves_per_eu is not None:
+            opts["waves_per_eu"] = cfg.waves_per_eu
+    elif cfg.maxnreg is not None:
+        opts["maxnreg"] = cfg.maxnreg
+    return opts
+
+
+def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
+            return_lse: bool, out: "torch.Tensor | None" = None):
+    """Run the forward kernel. q (B, H, Nq, D); k, v (B, Hkv, Nk, D); any strides.
+
+    Returns (out, lse): out like q, lse (B, H, Nq) fp32 or None."""
+    from .kernels.attention_fwd import _attn_fwd
+
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if out is None:
+        out = torch.empty_like(q)
+    lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32) if return_lse else None
+    if out.numel() == 0:
+        return out, lse
+    if Nk == 0:  # softmax over no keys: SDPA gives NaN rows (0/0); so do we
+        out.fill_(float("nan"))
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return out, lse
+    grid = (triton_cdiv(Nq, cfg.BLOCK_M), B * H)
+    _attn_fwd[grid](
+        q, k, v, out, lse if lse is not None else out,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        H, H // Hkv, Nq, Nk, scale * LOG2E,
+        HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        IS_CAUSAL=bool(causal), Q_IN_REGS=bool(cfg.Q_IN_REGS),
+        RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0),
+        **launch_options(cfg, q.device),
+    )
+    return out, lse
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

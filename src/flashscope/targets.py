@@ -1,0 +1,175 @@
+"""Compile targets and their hardware facts, as data.
+
+One frozen record per architecture; the occupancy calculator, the config feasibility checks,
+``flashscope targets`` and the reports all read these tables and nothing else.
+
+Sources: CUDA Programming Guide, "Compute Capabilities" tables, and the CUDA toolkit's
+``cuda_occupancy.h`` (NVIDIA); LLVM's ``AMDGPUBaseInfo.cpp`` / ``AMDGPUUsage`` and the ROCm
+GPU specification table (AMD). Names parse as ``sm90``, ``sm_90``, ``sm90a``, ``90``,
+``gfx942`` (case-insensitive).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Union
+
+from .errors import UnknownTargetError, closest
+
+KB = 1024
+
+
+@dataclass(frozen=True)
+class NvidiaArch:
+    """Per-SM limits of one NVIDIA compute capability."""
+
+    name: str  # canonical: "sm90"
+    cc: int  # compute capability x10: 90
+    example: str  # a product with this CC, for orientation
+    sm_count: int  # SMs of that product
+    max_warps_per_sm: int
+    max_blocks_per_sm: int
+    smem_per_sm: int  # bytes, the largest carveout
+    smem_per_block_optin: int  # bytes a block may request (opt-in maximum)
+    smem_carveouts_kb: tuple  # carveout sizes the driver may pick, KB
+    smem_alloc_unit: int = 128
+    reserved_smem_per_block: int = 1 * KB  # 0 before sm_80
+    regs_per_sm: int = 65536
+    max_regs_per_thread: int = 255
+    max_regs_per_block: int = 65536
+    reg_alloc_unit: int = 256  # registers are allocated per warp in these units
+    subpartitions: int = 4  # warp schedulers per SM
+    max_threads_per_block: int = 1024
+    warp_size: int = 32
+    triton_supported: bool = True
+    vendor: str = "nvidia"
+
+    @property
+    def max_threads_per_sm(self) -> int:
+        return self.max_warps_per_sm * self.warp_size
+
+    @property
+    def triton_arch(self) -> int:
+        return self.cc
+
+
+@dataclass(frozen=True)
+class AmdArch:
+    """Per-CU limits of one AMD GPU architecture (LLVM's view)."""
+
+    name: str  # "gfx942"
+    family: str  # "cdna2", "cdna3", "cdna4", "rdna3", "rdna4"
+    example: str
+    cu_count: int
+    simds_per_cu: int
+    wave_size: int  # the default wavefront size Triton compiles for
+    vgprs_per_simd_lane: int  # register file per SIMD lane, in wave`wave_size` terms
+    max_vgprs_per_wave: int  # architectural VGPRs (plus AGPRs on CDNA: see unified_vgprs)
+    vgpr_granule: int
+    max_waves_per_simd: int
+    lds_per_workgroup: int  # bytes
+    lds_per_cu: int  # bytes (per WGP on RDNA)
+    unified_vgprs: bool  # one file for arch VGPRs and AGPRs (gfx90a and later CDNA)
+    sgprs_per_simd: int = 800
+    max_sgprs_per_wave: int = 102
+    lds_alloc_unit: int = 512
+    max_workgroups_per_cu: int = 16  # workgroups of more than one wave
+    max_threads_per_block: int = 1024
+    triton_supported: bool = True
+    vendor: str = "amd"
+
+    @property
+    def warp_size(self) -> int:
+        return self.wave_size
+
+    @property
+    def triton_arch(self) -> str:
+        return self.name
+
+    @property
+    def smem_per_block_optin(self) -> int:
+        return self.lds_per_workgroup
+
+
+Target = Union[NvidiaArch, AmdArch]
+
+NVIDIA_ARCHS = (
+    NvidiaArch("sm80", 80, "A100 SXM4", 108, 64, 32, 164 * KB, 163 * KB,
+               (0, 8, 16, 32, 64, 100, 132, 164)),
+    NvidiaArch("sm86", 86, "RTX 3090", 82, 48, 16, 100 * KB, 99 * KB,
+               (0, 8, 16, 32, 64, 100)),
+    NvidiaArch("sm89", 89, "L4", 58, 48, 24, 100 * KB, 99 * KB,
+               (0, 8, 16, 32, 64, 100)),
+    NvidiaArch("sm90", 90, "H100 SXM5", 132, 64, 32, 228 * KB, 227 * KB,
+               (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)),
+    NvidiaArch("sm100", 100, "B200", 148, 64, 32, 228 * KB, 227 * KB,
+               (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)),
+    NvidiaArch("sm120", 120, "RTX 5090", 170, 48, 24, 100 * KB, 99 * KB,
+               (0, 8, 16, 32, 64, 100)),
+)
+
+AMD_ARCHS = (
+    AmdArch("gfx90a", "cdna2", "MI250X (one GCD)", 110, 4, 64, 512, 512, 8, 8,
+            64 * KB, 64 * KB, True),
+    AmdArch("gfx942", "cdna3", "MI300X", 304, 4, 64, 512, 512, 8, 8,
+            64 * KB, 64 * KB, True),
+    AmdArch("gfx950", "cdna4", "MI355X", 256, 4, 64, 512, 512, 8, 8,
+            160 * KB, 160 * KB, True),
+    AmdArch("gfx1100", "rdna3", "RX 7900 XTX", 96, 2, 32, 1536, 256, 24, 16,
+            64 * KB, 128 * KB, False, max_workgroups_per_cu=32),
+    AmdArch("gfx1201", "rdna4", "RX 9070 XT", 64, 2, 32, 1536, 256, 24, 16,
+            64 * KB, 128 * KB, False, max_workgroups_per_cu=32),
+)
+
+ALL_TARGETS = NVIDIA_ARCHS + AMD_ARCHS
+_BY_NAME = {t.name: t for t in ALL_TARGETS}
+
+
+def canonical_name(name: str) -> str:
+    """Normalise ``sm_90``, ``SM90a``, ``90``, ``cuda:90``, ``GFX942`` to a table key."""
+    s = str(name).strip().lower()
+    s = re.sub(r"^(cuda|hip|rocm)[:/]", "", s)
+    m = re.fullmatch(r"(?:sm_?|compute_?)?(\d{2,3})a?", s)
+    if m:
+        return f"sm{m.group(1)}"
+    m = re.fullmatch(r"(gfx[0-9a-f]+)(?::.*)?", s)
+    if m:
+        return m.group(1)
+    return s
+
+
+def get_target(name) -> Target:
+    """The hardware record for a target name; raises with the closest known name."""
+    if isinstance(name, (NvidiaArch, AmdArch)):
+        return name
+    key = canonical_name(name)
+    try:
+        return _BY_NAME[key]
+    except KeyError:
+        raise UnknownTargetError(
+            f"unknown target {name!r}{closest(key, _BY_NAME)}; known targets: "
+            + ", ".join(_BY_NAME)
+        ) from None
+
+
+def parse_targets(spec: str) -> list:
+    """``"sm90,gfx942"`` -> list of records, order kept, duplicates dropped."""
+    out = []
+    for part in str(spec).split(","):
+        if part.strip():
+            t = get_target(part)
+            if t not in out:
+                out.append(t)
+    if not out:
+        raise UnknownTargetError("no target given (expected e.g. 'sm90,gfx942')")
+    return out
+
+
+def gpu_target(target):
+    """Triton's ``GPUTarget`` for a record (imports Triton lazily)."""
+    from triton.backends.compiler import GPUTarget
+
+    t = get_target(target)
+    backend = "cuda" if t.vendor == "nvidia" else "hip"
+    return GPUTarget(backend, t.triton_arch, t.warp_size)
