@@ -12,6 +12,7 @@ import os
 
 import torch
 
+from . import kernels
 from .config import AttentionConfig, head_dim_pad
 
 LOG2E = 1.4426950408889634
@@ -39,8 +40,7 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
     """Run the forward kernel. q (B, H, Nq, D); k, v (B, Hkv, Nk, D); any strides.
 
     Returns (out, lse): out like q, lse (B, H, Nq) fp32 or None."""
-    from .kernels.attention_fwd import _attn_fwd
-
+    _attn_fwd = kernels.load("attention_fwd", interpret=interpreting())._attn_fwd
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if out is None:

@@ -1,0 +1,36 @@
+"""Triton kernel bodies (Triton only: no torch, no GPU needed to import or compile).
+
+Triton decides at decoration time whether ``@triton.jit`` builds a GPU kernel or a CPU
+interpreter function. :func:`load` builds a kernel module for the one that is asked for,
+whatever ``TRITON_INTERPRET`` says, so offline compilation (always the compiler) and
+interpreter runs (CPU tensors) coexist in one process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+_LOADED = {}
+
+
+def load(name: str, interpret: bool = False):
+    """The module ``flashscope.kernels.<name>`` with its kernels built for Triton's compiler
+    (``interpret=False``) or its CPU interpreter (``interpret=True``). Cached."""
+    key = (name, bool(interpret))
+    mod = _LOADED.get(key)
+    if mod is None:
+        import triton
+
+        spec = importlib.util.find_spec(f"{__name__}.{name}")
+        if spec is None:
+            raise ModuleNotFoundError(f"no kernel module {name!r} in {__name__}")
+        mod = importlib.util.module_from_spec(spec)
+        knobs = triton.knobs.runtime
+        saved = knobs.interpret
+        knobs.interpret = bool(interpret)
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            knobs.interpret = saved
+        _LOADED[key] = mod
+    return mod
