@@ -1,0 +1,44 @@
+"""Test-suite switches.
+
+``--device cpu`` (default) runs the kernels through Triton's CPU interpreter
+(``TRITON_INTERPRET=1``, with the bf16 ``tl.dot`` fix of
+:mod:`flashscope.testing.interpreter`); ``--device cuda`` runs the same tests on a GPU and
+enables the ``gpu``-marked ones. ``FLASHSCOPE_TEST_DEVICE`` sets the default.
+"""
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", default=os.environ.get("FLASHSCOPE_TEST_DEVICE", "cpu"),
+                     choices=("cpu", "cuda"),
+                     help="where kernels run: cpu = Triton interpreter (default), cuda = GPU")
+
+
+def pytest_configure(config):
+    device = config.getoption("--device")
+    os.environ["FLASHSCOPE_TEST_DEVICE"] = device
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+        from flashscope.testing.interpreter import patch_bf16_dot
+
+        patch_bf16_dot()
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--device") == "cuda":
+        return
+    skip = pytest.mark.skip(reason="needs a GPU: run with --device cuda")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def device(pytestconfig):
+    """'cpu' (interpreter) or 'cuda'."""
+    return pytestconfig.getoption("--device")
