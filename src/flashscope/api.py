@@ -4,17 +4,26 @@ Validation lives here, at the boundary: every rejected input raises a ``TypeErro
 ``ValueError`` (a :class:`~flashscope.errors.FlashscopeError`) that names the argument and
 what was expected. Launching is in :mod:`flashscope.launch`; kernels in
 :mod:`flashscope.kernels`.
+
+Autograd and ``torch.compile``: the kernels are registered as the custom ops
+``flashscope::attention_fwd`` (returns out and the log-sum-exp) and
+``flashscope::attention_bwd`` (returns dq, dk, dv), with fake implementations for tracing
+and ``register_autograd`` linking them, so a compiled model calls them without graph breaks.
+Configs cross the op boundary as ``KEY=VALUE,...`` text, since custom ops take only plain
+types. Calls that need neither gradients nor tracing skip the dispatcher and launch directly.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
 import torch
 
 from . import launch
-from .config import AttentionConfig, check_config, check_head_dim, select_config
+from .config import (AttentionBwdConfig, AttentionConfig, check_config, check_head_dim,
+                     select_bwd_config, select_config)
 from .errors import ConfigError, FlashscopeError, UnknownTargetError
 from .targets import get_target
 
@@ -101,6 +110,79 @@ def resolve_config(config: Optional[AttentionConfig], head_dim: int, dtype: str,
     return config
 
 
+def config_text(cfg) -> str:
+    """A config record as ``KEY=VALUE,...`` text (what the custom ops take)."""
+    return ",".join(f"{k}={v}" for k, v in cfg.as_dict().items())
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_fwd(text: str) -> AttentionConfig:
+    return AttentionConfig.parse(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_bwd(text: str) -> AttentionBwdConfig:
+    return AttentionBwdConfig.parse(text)
+
+
+@torch.library.custom_op("flashscope::attention_fwd", mutates_args=())
+def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                   scale: float, config: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (B, H, Nq, D) like q, lse (B, H, Nq) fp32)."""
+    return launch.forward(q, k, v, causal=is_causal, scale=scale, cfg=_parse_fwd(config),
+                          return_lse=True)
+
+
+@_attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, is_causal, scale, config):
+    B, H, Nq, _ = q.shape
+    return torch.empty_like(q), q.new_empty((B, H, Nq), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashscope::attention_bwd", mutates_args=())
+def _attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float,
+                   config: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq like q, dk like k, dv like v); dk, dv summed over each GQA group."""
+    return launch.backward(dout, q, k, v, out, lse, causal=is_causal, scale=scale,
+                           cfg=_parse_bwd(config))
+
+
+@_attention_bwd.register_fake
+def _attention_bwd_fake(dout, q, k, v, out, lse, is_causal, scale, config):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, is_causal, scale, _ = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.is_causal, ctx.scale = is_causal, scale
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    D = q.shape[-1]
+    cfg = select_bwd_config(D, _DTYPES[q.dtype], ctx.is_causal,
+                            device_target(q.device) or "sm90")
+    dq, dk, dv = _attention_bwd(dout, q, k, v, out, lse, ctx.is_causal, ctx.scale,
+                                config_text(cfg))
+    return dq, dk, dv, None, None, None
+
+
+_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _through_op(*tensors) -> bool:
+    """Go through the custom op when autograd or a compiler must see the call."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def attention(query, key, value, *, is_causal: bool = False, scale: Optional[float] = None,
               enable_gqa: bool = False, config: Optional[AttentionConfig] = None,
               return_lse: bool = False):
@@ -112,11 +194,17 @@ def attention(query, key, value, *, is_causal: bool = False, scale: Optional[flo
     aligned, as SDPA). ``scale`` defaults to 1/sqrt(D). Returns the output (B, H, Nq, D)
     laid out like ``query``; with ``return_lse`` also the natural-log row log-sum-exp
     (B, H, Nq) fp32.
+
+    Differentiable in query, key and value (the log-sum-exp is not: it is marked
+    non-differentiable). The backward uses :func:`flashscope.config.select_bwd_config`.
     """
     _check_inputs(query, key, value, enable_gqa, scale)
     D = query.shape[-1]
     cfg = resolve_config(config, D, _DTYPES[query.dtype], bool(is_causal), query.device)
     sc = launch.default_scale(D) if scale is None else float(scale)
-    out, lse = launch.forward(query, key, value, causal=bool(is_causal), scale=sc, cfg=cfg,
-                              return_lse=return_lse)
+    if _through_op(query, key, value):
+        out, lse = _attention_fwd(query, key, value, bool(is_causal), sc, config_text(cfg))
+    else:
+        out, lse = launch.forward(query, key, value, causal=bool(is_causal), scale=sc,
+                                  cfg=cfg, return_lse=return_lse)
     return (out, lse) if return_lse else out

@@ -180,19 +180,24 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
     return cfg
 
 
-# Defaults as data: (vendor or target name, largest head dim) -> config. The first row
-# whose key matches the target (name before vendor) and whose head-dim bound holds wins.
+# Defaults as data: (target name or family, largest head dim, causal or None for both)
+# -> config. The first row whose key matches the target (name before family), whose
+# head-dim bound holds and whose causal flag matches wins. sm90 rows: the best of a
+# 20-config scan on an H100 (bf16, B*N = 16384, H*D = 2048, 2026-11-21): 128/64/8w/3s was
+# best for D = 64 everywhere and for D = 128 non-causal (501 TFLOP/s at N = 4096);
+# 64/64/4w/3s was best for causal D = 128 at N <= 4096 (432 TFLOP/s vs 411).
 _DEFAULTS = (
-    ("sm90", 64, AttentionConfig(128, 64, 4, 3)),
-    ("sm90", 128, AttentionConfig(128, 64, 8, 3)),
-    ("sm90", 256, AttentionConfig(64, 64, 4, 2)),
-    ("nvidia", 64, AttentionConfig(128, 64, 4, 3)),
-    ("nvidia", 128, AttentionConfig(128, 64, 8, 2)),
-    ("nvidia", 256, AttentionConfig(64, 32, 4, 2)),
-    ("cdna", 128, AttentionConfig(128, 64, 4, 2, waves_per_eu=2)),
-    ("cdna", 256, AttentionConfig(64, 32, 4, 1, waves_per_eu=2)),
-    ("rdna", 128, AttentionConfig(64, 32, 4, 1)),
-    ("rdna", 256, AttentionConfig(32, 16, 4, 1)),
+    ("sm90", 64, None, AttentionConfig(128, 64, 8, 3)),
+    ("sm90", 128, False, AttentionConfig(128, 64, 8, 3)),
+    ("sm90", 128, True, AttentionConfig(64, 64, 4, 3)),
+    ("sm90", 256, None, AttentionConfig(64, 64, 4, 2)),
+    ("nvidia", 64, None, AttentionConfig(128, 64, 4, 3)),
+    ("nvidia", 128, None, AttentionConfig(128, 64, 8, 2)),
+    ("nvidia", 256, None, AttentionConfig(64, 32, 4, 2)),
+    ("cdna", 128, None, AttentionConfig(128, 64, 4, 2, waves_per_eu=2)),
+    ("cdna", 256, None, AttentionConfig(64, 32, 4, 1, waves_per_eu=2)),
+    ("rdna", 128, None, AttentionConfig(64, 32, 4, 1)),
+    ("rdna", 256, None, AttentionConfig(32, 16, 4, 1)),
 )
 
 
@@ -205,7 +210,162 @@ def select_config(head_dim: int, dtype: str = "bfloat16", causal: bool = False,
     """The default forward config for a problem: pure, tensor-free, deterministic."""
     t = get_target(target)
     check_head_dim(head_dim)
-    for key, max_d, cfg in _DEFAULTS:
-        if key in (t.name, _family(t)) and head_dim <= max_d:
+    for key, max_d, when_causal, cfg in _DEFAULTS:
+        if (key in (t.name, _family(t)) and head_dim <= max_d
+                and when_causal in (None, bool(causal))):
             return cfg
     raise ConfigError(f"no default config for {t.name}, head dim {head_dim}")
+
+
+@dataclass(frozen=True)
+class AttentionBwdConfig:
+    """Tile and launch knobs of the backward kernels.
+
+    The dK/dV kernel keeps a key tile of BLOCK_N1 rows (K, V, dK, dV) and streams query
+    tiles of BLOCK_M1 rows; the dQ kernel keeps a query tile of BLOCK_M2 rows (Q, dO, dQ)
+    and streams key tiles of BLOCK_N2. The resident tile is the large one (as in Triton's
+    fused-attention tutorial: 32/128 and 128/32), so the streamed operands are small and
+    the fp32 accumulators are what fills the registers. PRE_BLOCK is the row tile of the
+    delta = rowsum(dO * O) preprocess. ``num_warps``, ``num_stages``, ``maxnreg`` and
+    ``waves_per_eu`` apply to both main kernels (the preprocess is memory-bound: 4 warps,
+    1 stage).
+    """
+
+    BLOCK_M1: int = 32
+    BLOCK_N1: int = 128
+    BLOCK_M2: int = 128
+    BLOCK_N2: int = 32
+    num_warps: int = 4
+    num_stages: int = 3
+    PRE_BLOCK: int = 64
+    maxnreg: Optional[int] = None
+    waves_per_eu: Optional[int] = None
+
+    def replace(self, **changes) -> "AttentionBwdConfig":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def key(self) -> str:
+        """Short stable label, e.g. ``m32n128m128n32w4s3p64``; caps appended when set."""
+        s = (f"m{self.BLOCK_M1}n{self.BLOCK_N1}m{self.BLOCK_M2}n{self.BLOCK_N2}"
+             f"w{self.num_warps}s{self.num_stages}p{self.PRE_BLOCK}")
+        if self.maxnreg is not None:
+            s += f"r{self.maxnreg}"
+        if self.waves_per_eu is not None:
+            s += f"e{self.waves_per_eu}"
+        return s
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AttentionBwdConfig":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - fields)
+        if unknown:
+            raise ConfigError(f"bwd config: unknown key(s) {', '.join(unknown)}; "
+                              f"expected some of {', '.join(sorted(fields))}")
+        return cls(**{k: _coerce(k, v) for k, v in d.items()})
+
+    @classmethod
+    def parse(cls, text: str, base: "AttentionBwdConfig | None" = None) -> "AttentionBwdConfig":
+        """``"BLOCK_M1=64,BLOCK_N1=128,num_warps=8"`` on top of ``base`` (default record)."""
+        d = {}
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "=" not in part:
+                raise ConfigError(f"bwd config: expected KEY=VALUE, got {part!r}")
+            k, v = (x.strip() for x in part.split("=", 1))
+            d[k] = v
+        parsed = cls.from_dict(d)
+        return dataclasses.replace(base or cls(), **{k: getattr(parsed, k) for k in d})
+
+
+def min_shared_bytes_bwd(cfg: AttentionBwdConfig, head_dim: int,
+                         dtype: str = "bfloat16") -> int:
+    """A lower bound on the larger backward kernel's shared memory, in bytes.
+
+    The dK/dV kernel streams Q and dO tiles (BLOCK_M1 x D_pad each), the dQ kernel K and V
+    tiles (BLOCK_N2 x D_pad each), with max(1, S - 1) copies in flight for S stages. The
+    resident tiles may also live in shared memory; this bound leaves them out, so a config
+    over the limit by it certainly cannot launch.
+    """
+    elt = DTYPE_BYTES[dtype]
+    copies = max(1, cfg.num_stages - 1)
+    streamed = max(cfg.BLOCK_M1, cfg.BLOCK_N2)
+    return 2 * streamed * head_dim_pad(head_dim) * elt * copies
+
+
+def check_bwd_config(cfg: AttentionBwdConfig, target="sm90", head_dim: int = 128,
+                     dtype: str = "bfloat16") -> AttentionBwdConfig:
+    """Return ``cfg`` unchanged if the backward can be built with it for ``target``; else
+    raise ConfigError naming the knob and the limit it breaks. Pure: no compilation."""
+    t = get_target(target)
+    check_head_dim(head_dim)
+    where = f"for {t.name}"
+    for name in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2"):
+        v = getattr(cfg, name)
+        if not (_pow2(v) and 16 <= v <= 256):
+            raise ConfigError(f"{name}={v}: expected a power of two in 16..256")
+    if not (_pow2(cfg.PRE_BLOCK) and 16 <= cfg.PRE_BLOCK <= 256):
+        raise ConfigError(f"PRE_BLOCK={cfg.PRE_BLOCK}: expected a power of two in 16..256")
+    if not (_pow2(cfg.num_warps) and cfg.num_warps <= 16):
+        raise ConfigError(f"num_warps={cfg.num_warps}: expected a power of two in 1..16")
+    threads = cfg.num_warps * t.warp_size
+    if threads > t.max_threads_per_block:
+        raise ConfigError(f"num_warps={cfg.num_warps} gives {threads} threads per block, over "
+                          f"the {t.max_threads_per_block} allowed {where}")
+    if not (1 <= cfg.num_stages <= 8):
+        raise ConfigError(f"num_stages={cfg.num_stages}: expected 1..8")
+    if cfg.maxnreg is not None:
+        if t.vendor != "nvidia":
+            raise ConfigError(f"maxnreg={cfg.maxnreg} is an NVIDIA register cap; {t.name} is "
+                              "AMD (use waves_per_eu)")
+        if not (16 <= cfg.maxnreg <= t.max_regs_per_thread):
+            raise ConfigError(f"maxnreg={cfg.maxnreg}: expected 16..{t.max_regs_per_thread} "
+                              f"registers per thread {where}")
+    if cfg.waves_per_eu is not None:
+        if t.vendor != "amd":
+            raise ConfigError(f"waves_per_eu={cfg.waves_per_eu} is an AMD option; {t.name} "
+                              "is NVIDIA (use maxnreg)")
+        if not (1 <= cfg.waves_per_eu <= t.max_waves_per_simd):
+            raise ConfigError(f"waves_per_eu={cfg.waves_per_eu}: expected "
+                              f"1..{t.max_waves_per_simd} {where}")
+    need = min_shared_bytes_bwd(cfg, head_dim, dtype)
+    limit = t.smem_per_block_optin
+    if need > limit:
+        raise ConfigError(
+            f"BLOCK_M1={cfg.BLOCK_M1}, BLOCK_N2={cfg.BLOCK_N2}, HEAD_DIM={head_dim} with "
+            f"{cfg.num_stages} stages needs at least {need // 1024} KB of shared memory, more "
+            f"than the {limit // 1024} KB a {t.name} block may have")
+    return cfg
+
+
+# Backward defaults as data, keyed like _DEFAULTS. The sm90 rows follow Triton's
+# fused-attention tutorial (32/128 for dK/dV, 128/32 for dQ); 8 warps at D > 64 keep the
+# two fp32 BLOCK_N1 x D accumulators of the dK/dV kernel out of local memory.
+_BWD_DEFAULTS = (
+    ("sm90", 64, AttentionBwdConfig(32, 128, 128, 32, 4, 3)),
+    ("sm90", 128, AttentionBwdConfig(32, 128, 128, 32, 8, 3)),
+    ("sm90", 256, AttentionBwdConfig(16, 64, 64, 16, 8, 2)),
+    ("nvidia", 64, AttentionBwdConfig(32, 128, 128, 32, 4, 2)),
+    ("nvidia", 128, AttentionBwdConfig(32, 64, 64, 32, 4, 2)),
+    ("nvidia", 256, AttentionBwdConfig(16, 64, 64, 16, 8, 1)),
+    ("cdna", 128, AttentionBwdConfig(32, 64, 64, 32, 4, 1, waves_per_eu=1)),
+    ("cdna", 256, AttentionBwdConfig(16, 32, 32, 16, 4, 1, waves_per_eu=1)),
+    ("rdna", 128, AttentionBwdConfig(16, 32, 32, 16, 4, 1)),
+    ("rdna", 256, AttentionBwdConfig(16, 16, 16, 16, 4, 1)),
+)
+
+
+def select_bwd_config(head_dim: int, dtype: str = "bfloat16", causal: bool = False,
+                      target="sm90") -> AttentionBwdConfig:
+    """The default backward config for a problem: pure, tensor-free, deterministic."""
+    t = get_target(target)
+    check_head_dim(head_dim)
+    for key, max_d, cfg in _BWD_DEFAULTS:
+        if key in (t.name, _family(t)) and head_dim <= max_d:
+            return cfg
+    raise ConfigError(f"no default backward config for {t.name}, head dim {head_dim}")

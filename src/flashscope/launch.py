@@ -13,7 +13,7 @@ import os
 import torch
 
 from . import kernels
-from .config import AttentionConfig, head_dim_pad
+from .config import AttentionBwdConfig, AttentionConfig, head_dim_pad
 
 LOG2E = 1.4426950408889634
 
@@ -65,6 +65,47 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
         **launch_options(cfg, q.device),
     )
     return out, lse
+
+
+def backward(dout, q, k, v, out, lse, *, causal: bool, scale: float, cfg: AttentionBwdConfig,
+             dq: "torch.Tensor | None" = None, dk: "torch.Tensor | None" = None,
+             dv: "torch.Tensor | None" = None):
+    """Run the backward kernels: delta = rowsum(dO * O), then dK/dV, then dQ.
+
+    dout, q, out (B, H, Nq, D); k, v (B, Hkv, Nk, D); lse (B, H, Nq) fp32, the natural-log
+    log-sum-exp the forward returned. Any strides for the tensors, lse contiguous. Returns
+    (dq, dk, dv) laid out like q, k, v (or written into the given buffers)."""
+    mod = kernels.load("attention_bwd", interpret=interpreting())
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    dq = torch.empty_like(q) if dq is None else dq
+    dk = torch.empty_like(k) if dk is None else dk
+    dv = torch.empty_like(v) if dv is None else dv
+    if B * H == 0:
+        return dq, dk, dv
+    if Nq == 0 or Nk == 0:  # no query sees a key: every gradient is zero
+        dq.zero_(), dk.zero_(), dv.zero_()
+        return dq, dk, dv
+    lse = lse.contiguous()
+    delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
+    d_pad = head_dim_pad(D)
+    mod._attn_bwd_preprocess[(triton_cdiv(Nq, cfg.PRE_BLOCK), B * H)](
+        out, dout, delta, *out.stride(), *dout.stride(), H, Nq,
+        HEAD_DIM=D, HEAD_DIM_PAD=d_pad, BLOCK_M=cfg.PRE_BLOCK, num_warps=4, num_stages=1)
+    opts = launch_options(cfg, q.device)
+    mod._attn_bwd_dkdv[(triton_cdiv(Nk, cfg.BLOCK_N1), B * Hkv)](
+        q, k, v, dout, lse, delta, dk, dv,
+        *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
+        H, Hkv, H // Hkv, Nq, Nk, scale, scale * LOG2E,
+        HEAD_DIM=D, HEAD_DIM_PAD=d_pad, BLOCK_M1=cfg.BLOCK_M1, BLOCK_N1=cfg.BLOCK_N1,
+        IS_CAUSAL=bool(causal), EVEN_M=(Nq % cfg.BLOCK_M1 == 0), **opts)
+    mod._attn_bwd_dq[(triton_cdiv(Nq, cfg.BLOCK_M2), B * H)](
+        q, k, v, dout, lse, delta, dq,
+        *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
+        H, H // Hkv, Nq, Nk, scale, scale * LOG2E,
+        HEAD_DIM=D, HEAD_DIM_PAD=d_pad, BLOCK_M2=cfg.BLOCK_M2, BLOCK_N2=cfg.BLOCK_N2,
+        IS_CAUSAL=bool(causal), EVEN_N=(Nk % cfg.BLOCK_N2 == 0), **opts)
+    return dq, dk, dv
 
 
 def triton_cdiv(a: int, b: int) -> int:

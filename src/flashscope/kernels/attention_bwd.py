@@ -1,0 +1,295 @@
+"""FlashAttention backward with recomputation: three Triton kernels, one body each.
+
+The forward saved only Out and the natural-log row log-sum-exp L_i (never P). With
+s_ij = (q_i . k_j) * scale and dO the incoming gradient (Dao, FlashAttention-2, 2023, Alg. 2):
+
+    delta_i = sum_d dO_id * O_id                     preprocess, fp32, (B, H, Nq)
+    p_ij    = 2^(s_ij * log2(e) - L_i * log2(e))     = softmax row i, recomputed per tile
+    dV_j    = sum_i p_ij dO_i
+    dp_ij   = dO_i . v_j
+    ds_ij   = p_ij * (dp_ij - delta_i)               softmax Jacobian, via sum_j p_ij dp_ij = delta_i
+    dK_j    = scale * sum_i ds_ij q_i
+    dQ_i    = scale * sum_j ds_ij k_j
+
+Two passes, no atomics, so results are deterministic:
+- ``_attn_bwd_dkdv``: one program per (key tile of BLOCK_N1, batch, kv head) holds K_j, V_j
+  and the dK, dV accumulators and streams Q, dO, L, delta in tiles of BLOCK_M1 rows, over
+  every query head of its GQA group (the group sum happens in registers, in a fixed order).
+- ``_attn_bwd_dq``: one program per (query tile of BLOCK_M2, batch, head) holds Q_i, dO_i,
+  L_i, delta_i and the dQ accumulator and streams K, V in tiles of BLOCK_N2 keys.
+
+Shapes and strides as in the forward: Q, dQ, O, dO (B, H, Nq, D); K, V, dK, dV
+(B, Hkv, Nk, D), any strides; L and delta contiguous (B, H, Nq) fp32. D is padded to
+HEAD_DIM_PAD by masked loads. Causal is top-left (query i sees keys j <= i): tiles entirely
+above the diagonal are skipped, only the diagonal band and partial tail tiles pay for masks
+(``MASK_*`` compile-time switches of one inner-loop body).
+
+Rows outside the problem are loaded as zeros: a padded query row has q = dO = 0 and
+L = +inf, so p = 0 and it adds nothing to dK, dV; a padded key row only feeds rows of dK,
+dV (or, masked to p = 0, columns of dQ) that are never stored.
+
+Triton only: compiles for any target without torch or a GPU.
+"""
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attn_bwd_preprocess(
+    Out, DOut, Delta,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    H, N_Q,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """delta = rowsum(dO * O) in fp32. Grid: (cdiv(N_Q, BLOCK_M), B * H)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // H).to(tl.int64)
+    off_h = (pid_bh % H).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)
+    o = tl.load(Out + off_b * stride_ob + off_h * stride_oh
+                + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+                mask=mask, other=0.0)
+    do = tl.load(DOut + off_b * stride_dob + off_h * stride_doh
+                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
+
+
+@triton.jit
+def _attn_bwd_dkdv_tiles(
+    dk, dv, k, v,
+    q_base, do_base, lse_base, delta_base,
+    stride_qm, stride_qd, stride_dom, stride_dod,
+    offs_n, offs_d, N_Q, qk_scale, lo, hi,
+    BLOCK_M1: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    MASK_M: tl.constexpr, MASK_DIAG: tl.constexpr,
+):
+    """Fold query tiles [lo, hi) into (dk, dv) of one key tile. Transposed tiles (keys on
+    rows) so no register transpose of P is needed. MASK_M masks query rows >= N_Q,
+    MASK_DIAG keys above the causal diagonal."""
+    offs_m0 = tl.arange(0, BLOCK_M1)
+    d_ok = offs_d < HEAD_DIM
+    for start_m in range(lo, hi, BLOCK_M1):
+        start_m = tl.multiple_of(start_m, BLOCK_M1)
+        offs_m = start_m + offs_m0
+        qt_ptrs = q_base + offs_m[None, :] * stride_qm + offs_d[:, None] * stride_qd
+        do_ptrs = do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
+        if MASK_M:
+            m_ok = offs_m < N_Q
+            qt = tl.load(qt_ptrs, mask=m_ok[None, :] & d_ok[:, None], other=0.0)
+            lse = tl.load(lse_base + offs_m, mask=m_ok, other=float("inf"))
+        elif HEAD_DIM != HEAD_DIM_PAD:
+            qt = tl.load(qt_ptrs, mask=d_ok[:, None], other=0.0)
+            lse = tl.load(lse_base + offs_m)
+        else:
+            qt = tl.load(qt_ptrs)
+            lse = tl.load(lse_base + offs_m)
+        # p^T (BLOCK_N1, BLOCK_M1) = 2^(k q^T * scale*log2e - L*log2e)
+        pt = tl.math.exp2(tl.dot(k, qt) * qk_scale - (lse * LOG2E)[None, :])
+        if MASK_DIAG:
+            pt = tl.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
+        if MASK_M:
+            do = tl.load(do_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+            delta = tl.load(delta_base + offs_m, mask=m_ok, other=0.0)
+        elif HEAD_DIM != HEAD_DIM_PAD:
+            do = tl.load(do_ptrs, mask=d_ok[None, :], other=0.0)
+            delta = tl.load(delta_base + offs_m)
+        else:
+            do = tl.load(do_ptrs)
+            delta = tl.load(delta_base + offs_m)
+        dv = tl.dot(pt.to(do.dtype), do, dv)
+        dpt = tl.dot(v, tl.trans(do))
+        dst = pt * (dpt - delta[None, :])
+        dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk)
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dkdv(
+    Q, K, V, DOut, Lse, Delta, DK, DV,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    H, HKV, GROUP, N_Q, N_K, scale, qk_scale,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr,
+):
+    """dK, dV for one key tile. Grid: (cdiv(N_K, BLOCK_N1), B * HKV).
+    scale = softmax scale, qk_scale = scale * log2(e)."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // HKV).to(tl.int64)
+    off_hkv = (pid_bh % HKV).to(tl.int64)
+    start_n = pid_n * BLOCK_N1
+
+    offs_n = start_n + tl.arange(0, BLOCK_N1)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    kv_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
+    k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh
+                + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                mask=kv_mask, other=0.0)
+    v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh
+                + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
+
+    m_full = (N_Q // BLOCK_M1) * BLOCK_M1  # query rows in whole tiles
+    if IS_CAUSAL:
+        # Query tiles before band_lo see none of these keys; tiles from band_lo to mid_lo
+        # cross the diagonal; whole tiles from mid_lo on see all of them.
+        band_lo = (start_n // BLOCK_M1) * BLOCK_M1
+        mid_lo = tl.minimum(tl.cdiv(start_n + BLOCK_N1, BLOCK_M1) * BLOCK_M1, m_full)
+        tail_lo = tl.maximum(m_full, band_lo)
+    else:
+        band_lo = 0
+        mid_lo = 0
+        tail_lo = m_full
+    for g in range(0, GROUP):
+        off_h = off_hkv * GROUP + g
+        bh = off_b * H + off_h
+        q_base = Q + off_b * stride_qb + off_h * stride_qh
+        do_base = DOut + off_b * stride_dob + off_h * stride_doh
+        lse_base = Lse + bh * N_Q
+        delta_base = Delta + bh * N_Q
+        if IS_CAUSAL:
+            dk, dv = _attn_bwd_dkdv_tiles(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
+                band_lo, mid_lo, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, False, True)
+        dk, dv = _attn_bwd_dkdv_tiles(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+            stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
+            mid_lo, m_full, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, False, False)
+        if not EVEN_M:
+            dk, dv = _attn_bwd_dkdv_tiles(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
+                tail_lo, N_Q, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, True, IS_CAUSAL)
+
+    dk = dk * scale
+    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh
+             + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+             dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh
+             + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+             dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _attn_bwd_dq_tiles(
+    dq, q, do, lse2, delta,
+    k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    offs_m, offs_d, N_K, qk_scale, lo, hi,
+    BLOCK_N2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    MASK_N: tl.constexpr, MASK_DIAG: tl.constexpr,
+):
+    """Fold key tiles [lo, hi) into dq of one query tile. lse2 = L * log2(e).
+    MASK_N masks keys >= N_K, MASK_DIAG keys above the causal diagonal."""
+    offs_n0 = tl.arange(0, BLOCK_N2)
+    d_ok = offs_d < HEAD_DIM
+    for start_n in range(lo, hi, BLOCK_N2):
+        start_n = tl.multiple_of(start_n, BLOCK_N2)
+        offs_n = start_n + offs_n0
+        kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+        vt_ptrs = v_base + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd
+        if MASK_N:
+            t_mask = (offs_n[None, :] < N_K) & d_ok[:, None]
+            kt = tl.load(kt_ptrs, mask=t_mask, other=0.0)
+            vt = tl.load(vt_ptrs, mask=t_mask, other=0.0)
+        elif HEAD_DIM != HEAD_DIM_PAD:
+            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+            vt = tl.load(vt_ptrs, mask=d_ok[:, None], other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+            vt = tl.load(vt_ptrs)
+        p = tl.math.exp2(tl.dot(q, kt) * qk_scale - lse2[:, None])
+        if MASK_DIAG:
+            p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+        if MASK_N:
+            p = tl.where(offs_n[None, :] < N_K, p, 0.0)
+        dp = tl.dot(do, vt)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq)
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq(
+    Q, K, V, DOut, Lse, Delta, DQ,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+    H, GROUP, N_Q, N_K, scale, qk_scale,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
+):
+    """dQ for one query tile. Grid: (cdiv(N_Q, BLOCK_M2), B * H). Programs run last tile
+    first: under a causal mask the last query tiles have the most keys to visit."""
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // H).to(tl.int64)
+    off_h = (pid_bh % H).to(tl.int64)
+    off_hkv = off_h // GROUP
+    start_m = pid_m * BLOCK_M2
+
+    offs_m = start_m + tl.arange(0, BLOCK_M2)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    m_ok = offs_m < N_Q
+    q_mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh
+                + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=q_mask, other=0.0)
+    do = tl.load(DOut + off_b * stride_dob + off_h * stride_doh
+                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=q_mask, other=0.0)
+    row = pid_bh.to(tl.int64) * N_Q + offs_m
+    lse2 = tl.load(Lse + row, mask=m_ok, other=float("inf")) * LOG2E
+    delta = tl.load(Delta + row, mask=m_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+
+    n_full = (N_K // BLOCK_N2) * BLOCK_N2  # keys in whole tiles
+    if IS_CAUSAL:
+        # Whole tiles strictly left of this row block need no mask; the band after them
+        # reaches the diagonal; tiles above it are skipped.
+        full_hi = tl.minimum((start_m // BLOCK_N2) * BLOCK_N2, n_full)
+        dq = _attn_bwd_dq_tiles(
+            dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+            offs_m, offs_d, N_K, qk_scale, 0, full_hi,
+            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, False)
+        dq = _attn_bwd_dq_tiles(
+            dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+            offs_m, offs_d, N_K, qk_scale, full_hi, tl.minimum(N_K, start_m + BLOCK_M2),
+            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, True)
+    else:
+        dq = _attn_bwd_dq_tiles(
+            dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+            offs_m, offs_d, N_K, qk_scale, 0, n_full,
+            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, False)
+        if not EVEN_N:
+            dq = _attn_bwd_dq_tiles(
+                dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn,
+                stride_vd, offs_m, offs_d, N_K, qk_scale, n_full, N_K,
+                BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, False)
+
+    dq = dq * scale
+    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh
+             + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+             dq.to(DQ.dtype.element_ty), mask=q_mask)
