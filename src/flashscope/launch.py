@@ -61,7 +61,7 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
         HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
         IS_CAUSAL=bool(causal), Q_IN_REGS=bool(cfg.Q_IN_REGS),
-        RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0),
+        RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0), SCALE_POS=scale > 0,
         **launch_options(cfg, q.device),
     )
     return out, lse

@@ -39,6 +39,7 @@ def _attn_fwd_tiles(
     offs_m, offs_d, N_K, qk_scale, lo, hi,
     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     Q_IN_REGS: tl.constexpr, MASK_N: tl.constexpr, MASK_DIAG: tl.constexpr,
+    SCALE_POS: tl.constexpr,
 ):
     """Fold key tiles [lo, hi) into (acc, l_i, m_i). MASK_N masks keys >= N_K,
     MASK_DIAG masks keys above the causal diagonal; both are compile-time switches."""
@@ -59,13 +60,20 @@ def _attn_fwd_tiles(
             # Q is re-read each iteration (L1/L2 -> shared memory) instead of staying
             # live in registers across the loop.
             q = tl.load(q_ptrs, mask=q_mask, other=0.0)
-        s = tl.dot(q, kt) * qk_scale
-        if MASK_DIAG:
-            s = tl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
-        if MASK_N:
-            s = tl.where(cols[None, :] < N_K, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
+        qk = tl.dot(q, kt)
+        if MASK_DIAG or MASK_N or not SCALE_POS:
+            s = qk * qk_scale
+            if MASK_DIAG:
+                s = tl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
+            if MASK_N:
+                s = tl.where(cols[None, :] < N_K, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.math.exp2(s - m_new[:, None])
+        else:
+            # max(qk) * scale == max(qk * scale) for scale > 0, and the scale folds into one
+            # FMA per score: p = 2^(qk * qk_scale - m_new).
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
@@ -91,7 +99,7 @@ def _attn_fwd(
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, Q_IN_REGS: tl.constexpr,
-    RETURN_LSE: tl.constexpr, EVEN_N: tl.constexpr,
+    RETURN_LSE: tl.constexpr, EVEN_N: tl.constexpr, SCALE_POS: tl.constexpr,
 ):
     """Grid: (cdiv(N_Q, BLOCK_M), B * H). qk_scale = scale * log2(e)."""
     pid_m = tl.program_id(0)
@@ -121,23 +129,23 @@ def _attn_fwd(
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
-            0, full_hi, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False)
+            0, full_hi, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False, SCALE_POS)
         # The diagonal band (and a partial last tile); tiles above it are skipped.
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
             full_hi, tl.minimum(N_K, start_m + BLOCK_M),
-            BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, True)
+            BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, True, SCALE_POS)
     else:
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
-            0, n_full, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False)
+            0, n_full, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False, SCALE_POS)
         if not EVEN_N:
             acc, l_i, m_i = _attn_fwd_tiles(
                 acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
                 stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
-                n_full, N_K, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, True, False)
+                n_full, N_K, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, True, False, SCALE_POS)
 
     out = acc / l_i[:, None]
     o_ptrs = (Out + off_b * stride_ob + off_h * stride_oh
