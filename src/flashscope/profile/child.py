@@ -1,0 +1,43 @@
+"""The short program ncu profiles: one attention forward, run twice (the first launch
+warms caches and compiles; ncu skips it with ``--launch-skip 1``).
+
+Usage: python -m flashscope.profile.child PROVIDER B,H,N,D DTYPE CAUSAL [CONFIG]
+PROVIDER is flashscope, cudnn, flash or efficient (SDPA backends); CAUSAL is 0/1; CONFIG
+is ``"BLOCK_M=128,BLOCK_N=64,..."`` for flashscope.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv) -> int:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    provider, shape, dtype, causal = argv[:4]
+    B, H, N, D = (int(x) for x in shape.split(","))
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dt) for _ in range(3))
+    is_causal = causal == "1"
+    if provider == "flashscope":
+        import flashscope
+
+        cfg = flashscope.AttentionConfig.parse(argv[4]) if len(argv) > 4 and argv[4] else None
+        fn = (lambda: flashscope.attention(q, k, v, is_causal=is_causal, config=cfg))
+    else:
+        backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                   "efficient": SDPBackend.EFFICIENT_ATTENTION}[provider]
+
+        def fn():
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                        is_causal=is_causal)
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

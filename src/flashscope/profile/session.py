@@ -1,0 +1,105 @@
+"""One profiling session: counters for each kernel, gates, and the speed correlation.
+
+Rows come either from running ncu (:mod:`.runner`, GPU) or from existing ncu CSV files
+(offline). Speed for the correlation is TFLOP/s: from ncu's kernel duration by default, or
+from a sweep's results file (joined on the flashscope config key), which is the better
+measure (ncu serializes and replays kernels, so its durations carry no launch overlap).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+from ..errors import ParseError
+from .gates import evaluate_gates
+from .metrics import PREDICTORS
+from .ncu_csv import decode, read_ncu_csv
+from .rank import predictive_power
+from .runner import PROVIDERS, row_for
+
+
+def provider_of(kernel_name: str) -> str:
+    """The provider whose kernel pattern matches ``kernel_name``, else 'other'."""
+    for p in PROVIDERS:
+        if re.search(p.kernel_regex, kernel_name):
+            return p.name
+    return "other"
+
+
+def rows_from_csv(paths, shape, causal: bool) -> list:
+    """Rows from existing ncu CSV files (one row per kernel launch in them)."""
+    rows = []
+    for path in paths:
+        for k in read_ncu_csv(path):
+            rows.append(row_for(k, provider_of(k.name), "", shape, causal))
+    return rows
+
+
+def config_key(text: str) -> str:
+    """``"BLOCK_M=64,num_warps=4"`` -> the config's key (``m64n64w4s3q1``); '' stays ''."""
+    if not text:
+        return ""
+    from ..config import AttentionConfig
+
+    return AttentionConfig.parse(text).key
+
+
+def load_speed(path, shape, causal: bool) -> dict:
+    """Sweep results -> ``{config key: TFLOP/s}``.
+
+    Accepts JSON (a list of rows, or an object with ``rows``/``results``) or CSV, each row
+    with a ``config`` key and ``tflops`` or ``ms``; rows of other providers, shapes (when
+    they carry ``N``/``D``) or an ``error`` are skipped."""
+    p = Path(path)
+    try:
+        text = decode(p.read_bytes(), str(p))
+    except OSError as e:
+        raise ParseError(f"--speed {p}: cannot read ({e.strerror})") from None
+    if p.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ParseError(f"--speed {p}: invalid JSON ({e.msg} at line {e.lineno})") from None
+        if isinstance(data, dict):
+            data = data.get("rows", data.get("results"))
+        if not isinstance(data, list):
+            raise ParseError(f"--speed {p}: expected a list of rows or an object with 'rows'")
+    else:
+        data = list(csv.DictReader(text.splitlines()))
+    B, H, N, D = shape
+    out = {}
+    for i, r in enumerate(data):
+        if not isinstance(r, dict) or not r.get("config") or r.get("error"):
+            continue
+        if r.get("provider", "flashscope") != "flashscope":
+            continue
+        if ("N" in r and int(float(r["N"])) != N) or ("D" in r and int(float(r["D"])) != D):
+            continue
+        if "causal" in r and (str(r["causal"]).lower() in ("true", "1")) != causal:
+            continue
+        try:
+            if r.get("tflops") not in (None, ""):
+                v = float(r["tflops"])
+            else:
+                ms = float(r["ms"])
+                v = 4.0 * B * H * N * N * D * (0.5 if causal else 1.0) / (ms * 1e-3) / 1e12
+        except (KeyError, TypeError, ValueError):
+            raise ParseError(f"--speed {p}: row {i}: expected a number in 'tflops' or 'ms'") \
+                from None
+        out[str(r["config"])] = v
+    return out
+
+
+def summarize(rows, gates, speed=None) -> dict:
+    """Gates per row, and Spearman's rho of each counter (and gate) against speed."""
+    for r in rows:
+        r["gates"] = evaluate_gates(r, gates)
+        key = r.get("config_key", "")
+        r["speed_tflops"] = (speed or {}).get(key, r.get("tflops")) if key else r.get("tflops")
+    corr = predictive_power(rows, "speed_tflops", PREDICTORS, gates)
+    return {"kernels": rows, "gates": [str(g) for g in gates],
+            "speed_source": "sweep file" if speed else "ncu duration",
+            "correlation": corr}
