@@ -343,16 +343,20 @@ def check_bwd_config(cfg: AttentionBwdConfig, target="sm90", head_dim: int = 128
     return cfg
 
 
-# Backward defaults as data, keyed like _DEFAULTS. The sm90 rows follow Triton's
-# fused-attention tutorial (32/128 for dK/dV, 128/32 for dQ); 8 warps at D > 64 keep the
-# two fp32 BLOCK_N1 x D accumulators of the dK/dV kernel out of local memory.
+# Backward defaults as data, keyed like _DEFAULTS. Start: Triton's fused-attention tutorial
+# (32/128 for dK/dV, 128/32 for dQ). Pruned by registers and local memory ("stack") of the
+# sm90 cubins, bf16, read offline with cuobjdump (no GPU), dK/dV | dQ, non-causal / causal:
+#   D=64,  32/128/128/32 w8 s3: 194/252 regs, no stack | 103/127   (w4: dK/dV 48 B stack)
+#   D=128, 16/128/128/32 w8 s2: 243/254 regs, no stack | 203/195   (32/128 w8 s3: 16/144 B)
+#   D=256, 16/32/32/16 w8 s2:   208/245 regs, no stack | 252/254   (16/64 w8: 136/680 B)
+# Speed on the GPU is still to be measured (scripts/gpu/bwd_check.py times alternatives).
 _BWD_DEFAULTS = (
-    ("sm90", 64, AttentionBwdConfig(32, 128, 128, 32, 4, 3)),
-    ("sm90", 128, AttentionBwdConfig(32, 128, 128, 32, 8, 3)),
-    ("sm90", 256, AttentionBwdConfig(16, 64, 64, 16, 8, 2)),
-    ("nvidia", 64, AttentionBwdConfig(32, 128, 128, 32, 4, 2)),
-    ("nvidia", 128, AttentionBwdConfig(32, 64, 64, 32, 4, 2)),
-    ("nvidia", 256, AttentionBwdConfig(16, 64, 64, 16, 8, 1)),
+    ("sm90", 64, AttentionBwdConfig(32, 128, 128, 32, 8, 3)),
+    ("sm90", 128, AttentionBwdConfig(16, 128, 128, 32, 8, 2)),
+    ("sm90", 256, AttentionBwdConfig(16, 32, 32, 16, 8, 2)),
+    ("nvidia", 64, AttentionBwdConfig(32, 128, 128, 32, 8, 2)),
+    ("nvidia", 128, AttentionBwdConfig(16, 128, 128, 32, 8, 2)),
+    ("nvidia", 256, AttentionBwdConfig(16, 32, 32, 16, 8, 1)),
     ("cdna", 128, AttentionBwdConfig(32, 64, 64, 32, 4, 1, waves_per_eu=1)),
     ("cdna", 256, AttentionBwdConfig(16, 32, 32, 16, 4, 1, waves_per_eu=1)),
     ("rdna", 128, AttentionBwdConfig(16, 32, 32, 16, 4, 1)),

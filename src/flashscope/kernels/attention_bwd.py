@@ -34,7 +34,7 @@ Triton only: compiles for any target without torch or a GPU.
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit

@@ -1,0 +1,270 @@
+"""Backward correctness against float64 autograd, on fresh random inputs each run.
+
+On CPU the kernels run in Triton's interpreter, so shapes are small but each switch is
+covered: causal or not, query lengths that are / are not tile multiples (EVEN_M in the dK/dV
+kernel), key lengths likewise (EVEN_N in the dQ kernel), Nq != Nk both ways (causal key tiles
+no query sees), head dims that need padding, GQA (dK, dV summed over the group), (B, N, H, D)
+strided views, fp16 and bf16. Gradient buffers are poisoned with NaN and must be fully
+written. ``gpu``-marked tests widen the grid and run the default configs.
+"""
+
+import math
+import secrets
+
+import pytest
+import torch
+
+import flashscope
+from flashscope import launch
+from flashscope.config import (AttentionBwdConfig, AttentionConfig, check_bwd_config,
+                               select_bwd_config)
+from flashscope.errors import ConfigError
+
+
+def fresh_seed() -> int:
+    seed = secrets.randbits(31)
+    torch.manual_seed(seed)
+    return seed
+
+
+def make_qkv(device, B, H, Nq, Nk, D, *, Hkv=None, dtype=torch.float16, bnhd=False,
+             scale_inputs=1.0):
+    """q (B, H, Nq, D), k/v (B, Hkv, Nk, D); with ``bnhd`` stored (B, N, H, D) and returned
+    as ``.transpose(1, 2)`` views."""
+    Hkv = Hkv or H
+
+    def one(h, n):
+        shape = (B, n, h, D) if bnhd else (B, h, n, D)
+        t = (torch.randn(shape, device=device) * scale_inputs).to(dtype)
+        return t.transpose(1, 2) if bnhd else t
+
+    return one(H, Nq), one(Hkv, Nk), one(Hkv, Nk)
+
+SMALL_FWD = AttentionConfig(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+# Resident tiles larger than streamed ones (as the defaults), several tiles per length.
+SMALL = AttentionBwdConfig(BLOCK_M1=16, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16, num_warps=4,
+                           num_stages=1, PRE_BLOCK=16)
+
+# Relative Frobenius error of each gradient against float64. Measured on the interpreter:
+# about 3e-4 (fp16) and 6e-3 (bf16); bf16 keeps 8 mantissa bits (2^-8 = 3.9e-3 per rounding).
+GRAD_BOUND = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+# Gradients that are zero in exact arithmetic (a query that sees one key has dq = 0) are
+# compared against this RMS floor instead of their own vanishing norm.
+RMS_FLOOR = 1e-2
+
+
+def reference_grads(q, k, v, dout, *, is_causal, scale):
+    """(out, dq, dk, dv) in float64 by autograd on plain-torch attention; GQA by
+    repeating kv heads, whose gradients autograd sums back over each group."""
+    qd, kd, vd = (t.detach().double().cpu().requires_grad_() for t in (q, k, v))
+    group = qd.shape[1] // kd.shape[1]
+    kr, vr = kd.repeat_interleave(group, dim=1), vd.repeat_interleave(group, dim=1)
+    s = (qd @ kr.transpose(-1, -2)) * scale
+    if is_causal:
+        keep = torch.ones(s.shape[-2:], dtype=torch.bool).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    out = torch.softmax(s, dim=-1) @ vr
+    out.backward(dout.double().cpu())
+    return out.detach(), qd.grad, kd.grad, vd.grad
+
+
+def grad_error(got, ref) -> float:
+    """||got - ref||_F / max(||ref||_F, RMS_FLOOR * sqrt(numel)); NaN stays NaN."""
+    diff = (got.double().cpu() - ref).norm().item()
+    return diff / max(ref.norm().item(), RMS_FLOOR * math.sqrt(max(ref.numel(), 1)))
+
+
+def check_grads(tag, got, ref, dtype):
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+        assert g.shape == r.shape, f"{name} shape {tuple(g.shape)} != {tuple(r.shape)} ({tag})"
+        assert not torch.isnan(g).any(), f"{name}: unwritten or NaN elements ({tag})"
+        err = grad_error(g, r)
+        assert err <= GRAD_BOUND[dtype], \
+            f"{name} relative error {err:.2e} > {GRAD_BOUND[dtype]:.0e} ({tag})"
+
+
+def run_case(device, *, B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd, cfg=SMALL):
+    seed = fresh_seed()
+    q, k, v = make_qkv(device, B, H, Nq, Nk, D, Hkv=Hkv, dtype=dtype, bnhd=bnhd)
+    dout = torch.randn(q.shape, device=q.device).to(dtype)
+    scale = 1.0 / math.sqrt(D)
+    out, lse = launch.forward(q, k, v, causal=causal, scale=scale, cfg=SMALL_FWD,
+                              return_lse=True)
+    # Poisoned buffers laid out like the inputs: every element must be written.
+    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+    got = launch.backward(dout, q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg,
+                          dq=dq, dk=dk, dv=dv)
+    assert got[0] is dq and got[1] is dk and got[2] is dv
+    _, *ref = reference_grads(q, k, v, dout, is_causal=causal, scale=scale)
+    tag = (f"seed={seed} B={B} H={H}/{Hkv} Nq={Nq} Nk={Nk} D={D} causal={causal} {dtype} "
+           f"bnhd={bnhd} {cfg.key}")
+    check_grads(tag, got, ref, dtype)
+
+
+# (causal, Nq, Nk, D, Hkv, bnhd): every switch in a few cases. H = 4.
+CPU_CASES = [
+    (False, 17, 33, 32, 4, False),    # ragged M and N, non-causal
+    (True, 17, 33, 32, 2, True),      # causal, Nq < Nk (keys no query sees), GQA, strided
+    (True, 129, 77, 80, 2, False),    # causal, Nq > Nk, padded head dim, GQA
+    (False, 1, 37, 64, 1, True),      # one query row, MQA, strided
+    (True, 64, 64, 128, 4, False),    # both lengths tile multiples, D = 128
+    (False, 129, 16, 80, 4, True),    # Nk one tile, ragged M
+]
+
+
+@pytest.mark.parametrize("causal,Nq,Nk,D,Hkv,bnhd", CPU_CASES,
+                         ids=[f"{'causal' if c[0] else 'full'}-q{c[1]}-k{c[2]}-d{c[3]}-kv{c[4]}"
+                              f"{'-bnhd' if c[5] else ''}" for c in CPU_CASES])
+def test_fp16_grads_match_float64(device, causal, Nq, Nk, D, Hkv, bnhd):
+    run_case(device, B=1, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
+             dtype=torch.float16, bnhd=bnhd)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_grads_match_float64(device, causal):
+    run_case(device, B=1, H=2, Hkv=1, Nq=33, Nk=47, D=64, causal=causal,
+             dtype=torch.bfloat16, bnhd=True)
+
+
+def test_causal_single_query_has_zero_dq_dk(device):
+    # Query 0 sees key 0 only: p = 1, so ds = dp - delta = 0 and dq, dk vanish.
+    run_case(device, B=1, H=2, Hkv=2, Nq=1, Nk=5, D=16, causal=True, dtype=torch.float16,
+             bnhd=False)
+
+
+def test_large_scores_stay_finite(device):
+    fresh_seed()
+    q, k, v = make_qkv(device, 1, 2, 33, 40, 64, dtype=torch.float16, scale_inputs=30.0)
+    dout = torch.randn(q.shape, device=q.device).to(q.dtype)
+    scale = 0.125
+    out, lse = launch.forward(q, k, v, causal=True, scale=scale, cfg=SMALL_FWD,
+                              return_lse=True)
+    got = launch.backward(dout, q, k, v, out, lse, causal=True, scale=scale, cfg=SMALL)
+    _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=scale)
+    assert all(torch.isfinite(g).all() for g in got), "exp2 overflow leaked into a gradient"
+    # Rows are near one-hot, so the true dq and dk vanish (about 1e-116) and what the
+    # kernels return is the fp16 rounding of O carried through delta = rowsum(dO * O), as in
+    # every backward that reads the stored O; dv = P^T dO stays well conditioned.
+    assert grad_error(got[2], ref[2]) <= GRAD_BOUND[torch.float16]
+
+
+def test_deterministic(device):
+    fresh_seed()
+    q, k, v = make_qkv(device, 1, 4, 40, 40, 32, Hkv=1, dtype=torch.float16)
+    dout = torch.randn(q.shape, device=q.device).to(q.dtype)
+    out, lse = launch.forward(q, k, v, causal=True, scale=0.2, cfg=SMALL_FWD, return_lse=True)
+    a = launch.backward(dout, q, k, v, out, lse, causal=True, scale=0.2, cfg=SMALL)
+    b = launch.backward(dout, q, k, v, out, lse, causal=True, scale=0.2, cfg=SMALL)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_empty_lengths_give_zero_grads(device):
+    for nq, nk in ((0, 5), (4, 0)):
+        q, k, v = make_qkv(device, 1, 2, nq, nk, 32, dtype=torch.float16)
+        dout = torch.randn(q.shape, device=q.device).to(q.dtype)
+        lse = torch.zeros(q.shape[:3], device=q.device)
+        dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+        launch.backward(dout, q, k, v, q, lse, causal=False, scale=0.2, cfg=SMALL,
+                        dq=dq, dk=dk, dv=dv)
+        assert all(torch.count_nonzero(g) == 0 for g in (dq, dk, dv)), (nq, nk)
+
+
+# --- through the public API (autograd) -------------------------------------------------
+
+def test_autograd_through_attention(device):
+    seed = fresh_seed()
+    q, k, v = make_qkv(device, 2, 4, 45, 30, 64, Hkv=2, dtype=torch.float16, bnhd=True)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = flashscope.attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert out.requires_grad
+    dout = torch.randn(q.shape, device=q.device).to(q.dtype)
+    out.backward(dout)
+    _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=1 / 8)
+    check_grads(f"seed={seed} api", (q.grad, k.grad, v.grad), ref, torch.float16)
+    assert q.grad.stride() == q.stride(), "dq should be laid out like q"
+
+
+def test_lse_is_not_differentiable_and_sum_grad_works(device):
+    # out.sum() sends a stride-0 (expanded) gradient into the kernels.
+    fresh_seed()
+    q, k, v = (t.requires_grad_() for t in make_qkv(device, 1, 2, 20, 24, 32,
+                                                    dtype=torch.float16))
+    out, lse = flashscope.attention(q, k, v, return_lse=True)
+    assert out.requires_grad and not lse.requires_grad
+    out.float().sum().backward()
+    ones = torch.ones(q.shape, dtype=q.dtype, device=q.device)
+    _, *ref = reference_grads(q, k, v, ones, is_causal=False, scale=1 / math.sqrt(32))
+    check_grads("sum", (q.grad, k.grad, v.grad), ref, torch.float16)
+
+
+def test_no_grad_inputs_skip_autograd(device):
+    q, k, v = make_qkv(device, 1, 2, 8, 8, 32, dtype=torch.float16)
+    assert not flashscope.attention(q, k, v).requires_grad
+
+
+# --- the config record -------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["sm90", "sm80", "gfx942", "gfx1100"])
+@pytest.mark.parametrize("head_dim", [1, 64, 80, 128, 256])
+def test_default_bwd_configs_pass_their_checks(target, head_dim):
+    cfg = select_bwd_config(head_dim, "bfloat16", False, target)
+    assert check_bwd_config(cfg, target, head_dim, "bfloat16") is cfg
+
+
+@pytest.mark.parametrize("changes,pattern", [
+    ({"BLOCK_M1": 24}, r"BLOCK_M1=24: expected a power of two"),
+    ({"BLOCK_N2": 8}, r"BLOCK_N2=8: expected a power of two in 16..256"),
+    ({"PRE_BLOCK": 512}, r"PRE_BLOCK=512"),
+    ({"num_warps": 3}, r"num_warps=3"),
+    ({"num_stages": 0}, r"num_stages=0: expected 1..8"),
+    ({"waves_per_eu": 2}, r"waves_per_eu=2 is an AMD option"),
+    ({"maxnreg": 300}, r"maxnreg=300: expected 16..255"),
+    ({"BLOCK_M1": 256, "num_stages": 4}, r"needs at least 768 KB of shared memory"),
+])
+def test_bad_bwd_configs_are_rejected(changes, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        check_bwd_config(AttentionBwdConfig().replace(**changes), "sm90", 256, "bfloat16")
+
+
+def test_bwd_config_parse_and_key():
+    cfg = AttentionBwdConfig.parse("BLOCK_M1=64, num_warps=8,maxnreg=128")
+    assert (cfg.BLOCK_M1, cfg.num_warps, cfg.maxnreg, cfg.BLOCK_N1) == (64, 8, 128, 128)
+    assert cfg.key == "m64n128m128n32w8s3p64r128"
+    assert AttentionBwdConfig.from_dict(cfg.as_dict()) == cfg
+    with pytest.raises(ConfigError, match="unknown key"):
+        AttentionBwdConfig.parse("BLOCK_M=64")
+    with pytest.raises(ConfigError, match="BLOCK_N2 expects an integer"):
+        AttentionBwdConfig.parse("BLOCK_N2=big")
+
+
+# --- the broader GPU set -----------------------------------------------------------------
+
+GPU_CASES = [
+    pytest.param(causal, nq, nk, D, hkv, dtype,
+                 id=f"{'causal' if causal else 'full'}-q{nq}-k{nk}-d{D}-kv{hkv}-{str(dtype)[6:]}")
+    for dtype in (torch.float16, torch.bfloat16)
+    for causal in (False, True)
+    for D in (32, 64, 80, 128, 256)
+    for (nq, nk, hkv) in ((1, 1, 8), (17, 300, 2), (129, 77, 8), (1000, 1000, 1), (513, 1024, 4))
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal,Nq,Nk,D,Hkv,dtype", GPU_CASES)
+def test_gpu_default_config_grads(device, causal, Nq, Nk, D, Hkv, dtype):
+    cfg = select_bwd_config(D, str(dtype)[6:], causal, "sm90")
+    run_case(device, B=2, H=8, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
+             bnhd=bool(Nq % 2), cfg=cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [
+    AttentionBwdConfig(32, 128, 128, 32, 4, 3),
+    AttentionBwdConfig(64, 64, 64, 64, 4, 2),
+    AttentionBwdConfig(16, 64, 64, 16, 4, 1),
+    AttentionBwdConfig(32, 128, 128, 32, 8, 2, maxnreg=168),
+], ids=lambda c: c.key)
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_other_tiles(device, cfg, causal):
+    run_case(device, B=2, H=4, Hkv=2, Nq=700, Nk=650, D=64, causal=causal,
+             dtype=torch.bfloat16, bnhd=True, cfg=cfg)
