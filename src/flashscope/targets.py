@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Union
 
 from .errors import UnknownTargetError, closest
 
@@ -44,6 +44,11 @@ class NvidiaArch:
     warp_size: int = 32
     triton_supported: bool = True
     vendor: str = "nvidia"
+    family: str = ""  # filled from FAMILY_BY_CC below
+
+    def __post_init__(self):
+        if not self.family:
+            object.__setattr__(self, "family", NVIDIA_FAMILY_BY_CC.get(self.cc, "unknown"))
 
     @property
     def max_threads_per_sm(self) -> int:
@@ -74,10 +79,23 @@ class AmdArch:
     sgprs_per_simd: int = 800
     max_sgprs_per_wave: int = 102
     lds_alloc_unit: int = 512
-    max_workgroups_per_cu: int = 16  # workgroups of more than one wave
+    max_workgroups_per_cu: int = 16  # workgroups of more than one wave (barrier slots)
     max_threads_per_block: int = 1024
     triton_supported: bool = True
     vendor: str = "amd"
+    # Occupancy unit: the block whose SIMDs and LDS one workgroup's waves share. On CDNA the
+    # CU (4 SIMDs); on RDNA in the default WGP mode the work-group processor (2 CUs, 4 SIMDs,
+    # 128 KB LDS). LLVM calls these SIMDs "EUs" (IsaInfo::getEUsPerCU).
+    unit: str = "CU"
+    simds_per_unit: int = 4
+    # RDNA runs wave64 too: the same file then holds half as many wave-wide registers
+    # (getTotalNumVGPRs: 1536 -> 768, getVGPRAllocGranule: 24 -> 12). None where wave64 is
+    # the only size.
+    wave64_vgprs_per_simd_lane: Optional[int] = None
+    wave64_vgpr_granule: Optional[int] = None
+    # SGPR occupancy steps (max SGPRs, waves per SIMD), GFX8/9 (getOccupancyWithNumSGPRs);
+    # empty on GFX10+, where SGPRs do not limit occupancy.
+    sgpr_wave_steps: tuple = ()
 
     @property
     def warp_size(self) -> int:
@@ -91,8 +109,37 @@ class AmdArch:
     def smem_per_block_optin(self) -> int:
         return self.lds_per_workgroup
 
+    @property
+    def max_regs_per_thread(self) -> int:
+        return self.max_vgprs_per_wave
+
+    @property
+    def lds_per_unit(self) -> int:
+        return self.lds_per_cu
+
+    @property
+    def max_waves_per_unit(self) -> int:
+        return self.max_waves_per_simd * self.simds_per_unit
+
+    def wave_sizes(self) -> tuple:
+        return (32, 64) if self.wave64_vgprs_per_simd_lane else (self.wave_size,)
+
+    def vgpr_file(self, wave_size: int) -> tuple:
+        """(VGPRs per SIMD lane, allocation granule) for ``wave_size``."""
+        if wave_size == self.wave_size:
+            return self.vgprs_per_simd_lane, self.vgpr_granule
+        return self.wave64_vgprs_per_simd_lane, self.wave64_vgpr_granule
+
 
 Target = Union[NvidiaArch, AmdArch]
+
+NVIDIA_FAMILY_BY_CC = {80: "ampere", 86: "ampere", 89: "ada", 90: "hopper", 100: "blackwell",
+                       120: "blackwell"}
+
+#: getOccupancyWithNumSGPRs for GFX8/GFX9: SGPRs <= 80 -> 10, <= 88 -> 9, <= 100 -> 8,
+#: else 7 (capped by max_waves_per_simd). The count is the code object's .sgpr_count
+#: (VCC, FLAT_SCRATCH and XNACK included).
+GFX9_SGPR_WAVE_STEPS = ((80, 10), (88, 9), (100, 8), (None, 7))
 
 NVIDIA_ARCHS = (
     NvidiaArch("sm80", 80, "A100 SXM4", 108, 64, 32, 164 * KB, 163 * KB,
@@ -111,15 +158,17 @@ NVIDIA_ARCHS = (
 
 AMD_ARCHS = (
     AmdArch("gfx90a", "cdna2", "MI250X (one GCD)", 110, 4, 64, 512, 512, 8, 8,
-            64 * KB, 64 * KB, True),
+            64 * KB, 64 * KB, True, sgpr_wave_steps=GFX9_SGPR_WAVE_STEPS),
     AmdArch("gfx942", "cdna3", "MI300X", 304, 4, 64, 512, 512, 8, 8,
-            64 * KB, 64 * KB, True),
+            64 * KB, 64 * KB, True, sgpr_wave_steps=GFX9_SGPR_WAVE_STEPS),
     AmdArch("gfx950", "cdna4", "MI355X", 256, 4, 64, 512, 512, 8, 8,
-            160 * KB, 160 * KB, True),
+            160 * KB, 160 * KB, True, sgpr_wave_steps=GFX9_SGPR_WAVE_STEPS),
     AmdArch("gfx1100", "rdna3", "RX 7900 XTX", 96, 2, 32, 1536, 256, 24, 16,
-            64 * KB, 128 * KB, False, max_workgroups_per_cu=32),
+            64 * KB, 128 * KB, False, max_workgroups_per_cu=32, unit="WGP",
+            wave64_vgprs_per_simd_lane=768, wave64_vgpr_granule=12),
     AmdArch("gfx1201", "rdna4", "RX 9070 XT", 64, 2, 32, 1536, 256, 24, 16,
-            64 * KB, 128 * KB, False, max_workgroups_per_cu=32),
+            64 * KB, 128 * KB, False, max_workgroups_per_cu=32, unit="WGP",
+            wave64_vgprs_per_simd_lane=768, wave64_vgpr_granule=12),
 )
 
 ALL_TARGETS = NVIDIA_ARCHS + AMD_ARCHS
