@@ -1,0 +1,92 @@
+"""The attention reference every correctness check is measured against.
+
+``reference_attention`` computes softmax(Q K^T * scale [+ causal mask]) V in float64 (or
+float32 when asked) on the inputs' own device, in plain torch, so it shares no code with any
+kernel under test. Shapes: q (B, H, Nq, D), k/v (B, Hkv, Nk, D) with H % Hkv == 0 (GQA: each
+group of H/Hkv query heads reads one kv head, ``repeat_interleave`` order, as SDPA's
+``enable_gqa``). The causal mask is top-left aligned like SDPA's ``is_causal``: query i sees
+keys j <= i. Rows are processed in chunks so the score block stays under ~1 GiB.
+
+``rel_error(out, ref) = max|out - ref| / max|ref|``: the worst element's error in units of
+the output's scale. The max (not a norm ratio) is deliberate: a bug confined to one row or
+one partial tile moves the max but vanishes in a norm over millions of elements.
+
+``ERROR_BOUND`` per dtype, against this metric. Measured with a flash-style emulation
+(fp32 scores, P rounded to the input dtype, fp32 accumulation, output rounded) on unit-normal
+inputs, N = 17..4096, D = 64/128, causal or not: fp16 at most 4.0e-4, bf16 at most 3.5e-3
+(the output rounding alone is 2^-11 resp. 2^-8 of an element). The bounds leave ~5x headroom
+and still fail real bugs: a causal off-by-one is ~0.3, one key dropped from a 257-long row
+is ~2e-2 (see tests/bench/test_reference.py).
+"""
+
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Optional
+
+import torch
+
+from ..errors import FlashscopeError
+
+ERROR_BOUND = MappingProxyType({
+    torch.float16: 2e-3,
+    torch.bfloat16: 1.6e-2,
+    torch.float32: 1e-5,
+})
+
+_CHUNK_BYTES = 1 << 30
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                        is_causal: bool = False, scale: Optional[float] = None,
+                        compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """softmax(q k^T * scale, causal top-left) v in ``compute_dtype`` (float64 by default),
+    shape (B, H, Nq, D), on q's device. ``scale`` defaults to 1/sqrt(D)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise FlashscopeError(f"q, k, v: expected rank-4 (B, H, N, D) tensors, got shapes "
+                              f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D:
+        raise FlashscopeError(f"k, v: expected shape ({B}, Hkv, Nk, {D}) for both, got "
+                              f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if Hkv == 0 or H % Hkv:
+        raise FlashscopeError(f"k: {Hkv} kv heads must divide q's {H} heads")
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    qd, kd, vd = (t.to(compute_dtype) for t in (q, k, v))
+    if Hkv != H:
+        kd = kd.repeat_interleave(H // Hkv, dim=1)
+        vd = vd.repeat_interleave(H // Hkv, dim=1)
+    kt = kd.transpose(-1, -2)
+    itemsize = torch.empty((), dtype=compute_dtype).element_size()
+    rows = max(1, _CHUNK_BYTES // max(1, B * H * Nk * itemsize))
+    out = torch.empty(B, H, Nq, D, dtype=compute_dtype, device=q.device)
+    cols = torch.arange(Nk, device=q.device)
+    for r0 in range(0, Nq, rows):
+        r1 = min(Nq, r0 + rows)
+        s = (qd[:, :, r0:r1] @ kt) * scale
+        if is_causal:
+            hidden = cols[None, :] > torch.arange(r0, r1, device=q.device)[:, None]
+            s = s.masked_fill(hidden, float("-inf"))
+        out[:, :, r0:r1] = torch.softmax(s, dim=-1) @ vd
+    return out
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max|out - ref| / max|ref| in float64; inf when ``out`` is NaN/inf anywhere ``ref`` is
+    finite (so NaN never passes a bound), 0.0 for an all-zero match."""
+    if tuple(out.shape) != tuple(ref.shape):
+        raise FlashscopeError(f"out: expected shape {tuple(ref.shape)}, got {tuple(out.shape)}")
+    o = out.detach().to(device=ref.device, dtype=torch.float64)
+    r = ref.detach().to(torch.float64)
+    finite_ref = torch.isfinite(r)
+    if bool((~torch.isfinite(o) & finite_ref).any()):
+        return math.inf
+    if o.numel() == 0:
+        return 0.0
+    err = (o - r).abs().masked_fill(~finite_ref, 0.0).max().item()
+    scale = r.abs().masked_fill(~finite_ref, 0.0).max().item()
+    if scale == 0.0:
+        return 0.0 if err == 0.0 else math.inf
+    return err / scale
