@@ -14,6 +14,7 @@ import torch
 
 from . import kernels
 from .config import AttentionBwdConfig, AttentionConfig, head_dim_pad
+from .errors import ConfigError
 
 LOG2E = 1.4426950408889634
 
@@ -88,24 +89,88 @@ def backward(dout, q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attent
         return dq, dk, dv
     lse = lse.contiguous()
     delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
-    d_pad = head_dim_pad(D)
+    even_m, even_n = Nq % cfg.BLOCK_M1 == 0, Nk % cfg.BLOCK_N2 == 0
     mod._attn_bwd_preprocess[(triton_cdiv(Nq, cfg.PRE_BLOCK), B * H)](
         out, dout, delta, *out.stride(), *dout.stride(), H, Nq,
-        HEAD_DIM=D, HEAD_DIM_PAD=d_pad, BLOCK_M=cfg.PRE_BLOCK, num_warps=4, num_stages=1)
+        **bwd_constexprs("bwd_preprocess", D, causal, cfg), **_PRE_OPTIONS)
     opts = launch_options(cfg, q.device)
     mod._attn_bwd_dkdv[(triton_cdiv(Nk, cfg.BLOCK_N1), B * Hkv)](
         q, k, v, dout, lse, delta, dk, dv,
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
         H, Hkv, H // Hkv, Nq, Nk, scale, scale * LOG2E,
-        HEAD_DIM=D, HEAD_DIM_PAD=d_pad, BLOCK_M1=cfg.BLOCK_M1, BLOCK_N1=cfg.BLOCK_N1,
-        IS_CAUSAL=bool(causal), EVEN_M=(Nq % cfg.BLOCK_M1 == 0), **opts)
+        **bwd_constexprs("bwd_dkdv", D, causal, cfg, even_m=even_m), **opts)
     mod._attn_bwd_dq[(triton_cdiv(Nq, cfg.BLOCK_M2), B * H)](
         q, k, v, dout, lse, delta, dq,
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
         H, H // Hkv, Nq, Nk, scale, scale * LOG2E,
-        HEAD_DIM=D, HEAD_DIM_PAD=d_pad, BLOCK_M2=cfg.BLOCK_M2, BLOCK_N2=cfg.BLOCK_N2,
-        IS_CAUSAL=bool(causal), EVEN_N=(Nk % cfg.BLOCK_N2 == 0), **opts)
+        **bwd_constexprs("bwd_dq", D, causal, cfg, even_n=even_n), **opts)
     return dq, dk, dv
+
+
+# The preprocess (delta = rowsum(dO * O)) reads two tiles and writes a vector: memory-bound.
+_PRE_OPTIONS = {"num_warps": 4, "num_stages": 1}
+
+#: Backward kernels by inspection name: (jit function, pointer args holding the input
+#: dtype, fp32 pointer args, fp32 scalar args). Every other non-constexpr arg is i32.
+BWD_KERNELS = {
+    "bwd_preprocess": ("_attn_bwd_preprocess", ("Out", "DOut"), ("Delta",), ()),
+    "bwd_dkdv": ("_attn_bwd_dkdv", ("Q", "K", "V", "DOut", "DK", "DV"), ("Lse", "Delta"),
+                 ("scale", "qk_scale")),
+    "bwd_dq": ("_attn_bwd_dq", ("Q", "K", "V", "DOut", "DQ"), ("Lse", "Delta"),
+               ("scale", "qk_scale")),
+}
+
+
+def bwd_constexprs(kernel: str, head_dim: int, causal: bool, cfg: AttentionBwdConfig,
+                   even_m: bool = True, even_n: bool = True) -> dict:
+    """The compile-time arguments :func:`backward` gives ``kernel`` (a BWD_KERNELS name)."""
+    common = {"HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim_pad(head_dim)}
+    if kernel == "bwd_preprocess":
+        return {**common, "BLOCK_M": cfg.PRE_BLOCK}
+    if kernel == "bwd_dkdv":
+        return {**common, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
+                "IS_CAUSAL": bool(causal), "EVEN_M": bool(even_m)}
+    return {**common, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
+            "IS_CAUSAL": bool(causal), "EVEN_N": bool(even_n)}
+
+
+def bwd_spec(kernel: str, head_dim: int, dtype: str = "bfloat16", causal: bool = False,
+             cfg: "AttentionBwdConfig | None" = None, even_m: bool = True,
+             even_n: bool = True) -> dict:
+    """What offline compilation of a backward kernel needs, exactly as :func:`backward`
+    launches it: ``{"fn": jit function, "signature": {arg: type}, "constexprs": {arg:
+    value}, "options": {num_warps, num_stages, maxnreg?, waves_per_eu?}}``. Tensor-free;
+    ``cfg`` defaults to the sm90 choice for the problem."""
+    from .config import select_bwd_config
+
+    if kernel not in BWD_KERNELS:
+        raise ConfigError(f"kernel: expected one of {', '.join(BWD_KERNELS)}, got {kernel!r}")
+    if dtype not in _TRITON_DTYPES:
+        raise ConfigError(f"dtype: expected one of {', '.join(_TRITON_DTYPES)}, got {dtype!r}")
+    cfg = cfg or select_bwd_config(head_dim, dtype, causal, "sm90")
+    fn_name, elem_ptrs, f32_ptrs, f32_args = BWD_KERNELS[kernel]
+    fn = getattr(kernels.load("attention_bwd"), fn_name)
+    consts = bwd_constexprs(kernel, head_dim, causal, cfg, even_m, even_n)
+    sig = {}
+    for name in fn.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in elem_ptrs:
+            sig[name] = "*" + _TRITON_DTYPES[dtype]
+        elif name in f32_ptrs:
+            sig[name] = "*fp32"
+        else:
+            sig[name] = "fp32" if name in f32_args else "i32"
+    if kernel == "bwd_preprocess":
+        options = dict(_PRE_OPTIONS)
+    else:
+        options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        options.update({k: getattr(cfg, k) for k in ("maxnreg", "waves_per_eu")
+                        if getattr(cfg, k) is not None})
+    return {"fn": fn, "signature": sig, "constexprs": consts, "options": options}
+
+
+_TRITON_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 
 
 def triton_cdiv(a: int, b: int) -> int:
