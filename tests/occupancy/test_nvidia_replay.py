@@ -22,7 +22,10 @@ def test_runtime_api_agrees_on_every_case():
 
 
 def test_ncu_shared_mem_limit_is_the_launch_carveout_view():
-    for r in DATA.get("ncu", []):
+    ncu = json.loads((Path(__file__).parents[1] / "data/occupancy/nvidia_h100_ncu.json")
+                     .read_text())
+    assert ncu["readings"]
+    for r in ncu["readings"]:
         occ = occupancy("sm90", threads=r["threads"], regs=r["regs"],
                         smem=r["dynamic_smem"] + r.get("static_smem", 0))
         assert occ.details["launch_shared_mem_limit"] == r["launch__occupancy_limit_shared_mem"]
