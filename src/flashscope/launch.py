@@ -49,23 +49,34 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
     lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32) if return_lse else None
     if out.numel() == 0:
         return out, lse
-    if Nk == 0:  # softmax over no keys: SDPA gives NaN rows (0/0); so do we
-        out.fill_(float("nan"))
+    if Nk == 0:  # no keys: SDPA returns zeros (an empty sum of values); lse = log(0)
+        out.zero_()
         if lse is not None:
             lse.fill_(float("-inf"))
         return out, lse
-    grid = (triton_cdiv(Nq, cfg.BLOCK_M), B * H)
-    _attn_fwd[grid](
-        q, k, v, out, lse if lse is not None else out,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        H, H // Hkv, Nq, Nk, scale * LOG2E,
-        HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-        IS_CAUSAL=bool(causal), Q_IN_REGS=bool(cfg.Q_IN_REGS),
-        RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0), SCALE_POS=scale > 0,
-        **launch_options(cfg, q.device),
-    )
+    grid, args, consts = forward_call(q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg)
+    _attn_fwd[grid](*args, **consts, **launch_options(cfg, q.device))
     return out, lse
+
+
+def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: AttentionConfig):
+    """(grid, positional args, constexpr keywords) of one ``_attn_fwd`` launch.
+
+    The one place the forward's argument list is built: :func:`forward` launches with it
+    and :mod:`flashscope.compile` binds it (on meta tensors) to compile offline exactly
+    what a launch would. ``lse=None``: no log-sum-exp (``out`` is passed in its slot)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    grid = (triton_cdiv(Nq, cfg.BLOCK_M), B * H)
+    args = (q, k, v, out, lse if lse is not None else out,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            H, H // Hkv, Nq, Nk, scale * LOG2E)
+    consts = dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
+                  BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+                  IS_CAUSAL=bool(causal), Q_IN_REGS=bool(cfg.Q_IN_REGS),
+                  RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0),
+                  SCALE_POS=scale > 0)
+    return grid, args, consts
 
 
 def backward(dout, q, k, v, out, lse, *, causal: bool, scale: float, cfg: AttentionBwdConfig,

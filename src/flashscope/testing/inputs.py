@@ -1,5 +1,5 @@
-"""Input factories shared by the API tests: fresh random inputs on the test device, with
-the seed recorded so a failure can be replayed."""
+"""Input factories for tests and checks: fresh random inputs on a device, with the seed
+recorded so a failure can be replayed."""
 
 from __future__ import annotations
 
