@@ -37,7 +37,7 @@ def register(sub):
                    help="sweep results (JSON/CSV rows with config and tflops or ms) to use as "
                         "speed instead of ncu's durations")
     p.add_argument("--ncu", default="ncu", help="ncu executable (default %(default)s)")
-    p.add_argument("--out", metavar="DIR", help="write profile.json and profile.csv here")
+    p.add_argument("--out", metavar="DIR", help="write profile.json, profile.csv and ncu's raw CSV output here")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -80,9 +80,14 @@ def run(args) -> int:
         jobs = [(p, "") for p in providers if p != "flashscope" or not configs]
         if "flashscope" in providers:
             jobs += [("flashscope", c) for c in configs]
-        for prov, cfg in jobs:
-            k, _ = runner.profile_one(prov, shape, args.dtype, args.causal, cfg, args.ncu)
+        for i, (prov, cfg) in enumerate(jobs):
+            k, text = runner.profile_one(prov, shape, args.dtype, args.causal, cfg, args.ncu)
             rows.append(runner.row_for(k, prov, cfg, shape, args.causal))
+            if args.out:  # keep ncu's own CSV: the parser's test data and the evidence
+                from pathlib import Path
+
+                Path(args.out).mkdir(parents=True, exist_ok=True)
+                (Path(args.out) / f"ncu_{i:02d}_{prov}.csv").write_text(text)
     for r in rows:
         r["config_key"] = session.config_key(r["config"]) if r.get("config") else ""
     speed = session.load_speed(args.speed, shape, args.causal) if args.speed else None
