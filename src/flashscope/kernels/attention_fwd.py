@@ -28,7 +28,7 @@ This module imports Triton only, so it compiles for any target without torch or 
 import triton
 import triton.language as tl
 
-LN2 = 0.6931471805599453
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
