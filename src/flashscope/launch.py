@@ -25,13 +25,20 @@ def interpreting() -> bool:
 
 def launch_options(cfg: AttentionConfig, device: torch.device) -> dict:
     """Triton launch keywords for a config; vendor-specific knobs only where they apply."""
-    opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     if interpreting() or device.type != "cuda":
-        return opts
-    if torch.version.hip:
+        return vendor_options(cfg, None)
+    return vendor_options(cfg, "amd" if torch.version.hip else "nvidia")
+
+
+def vendor_options(cfg, vendor: "str | None") -> dict:
+    """num_warps/num_stages, plus ``maxnreg`` for "nvidia" or ``waves_per_eu`` for "amd"
+    when the config sets them (``vendor=None``: neither, as for the interpreter). Shared by
+    the launchers and offline compilation (:mod:`flashscope.compile`)."""
+    opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    if vendor == "amd":
         if cfg.waves_per_eu is not None:
             opts["waves_per_eu"] = cfg.waves_per_eu
-    elif cfg.maxnreg is not None:
+    elif vendor == "nvidia" and cfg.maxnreg is not None:
         opts["maxnreg"] = cfg.maxnreg
     return opts
 
@@ -100,88 +107,91 @@ def backward(dout, q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attent
         return dq, dk, dv
     lse = lse.contiguous()
     delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
-    even_m, even_n = Nq % cfg.BLOCK_M1 == 0, Nk % cfg.BLOCK_N2 == 0
-    mod._attn_bwd_preprocess[(triton_cdiv(Nq, cfg.PRE_BLOCK), B * H)](
-        out, dout, delta, *out.stride(), *dout.stride(), H, Nq,
-        **bwd_constexprs("bwd_preprocess", D, causal, cfg), **_PRE_OPTIONS)
-    opts = launch_options(cfg, q.device)
-    mod._attn_bwd_dkdv[(triton_cdiv(Nk, cfg.BLOCK_N1), B * Hkv)](
-        q, k, v, dout, lse, delta, dk, dv,
-        *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
-        H, Hkv, H // Hkv, Nq, Nk, scale, scale * LOG2E,
-        **bwd_constexprs("bwd_dkdv", D, causal, cfg, even_m=even_m), **opts)
-    mod._attn_bwd_dq[(triton_cdiv(Nq, cfg.BLOCK_M2), B * H)](
-        q, k, v, dout, lse, delta, dq,
-        *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
-        H, H // Hkv, Nq, Nk, scale, scale * LOG2E,
-        **bwd_constexprs("bwd_dq", D, causal, cfg, even_n=even_n), **opts)
+    for fn_name, grid, args, consts, opts in backward_calls(
+            dout, q, k, v, out, lse, delta, dq, dk, dv, causal=causal, scale=scale,
+            cfg=cfg).values():
+        getattr(mod, fn_name)[grid](*args, **consts, **opts)
     return dq, dk, dv
 
 
 # The preprocess (delta = rowsum(dO * O)) reads two tiles and writes a vector: memory-bound.
 _PRE_OPTIONS = {"num_warps": 4, "num_stages": 1}
 
-#: Backward kernels by inspection name: (jit function, pointer args holding the input
-#: dtype, fp32 pointer args, fp32 scalar args). Every other non-constexpr arg is i32.
-BWD_KERNELS = {
-    "bwd_preprocess": ("_attn_bwd_preprocess", ("Out", "DOut"), ("Delta",), ()),
-    "bwd_dkdv": ("_attn_bwd_dkdv", ("Q", "K", "V", "DOut", "DK", "DV"), ("Lse", "Delta"),
-                 ("scale", "qk_scale")),
-    "bwd_dq": ("_attn_bwd_dq", ("Q", "K", "V", "DOut", "DQ"), ("Lse", "Delta"),
-               ("scale", "qk_scale")),
-}
+
+def backward_calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, causal: bool, scale: float,
+                   cfg: AttentionBwdConfig) -> dict:
+    """``{name: (jit function name, grid, positional args, constexpr keywords, launch
+    options)}`` for the backward's three launches, in launch order: ``bwd_preprocess``,
+    ``bwd_dkdv``, ``bwd_dq``.
+
+    The one place their argument lists are built: :func:`backward` launches with them and
+    offline compilation binds them (on meta tensors, see :func:`bwd_spec`). delta and lse
+    are contiguous (B, H, Nq) fp32."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    common = {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D)}
+    opts = launch_options(cfg, q.device)
+    return {
+        "bwd_preprocess": (
+            "_attn_bwd_preprocess", (triton_cdiv(Nq, cfg.PRE_BLOCK), B * H),
+            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq),
+            {**common, "BLOCK_M": cfg.PRE_BLOCK}, dict(_PRE_OPTIONS)),
+        "bwd_dkdv": (
+            "_attn_bwd_dkdv", (triton_cdiv(Nk, cfg.BLOCK_N1), B * Hkv),
+            (q, k, v, dout, lse, delta, dk, dv,
+             *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
+             H, Hkv, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E)),
+            {**common, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
+             "IS_CAUSAL": bool(causal), "EVEN_M": Nq % cfg.BLOCK_M1 == 0}, opts),
+        "bwd_dq": (
+            "_attn_bwd_dq", (triton_cdiv(Nq, cfg.BLOCK_M2), B * H),
+            (q, k, v, dout, lse, delta, dq,
+             *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
+             H, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E)),
+            {**common, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
+             "IS_CAUSAL": bool(causal), "EVEN_N": Nk % cfg.BLOCK_N2 == 0}, opts),
+    }
 
 
-def bwd_constexprs(kernel: str, head_dim: int, causal: bool, cfg: AttentionBwdConfig,
-                   even_m: bool = True, even_n: bool = True) -> dict:
-    """The compile-time arguments :func:`backward` gives ``kernel`` (a BWD_KERNELS name)."""
-    common = {"HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim_pad(head_dim)}
-    if kernel == "bwd_preprocess":
-        return {**common, "BLOCK_M": cfg.PRE_BLOCK}
-    if kernel == "bwd_dkdv":
-        return {**common, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
-                "IS_CAUSAL": bool(causal), "EVEN_M": bool(even_m)}
-    return {**common, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
-            "IS_CAUSAL": bool(causal), "EVEN_N": bool(even_n)}
+BWD_KERNELS = ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
+_TRITON_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def bwd_spec(kernel: str, head_dim: int, dtype: str = "bfloat16", causal: bool = False,
-             cfg: "AttentionBwdConfig | None" = None, even_m: bool = True,
-             even_n: bool = True) -> dict:
-    """What offline compilation of a backward kernel needs, exactly as :func:`backward`
-    launches it: ``{"fn": jit function, "signature": {arg: type}, "constexprs": {arg:
-    value}, "options": {num_warps, num_stages, maxnreg?, waves_per_eu?}}``. Tensor-free;
-    ``cfg`` defaults to the sm90 choice for the problem."""
+             cfg: "AttentionBwdConfig | None" = None, *, n_q: int = 4096, n_k: int = 4096,
+             heads: int = 16, kv_heads: "int | None" = None, vendor: str = "nvidia") -> dict:
+    """What offline compilation of one backward kernel needs, bound from
+    :func:`backward_calls` on meta tensors (contiguous (B, H, N, D)):
+    ``{"fn", "signature": {arg: type}, "constexprs", "options", "grid"}``. Lengths matter
+    only through EVEN_M / EVEN_N; ``vendor`` picks the register cap that applies
+    (:func:`vendor_options`). ``cfg`` defaults to the sm90 choice for the problem."""
     from .config import select_bwd_config
 
     if kernel not in BWD_KERNELS:
         raise ConfigError(f"kernel: expected one of {', '.join(BWD_KERNELS)}, got {kernel!r}")
-    if dtype not in _TRITON_DTYPES:
-        raise ConfigError(f"dtype: expected one of {', '.join(_TRITON_DTYPES)}, got {dtype!r}")
+    if dtype not in _DTYPE_NAMES:
+        raise ConfigError(f"dtype: expected one of {', '.join(_DTYPE_NAMES)}, got {dtype!r}")
     cfg = cfg or select_bwd_config(head_dim, dtype, causal, "sm90")
-    fn_name, elem_ptrs, f32_ptrs, f32_args = BWD_KERNELS[kernel]
+    dt, hkv = _DTYPE_NAMES[dtype], kv_heads or heads
+    meta = torch.device("meta")
+    q, out, dout, dq = (torch.empty(1, heads, n_q, head_dim, dtype=dt, device=meta)
+                        for _ in range(4))
+    k, v, dk, dv = (torch.empty(1, hkv, n_k, head_dim, dtype=dt, device=meta) for _ in range(4))
+    lse, delta = (torch.empty(1, heads, n_q, dtype=torch.float32, device=meta) for _ in range(2))
+    fn_name, grid, args, consts, _ = backward_calls(
+        dout, q, k, v, out, lse, delta, dq, dk, dv, causal=causal, scale=head_dim ** -0.5,
+        cfg=cfg)[kernel]
+    options = (dict(_PRE_OPTIONS) if kernel == "bwd_preprocess"
+               else vendor_options(cfg, vendor))
     fn = getattr(kernels.load("attention_bwd"), fn_name)
-    consts = bwd_constexprs(kernel, head_dim, causal, cfg, even_m, even_n)
-    sig = {}
-    for name in fn.arg_names:
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name in elem_ptrs:
-            sig[name] = "*" + _TRITON_DTYPES[dtype]
-        elif name in f32_ptrs:
-            sig[name] = "*fp32"
-        else:
-            sig[name] = "fp32" if name in f32_args else "i32"
-    if kernel == "bwd_preprocess":
-        options = dict(_PRE_OPTIONS)
-    else:
-        options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
-        options.update({k: getattr(cfg, k) for k in ("maxnreg", "waves_per_eu")
-                        if getattr(cfg, k) is not None})
-    return {"fn": fn, "signature": sig, "constexprs": consts, "options": options}
-
-
-_TRITON_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
+    runtime = [n for n in fn.arg_names if n not in consts]
+    sig = {n: "constexpr" for n in consts}
+    for name, a in zip(runtime, args):
+        sig[name] = ("*" + _TRITON_DTYPES[a.dtype] if isinstance(a, torch.Tensor)
+                     else "fp32" if isinstance(a, float) else "i32")
+    return {"fn": fn, "signature": {n: sig[n] for n in fn.arg_names}, "constexprs": consts,
+            "options": options, "grid": grid}
 
 
 def triton_cdiv(a: int, b: int) -> int:

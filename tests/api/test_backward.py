@@ -285,8 +285,9 @@ from flashscope.config import AttentionBwdConfig
 
 cfg = AttentionBwdConfig(16, 32, 32, 16, 4, 1, PRE_BLOCK=16)
 for kernel in launch.BWD_KERNELS:
-    spec = launch.bwd_spec(kernel, 80, "bfloat16", causal=True, even_m=False, even_n=False,
-                           cfg=cfg)
+    spec = launch.bwd_spec(kernel, 80, "bfloat16", causal=True, cfg=cfg, n_q=100, n_k=70,
+                           heads=4, kv_heads=2)
+    assert spec["constexprs"].get("EVEN_M", False) is False, kernel
     fn = spec["fn"]
     assert set(spec["signature"]) == set(fn.arg_names), kernel
     src = ASTSource(fn=fn, signature=spec["signature"],
