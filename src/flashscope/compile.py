@@ -1,0 +1,355 @@
+"""Offline compilation: build any kernel config for any target, without a GPU.
+
+:func:`build` binds the same argument list a launch passes (built by
+:func:`flashscope.launch.forward_call` on meta tensors of a contiguous (B, H, N, D) problem)
+with the JIT's own binder for the requested target, so the specialization (which integers
+are 1 or multiples of 16, pointer alignment, dtypes) and the options are exactly those of a
+real launch; then ``triton.compile`` runs for that ``GPUTarget``.
+
+Results are kept in a content-addressed cache: the key hashes the kernel's source (Triton's
+``cache_key``, which covers the functions it calls), the kernel name, config, target, head
+dim, dtype, causal flag, problem shape, Triton version and the launcher's source (which
+derives the compile options from the config). The cache lives
+in ``$FLASHSCOPE_CACHE`` or ``~/.cache/flashscope``; a hit needs neither torch nor a compile.
+
+Kernels are looked up in :data:`KERNELS`; :func:`register_kernel` adds more (the backward
+kernels register theirs the same way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from .config import DTYPE_BYTES, AttentionConfig, check_config, select_config
+from .errors import ConfigError, FlashscopeError
+from .targets import get_target
+
+#: Representative problem a build binds: (batch, heads, kv heads, query length, key length).
+#: Every size a multiple of 16, as in the benchmark suite, so the integer arguments
+#: specialize like a typical launch.
+DEFAULT_PROBLEM = (2, 16, 16, 1024, 1024)
+
+_TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """How to build one kernel: where its ``@triton.jit`` body lives, its config type, the
+    pure feasibility check, and ``call(config, problem, head_dim, dtype, causal, **extra)``
+    returning (positional args, constexpr keywords) for the JIT binder."""
+
+    name: str
+    module: str  # flashscope.kernels.<module>
+    function: str  # the JITFunction's attribute name
+    config_type: type
+    check: Callable
+    call: Callable
+    default: Optional[Callable] = None  # (head_dim, dtype, causal, target) -> config
+
+
+KERNELS: dict = {}
+
+
+def register_kernel(name: str, spec: KernelSpec) -> None:
+    """Make ``name`` buildable by :func:`build` and ``flashscope inspect --kernel``."""
+    KERNELS[name] = spec
+
+
+def kernel_spec(name: str) -> KernelSpec:
+    from .errors import closest
+
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise ConfigError(f"--kernel {name!r}: unknown kernel{closest(name, KERNELS)}; "
+                          f"known: {', '.join(KERNELS)}") from None
+
+
+def _fwd_call(cfg, problem, head_dim, dtype, causal, return_lse=False):
+    import torch
+
+    from . import launch
+
+    B, H, Hkv, Nq, Nk = problem
+    dt = getattr(torch, _TORCH_DTYPES[dtype])
+    q = torch.empty((B, H, Nq, head_dim), dtype=dt, device="meta")
+    k = torch.empty((B, Hkv, Nk, head_dim), dtype=dt, device="meta")
+    v = torch.empty_like(k)
+    out = torch.empty_like(q)
+    lse = torch.empty((B, H, Nq), dtype=torch.float32, device="meta") if return_lse else None
+    _, args, consts = launch.forward_call(q, k, v, out, lse, causal=causal,
+                                          scale=launch.default_scale(head_dim), cfg=cfg)
+    return args, consts
+
+
+register_kernel("fwd", KernelSpec("fwd", "attention_fwd", "_attn_fwd", AttentionConfig,
+                                  check_config, _fwd_call, select_config))
+
+
+@dataclass
+class Artifact:
+    """One compiled kernel: the binary (cubin or hsaco), Triton's assembly text (PTX or
+    amdgcn), Triton's metadata (name, num_warps, num_stages, shared = dynamic shared bytes,
+    target) and what it was built from. ``path`` is its cache directory."""
+
+    kernel: str
+    target: str
+    vendor: str
+    binary: bytes
+    asm: str
+    metadata: dict
+    config: dict
+    head_dim: int
+    dtype: str
+    causal: bool
+    constants: dict
+    key: str
+    path: Optional[str] = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.metadata["name"]
+
+    @property
+    def binary_ext(self) -> str:
+        return "cubin" if self.vendor == "nvidia" else "hsaco"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FLASHSCOPE_CACHE") or Path.home() / ".cache" / "flashscope")
+
+
+def _jit_function(spec: KernelSpec):
+    from . import kernels
+
+    return getattr(kernels.load(spec.module, interpret=False), spec.function)
+
+
+def cache_key(kernel: str, cfg, target, head_dim: int, dtype: str, causal: bool,
+              problem=DEFAULT_PROBLEM, **extra) -> str:
+    """sha256 over everything that decides the binary (see the module docstring)."""
+    import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    spec = kernel_spec(kernel)
+    t = get_target(target)
+    fn = _jit_function(spec)
+    blob = json.dumps({
+        "kernel": kernel, "source": fn.cache_key, "triton": triton.__version__,
+        "target": [t.vendor, str(t.triton_arch), t.warp_size],
+        "config": dataclasses.asdict(cfg), "head_dim": head_dim, "dtype": dtype,
+        "causal": bool(causal), "problem": list(problem), "extra": extra,
+        # The launcher derives the options (maxnreg, waves_per_eu) and the argument list.
+        "launcher": hashlib.sha256(Path(__file__).with_name("launch.py").read_bytes())
+        .hexdigest(),
+        "env": sorted(get_cache_invalidating_env_vars().items()),
+    }, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _bind(spec: KernelSpec, cfg, t, head_dim, dtype, causal, problem, extra):
+    """(ASTSource, options dict, constants by name) exactly as ``JITFunction.run`` makes
+    them on a device of target ``t``."""
+    import triton
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    from .launch import vendor_options
+    from .targets import gpu_target
+
+    fn = _jit_function(spec)
+    target = gpu_target(t)
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    args, consts = spec.call(cfg, problem, head_dim, dtype, causal, **extra)
+    kwargs = {**consts, **vendor_options(cfg, t.vendor)}
+    # JITFunction.run adds these two before binding.
+    kwargs["debug"] = kwargs.get("debug", fn.debug) or triton.knobs.runtime.debug
+    kwargs["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound,
+                                                           specialization, options)
+    names = list(fn.signature.parameters)
+    constants = {names[path[0]]: _plain(v) for path, v in constexprs.items() if len(path) == 1}
+    return ASTSource(fn, signature, constexprs, attrs), target, options, constants
+
+
+#: Compiler messages that mean a resource limit, and the limit to name.
+_LIMIT_MESSAGES = (
+    ("Insufficient registers", "registers per thread"),
+    ("too much shared data", "shared memory"),
+    ("out of resource", "shared memory"),
+    ("local memory", "local memory"),
+)
+
+
+def compile_failure(message: str, cfg, t) -> str:
+    """One line for a failed compile: the compiler's own diagnostic line (ptxas fatal/error
+    lines first) and, when it is a resource limit, which one."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    diag = next((ln for ln in lines if "fatal" in ln or "error" in ln.lower()
+                 and "ptxas" in ln), lines[0] if lines else "unknown error")
+    limit = next((name for pat, name in _LIMIT_MESSAGES if pat in message), None)
+    if limit == "registers per thread" and getattr(cfg, "maxnreg", None) is not None:
+        lead = (f"config {_label(cfg)}: maxnreg={cfg.maxnreg} is too few registers per thread "
+                f"for {t.name}")
+    elif limit:
+        lead = f"config {_label(cfg)}: over the {limit} limit of {t.name}"
+    else:
+        lead = f"config {_label(cfg)}: Triton could not compile it for {t.name}"
+    return f"{lead} ({diag[:240]})"
+
+
+def _plain(v):
+    return v if isinstance(v, (bool, int, float, str, type(None))) else str(v)
+
+
+def _compile(spec, cfg, t, head_dim, dtype, causal, problem, extra, key) -> Artifact:
+    import triton
+
+    src, target, options, constants = _bind(spec, cfg, t, head_dim, dtype, causal, problem,
+                                            extra)
+    try:
+        # Triton prints a whole PTX reproducer on stdout when ptxas fails; keep it out of
+        # the caller's output (the error below names the cause).
+        with contextlib.redirect_stdout(io.StringIO()):
+            compiled = triton.compile(src, target=target, options=options.__dict__)
+    except Exception as e:
+        raise ConfigError(compile_failure(str(e), cfg, t)) from None
+    md = compiled.metadata
+    meta = {"name": md.name, "num_warps": md.num_warps, "num_stages": md.num_stages,
+            "shared": md.shared, "target": {"backend": md.target.backend,
+                                            "arch": md.target.arch,
+                                            "warp_size": md.target.warp_size},
+            "triton_version": triton.__version__}
+    for opt in ("maxnreg", "waves_per_eu"):
+        if getattr(md, opt, None) is not None:
+            meta[opt] = getattr(md, opt)
+    binkey = "cubin" if t.vendor == "nvidia" else "hsaco"
+    asmkey = "ptx" if t.vendor == "nvidia" else "amdgcn"
+    return Artifact(kernel=spec.name, target=t.name, vendor=t.vendor,
+                    binary=bytes(compiled.asm[binkey]), asm=str(compiled.asm[asmkey]),
+                    metadata=meta, config=_config_dict(cfg), head_dim=head_dim, dtype=dtype,
+                    causal=bool(causal), constants=constants, key=key, extra=dict(extra))
+
+
+def _config_dict(cfg) -> dict:
+    d = dataclasses.asdict(cfg)
+    if hasattr(cfg, "key"):
+        d["key"] = cfg.key
+    return d
+
+
+def _label(cfg) -> str:
+    return getattr(cfg, "key", None) or str(cfg)
+
+
+# -- the cache ---------------------------------------------------------------------------
+
+def _entry_dir(key: str) -> Path:
+    return cache_root() / key[:2] / key
+
+
+def load_cached(key: str) -> Optional[Artifact]:
+    """The cached artifact for ``key``, or None (a damaged entry counts as a miss)."""
+    d = _entry_dir(key)
+    try:
+        meta = json.loads((d / "artifact.json").read_text())
+        binary = (d / meta["binary_file"]).read_bytes()
+        asm = (d / meta["asm_file"]).read_text()
+    except (OSError, ValueError, KeyError):
+        return None
+    fields = {f.name for f in dataclasses.fields(Artifact)} - {"binary", "asm", "path"}
+    return Artifact(binary=binary, asm=asm, path=str(d),
+                    **{k: v for k, v in meta.items() if k in fields})
+
+
+def store(art: Artifact) -> Artifact:
+    """Write ``art`` under its key; files first, ``artifact.json`` last and atomically."""
+    d = _entry_dir(art.key)
+    d.mkdir(parents=True, exist_ok=True)
+    binary_file = f"{art.name}.{art.binary_ext}"
+    asm_file = f"{art.name}.{'ptx' if art.vendor == 'nvidia' else 'amdgcn'}"
+    _atomic_write(d / binary_file, art.binary)
+    _atomic_write(d / asm_file, art.asm.encode())
+    meta = {f.name: getattr(art, f.name) for f in dataclasses.fields(Artifact)
+            if f.name not in ("binary", "asm", "path")}
+    meta.update(binary_file=binary_file, asm_file=asm_file)
+    _atomic_write(d / "artifact.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+    art.path = str(d)
+    return art
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# -- the public entry point --------------------------------------------------------------
+
+def check_limits(art: Artifact) -> Artifact:
+    """ConfigError when the binary needs more shared memory (static + Triton's dynamic) or
+    threads than one block may have on its target (Triton itself only fails at launch)."""
+    t = get_target(art.target)
+    shared = int(art.metadata.get("shared") or 0)
+    threads = int(art.metadata["num_warps"]) * t.warp_size
+    label = art.config.get("key", art.kernel)
+    if shared > t.smem_per_block_optin:
+        what = "shared memory" if t.vendor == "nvidia" else "LDS"
+        raise ConfigError(f"config {label}, head dim {art.head_dim}: the {art.kernel} kernel "
+                          f"needs {shared} bytes of {what} per block; {t.name} allows "
+                          f"{t.smem_per_block_optin}")
+    if threads > t.max_threads_per_block:
+        raise ConfigError(f"config {label}: {threads} threads per block; {t.name} allows "
+                          f"{t.max_threads_per_block}")
+    return art
+
+
+def build(config, target, *, head_dim: int = 128, dtype: str = "bfloat16",
+          causal: bool = False, kernel: str = "fwd", problem=DEFAULT_PROBLEM,
+          use_cache: bool = True, check: bool = True, **extra) -> Artifact:
+    """Compile ``kernel`` with ``config`` for ``target`` (e.g. "sm90", "gfx942").
+
+    ``config``: a config record of the kernel's type, or "BLOCK_M=128,..." text on top of
+    its defaults. Pure checks first (``check_config``), then the cache, then the compiler;
+    with ``check`` the binary's shared memory and threads are checked against the target.
+    ``extra`` goes to the kernel's call builder (fwd: ``return_lse``)."""
+    spec = kernel_spec(kernel)
+    t = get_target(target)
+    if dtype not in DTYPE_BYTES:
+        raise ConfigError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
+    if isinstance(config, str):
+        config = spec.config_type.parse(config)
+    if not isinstance(config, spec.config_type):
+        raise ConfigError(f"config for kernel {kernel!r}: expected {spec.config_type.__name__}"
+                          f", got {type(config).__name__}")
+    spec.check(config, t, head_dim, dtype)
+    problem = tuple(int(x) for x in problem)
+    key = cache_key(kernel, config, t, head_dim, dtype, causal, problem, **extra)
+    art = load_cached(key) if use_cache else None
+    if art is None:
+        art = _compile(spec, config, t, head_dim, dtype, causal, problem, extra, key)
+        if use_cache:
+            try:
+                store(art)
+            except OSError as e:
+                raise FlashscopeError(f"compile cache {cache_root()}: cannot write "
+                                      f"({e.strerror or e})") from None
+    return check_limits(art) if check else art

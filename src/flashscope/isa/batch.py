@@ -1,0 +1,88 @@
+"""Inspect configs x targets: cache hits read in this process, misses compiled in parallel.
+
+Work items are independent (one Triton compile + one disassembly each), so misses go to a
+``ProcessPoolExecutor`` of ``jobs`` workers (fork where available: the parent has Triton
+loaded already, so workers start in milliseconds). A hit costs one JSON read.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+from .. import compile as fcompile
+from ..errors import FlashscopeError
+from .read import attach_occupancy, record_for
+from .record import READER_VERSION, KernelRecord
+
+
+def _task(item):
+    cfg, target, kw = item
+    try:
+        return record_for(fcompile.build(cfg, target, **kw)).as_dict()
+    except FlashscopeError as e:
+        return e
+
+
+def _cached(cfg, target, kw):
+    """The cached record dict for one item, or None. Limits are re-checked on hits."""
+    import json
+
+    key = fcompile.cache_key(kw.get("kernel", "fwd"), cfg, target, kw.get("head_dim", 128),
+                             kw.get("dtype", "bfloat16"), kw.get("causal", False),
+                             kw.get("problem", fcompile.DEFAULT_PROBLEM),
+                             **{k: v for k, v in kw.items() if k not in
+                                ("kernel", "head_dim", "dtype", "causal", "problem")})
+    path = fcompile.cache_root() / key[:2] / key / f"record-v{READER_VERSION}.json"
+    try:
+        d = json.loads(path.read_text())
+        art_meta = json.loads((path.parent / "artifact.json").read_text())
+    except (OSError, ValueError):
+        return None
+    art = fcompile.Artifact(binary=b"", asm="", **{
+        k: v for k, v in art_meta.items() if k in fcompile.Artifact.__dataclass_fields__
+        and k not in ("binary", "asm")})
+    fcompile.check_limits(art)
+    return d
+
+
+def inspect_configs(configs, targets, *, jobs: int = 0, occupancy: bool = True, **kw) -> list:
+    """One entry per (config, target), configs outer: a :class:`KernelRecord`, or the
+    :class:`FlashscopeError` that config raised for that target (e.g. over the LDS limit).
+
+    ``kw``: head_dim, dtype, causal, kernel, problem, and kernel extras (``return_lse``).
+    ``jobs``: worker processes for compiles (0: one per CPU core)."""
+    items = [(c, t, kw) for c in configs for t in targets]
+    results = [None] * len(items)
+    misses = []
+    for i, (c, t, k) in enumerate(items):
+        spec = fcompile.kernel_spec(k.get("kernel", "fwd"))
+        try:
+            spec.check(c, t, k.get("head_dim", 128), k.get("dtype", "bfloat16"))
+            d = _cached(c, t, k)
+        except FlashscopeError as e:
+            results[i] = e
+            continue
+        if d is None:
+            misses.append(i)
+        else:
+            results[i] = d
+    jobs = jobs or os.cpu_count() or 1
+    if len(misses) > 1 and jobs > 1:
+        methods = multiprocessing.get_all_start_methods()
+        ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(misses)), mp_context=ctx) as pool:
+            for i, r in zip(misses, pool.map(_task, [items[i] for i in misses])):
+                results[i] = r
+    else:
+        for i in misses:
+            results[i] = _task(items[i])
+    out = []
+    for r in results:
+        if isinstance(r, dict):
+            r = KernelRecord.from_dict(r)
+            if occupancy:
+                attach_occupancy(r)
+        out.append(r)
+    return out

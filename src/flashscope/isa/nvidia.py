@@ -1,0 +1,228 @@
+"""NVIDIA cubins: resources from the ELF, instruction mix from SASS.
+
+Resources (per kernel ``k``):
+- registers per thread: EIATTR_REGCOUNT in ``.nv.info`` (symbol index, count);
+- static shared: size of the NOBITS section ``.nv.shared.<k>``; Triton's dynamic shared
+  (``metadata.shared``) is not in the ELF and is added by the caller;
+- local bytes per thread: EIATTR_FRAME_SIZE (the stack frame that holds spills and local
+  arrays; cuobjdump's STACK);
+- barriers: bits 20..26 of the ``.text.<k>`` section flags (nvdisasm's SHF_BARRIERS).
+
+``.nv.info`` is a list of attributes: u8 format, u8 attribute, then for format 4 (EIFMT_SVAL)
+a u16 size and that many bytes, else a u16 value (formats 1..3).
+
+SASS comes from the ``nvdisasm`` that Triton's wheel ships. Spill stores/loads are counted
+as STL/LDL instructions (Triton's ``n_spills`` is local bytes / 4, not a count).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+from collections import Counter
+
+from ..errors import ArtifactError
+from . import elf as elfmod
+
+EIFMT_SVAL = 4
+EIATTR_FRAME_SIZE = 0x11
+EIATTR_MIN_STACK_SIZE = 0x12
+EIATTR_MAX_STACK_SIZE = 0x23
+EIATTR_REGCOUNT = 0x2F
+EIATTR_MAXREG_COUNT = 0x1B
+EIATTR_REQNTID = 0x10  # required block size (x, y, z), u32 each
+_PER_SYMBOL = {EIATTR_REGCOUNT: "registers", EIATTR_FRAME_SIZE: "frame",
+               EIATTR_MIN_STACK_SIZE: "min_stack", EIATTR_MAX_STACK_SIZE: "max_stack"}
+
+#: Instruction classes over SASS base opcodes (``MUFU`` keeps its function: MUFU.EX2).
+CLASSES = {
+    "mma": ("HMMA", "HGMMA", "QGMMA", "IMMA", "IGMMA", "BGMMA", "DMMA", "UTCHMMA", "UTCQMMA",
+            "UTCIMMA", "UTCOMMA"),
+    "async_copy": ("LDGSTS", "LDGDEPBAR"),
+    "tma": ("UTMALDG", "UTMASTG", "UBLKCP", "UTMAPF", "UTMAREDG", "UBLKRED"),
+    "ldmatrix": ("LDSM", "STSM"),
+    "shared": ("LDS", "STS", "ATOMS"),
+    "global": ("LDG", "STG", "ATOMG", "RED"),
+    "local": ("LDL", "STL"),
+    "exp": ("MUFU.EX2",),
+    "barrier": ("BAR", "SYNCS", "WARPSYNC", "MEMBAR", "DEPBAR", "WARPGROUP"),
+}
+_CLASS_OF = {op: c for c, ops in CLASSES.items() for op in ops}
+
+#: Feature flag -> the classes/opcodes whose presence sets it.
+FEATURES = (
+    ("uses_wgmma", ("HGMMA", "QGMMA", "IGMMA", "BGMMA")),
+    ("uses_tma", CLASSES["tma"]),
+    ("uses_cp_async", ("LDGSTS",)),
+    ("uses_ldmatrix", CLASSES["ldmatrix"]),
+    ("spills", ("LDL", "STL")),
+)
+
+_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)"
+                        r"((?:\.[A-Z0-9_]+)*)")
+_TEXT_HEADER = re.compile(r"^\s*\.section\s+\.text\.([^,\s]+)")
+
+
+def tool(name: str) -> str:
+    """Path of ``nvdisasm``/``cuobjdump`` from Triton's wheel (or PATH)."""
+    try:
+        import triton
+
+        here = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+        if os.path.exists(here):
+            return here
+    except ImportError:  # pragma: no cover
+        pass
+    found = shutil.which(name)
+    if not found:
+        raise ArtifactError(f"{name} not found (Triton's wheel ships it under "
+                            "triton/backends/nvidia/bin)")
+    return found
+
+
+def _run_on_bytes(args, data: bytes, what: str) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(data)
+        f.flush()
+        p = subprocess.run(args + [f.name], capture_output=True, text=True)
+    if p.returncode != 0:
+        msg = (p.stderr or p.stdout).strip().splitlines()
+        raise ArtifactError(f"{what}: {os.path.basename(args[0])} could not read it"
+                            f" ({msg[-1] if msg else 'exit ' + str(p.returncode)})")
+    return p.stdout
+
+
+def disassemble(cubin: bytes, what: str = "cubin") -> str:
+    """SASS text of every kernel in ``cubin`` (nvdisasm)."""
+    return _run_on_bytes([tool("nvdisasm"), "-c"], cubin, what)
+
+
+def resource_usage(cubin: bytes, what: str = "cubin") -> dict:
+    """cuobjdump --dump-resource-usage, as {kernel: {"REG": n, "STACK": n, "SHARED": n,
+    "LOCAL": n, ...}}: an independent reading to cross-check :func:`read_cubin` against."""
+    text = _run_on_bytes([tool("cuobjdump"), "--dump-resource-usage"], cubin, what)
+    out, name = {}, None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            name = m.group(1)
+            continue
+        if name and "REG:" in line:
+            out[name] = {k: int(v) for k, v in re.findall(r"([A-Z]+(?:\[\d+\])?):(\d+)", line)}
+            name = None
+    return out
+
+
+def parse_nv_info(data: bytes, what: str) -> list:
+    """[(attribute, value)] of an ``.nv.info`` body; SVAL values stay bytes."""
+    out, off = [], 0
+    while off + 4 <= len(data):
+        fmt, attr, word = struct.unpack_from("<BBH", data, off)
+        off += 4
+        if fmt == EIFMT_SVAL:
+            if off + word > len(data):
+                raise ArtifactError(f"{what}: truncated .nv.info attribute 0x{attr:x}")
+            out.append((attr, bytes(data[off:off + word])))
+            off += word
+        elif 1 <= fmt <= 3:
+            out.append((attr, word))
+        else:
+            raise ArtifactError(f"{what}: bad .nv.info attribute format {fmt}")
+    return out
+
+
+def _per_symbol(entries, syms, what) -> dict:
+    """{kernel: {"registers": n, "frame": n, ...}} from the symbol-indexed attributes."""
+    out = {}
+    for attr, val in entries:
+        key = _PER_SYMBOL.get(attr)
+        if key is None or not isinstance(val, bytes) or len(val) != 8:
+            continue
+        sym, n = struct.unpack("<II", val)
+        if sym >= len(syms):
+            raise ArtifactError(f"{what}: .nv.info names symbol {sym}, the table has "
+                                f"{len(syms)}")
+        out.setdefault(syms[sym], {})[key] = n
+    return out
+
+
+def split_sass(sass: str) -> dict:
+    """{kernel: [opcode, ...]} in program order; opcode = base mnemonic (MUFU.<fn>)."""
+    out, cur = {}, None
+    for line in sass.splitlines():
+        m = _TEXT_HEADER.match(line)
+        if m:
+            cur = out.setdefault(m.group(1), [])
+            continue
+        m = _SASS_LINE.match(line)
+        if m and cur is not None:
+            op, mods = m.group(1), m.group(2)
+            if op == "MUFU" and mods:
+                op += "." + mods[1:].split(".")[0]
+            cur.append(op)
+    return out
+
+
+def mix_of(opcodes: Counter) -> tuple:
+    """(class -> count, features) from opcode counts; every class present, zeros included."""
+    mix = {c: 0 for c in CLASSES}
+    for op, n in opcodes.items():
+        c = _CLASS_OF.get(op)
+        if c:
+            mix[c] += n
+    feats = [f for f, ops in FEATURES if any(opcodes.get(o) for o in ops)]
+    return mix, feats
+
+
+def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> list:
+    """One dict of resources + mix per kernel (``.text.<k>`` section) in ``cubin``.
+
+    Keys: kernel, registers, local_bytes, static_shared_bytes, barriers, max_reg_cap,
+    threads (EIATTR_REQNTID, None when absent), spill_stores, spill_loads, instructions, mix, opcodes, features, arch."""
+    elf, vendor = elfmod.open_elf(cubin, what)
+    if vendor != "nvidia":
+        raise ArtifactError(f"{what}: an AMD code object, expected a cubin")
+    secs = elfmod.sections(elf, what)
+    syms = elfmod.symbols(elf, what)
+    info = _per_symbol(parse_nv_info(elfmod.section_data(elf, ".nv.info", what) or b"", what),
+                       syms, what)
+    kernels = [n[len(".text."):] for n, _ in secs if n.startswith(".text.")]
+    if not kernels:
+        raise ArtifactError(f"{what}: a cubin without kernels (no .text.* section)")
+    hdr = {n: h for n, h in secs}
+    with elfmod.guarded(what):
+        flags = elf.header["e_flags"]
+    arch = f"sm{flags & 0xFF}" if flags & 0xFF else None
+    if sass is None:
+        sass = disassemble(cubin, what)
+    ops_by_kernel = split_sass(sass)
+    out = []
+    for k in kernels:
+        per = dict(info.get(k, {}))
+        for attr, val in parse_nv_info(elfmod.section_data(elf, f".nv.info.{k}", what) or b"",
+                                       what):
+            if attr == EIATTR_MAXREG_COUNT and isinstance(val, int):
+                per["max_reg_cap"] = val
+            elif attr == EIATTR_REQNTID and isinstance(val, bytes) and len(val) == 12:
+                x, y, z = struct.unpack("<III", val)
+                per["threads"] = x * y * z
+        if "registers" not in per:
+            raise ArtifactError(f"{what}: no EIATTR_REGCOUNT for kernel {k}")
+        shared = hdr.get(f".nv.shared.{k}")
+        ops = Counter(ops_by_kernel.get(k, []))
+        mix, feats = mix_of(ops)
+        out.append({
+            "kernel": k, "arch": arch, "registers": per["registers"],
+            "local_bytes": per.get("frame", 0),
+            "static_shared_bytes": int(shared["sh_size"]) if shared else 0,
+            "barriers": (int(hdr[f".text.{k}"]["sh_flags"]) >> 20) & 0x7F,
+            "max_reg_cap": per.get("max_reg_cap"), "threads": per.get("threads"),
+            "spill_stores": ops.get("STL", 0), "spill_loads": ops.get("LDL", 0),
+            "instructions": sum(ops.values()), "mix": mix,
+            "opcodes": dict(sorted(ops.items())), "features": feats,
+        })
+    return out

@@ -1,0 +1,133 @@
+"""From binaries to :class:`KernelRecord`: a compiled artifact, or files on disk.
+
+shared_bytes = static (in the binary) + dynamic (Triton's ``metadata.shared``, which is the
+dynamic allocation it launches with). Without Triton's metadata (a bare binary) the dynamic
+part is unknown: ``dynamic_shared_bytes`` is None and shared_bytes holds the static part.
+threads = num_warps x wave size from the metadata, else the binary's own block size
+(EIATTR_REQNTID on NVIDIA, ``.max_flat_workgroup_size`` on AMD).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..errors import ArtifactError, FlashscopeError
+from . import amd, nvidia
+from .cache_dir import find
+from .elf import open_elf
+from .record import READER_VERSION, KernelRecord
+
+
+def _record(d: dict, vendor: str, target: str, meta: "dict | None") -> KernelRecord:
+    meta = meta or {}
+    wave = d.get("wave_size") or (32 if vendor == "nvidia" else None)
+    if not wave and isinstance(meta.get("target"), dict):
+        wave = meta["target"].get("warp_size")
+    num_warps = meta.get("num_warps")
+    threads = num_warps * wave if num_warps and wave else (d.get("threads") or
+                                                           d.get("max_threads"))
+    if not num_warps and threads and wave:
+        num_warps = threads // wave
+    dyn = meta.get("shared")
+    static = d.get("static_shared_bytes")
+    rec = KernelRecord(
+        kernel=d["kernel"], target=target, vendor=vendor,
+        registers=d.get("registers"), agprs=d.get("agprs"), sgprs=d.get("sgprs"),
+        spill_stores=d.get("spill_stores"), spill_loads=d.get("spill_loads"),
+        vgpr_spills=d.get("vgpr_spills"), sgpr_spills=d.get("sgpr_spills"),
+        local_bytes=d.get("local_bytes"), static_shared_bytes=static,
+        dynamic_shared_bytes=dyn,
+        shared_bytes=(static or 0) + (dyn or 0) if static is not None or dyn is not None
+        else None,
+        threads=threads, num_warps=num_warps, wave_size=wave, barriers=d.get("barriers"),
+        instructions=d.get("instructions"), mix=d.get("mix"), opcodes=d.get("opcodes"),
+        features=list(d.get("features") or []), num_stages=meta.get("num_stages"))
+    return rec
+
+
+def read_binary(data: bytes, what: str, meta: "dict | None" = None,
+                asm_text: "str | None" = None) -> list:
+    """Records for every kernel of a cubin or hsaco (``meta``: Triton's metadata JSON;
+    ``asm_text``: amdgcn text for the AMD mix)."""
+    _, vendor = open_elf(data, what)
+    if vendor == "nvidia":
+        rows = nvidia.read_cubin(data, what)
+    else:
+        rows = amd.read_hsaco(data, what, text=asm_text)
+    out = []
+    for d in rows:
+        target = d.get("arch") or "unknown"
+        m = meta if meta and meta.get("name") in (None, d["kernel"]) else None
+        out.append(_record(d, vendor, target, m))
+    return out
+
+
+def record_for(art, use_cache: bool = True) -> KernelRecord:
+    """The record of a compiled :class:`~flashscope.compile.Artifact`, cached next to it."""
+    cached = Path(art.path) / f"record-v{READER_VERSION}.json" if art.path else None
+    if use_cache and cached is not None and cached.exists():
+        try:
+            return KernelRecord.from_dict(json.loads(cached.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
+    recs = read_binary(art.binary, f"{art.kernel}@{art.target}", art.metadata,
+                       art.asm if art.vendor == "amd" else None)
+    rec = next((r for r in recs if r.kernel == art.name), recs[0])
+    rec.target = art.target
+    rec.config, rec.head_dim, rec.dtype, rec.causal = (art.config, art.head_dim, art.dtype,
+                                                      art.causal)
+    rec.constants = dict(art.constants)
+    rec.source = art.path
+    if use_cache and cached is not None:
+        tmp = cached.with_suffix(f".tmp{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(rec.as_dict(), sort_keys=True))
+            os.replace(tmp, cached)
+        except OSError:
+            pass
+    return rec
+
+
+def read_path(path) -> list:
+    """Records for a .cubin, a .hsaco, or every kernel in a (Triton or flashscope) cache
+    directory. Raises ArtifactError for anything unreadable."""
+    out = []
+    for f in find(path):
+        try:
+            data = f.binary.read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"{f.binary}: cannot read ({e.strerror})") from None
+        asm_text = None
+        if f.asm is not None and f.asm.suffix == ".amdgcn":
+            try:
+                asm_text = f.asm.read_text(errors="replace")
+            except OSError:
+                asm_text = None
+        for rec in read_binary(data, str(f.binary), f.metadata, asm_text):
+            rec.source = str(f.binary)
+            if f.artifact:
+                a = f.artifact
+                rec.config, rec.head_dim = a.get("config"), a.get("head_dim")
+                rec.dtype, rec.causal = a.get("dtype"), a.get("causal")
+                rec.constants, rec.target = a.get("constants"), a.get("target", rec.target)
+            out.append(rec)
+    return out
+
+
+def attach_occupancy(rec: KernelRecord) -> KernelRecord:
+    """Fill ``occupancy`` and ``limiter`` from ``flashscope.occupancy.occupancy_for_record``
+    when that function exists and knows the target; else leave them None."""
+    try:
+        from ..occupancy import occupancy_for_record
+    except ImportError:
+        return rec
+    try:
+        d = occupancy_for_record(rec).as_dict()
+    except FlashscopeError:
+        return rec
+    rec.occupancy = d.get("occupancy")
+    lim = d.get("limiter")
+    rec.limiter = list(lim) if lim is not None else None
+    return rec

@@ -1,0 +1,94 @@
+"""The :class:`KernelRecord`: what one compiled kernel uses, read from its binary.
+
+One record per kernel and target, both vendors in one shape; fields that do not apply to a
+vendor are ``None`` (AGPRs and SGPRs on NVIDIA, SASS spill counts on AMD). The JSON schema
+is documented in ``docs/inspect.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+#: Bumped whenever a reader changes what it extracts, so cached records are re-read.
+READER_VERSION = 1
+
+#: Keys compared by ``inspect --diff`` (numeric fields; ``mix`` is compared per class).
+DIFF_FIELDS = ("registers", "agprs", "sgprs", "spill_stores", "spill_loads", "vgpr_spills",
+               "sgpr_spills", "local_bytes", "shared_bytes", "static_shared_bytes",
+               "dynamic_shared_bytes", "threads", "barriers", "instructions")
+
+
+@dataclass
+class KernelRecord:
+    """Resources and instruction mix of one kernel binary.
+
+    registers: per thread (NVIDIA EIATTR_REGCOUNT) or per lane (AMD ``.vgpr_count``, which on
+    gfx90a+ already counts the AGPRs of the unified file). shared_bytes = static + dynamic
+    (NVIDIA ``.nv.shared.<k>`` + Triton's ``metadata.shared``; AMD
+    ``.group_segment_fixed_size`` + Triton's dynamic shared when known). local_bytes: the
+    per-thread stack frame (NVIDIA) or ``.private_segment_fixed_size`` (AMD scratch).
+    spill_stores/spill_loads count STL/LDL instructions in SASS, not bytes.
+    """
+
+    kernel: str
+    target: str
+    vendor: str
+    registers: Optional[int] = None
+    agprs: Optional[int] = None
+    sgprs: Optional[int] = None
+    spill_stores: Optional[int] = None
+    spill_loads: Optional[int] = None
+    vgpr_spills: Optional[int] = None
+    sgpr_spills: Optional[int] = None
+    local_bytes: Optional[int] = None
+    static_shared_bytes: Optional[int] = None
+    dynamic_shared_bytes: Optional[int] = None
+    shared_bytes: Optional[int] = None
+    threads: Optional[int] = None
+    num_warps: Optional[int] = None
+    wave_size: Optional[int] = None
+    barriers: Optional[int] = None
+    instructions: Optional[int] = None
+    mix: Optional[dict] = None
+    opcodes: Optional[dict] = None
+    features: list = field(default_factory=list)
+    config: Optional[dict] = None
+    head_dim: Optional[int] = None
+    dtype: Optional[str] = None
+    causal: Optional[bool] = None
+    num_stages: Optional[int] = None
+    constants: Optional[dict] = None
+    source: Optional[str] = None
+    occupancy: Optional[float] = None
+    limiter: Optional[list] = None
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelRecord":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    @property
+    def label(self) -> str:
+        cfg = self.config or {}
+        key = cfg.get("key") if isinstance(cfg, dict) else None
+        return f"{self.kernel}[{key}]@{self.target}" if key else f"{self.kernel}@{self.target}"
+
+
+def diff(a: KernelRecord, b: KernelRecord) -> dict:
+    """b - a for every numeric field and every mix class present in either record.
+
+    A field missing (None) on one side gives None. Returns {"a": label, "b": label,
+    "fields": {name: {"a", "b", "delta"}}, "mix": {class: {"a", "b", "delta"}}}."""
+    def entry(x, y):
+        return {"a": x, "b": y, "delta": None if x is None or y is None else y - x}
+
+    fields = {k: entry(getattr(a, k), getattr(b, k)) for k in DIFF_FIELDS}
+    classes = sorted(set(a.mix or {}) | set(b.mix or {}))
+    mix = {c: entry((a.mix or {}).get(c, 0) if a.mix is not None else None,
+                    (b.mix or {}).get(c, 0) if b.mix is not None else None) for c in classes}
+    return {"a": a.label, "b": b.label, "fields": fields, "mix": mix}
