@@ -71,3 +71,18 @@ def test_bounds_pass_rounding_and_fail_small_bugs(dtype):
     shifted = torch.nn.functional.scaled_dot_product_attention(
         q.double(), k.double(), v.double(), attn_mask=mask).to(dtype)
     assert rel_error(shifted, causal) > 10 * ERROR_BOUND[dtype]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_grads_match_autograd(causal):
+    from flashscope.testing.reference import reference_attention_grads
+    q, k, v = (t.requires_grad_() for t in _qkv(2, 4, 37, 29, 16, Hkv=2))
+    dout = torch.randn_like(q)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                           enable_gqa=True)
+    want = torch.autograd.grad(out, (q, k, v), dout)
+    got = reference_attention_grads(q.detach(), k.detach(), v.detach(), dout,
+                                    is_causal=causal)
+    assert rel_error(got[0], out.detach()) < 1e-12
+    for g, w in zip(got[1:], want):
+        assert rel_error(g, w) < 1e-12

@@ -1,0 +1,188 @@
+"""The benchmark loop: validate, then time, then validate the timed result, per provider
+and case; speedups against a baseline measured in the same run.
+
+Per provider and case, in order: availability (reason recorded), support for the shape and
+mode, validation on the small odd shapes of the case's kind (once per kind), validation of
+the case itself on two fresh input sets (:func:`flashscope.bench.validate.check_step`), peak
+memory of one call, the median time of the validated step, and a check of the last timed
+call's output. Any failure leaves the case without a speed number and with the reason.
+
+FLOPs (:func:`flashscope.roofline.attention_flops`): 4 B H Nq Nk D, x0.5 when causal,
+x2.5 for the backward, x3.5 for forward+backward. Percent of the copy ceiling uses the
+minimum bytes (:func:`flashscope.roofline.attention_min_bytes`) over the measured time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+from ..errors import FlashscopeError
+from ..roofline import attention_flops, attention_min_bytes
+from .suite import Case, odd_cases, validation_key
+from .timing import Timer, peak_memory_mib
+
+STATUSES = ("ok", "failed", "error", "unsupported", "unavailable")
+BASELINE_ORDER = ("sdpa-cudnn", "fa4", "sdpa-flash", "fa2", "sdpa-efficient", "sdpa-math")
+
+
+@dataclass
+class Result:
+    provider: str
+    case: Case
+    status: str
+    reason: str = ""
+    ms: Optional[float] = None
+    tflops: Optional[float] = None
+    speedup: Optional[float] = None
+    pct_gemm: Optional[float] = None
+    pct_copy: Optional[float] = None
+    peak_mib: Optional[float] = None
+    max_rel_error: Optional[float] = None
+    validated_shapes: list = field(default_factory=list)
+
+    def row(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k != "case"}
+        d.update(asdict(self.case))
+        d["shape"] = self.case.shape
+        return d
+
+
+def choose_baseline(providers, requested: Optional[str], device) -> Optional[str]:
+    names = [p.name for p in providers]
+    if requested is not None:
+        if requested not in names:
+            raise FlashscopeError(f"--baseline {requested!r}: not among the selected "
+                                  f"providers ({', '.join(names)})")
+        return requested
+    usable = [p.name for p in providers if p.baseline and p.available(device) is None]
+    return next((n for n in BASELINE_ORDER if n in usable), usable[0] if usable else None)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:160] if text else ''}"
+
+
+def _unsupported(p, case: Case) -> Optional[str]:
+    if case.mode != "fwd" and not p.has_backward:
+        return "no backward"
+    if case.gqa and not p.gqa:
+        return "no GQA"
+    return p.supports(case)
+
+
+class _Runner:
+    def __init__(self, device, timer, options, ceilings, odd_shapes, log):
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        self.timer = timer
+        self.options = options
+        self.ceilings = ceilings
+        self.odd_shapes = odd_shapes
+        self.log = log
+        self.odd_verdict = {}
+
+    def _validate(self, p, case: Case):
+        from .validate import check_step, make_step
+
+        fn = p.build(case, self.options)
+        return check_step(lambda inp: make_step(fn, case, inp), case, p.layout, self.device)
+
+    def _odd(self, p, case: Case) -> tuple:
+        """(reason or None, shapes checked) for the odd shapes of ``case``'s kind."""
+        from .validate import ValidationFailure
+
+        key = (p.name, validation_key(case))
+        if key not in self.odd_verdict:
+            verdict, shapes = None, []
+            for odd in odd_cases(case, gqa=p.gqa):
+                if _unsupported(p, odd):
+                    continue
+                try:
+                    self._validate(p, odd)
+                    shapes.append(odd.shape)
+                except ValidationFailure as e:
+                    verdict = f"validation at {odd.shape}: {e}"
+                    break
+                except Exception as e:
+                    verdict = f"error at {odd.shape}: {_short(e)}"
+                    break
+            self.odd_verdict[key] = (verdict, shapes)
+        return self.odd_verdict[key]
+
+    def one(self, p, case: Case) -> Result:
+        from .validate import ValidationFailure, check_timed_result
+
+        why = _unsupported(p, case)
+        if why:
+            return Result(p.name, case, "unsupported", why)
+        shapes = []
+        if self.odd_shapes:
+            verdict, shapes = self._odd(p, case)
+            if verdict:
+                return Result(p.name, case, "failed" if verdict.startswith("validation")
+                              else "error", verdict, validated_shapes=shapes)
+        try:
+            inp, ref, step, err = self._validate(p, case)
+            shapes = shapes + [case.shape]
+            peak = peak_memory_mib(step, self.device.type)
+            ms = self.timer.time(step)
+            err = max(err, check_timed_result(self.timer.last, ref, case, inp))
+        except ValidationFailure as e:
+            return Result(p.name, case, "failed", f"validation at {case.shape}: {e}",
+                          validated_shapes=shapes)
+        except Exception as e:
+            if self.device.type == "cuda":
+                self.torch.cuda.empty_cache()
+            return Result(p.name, case, "error", _short(e), validated_shapes=shapes)
+        finally:
+            self.timer.last = None
+        c = case
+        flops = attention_flops(c.B, c.H, c.Nq, c.Nk, c.D, c.causal, c.mode)
+        res = Result(p.name, case, "ok", ms=ms, tflops=flops / (ms * 1e-3) / 1e12,
+                     peak_mib=peak, max_rel_error=err, validated_shapes=shapes)
+        if self.ceilings is not None:
+            res.pct_gemm = 100 * flops / (ms * 1e-3) / self.ceilings.flops
+            nbytes = attention_min_bytes(c.B, c.H, c.Nq, c.Nk, c.D, c.Hkv, 2, c.mode)
+            res.pct_copy = 100 * nbytes / (ms * 1e-3) / self.ceilings.bandwidth
+        return res
+
+
+def run_bench(cases, providers, *, device="cuda", timer: Optional[Timer] = None,
+              baseline: Optional[str] = None, options: Optional[dict] = None,
+              ceilings=None, odd_shapes: bool = True,
+              log: Optional[Callable] = None) -> tuple:
+    """Run every (case, provider); returns (results, baseline name). ``ceilings`` is a
+    :class:`flashscope.roofline.Ceilings` measured in this run (or None)."""
+    import torch
+
+    if not cases:
+        raise FlashscopeError("no benchmark cases selected (check --shape/--suite/--mode)")
+    if not providers:
+        raise FlashscopeError("no providers selected (check --only/--skip)")
+    dev = torch.device(device)
+    timer = timer or Timer(device=dev.type)
+    base = choose_baseline(providers, baseline, dev)
+    runner = _Runner(dev, timer, dict(options or {}), ceilings, odd_shapes, log)
+    avail = {p.name: p.available(dev) for p in providers}
+    results = []
+    for case in cases:
+        for p in providers:
+            if avail[p.name]:
+                r = Result(p.name, case, "unavailable", avail[p.name])
+            else:
+                r = runner.one(p, case)
+            results.append(r)
+            if log:
+                log(r)
+    by_case = {}
+    for r in results:
+        by_case.setdefault(r.case, {})[r.provider] = r
+    for r in results:
+        ref = by_case[r.case].get(base)
+        if r.ms and ref is not None and ref.ms:
+            r.speedup = ref.ms / r.ms
+    return results, base

@@ -1,0 +1,226 @@
+"""Attention implementations the harness can time, each registered with what it is.
+
+A provider is a ``build(case, options) -> fn`` function registered with :func:`provider`,
+which records its name, a description, the tensor layout it takes (``bhnd``: (B, H, N, D)
+like SDPA; ``bnhd``: (B, N, H, D) like flash-attn), whether it has a backward and GQA,
+whether it may serve as the speed baseline, and an ``available(device)`` check that returns
+the reason it cannot run (None when it can). ``fn(q, k, v)`` computes the forward in that
+layout and returns the output in it; backward providers return a tensor autograd can
+differentiate. Everything imports lazily, so listing providers never loads CUDA libraries.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..errors import FlashscopeError, closest
+
+Reason = Optional[str]
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    description: str
+    build: Callable  # (case, options: dict) -> fn(q, k, v) -> out
+    layout: str = "bhnd"
+    has_backward: bool = True
+    gqa: bool = True
+    baseline: bool = True
+    available: Callable = field(default=lambda device: None)  # (torch.device) -> Reason
+    supports: Callable = field(default=lambda case: None)  # (Case) -> Reason
+
+
+REGISTRY: dict = {}
+
+
+def provider(name: str, *, description: str, layout: str = "bhnd", has_backward: bool = True,
+             gqa: bool = True, baseline: bool = True, available=None, supports=None,
+             registry: Optional[dict] = None):
+    """Register ``build`` under ``name`` (in :data:`REGISTRY` unless ``registry`` is given)."""
+    if layout not in ("bhnd", "bnhd"):
+        raise FlashscopeError(f"provider {name}: layout {layout!r}: expected bhnd or bnhd")
+
+    def deco(build):
+        p = Provider(name, description, build, layout, has_backward, gqa, baseline,
+                     available or (lambda device: None), supports or (lambda case: None))
+        (REGISTRY if registry is None else registry)[name] = p
+        return build
+
+    return deco
+
+
+def select(names: Optional[list] = None, skip: Optional[list] = None,
+           registry: Optional[dict] = None) -> list:
+    """The providers named by ``--only`` (all when None) minus ``--skip``, in registry order."""
+    reg = REGISTRY if registry is None else registry
+    for flag, group in (("--only", names or []), ("--skip", skip or [])):
+        for n in group:
+            if n not in reg:
+                raise FlashscopeError(f"{flag} {n!r}: unknown provider{closest(n, reg)}; "
+                                      f"known: {', '.join(reg)}")
+    chosen = [p for n, p in reg.items() if names is None or n in names]
+    return [p for p in chosen if p.name not in (skip or [])]
+
+
+# -- availability checks ---------------------------------------------------------------
+
+def _needs_cuda(device) -> Reason:
+    import torch
+
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return "needs a CUDA GPU"
+    return None
+
+
+def _needs_nvidia(min_cc: int):
+    def check(device) -> Reason:
+        import torch
+
+        reason = _needs_cuda(device)
+        if reason:
+            return reason
+        if torch.version.hip:
+            return "NVIDIA only (this is a ROCm GPU)"
+        major, minor = torch.cuda.get_device_capability(device)
+        if 10 * major + minor < min_cc:
+            return f"needs compute capability >= {min_cc / 10:.1f}, this GPU is {major}.{minor}"
+        return None
+    return check
+
+
+def _importable(module: str, attr: str, then=None):
+    def check(device) -> Reason:
+        try:
+            mod = importlib.import_module(module)
+        except Exception as e:  # ImportError, or a broken CUDA extension
+            return f"{module} not importable ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
+        if not hasattr(mod, attr):
+            return f"{module} has no {attr}"
+        return then(device) if then else None
+    return check
+
+
+def _flashscope_available(device) -> Reason:
+    from .. import launch
+
+    if device.type == "cpu":
+        return None if launch.interpreting() else "CPU runs need TRITON_INTERPRET=1"
+    return _needs_cuda(device)
+
+
+def _max_head_dim(limit: int):
+    return lambda case: (f"head dim {case.D} > {limit}" if case.D > limit else None)
+
+
+# -- PyTorch SDPA, one backend forced --------------------------------------------------
+
+_SDPA = {
+    "sdpa-flash": ("FLASH_ATTENTION", "PyTorch SDPA, FlashAttention-2 backend forced",
+                   _needs_nvidia(80), _max_head_dim(256)),
+    "sdpa-efficient": ("EFFICIENT_ATTENTION",
+                       "PyTorch SDPA, memory-efficient (CUTLASS) backend forced",
+                       _needs_cuda, None),
+    "sdpa-cudnn": ("CUDNN_ATTENTION", "PyTorch SDPA, cuDNN backend forced",
+                   _needs_nvidia(80), _max_head_dim(256)),
+    "sdpa-math": ("MATH", "PyTorch SDPA, math backend forced (unfused; any device)",
+                  None, None),
+}
+
+
+def _sdpa_build(backend_name: str):
+    def build(case, options):
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = getattr(SDPBackend, backend_name)
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        causal, gqa = case.causal, case.gqa
+
+        def fn(q, k, v):
+            with sdpa_kernel(backend):
+                return sdpa(q, k, v, is_causal=causal, enable_gqa=gqa)
+        return fn
+    return build
+
+
+for _name, (_backend, _desc, _avail, _supports) in _SDPA.items():
+    provider(_name, description=_desc, available=_avail,
+             supports=_supports)(_sdpa_build(_backend))
+
+
+# -- FlexAttention ---------------------------------------------------------------------
+
+@provider("flex", description="torch FlexAttention, torch.compile'd, causal block mask",
+          available=_needs_cuda)
+def _flex(case, options):
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    compiled = torch.compile(flex_attention)
+    mask = None
+    causal, gqa = case.causal, case.gqa
+    state = {}
+
+    def fn(q, k, v):
+        nonlocal mask
+        if causal and state.get("shape") != (q.shape[2], k.shape[2]):
+            mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None,
+                                     q.shape[2], k.shape[2], device=q.device)
+            state["shape"] = (q.shape[2], k.shape[2])
+        return compiled(q, k, v, block_mask=mask, enable_gqa=gqa)
+    return fn
+
+
+# -- flash-attn packages ---------------------------------------------------------------
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+@provider("fa4", description="FlashAttention-4 (flash_attn.cute, CuTe DSL), (B, N, H, D)",
+          layout="bnhd", available=_importable("flash_attn.cute", "flash_attn_func",
+                                               _needs_nvidia(90)))
+def _fa4(case, options):
+    from flash_attn.cute import flash_attn_func
+
+    causal = case.causal
+    return lambda q, k, v: _first(flash_attn_func(q, k, v, causal=causal))
+
+
+@provider("fa2", description="flash-attn 2 package (flash_attn.flash_attn_func), (B, N, H, D)",
+          layout="bnhd", supports=_max_head_dim(256),
+          available=_importable("flash_attn", "flash_attn_func", _needs_nvidia(80)))
+def _fa2(case, options):
+    from flash_attn import flash_attn_func
+
+    causal = case.causal
+    return lambda q, k, v: _first(flash_attn_func(q, k, v, causal=causal))
+
+
+@provider("xformers", description="xFormers memory_efficient_attention, (B, N, H, D)",
+          layout="bnhd", gqa=False,
+          available=_importable("xformers.ops", "memory_efficient_attention", _needs_cuda))
+def _xformers(case, options):
+    import xformers.ops as xops
+
+    bias = xops.LowerTriangularMask() if case.causal else None
+    return lambda q, k, v: xops.memory_efficient_attention(q, k, v, attn_bias=bias)
+
+
+# -- flashscope ------------------------------------------------------------------------
+
+@provider("flashscope", description="flashscope.attention (default config, or --config)",
+          baseline=False, available=_flashscope_available, supports=_max_head_dim(256))
+def _flashscope(case, options):
+    import flashscope
+    from ..config import AttentionConfig
+
+    cfg = options.get("config")
+    if isinstance(cfg, str):
+        cfg = AttentionConfig.parse(cfg)
+    causal, gqa = case.causal, case.gqa
+    return lambda q, k, v: flashscope.attention(q, k, v, is_causal=causal, enable_gqa=gqa,
+                                                config=cfg)

@@ -1,0 +1,71 @@
+"""Timers: median milliseconds of a step, and the step's peak extra memory.
+
+On a GPU, :func:`triton.testing.do_bench` with ``return_mode="median"``: before every call it
+zeroes a 256 MB buffer, which evicts the inputs from L2 (50 MB on an H100), so each call
+starts cold, as in a model. ``cuda_graph=True`` uses ``do_bench_cudagraph`` instead (launch
+overhead removed; the L2 is then not flushed between calls). On a CPU (tests), a plain
+median of ``time.perf_counter`` over a few calls. Every timer records the result of the
+last call in ``last`` so the harness can validate it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+
+@dataclass
+class Timer:
+    """``time(step) -> ms`` and ``last``: the result of the final timed call."""
+    device: str = "cpu"
+    cuda_graph: bool = False
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    cpu_reps: int = 5
+    last: Optional[tuple] = field(default=None, repr=False)
+
+    def time(self, step: Callable) -> float:
+        holder = {}
+
+        def call():
+            holder["result"] = step()
+
+        if self.device == "cuda":
+            import triton.testing
+
+            if self.cuda_graph:
+                ms = triton.testing.do_bench_cudagraph(call, rep=self.rep_ms,
+                                                       return_mode="median")
+            else:
+                ms = triton.testing.do_bench(call, warmup=self.warmup_ms, rep=self.rep_ms,
+                                             return_mode="median")
+            import torch
+
+            torch.cuda.synchronize()
+        else:
+            samples = []
+            for _ in range(self.cpu_reps):
+                t0 = time.perf_counter()
+                call()
+                samples.append((time.perf_counter() - t0) * 1e3)
+            ms = statistics.median(samples)
+        self.last = holder["result"]
+        return float(ms)
+
+
+def peak_memory_mib(step: Callable, device: str) -> Optional[float]:
+    """MiB allocated at the peak of one call beyond what was live before it (GPU only)."""
+    if device != "cuda":
+        return None
+    import torch
+
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    result = step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del result
+    return peak / 2 ** 20

@@ -1,0 +1,250 @@
+"""Validation a provider must pass before any of its timings counts.
+
+For one case the harness builds a *step*: the exact callable it later times (forward; the
+backward alone through ``torch.autograd.grad`` on a recorded graph; or both). A step is
+validated by :func:`check_step`:
+
+1. fresh random inputs (seed from the OS, recorded in the reason for replay);
+2. every allocation made during the call is poisoned with NaN: PyTorch's deterministic mode
+   fills each ``torch.empty`` with NaN (CPU and GPU; ``warn_only`` so nothing refuses to
+   run), and on a GPU a NaN block the size of each expected output is freed into the
+   caching allocator first, so an output that reuses it is NaN where it is not written;
+3. the output must be finite everywhere (an unwritten element stays NaN), not all zeros,
+   of the right shape and dtype, and within the dtype's relative-error bound of the
+   reference (:mod:`flashscope.testing.reference`; float64, or float32 when
+   B H Nq Nk D exceeds :data:`FLOAT64_WORK`);
+4. the inputs must be bit-identical to saved copies afterwards;
+5. after the reference has run, the step runs again on NEW inputs and is checked again; a
+   failure there whose output equals the first call's is reported as a stale (cached)
+   result.
+
+The harness runs this on the benchmark shape and on small odd shapes
+(:func:`flashscope.bench.suite.odd_cases`), then times the same step and checks the output
+of the last timed call too, so a provider cannot do less work once it is being timed.
+Gradients are bounded by :data:`GRAD_BOUND`: twice the forward bound (a flash-style
+emulation gave bf16 dq/dk/dv errors up to 7.7e-3 and fp16 up to 7.8e-4 for N <= 1024).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Optional
+
+import torch
+
+from ..testing.reference import (ERROR_BOUND, reference_attention, reference_attention_grads,
+                                 rel_error)
+from .suite import Case
+
+TORCH_DTYPES = MappingProxyType({"bfloat16": torch.bfloat16, "float16": torch.float16})
+GRAD_BOUND = MappingProxyType({dt: 2 * b for dt, b in ERROR_BOUND.items()})
+
+#: Largest B*H*Nq*Nk*D computed in float64 (beyond it float32, still far below the bounds).
+FLOAT64_WORK = MappingProxyType({"cpu": 1 << 30, "cuda": 1 << 36})
+
+OUTPUT_NAMES = ("out", "dq", "dk", "dv")
+
+
+class ValidationFailure(Exception):
+    """A provider's result that must not be timed; the message names the fault."""
+
+
+@dataclass
+class Inputs:
+    """q, k, v (and dout for backward modes) in the provider's layout, and the seed."""
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    dout: Optional[torch.Tensor]
+    seed: int
+    layout: str
+
+    def bhnd(self, t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(1, 2) if self.layout == "bnhd" else t
+
+    @property
+    def tensors(self) -> dict:
+        d = {"q": self.q, "k": self.k, "v": self.v}
+        if self.dout is not None:
+            d["dout"] = self.dout
+        return d
+
+
+def make_inputs(case: Case, layout: str, device) -> Inputs:
+    """Unit-normal q, k, v (and dout) from a fresh OS seed, stored in ``layout``."""
+    seed = secrets.randbits(62)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dtype = TORCH_DTYPES[case.dtype]
+
+    def one(h, n):
+        shape = (case.B, n, h, case.D) if layout == "bnhd" else (case.B, h, n, case.D)
+        return torch.randn(shape, generator=gen, device=device, dtype=dtype)
+
+    q, k, v = one(case.H, case.Nq), one(case.Hkv, case.Nk), one(case.Hkv, case.Nk)
+    dout = one(case.H, case.Nq) if case.mode != "fwd" else None
+    if dout is not None:
+        for t in (q, k, v):
+            t.requires_grad_(True)
+    return Inputs(q, k, v, dout, seed, layout)
+
+
+def make_step(fn: Callable, case: Case, inp: Inputs) -> Callable:
+    """The timed callable. Returns (out, dq, dk, dv) in the provider layout, grads None for
+    ``fwd``. For ``bwd`` the forward runs once here and each call is one backward."""
+    q, k, v, dout = inp.q, inp.k, inp.v, inp.dout
+    if case.mode == "fwd":
+        return lambda: (fn(q, k, v), None, None, None)
+    if case.mode == "fwd+bwd":
+        def fwd_bwd():
+            out = fn(q, k, v)
+            return (out, *torch.autograd.grad(out, (q, k, v), dout, allow_unused=True))
+        return fwd_bwd
+    out = fn(q, k, v)
+
+    def bwd():
+        return (out, *torch.autograd.grad(out, (q, k, v), dout, retain_graph=True,
+                                          allow_unused=True))
+    return bwd
+
+
+def reference_for(case: Case, inp: Inputs) -> tuple:
+    """(out, dq, dk, dv) of the reference in (B, H, N, D), grads None for ``fwd``."""
+    work = case.B * case.H * case.Nq * case.Nk * case.D
+    dev = inp.q.device.type
+    cdt = torch.float64 if work <= FLOAT64_WORK.get(dev, FLOAT64_WORK["cuda"]) else torch.float32
+    q, k, v = (inp.bhnd(t).detach() for t in (inp.q, inp.k, inp.v))
+    with highest_fp32_precision():
+        if case.mode == "fwd":
+            return reference_attention(q, k, v, is_causal=case.causal, compute_dtype=cdt), \
+                None, None, None
+        return reference_attention_grads(q, k, v, inp.bhnd(inp.dout), is_causal=case.causal,
+                                         compute_dtype=cdt)
+
+
+@contextlib.contextmanager
+def highest_fp32_precision():
+    """float32 matmuls without TF32 (the reference must not round to 10-bit mantissas)."""
+    prev = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(prev)
+
+
+@contextlib.contextmanager
+def poisoned_allocations(case: Case, device):
+    """Every tensor allocated inside is NaN until written (see the module docstring)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dtype = TORCH_DTYPES[case.dtype]
+        sizes = [(case.B, case.H, case.Nq, case.D)]
+        if case.mode != "fwd":
+            sizes += [(case.B, case.Hkv, case.Nk, case.D)] * 2
+        blocks = [torch.full(s, float("nan"), dtype=dtype, device=dev) for s in sizes]
+        del blocks
+    was_on = torch.are_deterministic_algorithms_enabled()
+    was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    det = torch.utils.deterministic
+    was_fill = det.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        det.fill_uninitialized_memory = was_fill
+        torch.use_deterministic_algorithms(was_on, warn_only=was_warn)
+
+
+def snapshot(inp: Inputs) -> dict:
+    return {n: t.detach().clone() for n, t in inp.tensors.items()}
+
+
+def check_inputs_unchanged(inp: Inputs, saved: dict) -> None:
+    for name, t in inp.tensors.items():
+        if not torch.equal(t.detach(), saved[name]):
+            n = int((t.detach() != saved[name]).sum())
+            raise ValidationFailure(f"modified its input {name} ({n} elements changed)")
+
+
+def check_result(result: tuple, ref: tuple, case: Case, inp: Inputs) -> float:
+    """Raise :class:`ValidationFailure` naming the first fault; return the worst error."""
+    dtype = TORCH_DTYPES[case.dtype]
+    worst = 0.0
+    for name, got, want in zip(OUTPUT_NAMES, result, ref):
+        if want is None:
+            continue
+        if not isinstance(got, torch.Tensor):
+            raise ValidationFailure(f"{name}: returned {type(got).__name__}, not a tensor")
+        got = inp.bhnd(got).detach()
+        if tuple(got.shape) != tuple(want.shape):
+            raise ValidationFailure(f"{name}: shape {tuple(got.shape)}, expected "
+                                    f"{tuple(want.shape)}")
+        if got.dtype != dtype:
+            raise ValidationFailure(f"{name}: dtype {got.dtype}, expected {dtype}")
+        bad = int((~torch.isfinite(got)).sum())
+        if bad:
+            raise ValidationFailure(f"{name}: {bad} of {got.numel()} elements NaN/inf "
+                                    "(unwritten output or non-finite result)")
+        if got.numel() and not bool(got.any()) and bool(want.any()):
+            raise ValidationFailure(f"{name}: all zeros")
+        err = rel_error(got, want)
+        bound = (ERROR_BOUND if name == "out" else GRAD_BOUND)[dtype]
+        if not err <= bound:
+            raise ValidationFailure(f"{name}: relative error {err:.2e} > bound {bound:.1e}")
+        worst = max(worst, err)
+    return worst
+
+
+def run_checked(build_step: Callable, case: Case, inp: Inputs, device) -> tuple:
+    """Build the step and call it once, both poisoned, then check the inputs; returns
+    (step, result)."""
+    saved = snapshot(inp)
+    with poisoned_allocations(case, device):
+        step = build_step(inp)
+        result = step()
+    check_inputs_unchanged(inp, saved)
+    return step, result
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    return all(x.shape == y.shape and torch.equal(x.detach(), y.detach()) for x, y in pairs)
+
+
+def check_step(build_step: Callable, case: Case, layout: str, device) -> tuple:
+    """Validate on two fresh input sets (the second after the reference ran); returns the
+    second set, its reference, its step and the worst error. ``build_step(inputs)`` gives
+    the step for a set of inputs."""
+    inp_a = make_inputs(case, layout, device)
+    _, res_a = run_checked(build_step, case, inp_a, device)
+    try:
+        err_a = check_result(res_a, reference_for(case, inp_a), case, inp_a)
+    except ValidationFailure as e:
+        raise ValidationFailure(f"{e} (first call, seed {inp_a.seed})") from None
+    res_a = tuple(None if t is None else t.detach().clone() for t in res_a)
+    inp_b = make_inputs(case, layout, device)
+    step_b, res_b = run_checked(build_step, case, inp_b, device)
+    ref_b = reference_for(case, inp_b)
+    try:
+        err_b = check_result(res_b, ref_b, case, inp_b)
+    except ValidationFailure as e:
+        if _same(res_a, res_b):
+            raise ValidationFailure(f"stale result: the output on new inputs "
+                                    "equals the previous call's (cached or reused result)"
+                                    ) from None
+        raise ValidationFailure(f"{e} (second call on new inputs, seed "
+                                f"{inp_b.seed})") from None
+    return inp_b, ref_b, step_b, max(err_a, err_b)
+
+
+def check_timed_result(result: tuple, ref: tuple, case: Case, inp: Inputs) -> float:
+    """The output of the last timed call, against the reference of the timed inputs."""
+    try:
+        return check_result(result, ref, case, inp)
+    except ValidationFailure as e:
+        raise ValidationFailure(f"last timed call: {e} (less work done "
+                                "while timed?)") from None
