@@ -95,7 +95,11 @@ def _importable(module: str, attr: str, then=None):
     def check(device) -> Reason:
         try:
             mod = importlib.import_module(module)
-        except Exception as e:  # ImportError, or a broken CUDA extension
+        except ModuleNotFoundError as e:
+            if e.name and module.startswith(e.name):
+                return f"{e.name} not installed"
+            return f"{module} not importable ({e})"
+        except Exception as e:  # a broken CUDA extension, a missing shared library
             return f"{module} not importable ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
         if not hasattr(mod, attr):
             return f"{module} has no {attr}"
@@ -159,7 +163,12 @@ def _flex(case, options):
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    compiled = torch.compile(flex_attention)
+    # Static shapes, compiled per shape as a user would; the suite has more shapes than
+    # dynamo's default recompile limit, past which it would silently run eager.
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 512)
+    torch._dynamo.config.accumulated_cache_size_limit = max(
+        torch._dynamo.config.accumulated_cache_size_limit, 4096)
+    compiled = torch.compile(flex_attention, dynamic=False)
     mask = None
     causal, gqa = case.causal, case.gqa
     state = {}

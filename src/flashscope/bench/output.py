@@ -1,0 +1,203 @@
+"""Benchmark output: a rich table for the terminal, JSON and CSV files stamped with the run's
+date, device, versions and exact command, PNG charts (TFLOP/s against N), and a markdown
+table for ``docs/performance.md``."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import MappingProxyType
+from typing import Optional
+
+from ..errors import FlashscopeError, closest
+
+#: metric name -> (Result attribute, column title, format)
+METRICS = MappingProxyType({
+    "latency": ("ms", "ms", "{:.3f}"),
+    "tflops": ("tflops", "TFLOP/s", "{:.1f}"),
+    "speedup": ("speedup", "x base", "{:.2f}"),
+    "gemm": ("pct_gemm", "% GEMM", "{:.1f}"),
+    "copy": ("pct_copy", "% copy", "{:.1f}"),
+    "memory": ("peak_mib", "peak MiB", "{:.0f}"),
+    "error": ("max_rel_error", "rel err", "{:.1e}"),
+})
+
+
+def parse_metrics(text: Optional[str]) -> list:
+    if not text:
+        return list(METRICS)
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    for m in names:
+        if m not in METRICS:
+            raise FlashscopeError(f"--metrics {m!r}: unknown{closest(m, METRICS)}; known: "
+                                  f"{', '.join(METRICS)}")
+    return names
+
+
+def _git_commit() -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5, cwd=Path(__file__).parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def stamp(device, *, argv=None, baseline=None, ceilings=None, timer=None) -> dict:
+    """Who, what and where of a run, written at the top of every results file."""
+    import torch
+    import triton
+
+    from .. import __version__
+
+    dev = torch.device(device)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() \
+        or platform.machine()
+    versions = {"python": platform.python_version(), "torch": torch.__version__,
+                "triton": triton.__version__, "flashscope": __version__,
+                "cuda": torch.version.cuda, "hip": torch.version.hip,
+                "cudnn": torch.backends.cudnn.version() if dev.type == "cuda" else None}
+    argv = sys.argv[1:] if argv is None else argv
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": name,
+        "versions": versions,
+        "git_commit": _git_commit(),
+        "command": shlex.join(["flashscope", *argv]),
+        "baseline": baseline,
+        "ceilings": None if ceilings is None else {
+            "gemm_tflops": ceilings.flops / 1e12, "copy_gbps": ceilings.bandwidth / 1e9,
+            "source": ceilings.source},
+        "timer": None if timer is None else {
+            "cuda_graph": timer.cuda_graph, "warmup_ms": timer.warmup_ms,
+            "rep_ms": timer.rep_ms, "statistic": "median"},
+    }
+
+
+def _fmt(value, fmt: str) -> str:
+    return "" if value is None else fmt.format(value)
+
+
+def table(results, metrics, title: str = ""):
+    from rich.table import Table
+
+    t = Table(title=title or None)
+    for col in ("case", "provider", "status", *(METRICS[m][1] for m in metrics), "reason"):
+        t.add_column(col, overflow="fold")
+    for r in results:
+        style = {"ok": None, "failed": "red", "error": "red"}.get(r.status, "dim")
+        t.add_row(r.case.label, r.provider, r.status,
+                  *(_fmt(getattr(r, METRICS[m][0]), METRICS[m][2]) for m in metrics),
+                  r.reason, style=style)
+    return t
+
+
+def write_json(path, meta: dict, results) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps({"meta": meta, "results": [r.row() for r in results]},
+                               indent=1, default=str) + "\n")
+    return path
+
+
+def write_csv(path, meta: dict, results) -> Path:
+    """CSV with the stamp as leading ``# key: value`` lines (``comment='#'`` in pandas)."""
+    path = Path(path)
+    rows = [r.row() for r in results]
+    cols = list(rows[0]) if rows else []
+    with path.open("w", newline="") as f:
+        for key in ("date", "device", "command", "git_commit", "baseline"):
+            f.write(f"# {key}: {meta.get(key)}\n")
+        f.write(f"# versions: {json.dumps(meta.get('versions'))}\n")
+        f.write(f"# ceilings: {json.dumps(meta.get('ceilings'))}\n")
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for row in rows:
+            row["validated_shapes"] = ";".join(row["validated_shapes"])
+            w.writerow(row)
+    return path
+
+
+def plot(path, results, meta: dict) -> Optional[Path]:
+    """TFLOP/s against N, one panel per (mode, dtype, D, causal), one line per provider."""
+    ok = [r for r in results if r.status == "ok" and r.case.Nq == r.case.Nk]
+    if not ok:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r.case.mode, r.case.dtype, r.case.D, r.case.causal) for r in ok},
+                    key=str)
+    ncol = min(4, len(panels))
+    nrow = -(-len(panels) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.4 * nrow), squeeze=False)
+    for ax, key in zip(axes.flat, panels):
+        mode, dtype, D, causal = key
+        for prov in dict.fromkeys(r.provider for r in ok):
+            pts = sorted((r.case.Nq, r.tflops) for r in ok if r.provider == prov
+                         and (r.case.mode, r.case.dtype, r.case.D, r.case.causal) == key)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=prov)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{mode} {dtype} D={D} {'causal' if causal else 'full'}", fontsize=9)
+        ax.set_xlabel("N")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{meta.get('device')}  {meta.get('date')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+RATIO_AGAINST = ("sdpa-cudnn", "fa4")
+
+
+def markdown(results, meta: dict, subject: str = "flashscope") -> str:
+    """A TFLOP/s table (rows: mode, D, N, mask; columns: providers) with subject/peer
+    ratios, headed by the stamp. Failed cells say so; unsupported ones are blank."""
+    providers = list(dict.fromkeys(r.provider for r in results
+                                   if r.status not in ("unavailable",)))
+    cells = {(r.case, r.provider): r for r in results}
+    cases = list(dict.fromkeys(r.case for r in results))
+    peers = [p for p in RATIO_AGAINST if p in providers and subject in providers]
+    head = ["mode", "dtype", "shape", "causal", *providers,
+            *(f"{subject} / {p}" for p in peers)]
+    lines = [f"Date {meta.get('date')}, device {meta.get('device')}, versions "
+             f"{', '.join(f'{k} {v}' for k, v in (meta.get('versions') or {}).items() if v)}"
+             f", commit {meta.get('git_commit')}.", "",
+             f"Command: `{meta.get('command')}`", ""]
+    ceil = meta.get("ceilings")
+    if ceil:
+        lines += [f"Ceilings measured in the same run: bf16 GEMM 8192^3 "
+                  f"{ceil['gemm_tflops']:.0f} TFLOP/s, device-to-device copy "
+                  f"{ceil['copy_gbps']:.0f} GB/s.", ""]
+    lines += ["TFLOP/s (median; FLOPs 4 B H Nq Nk D, x0.5 causal, x2.5 bwd, x3.5 fwd+bwd):",
+              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in cases:
+        row = [c.mode, "bf16" if c.dtype == "bfloat16" else "fp16", c.shape,
+               "yes" if c.causal else "no"]
+        for p in providers:
+            r = cells.get((c, p))
+            row.append("" if r is None or r.status in ("unsupported", "unavailable") else
+                       f"{r.tflops:.0f}" if r.status == "ok" else r.status)
+        for p in peers:
+            a, b = cells.get((c, subject)), cells.get((c, p))
+            row.append(f"{a.tflops / b.tflops:.2f}" if a and b and a.tflops and b.tflops
+                       else "")
+        lines.append("| " + " | ".join(row) + " |")
+    bad = [r for r in results if r.status in ("failed", "error")]
+    if bad:
+        lines += ["", "Failed or errored:", ""]
+        lines += [f"- {r.provider} {r.case.label}: {r.reason}" for r in bad]
+    return "\n".join(lines) + "\n"

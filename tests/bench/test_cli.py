@@ -1,0 +1,60 @@
+"""``flashscope bench`` end to end on CPU: discovery, bad input, stamped result files, and
+the real flashscope provider validated and timed through the interpreter."""
+
+import csv
+import json
+
+import pytest
+
+from flashscope.cli import main
+
+
+def test_help_states_the_formulas(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    assert "4*B*H*Nq*Nk*D" in text and "x2.5" in text and "x3.5" in text
+    assert "x0.5 when causal" in text
+
+
+def test_list_baselines_gives_reasons(capsys):
+    assert main(["bench", "--list-baselines", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "sdpa-cudnn" in out and "needs a CUDA GPU" in out and "fa4" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--shape", "1,2,3"], "--shape '1,2,3'"),
+    (["--shape", "1,3,64,32,64,2"], "Hkv = 2 must divide H = 3"),
+    (["--shape", "1,2,64,32", "--only", "sdpa-mathh"], "did you mean 'sdpa-math'"),
+    (["--shape", "1,2,64,32", "--metrics", "tflop"], "--metrics 'tflop'"),
+    (["--shape", "1,2,64,32", "--dtype", "fp8"], "--dtype 'fp8'"),
+    (["--shape", "1,2,64,32", "--mode", "back"], "--mode 'back'"),
+    (["--shape", "1,2,64,32", "--only", "sdpa-math", "--baseline", "fa4"], "--baseline 'fa4'"),
+    ([], "give --suite"),
+])
+def test_bad_arguments_exit_2_with_one_line(capsys, argv, needle):
+    assert main(["bench", "--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
+
+
+def test_results_files_are_stamped(tmp_path, capsys):
+    argv = ["bench", "--device", "cpu", "--shape", "1,2,40,16", "--causal", "yes",
+            "--dtype", "fp16", "--only", "sdpa-math,flashscope", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    meta = data["meta"]
+    assert meta["command"].startswith("flashscope bench") and meta["date"] and meta["device"]
+    assert meta["versions"]["torch"] and meta["versions"]["triton"]
+    rows = {r["provider"]: r for r in data["results"]}
+    assert rows["flashscope"]["status"] == "ok", rows["flashscope"]["reason"]
+    assert rows["flashscope"]["max_rel_error"] <= 2e-3
+    assert rows["sdpa-math"]["speedup"] == pytest.approx(1.0)
+    lines = (tmp_path / "bench.csv").read_text().splitlines()
+    assert lines[0].startswith("# date:") and any(x.startswith("# command:") for x in lines)
+    table = list(csv.DictReader(x for x in lines if not x.startswith("#")))
+    assert {r["provider"] for r in table} == {"sdpa-math", "flashscope"}
+    assert (tmp_path / "bench.png").stat().st_size > 1000
+    md = (tmp_path / "bench.md").read_text()
+    assert "| fwd | fp16 | 1,2,40,16 | yes |" in md and "Command: `flashscope bench" in md
