@@ -214,6 +214,22 @@ def _plain(v):
     return v if isinstance(v, (bool, int, float, str, type(None))) else str(v)
 
 
+@contextlib.contextmanager
+def _compiler_mode():
+    """Triton's code generator consults ``knobs.runtime.interpret`` while lowering (integer
+    division, for one); a process running the CPU interpreter (TRITON_INTERPRET=1) must
+    still compile for the GPU here."""
+    import triton
+
+    knobs = triton.knobs.runtime
+    saved = knobs.interpret
+    knobs.interpret = False
+    try:
+        yield
+    finally:
+        knobs.interpret = saved
+
+
 def _compile(spec, cfg, t, head_dim, dtype, causal, problem, extra, key) -> Artifact:
     import triton
 
@@ -222,7 +238,7 @@ def _compile(spec, cfg, t, head_dim, dtype, causal, problem, extra, key) -> Arti
     try:
         # Triton prints a whole PTX reproducer on stdout when ptxas fails; keep it out of
         # the caller's output (the error below names the cause).
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), _compiler_mode():
             compiled = triton.compile(src, target=target, options=options.__dict__)
     except Exception as e:
         raise ConfigError(compile_failure(str(e), cfg, t)) from None
@@ -344,7 +360,13 @@ def build(config, target, *, head_dim: int = 128, dtype: str = "bfloat16",
     problem = tuple(int(x) for x in problem)
     key = cache_key(kernel, config, t, head_dim, dtype, causal, problem, **extra)
     art = load_cached(key) if use_cache else None
-    if art is None:
+    if art is None and interpreter_imported():
+        art = run_clean(_build_task, [(config, t.name, dict(
+            head_dim=head_dim, dtype=dtype, causal=causal, kernel=kernel, problem=problem,
+            use_cache=use_cache, check=False, **extra))])[0]
+        if isinstance(art, Exception):
+            raise art
+    elif art is None:
         art = _compile(spec, config, t, head_dim, dtype, causal, problem, extra, key)
         if use_cache:
             try:
@@ -353,3 +375,42 @@ def build(config, target, *, head_dim: int = 128, dtype: str = "bfloat16",
                 raise FlashscopeError(f"compile cache {cache_root()}: cannot write "
                                       f"({e.strerror or e})") from None
     return check_limits(art) if check else art
+
+
+# -- compiling in other processes --------------------------------------------------------
+
+def interpreter_imported() -> bool:
+    """True when this process runs Triton's CPU interpreter (TRITON_INTERPRET=1 when
+    Triton was imported): its language helpers are then interpreter functions and cannot
+    be compiled for a GPU in this process, so compiles go to clean worker processes."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _build_task(item):
+    cfg, target, kw = item
+    try:
+        return build(cfg, target, **kw)
+    except FlashscopeError as e:
+        return e
+
+
+def run_clean(fn, items, jobs: int = 1) -> list:
+    """``[fn(item) for item in items]`` in up to ``jobs`` worker processes.
+
+    Workers are forked (instant: Triton is loaded already) unless this process runs the
+    interpreter; then they are spawned with TRITON_INTERPRET removed from their
+    environment, so that they import Triton as a compiler."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    clean = interpreter_imported()
+    methods = multiprocessing.get_all_start_methods()
+    method = "fork" if "fork" in methods and not clean else "spawn"
+    saved = os.environ.pop("TRITON_INTERPRET", None) if clean else None
+    try:
+        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items))),
+                                 mp_context=multiprocessing.get_context(method)) as pool:
+            return list(pool.map(fn, items))
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved

@@ -1,15 +1,13 @@
 """Inspect configs x targets: cache hits read in this process, misses compiled in parallel.
 
 Work items are independent (one Triton compile + one disassembly each), so misses go to a
-``ProcessPoolExecutor`` of ``jobs`` workers (fork where available: the parent has Triton
-loaded already, so workers start in milliseconds). A hit costs one JSON read.
+pool of ``jobs`` worker processes (:func:`flashscope.compile.run_clean`). A hit costs one
+JSON read.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 
 from .. import compile as fcompile
 from ..errors import FlashscopeError
@@ -69,12 +67,9 @@ def inspect_configs(configs, targets, *, jobs: int = 0, occupancy: bool = True, 
         else:
             results[i] = d
     jobs = jobs or os.cpu_count() or 1
-    if len(misses) > 1 and jobs > 1:
-        methods = multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(misses)), mp_context=ctx) as pool:
-            for i, r in zip(misses, pool.map(_task, [items[i] for i in misses])):
-                results[i] = r
+    if misses and (len(misses) > 1 and jobs > 1 or fcompile.interpreter_imported()):
+        for i, r in zip(misses, fcompile.run_clean(_task, [items[i] for i in misses], jobs)):
+            results[i] = r
     else:
         for i in misses:
             results[i] = _task(items[i])

@@ -88,12 +88,17 @@ def _run_on_bytes(args, data: bytes, what: str) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(data)
         f.flush()
-        p = subprocess.run(args + [f.name], capture_output=True, text=True)
+        try:
+            p = subprocess.run(args + [f.name], capture_output=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            raise ArtifactError(f"{what}: {os.path.basename(args[0])} did not finish in 120 s "
+                                "(corrupt cubin?)") from None
+    out = p.stdout.decode("utf-8", "replace")
     if p.returncode != 0:
-        msg = (p.stderr or p.stdout).strip().splitlines()
+        msg = (p.stderr.decode("utf-8", "replace") or out).strip().splitlines()
         raise ArtifactError(f"{what}: {os.path.basename(args[0])} could not read it"
                             f" ({msg[-1] if msg else 'exit ' + str(p.returncode)})")
-    return p.stdout
+    return out
 
 
 def disassemble(cubin: bytes, what: str = "cubin") -> str:

@@ -1,0 +1,43 @@
+"""Shared fixtures: one compile cache per test session, and the golden artifacts built once."""
+
+import os
+
+import pytest
+
+from .golden import CASES, case_id
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory):
+    """A fresh $FLASHSCOPE_CACHE for the session (Triton's own cache still speeds it up)."""
+    saved = os.environ.get("FLASHSCOPE_CACHE")
+    path = tmp_path_factory.mktemp("flashscope-cache")
+    os.environ["FLASHSCOPE_CACHE"] = str(path)
+    yield path
+    if saved is None:
+        os.environ.pop("FLASHSCOPE_CACHE", None)
+    else:
+        os.environ["FLASHSCOPE_CACHE"] = saved
+
+
+@pytest.fixture(scope="session")
+def artifacts(compile_cache):
+    """{case id: Artifact} for the golden cases, compiled in parallel (one batch of worker
+    processes), then read back from the cache."""
+    from flashscope.compile import _build_task, build, run_clean
+    from flashscope.config import AttentionConfig
+
+    run_clean(_build_task, [(AttentionConfig.parse(c[1]), c[0],
+                             dict(head_dim=c[2], causal=c[3])) for c in CASES], jobs=2)
+    return {case_id(c): build(AttentionConfig.parse(c[1]), c[0], head_dim=c[2], causal=c[3])
+            for c in CASES}
+
+
+@pytest.fixture(scope="session")
+def cubin(artifacts):
+    return artifacts[case_id(CASES[0])].binary
+
+
+@pytest.fixture(scope="session")
+def hsaco(artifacts):
+    return artifacts[case_id(CASES[3])]

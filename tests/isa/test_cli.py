@@ -1,0 +1,104 @@
+"""``flashscope inspect``: output formats, and every bad-input path exits 2 with one line."""
+
+import csv
+import io
+import json
+import shutil
+
+import pytest
+
+from flashscope import cli
+
+from .golden import CASES, case_id
+
+SM80 = "BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=2"
+
+
+def _run(capsys, *argv):
+    code = cli.main(["inspect", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_record_keys(capsys, artifacts):
+    code, out, err = _run(capsys, "--target", "sm80", "--config", SM80, "--head-dim", "64",
+                          "--causal", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    (rec,) = doc["kernels"]
+    for key in ("kernel", "target", "registers", "agprs", "sgprs", "spill_stores",
+                "spill_loads", "vgpr_spills", "sgpr_spills", "local_bytes", "shared_bytes",
+                "threads", "mix", "features", "config", "head_dim", "dtype", "causal",
+                "num_warps", "wave_size", "opcodes", "occupancy", "limiter"):
+        assert key in rec, key
+    assert rec["target"] == "sm80" and rec["causal"] is True and doc["errors"] == []
+    assert rec["registers"] == 168 and rec["mix"]["mma"] > 0
+
+
+def test_csv_and_table(capsys, artifacts):
+    code, out, _ = _run(capsys, "--target", "sm80", "--config", SM80, "--head-dim", "64",
+                        "--causal", "--csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and rows[0]["registers"] == "168" and int(rows[0]["mix.ldmatrix"]) > 0
+    code, out, _ = _run(capsys, "--target", "sm80", "--config", SM80, "--head-dim", "64",
+                        "--causal")
+    assert code == 0 and "m64n64w4s2q1" in out and "168" in out
+
+
+def test_path_and_diff(capsys, artifacts, tmp_path):
+    a = artifacts[case_id(CASES[1])]
+    b = artifacts[case_id(CASES[2])]
+    code, out, _ = _run(capsys, a.path, "--json")
+    assert code == 0 and json.loads(out)["kernels"][0]["registers"] == 168
+    pa, pb = tmp_path / "a.cubin", tmp_path / "b.cubin"
+    pa.write_bytes(a.binary)
+    pb.write_bytes(b.binary)
+    code, out, _ = _run(capsys, "--diff", str(pa), str(pb), "--json")
+    d = json.loads(out)
+    assert code == 0 and d["fields"]["registers"]["delta"] == 32 - 168
+
+
+def _bad(capsys, *argv, match):
+    code, out, err = _run(capsys, *argv)
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert match in err, err
+
+
+def test_bad_inputs(capsys, tmp_path):
+    _bad(capsys, "--target", "sm9", match="did you mean")
+    _bad(capsys, "--target", "gfx9422", match="unknown target")
+    _bad(capsys, "--config", "BLOCK_M=48", match="BLOCK_M=48")
+    _bad(capsys, "--config", "BLOCK_Q=64", match="unknown key")
+    _bad(capsys, "--config", "BLOCK_M", match="KEY=VALUE")
+    _bad(capsys, "--target", "gfx942", "--config", "maxnreg=64", match="NVIDIA register cap")
+    _bad(capsys, "--kernel", "nope", match="unknown kernel")
+    _bad(capsys, "--jobs", "-1", match="--jobs")
+    cfgs = tmp_path / "c.json"
+    cfgs.write_text("{not json")
+    _bad(capsys, "--configs", str(cfgs), match="not JSON")
+    cfgs.write_text("[3]")
+    _bad(capsys, "--configs", str(cfgs), match="each entry")
+    _bad(capsys, "--configs", str(tmp_path / "missing.json"), match="cannot read")
+    _bad(capsys, str(tmp_path / "nothing.cubin"), match="no such file")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _bad(capsys, str(empty), match="no kernels here")
+    junk = tmp_path / "junk.cubin"
+    junk.write_bytes(b"\0" * 100)
+    _bad(capsys, str(junk), match="not an ELF")
+    other = tmp_path / "ls.hsaco"
+    shutil.copy(shutil.which("ls"), other)
+    _bad(capsys, str(other), match="not a GPU binary")
+    _bad(capsys, "--diff", "nothing", "BLOCK_M=64", match="neither an existing file")
+
+
+def test_truncated_cubin(capsys, tmp_path, cubin):
+    p = tmp_path / "t.cubin"
+    p.write_bytes(cubin[:len(cubin) // 3])
+    _bad(capsys, str(p), match="t.cubin")
+
+
+def test_over_the_lds_limit(capsys):
+    _bad(capsys, "--target", "gfx942", "--config", "BLOCK_M=128,BLOCK_N=64,num_warps=8,"
+         "num_stages=3", "--head-dim", "128", match="LDS per block; gfx942 allows 65536")

@@ -1,0 +1,107 @@
+"""Offline builds: the JIT's specialization, the cache, and configs that cannot build."""
+
+import json
+
+import pytest
+
+from flashscope import compile as fcompile
+from flashscope.config import AttentionConfig
+from flashscope.errors import ConfigError, UnknownTargetError
+
+from .golden import CASES, case_id
+
+
+def test_constants_mirror_the_launch(artifacts):
+    """The constexprs the binder produced are the launcher's keywords plus the specialized
+    stride-1 / GROUP=1 integers of a contiguous MHA problem."""
+    art = artifacts[case_id(CASES[0])]
+    assert art.constants == {
+        "stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1, "GROUP": 1,
+        "HEAD_DIM": 64, "HEAD_DIM_PAD": 64, "BLOCK_M": 128, "BLOCK_N": 64,
+        "IS_CAUSAL": False, "Q_IN_REGS": True, "RETURN_LSE": False, "EVEN_N": True,
+        "SCALE_POS": True}
+    assert art.metadata["num_warps"] == 8 and art.metadata["num_stages"] == 3
+    assert art.metadata["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}
+    assert art.binary[:4] == b"\x7fELF" and ".target sm_90a" in art.asm
+
+
+def test_maxnreg_reaches_ptxas(artifacts):
+    art = artifacts[case_id(CASES[2])]
+    assert art.metadata["maxnreg"] == 32 and ".maxnreg 32" in art.asm
+
+
+def test_cache_hit_is_the_same_artifact(artifacts, compile_cache):
+    art = artifacts[case_id(CASES[0])]
+    again = fcompile.build(AttentionConfig.parse(CASES[0][1]), "sm90", head_dim=64)
+    assert again.key == art.key and again.binary == art.binary and again.path == art.path
+    meta = json.loads((compile_cache / art.key[:2] / art.key / "artifact.json").read_text())
+    assert meta["constants"] == art.constants
+
+
+def test_key_covers_every_input():
+    cfg = AttentionConfig(64, 64, 4, 2)
+    base = fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", False)
+    others = {
+        fcompile.cache_key("fwd", cfg.replace(num_stages=3), "sm90", 64, "bfloat16", False),
+        fcompile.cache_key("fwd", cfg.replace(maxnreg=128), "sm90", 64, "bfloat16", False),
+        fcompile.cache_key("fwd", cfg, "sm80", 64, "bfloat16", False),
+        fcompile.cache_key("fwd", cfg, "sm90", 128, "bfloat16", False),
+        fcompile.cache_key("fwd", cfg, "sm90", 64, "float16", False),
+        fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", True),
+        fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", False, (1, 8, 8, 100, 100)),
+        fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", False, return_lse=True),
+    }
+    assert base not in others and len(others) == 8
+    assert base == fcompile.cache_key("fwd", cfg, "sm_90", 64, "bfloat16", False)
+
+
+def test_damaged_cache_entry_is_a_miss(artifacts):
+    art = artifacts[case_id(CASES[3])]
+    assert fcompile.load_cached(art.key) is not None
+    assert fcompile.load_cached("0" * 64) is None
+
+
+@pytest.mark.parametrize("cfg, target, match", [
+    (AttentionConfig(48, 64, 4, 2), "sm90", "BLOCK_M=48"),
+    (AttentionConfig(64, 64, 32, 2), "sm90", "num_warps=32"),
+    (AttentionConfig(64, 64, 4, 2, maxnreg=64), "gfx942", "NVIDIA register cap"),
+    (AttentionConfig(64, 64, 4, 2, waves_per_eu=2), "sm90", "AMD option"),
+    (AttentionConfig(256, 256, 8, 4), "sm80", "shared memory"),
+])
+def test_pure_checks_reject_before_compiling(cfg, target, match):
+    with pytest.raises(ConfigError, match=match):
+        fcompile.build(cfg, target, head_dim=128)
+
+
+def test_unknown_target_suggests():
+    with pytest.raises(UnknownTargetError, match="did you mean 'sm90'"):
+        fcompile.build(AttentionConfig(), "sm9O")
+
+
+def test_unknown_kernel_and_dtype():
+    with pytest.raises(ConfigError, match="unknown kernel"):
+        fcompile.build(AttentionConfig(), "sm90", kernel="fwdd")
+    with pytest.raises(ConfigError, match="--dtype"):
+        fcompile.build(AttentionConfig(), "sm90", dtype="float32")
+
+
+def test_lds_limit_named_after_compile():
+    """128x64 tiles, 3 stages, D=128 pass the pure lower bound on gfx942 but Triton's
+    allocation (80 KB) is over the 64 KB of LDS a workgroup may have."""
+    with pytest.raises(ConfigError, match=r"81920 bytes of LDS per block; gfx942 allows 65536"):
+        fcompile.build(AttentionConfig(128, 64, 8, 3), "gfx942", head_dim=128)
+
+
+def test_ptxas_register_failure_names_the_cap():
+    with pytest.raises(ConfigError, match=r"maxnreg=16 is too few registers per thread for "
+                                          r"sm90 \(ptxas fatal"):
+        fcompile.build(AttentionConfig(64, 32, 4, 1, maxnreg=16), "sm90", head_dim=32)
+
+
+def test_register_kernel_extends_the_registry():
+    spec = fcompile.KERNELS["fwd"]
+    fcompile.register_kernel("fwd_copy", spec)
+    try:
+        assert fcompile.kernel_spec("fwd_copy") is spec
+    finally:
+        del fcompile.KERNELS["fwd_copy"]

@@ -1,0 +1,189 @@
+"""Readers on real artifacts: golden values, feature flags, cross-checks, files on disk,
+and fuzzing (truncated, bit-flipped and random inputs raise only ArtifactError)."""
+
+import json
+import random
+import shutil
+import sys
+
+import pytest
+
+from flashscope.errors import ArtifactError
+from flashscope.isa import amd, diff, nvidia, read_binary, read_path, record_for
+
+from .golden import CASES, FIELDS, GOLDEN, case_id
+
+
+@pytest.fixture(scope="module")
+def records(artifacts):
+    return {k: record_for(a) for k, a in artifacts.items()}
+
+
+def test_golden_values(records):
+    """Pinned to Triton 3.6.0; regenerate with `python tests/isa/golden.py --write`."""
+    import triton
+
+    golden = json.loads(GOLDEN.read_text())
+    assert golden["triton"] == triton.__version__ == "3.6.0"
+    for case in CASES:
+        got = records[case_id(case)].as_dict()
+        assert {k: got[k] for k in FIELDS} == golden["cases"][case_id(case)], case_id(case)
+
+
+def test_feature_flags(records):
+    sm90, sm80, spill, gfx = (records[case_id(c)] for c in CASES)
+    assert sm90.opcodes.get("HGMMA", 0) > 0 and "uses_wgmma" in sm90.features
+    assert sm80.opcodes.get("HMMA", 0) > 0 and sm80.opcodes.get("LDSM", 0) > 0
+    assert "uses_wgmma" not in sm80.features and "uses_ldmatrix" in sm80.features
+    assert spill.opcodes["STL"] > 0 and spill.opcodes["LDL"] > 0 and spill.local_bytes > 0
+    assert spill.registers == 32 and "spills" in spill.features
+    assert (spill.spill_stores, spill.spill_loads) == (spill.opcodes["STL"], spill.opcodes["LDL"])
+    assert gfx.mix["mfma"] > 0 and "uses_mfma" in gfx.features
+    assert gfx.spill_stores is None and gfx.sgprs > 0 and gfx.agprs is not None
+    for r in (sm90, sm80, spill):
+        assert r.agprs is None and r.sgprs is None and r.vgpr_spills is None
+        assert r.shared_bytes == r.static_shared_bytes + r.dynamic_shared_bytes
+
+
+def test_cubin_agrees_with_cuobjdump(artifacts, records):
+    for case in CASES[:3]:
+        art, rec = artifacts[case_id(case)], records[case_id(case)]
+        ru = nvidia.resource_usage(art.binary)[art.name]
+        assert (ru["REG"], ru["SHARED"], ru["STACK"]) == (
+            rec.registers, rec.static_shared_bytes, rec.local_bytes), case_id(case)
+        assert rec.dynamic_shared_bytes == art.metadata["shared"]
+
+
+def test_amd_counts_are_the_code_objects(hsaco, records):
+    meta = amd.metadata(hsaco.binary)["amdhsa.kernels"][0]
+    rec = records[case_id(CASES[3])]
+    assert rec.registers == meta[".vgpr_count"]  # unified count; AGPRs not added again
+    assert rec.agprs == meta[".agpr_count"] and rec.sgprs == meta[".sgpr_count"]
+    assert rec.local_bytes == meta[".private_segment_fixed_size"]
+    assert rec.shared_bytes == meta[".group_segment_fixed_size"] + hsaco.metadata["shared"]
+    assert rec.wave_size == 64 and rec.threads == 64 * hsaco.metadata["num_warps"]
+
+
+def test_lds_widths():
+    from collections import Counter
+
+    mix, feats = amd.mix_of(Counter({"ds_read_b128": 2, "ds_read2_b64": 3, "ds_read_u16": 1,
+                                     "ds_write_b64": 4, "v_mfma_f32_32x32x8_bf16": 5,
+                                     "scratch_store_dword": 1}))
+    assert mix["ds_read.b128"] == 5 and mix["ds_read.b16"] == 1 and mix["ds_write.b64"] == 4
+    assert mix["ds_read"] == 6 and mix["mfma"] == 5 and feats == ["uses_mfma", "spills"]
+
+
+def test_sass_parsing_keeps_mufu_function():
+    sass = """
+        .section	.text.k,"ax",@progbits
+        /*0000*/                   MUFU.EX2 R1, R2 ;
+        /*0010*/              @!P0 MUFU.RCP R1, R2 ;
+        /*0020*/                   STL.64 [R1], R2 ;
+        /*0030*/              @P1  LDL R3, [R1] ;
+    """
+    assert nvidia.split_sass(sass) == {"k": ["MUFU.EX2", "MUFU.RCP", "STL", "LDL"]}
+
+
+def test_triton_cache_dir_and_bare_files(tmp_path, artifacts):
+    """A Triton-style cache: <hash>/<name>.json + binary (+ .amdgcn)."""
+    for i, art in enumerate(artifacts.values()):
+        d = tmp_path / "cache" / f"h{i}"
+        d.mkdir(parents=True)
+        (d / f"{art.name}.{art.binary_ext}").write_bytes(art.binary)
+        (d / f"{art.name}.json").write_text(json.dumps(art.metadata))
+        if art.vendor == "amd":
+            (d / f"{art.name}.amdgcn").write_text(art.asm)
+    recs = read_path(tmp_path / "cache")
+    assert len(recs) == len(artifacts)
+    by_src = {r.source.split("/")[-2]: r for r in recs}
+    for i, art in enumerate(artifacts.values()):
+        r, want = by_src[f"h{i}"], record_for(art)
+        assert (r.registers, r.shared_bytes, r.threads, r.mix) == (
+            want.registers, want.shared_bytes, want.threads, want.mix)
+    # a bare cubin: no Triton metadata, so no dynamic shared; threads from REQNTID
+    art = artifacts[case_id(CASES[0])]
+    bare = tmp_path / "k.cubin"
+    bare.write_bytes(art.binary)
+    (r,) = read_path(bare)
+    assert r.dynamic_shared_bytes is None and r.threads == 256 and r.target == "sm90"
+
+
+def test_flashscope_cache_entry_keeps_constants(artifacts):
+    art = artifacts[case_id(CASES[1])]
+    (r,) = read_path(art.path)
+    assert r.constants == art.constants and r.config["key"] == "m64n64w4s2q1"
+
+
+def test_diff(records):
+    a, b = records[case_id(CASES[1])], records[case_id(CASES[2])]
+    d = diff(a, b)
+    assert d["fields"]["registers"]["delta"] == b.registers - a.registers
+    assert d["fields"]["agprs"]["delta"] is None
+    assert d["mix"]["local"]["delta"] == b.mix["local"] - a.mix["local"] > 0
+
+
+@pytest.mark.parametrize("data, match", [
+    (b"", "not an ELF"),
+    (b"hello world" * 10, "not an ELF"),
+    (b"\x7fELF" + b"\0" * 10, "not an ELF"),
+])
+def test_not_elf(data, match):
+    with pytest.raises(ArtifactError, match=match):
+        read_binary(data, "x")
+
+
+def test_elf_of_another_kind():
+    with open(sys.executable, "rb") as f:
+        data = f.read(1 << 20)
+    exe = open(shutil.which("ls") or sys.executable, "rb").read()
+    with pytest.raises(ArtifactError, match="not a GPU binary|corrupt"):
+        read_binary(exe, "ls")
+    with pytest.raises(ArtifactError):
+        read_binary(data, "python (first MB)")
+
+
+def _mutations(data: bytes, rng: random.Random, n: int):
+    for _ in range(n):
+        kind = rng.randrange(3)
+        if kind == 0:
+            yield data[:rng.randrange(len(data))]
+        elif kind == 1:
+            b = bytearray(data)
+            for _ in range(rng.randint(1, 8)):
+                # Bias flips toward the headers and tables where parsing decisions live.
+                pos = rng.randrange(min(len(b), 4096) if rng.random() < 0.7 else len(b))
+                b[pos] ^= 1 << rng.randrange(8)
+            yield bytes(b)
+        else:
+            yield b"\x7fELF" + bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 512)))
+
+
+def test_fuzz_readers(cubin, hsaco):
+    """1,200 mutated inputs: each is read or raises ArtifactError, nothing else. SASS is
+    stubbed (one nvdisasm call per case would dominate the run; the subprocess path is
+    covered below)."""
+    rng = random.Random(1234)
+    ok = 0
+    for data in _mutations(cubin, rng, 600):
+        try:
+            nvidia.read_cubin(data, "fuzz", sass="")
+            ok += 1
+        except ArtifactError:
+            pass
+    for data in _mutations(hsaco.binary, rng, 600):
+        try:
+            amd.read_hsaco(data, "fuzz", text=hsaco.asm)
+            ok += 1
+        except ArtifactError:
+            pass
+    assert 0 < ok < 1200
+
+
+def test_fuzz_through_nvdisasm(cubin):
+    rng = random.Random(7)
+    for data in _mutations(cubin, rng, 12):
+        try:
+            read_binary(data, "fuzz")
+        except ArtifactError:
+            pass
