@@ -90,3 +90,48 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     if scale == 0.0:
         return 0.0 if err == 0.0 else math.inf
     return err / scale
+
+
+def reference_attention_grads(q, k, v, dout, *, is_causal: bool = False,
+                              scale: Optional[float] = None,
+                              compute_dtype: torch.dtype = torch.float64):
+    """(out, dq, dk, dv) in ``compute_dtype`` for the loss <out, dout>, by the closed form
+    (chunked over query rows like the forward, no autograd graph):
+    P = softmax(scale Q K^T), dV = P^T dO, dP = dO V^T, Delta_i = sum_d dO_id O_id,
+    dS = P (dP - Delta), dQ = scale dS K, dK = scale dS^T Q; GQA sums dK, dV over each group
+    of H / Hkv query heads. dout has q's shape (B, H, Nq, D)."""
+    out = reference_attention(q, k, v, is_causal=is_causal, scale=scale,
+                              compute_dtype=compute_dtype)
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if tuple(dout.shape) != tuple(q.shape):
+        raise FlashscopeError(f"dout: expected q's shape {tuple(q.shape)}, got "
+                              f"{tuple(dout.shape)}")
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    qd, kd, vd, dod = (t.to(compute_dtype) for t in (q, k, v, dout))
+    if Hkv != H:
+        kd = kd.repeat_interleave(H // Hkv, dim=1)
+        vd = vd.repeat_interleave(H // Hkv, dim=1)
+    itemsize = torch.empty((), dtype=compute_dtype).element_size()
+    rows = max(1, _CHUNK_BYTES // max(1, 2 * B * H * Nk * itemsize))
+    dq = torch.empty_like(qd)
+    dk = torch.zeros_like(kd)
+    dv = torch.zeros_like(vd)
+    cols = torch.arange(Nk, device=q.device)
+    for r0 in range(0, Nq, rows):
+        r1 = min(Nq, r0 + rows)
+        s = (qd[:, :, r0:r1] @ kd.transpose(-1, -2)) * scale
+        if is_causal:
+            hidden = cols[None, :] > torch.arange(r0, r1, device=q.device)[:, None]
+            s = s.masked_fill(hidden, float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        do = dod[:, :, r0:r1]
+        dv += p.transpose(-1, -2) @ do
+        delta = (do * out[:, :, r0:r1]).sum(-1, keepdim=True)
+        ds = p * (do @ vd.transpose(-1, -2) - delta)
+        dq[:, :, r0:r1] = (ds @ kd) * scale
+        dk += (ds.transpose(-1, -2) @ qd[:, :, r0:r1]) * scale
+    if Hkv != H:
+        dk = dk.view(B, Hkv, H // Hkv, Nk, D).sum(2)
+        dv = dv.view(B, Hkv, H // Hkv, Nk, D).sum(2)
+    return out, dq, dk, dv
