@@ -349,10 +349,14 @@ def check_bwd_config(cfg: AttentionBwdConfig, target="sm90", head_dim: int = 128
 #   D=64,  32/128/128/32 w8 s3: 194/252 regs, no stack | 103/127   (w4: dK/dV 48 B stack)
 #   D=128, 16/128/128/32 w8 s2: 243/254 regs, no stack | 203/195   (32/128 w8 s3: 16/144 B)
 #   D=256, 16/32/32/16 w8 s2:   208/245 regs, no stack | 252/254   (16/64 w8: 136/680 B)
-# Speed on the GPU is still to be measured (scripts/gpu/bwd_check.py times alternatives).
+# Then timed on an H100 (scripts/gpu/bwd_check.py, bf16, N = 4096, 2026-11-21): the
+# smaller 32/64/64/32 with 4 warps and 3 stages beat every spill-free wide tile, for both
+# head dims (backward TFLOP/s, non-causal / causal):
+#   D=64:  32/64/64/32 w4 s3 349 / 316  vs 32/128/128/32 w8 s3 313 / 303   (FA2 270 / 229)
+#   D=128: 32/64/64/32 w4 s3 385 / 298  vs 16/128/128/32 w8 s2 246 / 178   (FA2 290 / 251)
 _BWD_DEFAULTS = (
-    ("sm90", 64, AttentionBwdConfig(32, 128, 128, 32, 8, 3)),
-    ("sm90", 128, AttentionBwdConfig(16, 128, 128, 32, 8, 2)),
+    ("sm90", 64, AttentionBwdConfig(32, 64, 64, 32, 4, 3)),
+    ("sm90", 128, AttentionBwdConfig(32, 64, 64, 32, 4, 3)),
     ("sm90", 256, AttentionBwdConfig(16, 32, 32, 16, 8, 2)),
     ("nvidia", 64, AttentionBwdConfig(32, 128, 128, 32, 8, 2)),
     ("nvidia", 128, AttentionBwdConfig(16, 128, 128, 32, 8, 2)),

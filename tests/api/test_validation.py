@@ -10,10 +10,21 @@ from flashscope import AttentionConfig
 from flashscope.errors import FlashscopeError
 
 
-def qkv(shape=(1, 2, 8, 32), kv_shape=None, dtype=torch.float16):
+DEVICE = "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _on_test_device(device):
+    """Inputs live on the suite's device (CPU = interpreter), so each check below is the
+    one that fires, not the device check."""
+    global DEVICE
+    DEVICE = "cuda" if device == "cuda" else "cpu"
+
+
+def qkv(shape=(1, 2, 8, 32), kv_shape=None, dtype=torch.float16, device=None):
     kv_shape = kv_shape or shape
-    return (torch.randn(shape).to(dtype), torch.randn(kv_shape).to(dtype),
-            torch.randn(kv_shape).to(dtype))
+    dev = device or DEVICE
+    return tuple(torch.randn(s, device=dev).to(dtype) for s in (shape, kv_shape, kv_shape))
 
 
 def expect(exc, pattern, *args, **kwargs):
@@ -23,7 +34,7 @@ def expect(exc, pattern, *args, **kwargs):
 
 def test_not_a_tensor():
     q, k, v = qkv()
-    expect(TypeError, "key: expected a torch.Tensor", q, k.numpy(), v)
+    expect(TypeError, "key: expected a torch.Tensor", q, k.tolist(), v)
 
 
 def test_rank():
@@ -79,7 +90,7 @@ def test_config_type_and_limits():
 
 def test_cpu_needs_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    q, k, v = qkv()
+    q, k, v = qkv(device="cpu")
     expect(ValueError, "CPU tensors run only under Triton's interpreter", q, k, v)
 
 
