@@ -1,0 +1,126 @@
+"""Evaluating one point: the worker functions the executors run.
+
+A work item is a plain dict (picklable, JSON-able): ``kind`` ("offline" or "gpu"),
+``key`` (:func:`flashscope.sweep.store.work_key`), ``problem`` (target, dtype, head_dim,
+causal), ``config`` (AttentionConfig fields) and, for the GPU, ``shape`` ("B,H,N,D").
+Each function returns one record dict and never raises for a config that fails (status
+"failed" with the reason); only status "ok" records carry measurements.
+
+Offline: the config is compiled for the target (:func:`flashscope.isa.inspect_config`,
+cached) and read: registers, spills, local and shared memory, threads, and the
+theoretical occupancy with its limiter and active warps
+(:func:`flashscope.occupancy.occupancy_for_record`).
+
+GPU: the same offline reading (compiled for the benchmark's shape, so it is the binary
+the launch uses) plus the benchmark harness (:func:`flashscope.bench.harness.run_bench`)
+on the ``flashscope`` provider with this config: validation on odd shapes and on the shape
+itself, median time, and a check of the last timed output. Only a validated timing is
+recorded; TFLOP/s = 4 B H N^2 D (x0.5 causal) / time.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..config import AttentionConfig
+from ..errors import FlashscopeError
+from .space import Problem
+
+#: KernelRecord fields copied into sweep records.
+RESOURCE_FIELDS = ("registers", "spill_stores", "spill_loads", "local_bytes",
+                   "shared_bytes", "threads", "agprs", "sgprs", "vgpr_spills")
+
+
+def make_item(kind: str, key: str, problem: Problem, cfg: AttentionConfig,
+              shape: "str | None" = None) -> dict:
+    item = {"kind": kind, "key": key, "problem": problem.as_dict(), "config": cfg.as_dict()}
+    if shape:
+        item["shape"] = shape
+    return item
+
+
+def base_record(item: dict) -> dict:
+    cfg = AttentionConfig.from_dict(item["config"])
+    rec = {"key": item["key"], "kind": item["kind"], **item["problem"],
+           "config": cfg.as_dict(), "config_key": cfg.key}
+    if item.get("shape"):
+        rec["shape"] = item["shape"]
+    return rec
+
+
+def _resources(item: dict, problem_shape=None) -> dict:
+    """Offline reading of one item; raises FlashscopeError when it cannot be built."""
+    from ..isa import inspect_config
+    from ..occupancy import occupancy_for_record
+
+    p = item["problem"]
+    kw = {"head_dim": p["head_dim"], "dtype": p["dtype"], "causal": p["causal"]}
+    if problem_shape is not None:
+        kw["problem"] = problem_shape
+    rec = inspect_config(AttentionConfig.from_dict(item["config"]), p["target"], **kw)
+    out = {k: getattr(rec, k, None) for k in RESOURCE_FIELDS}
+    try:
+        occ = occupancy_for_record(rec)
+    except FlashscopeError as e:
+        out.update(occupancy=None, limiter=None, active_warps=None, occupancy_reason=str(e))
+    else:
+        out.update(occupancy=occ.occupancy, limiter=list(occ.limiter),
+                   active_warps=occ.active_warps)
+        if occ.reason:
+            out["occupancy_reason"] = occ.reason
+    return out
+
+
+def offline(item: dict) -> dict:
+    rec = base_record(item)
+    t0 = time.perf_counter()
+    try:
+        rec.update(_resources(item))
+        rec["status"] = "ok"
+    except FlashscopeError as e:
+        rec.update(status="failed", reason=str(e))
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    return rec
+
+
+def parse_gpu_shape(shape: str) -> tuple:
+    """``B,H,N,D`` -> (B, H, N, D) (self-attention: Nk = N, Hkv = H)."""
+    from ..bench.suite import parse_shape
+
+    B, H, N, D, Nk, Hkv = parse_shape(shape)
+    if Nk != N or Hkv != H:
+        raise FlashscopeError(f"--shapes {shape!r}: expected B,H,N,D (self-attention)")
+    return B, H, N, D
+
+
+def gpu(item: dict) -> dict:
+    from ..bench.harness import run_bench
+    from ..bench.providers import REGISTRY
+    from ..bench.suite import Case
+
+    rec = base_record(item)
+    p = item["problem"]
+    B, H, N, D = parse_gpu_shape(item["shape"])
+    t0 = time.perf_counter()
+    try:
+        rec.update(_resources(item, problem_shape=(B, H, H, N, N)))
+    except FlashscopeError as e:
+        rec.update(status="failed", reason=str(e),
+                   seconds=round(time.perf_counter() - t0, 3))
+        return rec
+    case = Case(B, H, N, N, D, H, bool(p["causal"]), p["dtype"], "fwd")
+    cfg = AttentionConfig.from_dict(item["config"])
+    results, _ = run_bench([case], [REGISTRY["flashscope"]], device="cuda",
+                           options={"config": cfg}, odd_shapes=True)
+    r = results[0]
+    rec["validated_shapes"] = list(r.validated_shapes)
+    if r.status == "ok":
+        rec.update(status="ok", ms=r.ms, tflops=r.tflops, max_rel_error=r.max_rel_error)
+    else:
+        rec.update(status="failed", reason=f"{r.status}: {r.reason}")
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    return rec
+
+
+#: Worker per kind.
+EVALUATORS = {"offline": offline, "gpu": gpu}

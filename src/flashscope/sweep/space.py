@@ -1,0 +1,293 @@
+"""The search space as data, and feasibility pruning with a reason per pruned point.
+
+A space is a plain dict (or a JSON file with the same shape)::
+
+    {"targets": ["sm90"], "dtypes": ["bfloat16"], "head_dims": [64, 128],
+     "causal": [false, true],
+     "BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "num_warps": [4, 8],
+     "num_stages": [2, 3, 4], "Q_IN_REGS": [true], "maxnreg": [null], "waves_per_eu": [null]}
+
+or ``{"spaces": [space, ...]}`` when the axes differ per target, dtype, head dim or causal
+flag. An axis left out takes the one value of :class:`~flashscope.config.AttentionConfig`'s
+default. Every key and value is checked by :func:`parse_space` before any work starts.
+
+Points are the product problem x axes. A vendor-specific knob (``maxnreg`` on NVIDIA,
+``waves_per_eu`` on AMD) is set to None for targets of the other vendor, so one space can
+cover both; the duplicates this makes are dropped. Each remaining point goes through
+:func:`flashscope.config.check_config` (shared memory, threads, register caps); the points it
+rejects are kept with its message as the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..config import DTYPE_BYTES, MAX_HEAD_DIM, MIN_HEAD_DIM, AttentionConfig, check_config
+from ..errors import ConfigError, FlashscopeError, closest
+from ..targets import get_target
+
+#: The config axes a space may list, in AttentionConfig order.
+AXES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "Q_IN_REGS", "maxnreg",
+        "waves_per_eu")
+#: Problem keys of a space and their defaults.
+PROBLEM_KEYS = {"targets": ("sm90",), "dtypes": ("bfloat16",), "head_dims": (128,),
+                "causal": (False, True)}
+
+#: Which vendor each vendor-only knob belongs to.
+VENDOR_KNOBS = {"maxnreg": "nvidia", "waves_per_eu": "amd"}
+
+
+def _pow2_in(lo, hi):
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+            and v & (v - 1) == 0, f"a power of two in {lo}..{hi}")
+
+
+def _int_in(lo, hi, none_ok=False):
+    def ok(v):
+        if v is None:
+            return none_ok
+        return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+    return ok, f"an integer in {lo}..{hi}" + (" or null" if none_ok else "")
+
+
+#: Per axis: (predicate, what it expects). Target-specific limits (threads per block,
+#: registers, shared memory) are check_config's job, per point.
+AXIS_RULES = {
+    "BLOCK_M": _pow2_in(16, 256),
+    "BLOCK_N": _pow2_in(16, 256),
+    "num_warps": _pow2_in(1, 16),
+    "num_stages": _int_in(1, 8),
+    "Q_IN_REGS": (lambda v: isinstance(v, bool), "true or false"),
+    "maxnreg": _int_in(16, 255, none_ok=True),
+    "waves_per_eu": _int_in(1, 16, none_ok=True),
+}
+
+#: Built-in spaces per vendor (about 30 points per problem after pruning).
+DEFAULT_AXES = {
+    "nvidia": {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "num_warps": [4, 8],
+               "num_stages": [2, 3, 4], "Q_IN_REGS": [True], "maxnreg": [None],
+               "waves_per_eu": [None]},
+    "amd": {"BLOCK_M": [32, 64, 128], "BLOCK_N": [16, 32, 64], "num_warps": [4, 8],
+            "num_stages": [1, 2], "Q_IN_REGS": [True], "maxnreg": [None],
+            "waves_per_eu": [None, 1, 2]},
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a config is tuned for: target, dtype, head dim, causal mask."""
+
+    target: str
+    dtype: str
+    head_dim: int
+    causal: bool
+
+    @property
+    def label(self) -> str:
+        return (f"{self.target} {self.dtype} D={self.head_dim} "
+                f"{'causal' if self.causal else 'full'}")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SubSpace:
+    """One block of a space: problems x axes (each axis a tuple of allowed values)."""
+
+    targets: tuple
+    dtypes: tuple
+    head_dims: tuple
+    causal: tuple
+    axes: dict  # axis name -> tuple of values
+
+    def problems(self) -> list:
+        return [Problem(get_target(t).name, dt, d, c) for t, dt, d, c in
+                itertools.product(self.targets, self.dtypes, self.head_dims, self.causal)]
+
+    def axes_for(self, target) -> dict:
+        """The axes as they apply to ``target``: foreign vendor knobs collapse to (None,)."""
+        vendor = get_target(target).vendor
+        return {k: ((None,) if VENDOR_KNOBS.get(k, vendor) != vendor else v)
+                for k, v in self.axes.items()}
+
+
+@dataclass(frozen=True)
+class Space:
+    blocks: tuple  # of SubSpace
+
+    def problems(self) -> list:
+        seen, out = set(), []
+        for b in self.blocks:
+            for p in b.problems():
+                if p not in seen:
+                    seen.add(p)
+                    out.append(p)
+        return out
+
+    def axes_for(self, problem: Problem) -> dict:
+        """Union of the axis values of every block that covers ``problem`` (sorted)."""
+        merged = {k: set() for k in AXES}
+        for b in self.blocks:
+            if problem in b.problems():
+                for k, vals in b.axes_for(problem.target).items():
+                    merged[k].update(vals)
+        return {k: tuple(sorted(v, key=_order)) for k, v in merged.items()}
+
+    def points(self, problem: Optional[Problem] = None) -> tuple:
+        """(feasible, pruned) for one problem or all: feasible is a list of
+        (Problem, AttentionConfig); pruned a list of (Problem, AttentionConfig, reason)."""
+        problems = [problem] if problem is not None else self.problems()
+        feasible, pruned = [], []
+        for p in problems:
+            seen = set()
+            for b in self.blocks:
+                if p not in b.problems():
+                    continue
+                axes = b.axes_for(p.target)
+                for values in itertools.product(*(axes[k] for k in AXES)):
+                    cfg = AttentionConfig(**dict(zip(AXES, values)))
+                    if cfg in seen:
+                        continue
+                    seen.add(cfg)
+                    reason = infeasible(cfg, p)
+                    if reason is None:
+                        feasible.append((p, cfg))
+                    else:
+                        pruned.append((p, cfg, reason))
+        return feasible, pruned
+
+
+def _order(v):
+    """Sort key putting None first, then numbers/bools by value."""
+    return (v is not None, v if v is not None else 0)
+
+
+def infeasible(cfg: AttentionConfig, problem: Problem) -> Optional[str]:
+    """check_config's reason when ``cfg`` cannot be built for ``problem``, else None."""
+    try:
+        check_config(cfg, problem.target, problem.head_dim, problem.dtype)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def _where(src: str, i: Optional[int]) -> str:
+    return src if i is None else f"{src} spaces[{i}]"
+
+
+def _parse_block(d, src: str, i: Optional[int]) -> SubSpace:
+    where = _where(src, i)
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: expected an object of axes, got {type(d).__name__}")
+    known = tuple(PROBLEM_KEYS) + AXES
+    for key in d:
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r}{closest(str(key), known)}; "
+                              f"expected some of {', '.join(known)}")
+
+    def values(key, default):
+        v = d.get(key, default)
+        if not isinstance(v, (list, tuple)):
+            v = [v]
+        if len(v) == 0:
+            raise ConfigError(f"{where}: {key} is empty; give at least one value")
+        out = []
+        for x in v:
+            if x not in out:
+                out.append(x)
+        return tuple(out)
+
+    targets = values("targets", PROBLEM_KEYS["targets"])
+    for t in targets:
+        if not isinstance(t, str):
+            raise ConfigError(f"{where}: targets: expected names like 'sm90', got {t!r}")
+        get_target(t)
+    dtypes = values("dtypes", PROBLEM_KEYS["dtypes"])
+    for dt in dtypes:
+        if dt not in DTYPE_BYTES:
+            raise ConfigError(f"{where}: dtypes: {dt!r} is not one of "
+                              f"{', '.join(DTYPE_BYTES)}")
+    head_dims = values("head_dims", PROBLEM_KEYS["head_dims"])
+    for hd in head_dims:
+        if isinstance(hd, bool) or not isinstance(hd, int) or not (
+                MIN_HEAD_DIM <= hd <= MAX_HEAD_DIM):
+            raise ConfigError(f"{where}: head_dims: {hd!r} is not an integer in "
+                              f"{MIN_HEAD_DIM}..{MAX_HEAD_DIM}")
+    causal = values("causal", PROBLEM_KEYS["causal"])
+    for c in causal:
+        if not isinstance(c, bool):
+            raise ConfigError(f"{where}: causal: expected true/false, got {c!r}")
+    default = AttentionConfig()
+    axes = {}
+    for k in AXES:
+        vals = values(k, [getattr(default, k)])
+        ok, expected = AXIS_RULES[k]
+        for v in vals:
+            if not ok(v):
+                raise ConfigError(f"{where}: {k}: {v!r} is impossible; expected {expected}")
+        axes[k] = vals
+    for knob, vendor in VENDOR_KNOBS.items():
+        if any(v is not None for v in axes[knob]) and not any(
+                get_target(t).vendor == vendor for t in targets):
+            raise ConfigError(f"{where}: {knob} is set but applies only to {vendor} targets"
+                              f" and none is listed ({', '.join(targets)})")
+    return SubSpace(targets, dtypes, head_dims, causal, axes)
+
+
+def parse_space(data, src: str = "space") -> Space:
+    """A :class:`Space` from a dict (one block, or ``{"spaces": [...]}``); ConfigError
+    naming the key and the expected values on anything wrong."""
+    if isinstance(data, dict) and "spaces" in data:
+        extra = sorted(set(data) - {"spaces"})
+        if extra:
+            raise ConfigError(f"{src}: next to 'spaces' expected no other key, got "
+                              f"{', '.join(extra)}")
+        blocks = data["spaces"]
+        if not isinstance(blocks, list) or not blocks:
+            raise ConfigError(f"{src}: 'spaces' must be a non-empty list of objects")
+        return Space(tuple(_parse_block(b, src, i) for i, b in enumerate(blocks)))
+    return Space((_parse_block(data, src, None),))
+
+
+def load_space(path) -> Space:
+    """Read and check a JSON space file (``--space FILE``)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise FlashscopeError(f"--space {p}: cannot read ({e.strerror or e})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"--space {p}: not valid JSON ({e})") from None
+    return parse_space(data, f"--space {p}")
+
+
+def default_space(targets=("sm90",), dtypes=("bfloat16",), head_dims=(64, 128),
+                  causal=(False, True)) -> Space:
+    """The built-in space: :data:`DEFAULT_AXES` of each target's vendor."""
+    blocks = []
+    for t in targets:
+        vendor = get_target(t).vendor
+        blocks.append(_parse_block({"targets": [t], "dtypes": list(dtypes),
+                                    "head_dims": list(head_dims), "causal": list(causal),
+                                    **DEFAULT_AXES[vendor]}, "default space", None))
+    return Space(tuple(blocks))
+
+
+def restrict(space: Space, *, targets=None, dtypes=None, head_dims=None,
+             causal=None) -> Space:
+    """The same axes with problem keys replaced (command-line overrides)."""
+    blocks = []
+    for b in space.blocks:
+        blocks.append(SubSpace(tuple(targets) if targets else b.targets,
+                               tuple(dtypes) if dtypes else b.dtypes,
+                               tuple(head_dims) if head_dims else b.head_dims,
+                               tuple(causal) if causal else b.causal, b.axes))
+    return Space(tuple(blocks))
