@@ -406,6 +406,8 @@ def run_clean(fn, items, jobs: int = 1) -> list:
     clean = interpreter_imported()
     methods = multiprocessing.get_all_start_methods()
     method = "fork" if "fork" in methods and not clean else "spawn"
+    if method == "fork":
+        import torch  # noqa: F401  (bound once here, not once per forked worker)
     saved = os.environ.pop("TRITON_INTERPRET", None) if clean else None
     try:
         with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items))),

@@ -34,15 +34,17 @@ def _cached(cfg, target, kw):
                                 ("kernel", "head_dim", "dtype", "causal", "problem")})
     path = fcompile.cache_root() / key[:2] / key / f"record-v{READER_VERSION}.json"
     try:
-        d = json.loads(path.read_text())
         art_meta = json.loads((path.parent / "artifact.json").read_text())
     except (OSError, ValueError):
         return None
     art = fcompile.Artifact(binary=b"", asm="", **{
         k: v for k, v in art_meta.items() if k in fcompile.Artifact.__dataclass_fields__
         and k not in ("binary", "asm")})
-    fcompile.check_limits(art)
-    return d
+    fcompile.check_limits(art)  # over a limit: the error, without compiling again
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def inspect_configs(configs, targets, *, jobs: int = 0, occupancy: bool = True, **kw) -> list:

@@ -103,7 +103,7 @@ def _run_on_bytes(args, data: bytes, what: str) -> str:
 
 def disassemble(cubin: bytes, what: str = "cubin") -> str:
     """SASS text of every kernel in ``cubin`` (nvdisasm)."""
-    return _run_on_bytes([tool("nvdisasm"), "-c"], cubin, what)
+    return _run_on_bytes([tool("nvdisasm"), "-c", "-ndf"], cubin, what)
 
 
 def resource_usage(cubin: bytes, what: str = "cubin") -> dict:

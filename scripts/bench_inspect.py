@@ -1,0 +1,112 @@
+"""Time `flashscope inspect` on 24 configs x 2 targets (sm90, gfx942), cold and warm, next
+to raw `triton.compile` of the same 48 kernels in the same run with the same worker count.
+
+Cold runs use fresh, empty Triton and flashscope caches; "raw" binds each kernel exactly as
+inspect does and calls triton.compile, nothing else (no ELF reading, no disassembly, no
+cache writes). Warm is a separate `flashscope inspect --json` process over the filled cache
+(process start-up included). Writes OUTDIR/bench_inspect.json.
+
+Usage: PYTHONPATH=src python scripts/bench_inspect.py OUTDIR [--jobs N] [--head-dim D]
+"""
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def configs():
+    from flashscope.config import AttentionConfig
+
+    return [AttentionConfig(m, n, w, s) for m, n, w, s in
+            itertools.product((64, 128), (32, 64), (4, 8), (1, 2, 3))]
+
+
+def _raw(item):
+    import contextlib
+    import io
+
+    import torch  # noqa: F401  (both runs fork workers from a parent that has it loaded)
+    import triton
+
+    from flashscope import compile as fc
+    from flashscope.targets import get_target
+
+    cfg, target, head_dim = item
+    t = get_target(target)
+    src, gpu, options, _ = fc._bind(fc.KERNELS["fwd"], cfg, t, head_dim, "bfloat16", False,
+                                    fc.DEFAULT_PROBLEM, {})
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            triton.compile(src, target=gpu, options=options.__dict__)
+        return True
+    except Exception:
+        return False
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count())
+    ap.add_argument("--head-dim", type=int, default=128)
+    a = ap.parse_args()
+    out = Path(a.outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    targets = ["sm90", "gfx942"]
+    cfgs = configs()
+    work = Path(tempfile.mkdtemp(prefix="bench-inspect-"))
+
+    import torch  # noqa: F401  (both runs fork workers from a parent that has it loaded)
+    import triton
+
+    from flashscope import compile as fc
+    from flashscope.isa import inspect_configs
+
+    # raw triton.compile, fresh Triton cache
+    os.environ["TRITON_CACHE_DIR"] = str(work / "triton-raw")
+    items = [(c, t, a.head_dim) for c in cfgs for t in targets]
+    t0 = time.perf_counter()
+    ok = fc.run_clean(_raw, items, a.jobs)
+    raw_s = time.perf_counter() - t0
+
+    # flashscope inspect cold: fresh Triton cache and fresh flashscope cache
+    os.environ["TRITON_CACHE_DIR"] = str(work / "triton-inspect")
+    os.environ["FLASHSCOPE_CACHE"] = str(work / "flashscope")
+    t0 = time.perf_counter()
+    recs = inspect_configs(cfgs, targets, jobs=a.jobs, head_dim=a.head_dim)
+    cold_s = time.perf_counter() - t0
+
+    # warm: a new process over the filled cache
+    cfg_file = work / "configs.json"
+    cfg_file.write_text(json.dumps([c.as_dict() for c in cfgs]))
+    cmd = [sys.executable, "-m", "flashscope.cli", "inspect", "--configs", str(cfg_file),
+           "--target", ",".join(targets), "--head-dim", str(a.head_dim), "--json"]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+    warm_s = time.perf_counter() - t0
+    warm_in_process = time.perf_counter()
+    inspect_configs(cfgs, targets, jobs=a.jobs, head_dim=a.head_dim)
+    warm_in_process = time.perf_counter() - warm_in_process
+
+    result = {
+        "triton": triton.__version__, "cpus": os.cpu_count(), "jobs": a.jobs,
+        "head_dim": a.head_dim, "targets": targets, "configs": len(cfgs),
+        "kernels": len(items), "raw_compiled": sum(ok),
+        "inspect_records": sum(1 for r in recs if not isinstance(r, Exception)),
+        "inspect_errors": [str(r) for r in recs if isinstance(r, Exception)],
+        "raw_triton_compile_s": round(raw_s, 2), "inspect_cold_s": round(cold_s, 2),
+        "cold_overhead": round(cold_s / raw_s - 1, 4),
+        "inspect_warm_cli_s": round(warm_s, 3), "warm_cli_exit": p.returncode,
+        "inspect_warm_in_process_s": round(warm_in_process, 3),
+    }
+    (out / "bench_inspect.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "inspect_errors"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
