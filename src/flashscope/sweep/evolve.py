@@ -1,9 +1,9 @@
 """Guided search: an evolutionary search over a space's axes, for one problem.
 
 Start: the history (configs measured by earlier sweeps of the same problem and kind: known
-scores, free) and the seeds (the tuned config, the default of
-:func:`flashscope.config.select_config`, the best of the history), evaluated first when
-not known yet. Then, until ``budget`` new evaluations are spent, generations of ``batch``
+scores, free; the best of them are the first parents) and the seeds (the tuned config and
+the default of :func:`flashscope.config.select_config`), moved onto the space (each knob to
+its nearest axis value) and evaluated first when not known yet. Then, until ``budget`` new evaluations are spent, generations of ``batch``
 children:
 
 - parents: the ``population`` best configs scored so far; a child's parent is the better of
@@ -158,7 +158,7 @@ class Evolution:
 
         fresh = []
         for s in seeds:
-            s = AttentionConfig(**{k: getattr(s, k) for k in AXES})
+            s = AttentionConfig(**{k: _snap(getattr(s, k), self.axes[k]) for k in AXES})
             if s not in self.scores and s not in fresh and self._feasible(s):
                 fresh.append(s)
         fresh = fresh[:budget]

@@ -122,6 +122,11 @@ class GpuExecutor:
         self._pools = []
 
 
+def _call(fn: Callable, item):
+    """Ray task body: any picklable callable (builtins included) applied to one item."""
+    return fn(item)
+
+
 class RayExecutor:
     """Tasks on a Ray cluster; ``address`` as ``ray.init`` takes it ("auto", "ray://h:10001",
     "host:6379"), or None to join an instance this process already started, else start
@@ -144,8 +149,8 @@ class RayExecutor:
 
     def imap(self, fn: Callable, items: list) -> Iterator:
         ray = self.ray
-        remote = ray.remote(num_gpus=self.num_gpus, max_retries=1)(fn)
-        refs = {remote.remote(item): i for i, item in enumerate(items)}
+        remote = ray.remote(num_gpus=self.num_gpus, max_retries=1)(_call)
+        refs = {remote.remote(fn, item): i for i, item in enumerate(items)}
         pending = list(refs)
         try:
             while pending:
