@@ -119,18 +119,34 @@ def _max_head_dim(limit: int):
     return lambda case: (f"head dim {case.D} > {limit}" if case.D > limit else None)
 
 
+def _causal_equal_lengths(case):
+    """PyTorch's FlashAttention-2 path has no top-left causal kernel for Nq != Nk: its
+    dispatcher answers "No available kernel"; the shape is unsupported, not a failure."""
+    if case.causal and case.Nq != case.Nk:
+        return "causal with Nq != Nk"
+    return None
+
+
+def _all_of(*checks):
+    return lambda case: next((r for c in checks if (r := c(case))), None)
+
+
 # -- PyTorch SDPA, one backend forced --------------------------------------------------
 
+# name -> (SDPBackend member, description, availability, shape support, GQA). The efficient
+# backend has no GQA kernel (``enable_gqa`` dispatches away from it), as seen on an H100
+# with torch 2.11.
 _SDPA = {
     "sdpa-flash": ("FLASH_ATTENTION", "PyTorch SDPA, FlashAttention-2 backend forced",
-                   _needs_nvidia(80), _max_head_dim(256)),
+                   _needs_nvidia(80), _all_of(_max_head_dim(256), _causal_equal_lengths),
+                   True),
     "sdpa-efficient": ("EFFICIENT_ATTENTION",
                        "PyTorch SDPA, memory-efficient (CUTLASS) backend forced",
-                       _needs_cuda, None),
+                       _needs_cuda, None, False),
     "sdpa-cudnn": ("CUDNN_ATTENTION", "PyTorch SDPA, cuDNN backend forced",
-                   _needs_nvidia(80), _max_head_dim(256)),
+                   _needs_nvidia(80), _max_head_dim(256), True),
     "sdpa-math": ("MATH", "PyTorch SDPA, math backend forced (unfused; any device)",
-                  None, None),
+                  None, None, True),
 }
 
 
@@ -150,9 +166,9 @@ def _sdpa_build(backend_name: str):
     return build
 
 
-for _name, (_backend, _desc, _avail, _supports) in _SDPA.items():
-    provider(_name, description=_desc, available=_avail,
-             supports=_supports)(_sdpa_build(_backend))
+for _name, (_backend, _desc, _avail, _supports, _gqa) in _SDPA.items():
+    provider(_name, description=_desc, available=_avail, supports=_supports,
+             gqa=_gqa)(_sdpa_build(_backend))
 
 
 # -- FlexAttention ---------------------------------------------------------------------
