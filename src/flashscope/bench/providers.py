@@ -209,8 +209,8 @@ def _first(out):
 
 
 @provider("fa4", description="FlashAttention-4 (flash_attn.cute, CuTe DSL), (B, N, H, D)",
-          layout="bnhd", supports=_causal_equal_lengths, available=_importable("flash_attn.cute", "flash_attn_func",
-                                               _needs_nvidia(90)))
+          layout="bnhd", supports=_causal_equal_lengths,
+          available=_importable("flash_attn.cute", "flash_attn_func", _needs_nvidia(90)))
 def _fa4(case, options):
     from flash_attn.cute import flash_attn_func
 
