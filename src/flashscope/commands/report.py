@@ -1,0 +1,87 @@
+"""``flashscope report``: registers, budget model, ablations and occupancy cliffs of the
+forward kernel across configs and targets, compiled offline (no GPU), as a terminal summary,
+JSON, PNG plots and one self-contained HTML page.
+
+With no arguments: targets sm90, sm80, gfx942, gfx1100; head dim 128 (bf16, non-causal); the
+base config m128n64w8s2q1 and its single-knob ablation variants; output in a new folder
+``flashscope-report-YYYYmmdd-HHMMSS`` under the current directory.
+"""
+
+from __future__ import annotations
+
+
+def register(sub):
+    p = sub.add_parser("report", help="register budget, ablations and occupancy cliffs of "
+                                      "the attention kernel across configs and GPUs")
+    p.add_argument("--targets", default="sm90,sm80,gfx942,gfx1100",
+                   help="comma-separated targets (default: sm90,sm80,gfx942,gfx1100)")
+    p.add_argument("--configs", metavar="FILE",
+                   help="JSON list of configs, e.g. [{\"BLOCK_M\": 128, \"BLOCK_N\": 64, "
+                        "\"num_warps\": 8}]; the first is the ablation base")
+    p.add_argument("--head-dims", help="comma-separated head dims (default: 128)")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    p.add_argument("--causal", action="store_true", help="build the causal kernel")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: a new "
+                   "flashscope-report-YYYYmmdd-HHMMSS); must be absent or empty")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out DIR")
+    p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
+    p.add_argument("--jobs", type=int, default=0,
+                   help="compile worker processes (default: one per CPU core)")
+    p.set_defaults(func=run)
+
+
+def _out_dir(args):
+    import time
+    from pathlib import Path
+
+    from ..errors import FlashscopeError
+
+    if args.out is None:
+        out = Path(f"flashscope-report-{time.strftime('%Y%m%d-%H%M%S')}")
+    else:
+        out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise FlashscopeError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        raise FlashscopeError(f"--out {out}: directory exists and is not empty (a previous "
+                              "report?); pick another folder or pass --force")
+    return out
+
+
+def run(args) -> int:
+    import json
+    import sys
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from ..errors import FlashscopeError
+    from ..report import collect, make_spec, write_report
+    from ..report.render_terminal import render
+
+    if args.jobs < 0:
+        raise FlashscopeError(f"--jobs {args.jobs}: expected 0 (one per core) or more")
+    spec = make_spec(args.targets, args.configs, args.head_dims, args.dtype, args.causal)
+    out = _out_dir(args)
+    err = Console(stderr=True)
+    with Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("compile", total=None)
+        report = collect(spec, jobs=args.jobs,
+                         progress=lambda done, total: bar.update(task, completed=done,
+                                                                 total=total))
+    files = write_report(report, out)
+    if args.json:
+        summary = {"out": str(out), "files": files, "timings": report.timings,
+                   "model": report.model_summary(),
+                   "rows": [{"config": r.config.key, "head_dim": r.head_dim,
+                             "target": r.target, "error": r.error,
+                             **(r.comparison or {}),
+                             "occupancy": r.occ.occupancy if r.occ else None}
+                            for r in report.main_rows()],
+                   "near_cliffs": [c for c in report.cliffs if c["near"]]}
+        json.dump(summary, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    render(report, Console(), out_dir=out)
+    return 0

@@ -1,0 +1,36 @@
+"""``flashscope report``: where a FlashAttention config's registers go and which configs sit
+on which side of an occupancy cliff, per target, NVIDIA and AMD side by side.
+
+- :mod:`.collect`: compile configs x head dims x targets offline (cached), typed rows;
+- :mod:`.ablations`: one knob at a time, measured deltas and occupancy steps;
+- :mod:`.cliffs`: configs just past a cliff and the saving that crosses back;
+- :mod:`.render_terminal`, :mod:`.plots`, :mod:`.html`: the outputs;
+- :func:`write_report`: all files into one directory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .collect import (DEFAULT_BASE, DEFAULT_HEAD_DIMS, DEFAULT_TARGETS, Report, ReportSpec,
+                      Row, collect, default_configs, load_configs, make_spec)
+
+__all__ = ["DEFAULT_BASE", "DEFAULT_HEAD_DIMS", "DEFAULT_TARGETS", "Report", "ReportSpec",
+           "Row", "collect", "default_configs", "load_configs", "make_spec", "write_report"]
+
+
+def write_report(report: Report, out_dir) -> dict:
+    """Write report.json, budget.png, staircase.png and report.html into ``out_dir``
+    (created if missing); returns {name: path}."""
+    from .html import write_html
+    from .plots import write_plots
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"json": str(out / "report.json")}
+    (out / "report.json").write_text(json.dumps(report.as_dict(), indent=1, default=str))
+    plots = write_plots(report, out)
+    files.update(plots)
+    files["html"] = write_html(report, out / "report.html", plots)
+    return files
