@@ -146,3 +146,18 @@ def test_compare_command(tmp_path):
     assert row["exhaustive_evaluations"] == 6 and row["evolve_evaluations"] == 3
     assert row["fraction_of_evaluations"] == 0.5
     assert cmp["replayed"][0]["budget"] == 3
+
+
+def test_gpu_evaluation_through_the_interpreter(tmp_path):
+    """The real GPU path (offline read + bench harness validation and timing) on CPU
+    tensors through Triton's interpreter: one tiny point, odd shapes included."""
+    space = parse_space({**TINY, "BLOCK_M": [32], "BLOCK_N": [32], "num_warps": [2],
+                         "causal": [True]})
+    out = tmp_path / "results.jsonl"
+    run_sweep(SweepRequest(space=space, out=out, gpu=True, jobs=1, progress=False,
+                           shapes=("1,2,64,16",), device="cpu", precompile=False))
+    (rec,) = read_records(out)
+    assert rec["status"] == "ok", rec.get("reason")
+    assert rec["ms"] > 0 and rec["tflops"] > 0 and 0 < rec["max_rel_error"] < 0.02
+    assert rec["registers"] > 0 and rec["occupancy"] > 0
+    assert rec["validated_shapes"][-1] == "1,2,64,16" and len(rec["validated_shapes"]) == 5

@@ -35,6 +35,10 @@ def register(sub) -> None:
     g.add_argument("--shapes", action="append", default=[], metavar="B,H,N,D",
                    help="GPU shapes (repeat, or separate with ';'); each pairs with the "
                         "space's problems of its head dim")
+    g.add_argument("--no-odd-shapes", action="store_true",
+                   help="GPU: validate each config on the timed shape only (faster: no "
+                        "extra compile per config); --write-tuned then checks the winners "
+                        "on the odd shapes before writing them")
     g.add_argument("--search", default="exhaustive", choices=("exhaustive", "evolve"))
     g.add_argument("--budget", type=int, default=0,
                    help="evolve: new evaluations per problem")
@@ -132,7 +136,7 @@ def run(args) -> int:
                        search=args.search, budget=args.budget, seed=args.seed,
                        resume=args.resume, executor=args.executor, jobs=args.jobs,
                        address=args.address, devices=devices, history=tuple(args.history),
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, odd_shapes=not args.no_odd_shapes)
     summary = run_sweep(req)
     results_path = out / "results.jsonl"
     if not args.no_plot:
@@ -145,7 +149,10 @@ def run(args) -> int:
         from ..sweep.store import read_records
         from ..sweep.tuned import write_tuned
 
-        paths = write_tuned(read_records(results_path), args.write_tuned or None,
+        from ..sweep.evaluate import odd_shape_check
+
+        check = odd_shape_check if args.no_odd_shapes else None
+        paths = write_tuned(read_records(results_path), args.write_tuned or None, check=check,
                             source=f"flashscope sweep --gpu --search {summary['search']}, "
                                    f"{time_stamp()}")
         summary["tuned_files"] = [str(p) for p in paths]

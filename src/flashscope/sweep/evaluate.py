@@ -110,8 +110,8 @@ def gpu(item: dict) -> dict:
         return rec
     case = Case(B, H, N, N, D, H, bool(p["causal"]), p["dtype"], "fwd")
     cfg = AttentionConfig.from_dict(item["config"])
-    results, _ = run_bench([case], [REGISTRY["flashscope"]], device="cuda",
-                           options={"config": cfg}, odd_shapes=True)
+    results, _ = run_bench([case], [REGISTRY["flashscope"]], device=item.get("device", "cuda"),
+                           options={"config": cfg}, odd_shapes=item.get("odd_shapes", True))
     r = results[0]
     rec["validated_shapes"] = list(r.validated_shapes)
     if r.status == "ok":
@@ -120,6 +120,22 @@ def gpu(item: dict) -> dict:
         rec.update(status="failed", reason=f"{r.status}: {r.reason}")
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
+
+
+def odd_shape_check(rec: dict, device: str = "cuda") -> "str | None":
+    """Validate a GPU record's config on the small odd shapes of its case (lengths that
+    are no tile multiple, Nq != Nk, GQA): None when it passes, else the reason."""
+    from ..bench.harness import run_bench
+    from ..bench.providers import REGISTRY
+    from ..bench.suite import Case, odd_cases
+
+    B, H, N, D = parse_gpu_shape(rec["shape"])
+    case = Case(B, H, N, N, D, H, bool(rec["causal"]), rec["dtype"], "fwd")
+    cfg = AttentionConfig.from_dict(rec["config"])
+    results, _ = run_bench(odd_cases(case), [REGISTRY["flashscope"]], device=device,
+                           options={"config": cfg}, odd_shapes=False)
+    bad = [r for r in results if r.status != "ok"]
+    return None if not bad else f"{bad[0].case.shape}: {bad[0].status}: {bad[0].reason}"
 
 
 #: Worker per kind.

@@ -40,8 +40,12 @@ class SerialExecutor:
 
 
 class LocalExecutor:
-    def __init__(self, jobs: int = 0):
+    """``start``: "fork" (default where available) or "spawn" (needed once this process
+    has initialized CUDA)."""
+
+    def __init__(self, jobs: int = 0, start: Optional[str] = None):
         self.jobs = jobs or os.cpu_count() or 1
+        self.start = start
         self._pool = None
 
     def imap(self, fn: Callable, items: list) -> Iterator:
@@ -50,7 +54,8 @@ class LocalExecutor:
             return
         if self._pool is None:
             methods = multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            ctx = multiprocessing.get_context(self.start or (
+                "fork" if "fork" in methods else "spawn"))
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx)
         futures = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
         try:

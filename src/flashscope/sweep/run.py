@@ -56,6 +56,8 @@ class SweepRequest:
     batch: int = 0  # evolve generation size (0: the executor's parallelism, at least 4)
     progress: bool = True
     precompile: bool = True  # GPU: compile all points offline first
+    odd_shapes: bool = True  # GPU: validate each config on the harness' odd shapes too
+    device: str = "cuda"  # GPU sweeps: "cpu" runs through Triton's interpreter (tests)
     evaluator: Optional[Callable] = None  # replaces evaluate.EVALUATORS[kind] (tests)
     tuned_dir: Optional[str] = None  # where seeds' tuned configs are read from
     stats: dict = field(default_factory=dict)
@@ -150,8 +152,11 @@ class _Runner:
         self.new = 0
 
     def item(self, job: Job, cfg: AttentionConfig) -> dict:
-        return ev.make_item(self.kind, work_key(self.kind, job.problem, cfg, job.shape),
-                            job.problem, cfg, job.shape)
+        it = ev.make_item(self.kind, work_key(self.kind, job.problem, cfg, job.shape),
+                          job.problem, cfg, job.shape)
+        if self.req.gpu:
+            it.update(device=self.req.device, odd_shapes=self.req.odd_shapes)
+        return it
 
     def evaluate(self, items: list, search: str) -> list:
         """Run ``items`` (not yet done), append each record on arrival; records in order."""
@@ -170,7 +175,7 @@ class _Runner:
 
     def _precompile(self, items: list) -> None:
         todo = [dict(it, kind="offline") for it in items]
-        pool = LocalExecutor(self.req.jobs)
+        pool = LocalExecutor(self.req.jobs, start="spawn")  # the parent may hold CUDA
         try:
             for _ in pool.imap(_compile_for_shape, todo):
                 pass

@@ -22,8 +22,10 @@ from ..tuned import DATA_DIR, FORMAT, entry_key, load_tuned, parse_tuned, seq_cl
 from .evaluate import parse_gpu_shape
 
 
-def best_entries(records, source: str = "") -> dict:
-    """{target: [entry, ...]} from GPU sweep records."""
+def best_entries(records, source: str = "", check=None) -> dict:
+    """{target: [entry, ...]} from GPU sweep records. ``check(record) -> reason or None``
+    vets a winner (e.g. :func:`flashscope.sweep.evaluate.odd_shape_check`); a rejected
+    one gives way to the next fastest."""
     groups = {}
     for r in records:
         if r.get("kind") != "gpu" or r.get("status") != "ok" or not r.get("ms"):
@@ -33,7 +35,13 @@ def best_entries(records, source: str = "") -> dict:
         groups.setdefault(k, []).append(r)
     chosen = {}
     for (target, dtype, hd, causal, cls, shape), recs in groups.items():
-        best = min(recs, key=lambda r: (r["ms"], r["config_key"]))
+        best = None
+        for r in sorted(recs, key=lambda r: (r["ms"], r["config_key"])):
+            if check is None or check(r) is None:
+                best = r
+                break
+        if best is None:
+            continue
         N = parse_gpu_shape(shape)[2]
         rank = (len({r["config_key"] for r in recs}), N)
         key = (target, entry_key(dtype, hd, causal, cls))
@@ -51,9 +59,9 @@ def best_entries(records, source: str = "") -> dict:
     return out
 
 
-def write_tuned(records, data_dir=None, source: str = "") -> list:
+def write_tuned(records, data_dir=None, source: str = "", check=None) -> list:
     """Merge the best entries into ``<data_dir>/<target>.json``; returns the paths."""
-    per_target = best_entries(records, source)
+    per_target = best_entries(records, source, check)
     if not per_target:
         raise FlashscopeError("--write-tuned: no validated GPU timings in these results "
                               "(tuned files hold measured configs only; run with --gpu)")
