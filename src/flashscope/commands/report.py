@@ -21,6 +21,9 @@ def register(sub):
     p.add_argument("--head-dims", help="comma-separated head dims (default: 128)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     p.add_argument("--causal", action="store_true", help="build the causal kernel")
+    p.add_argument("--ablate", default="all", metavar="KNOBS",
+                   help="knobs to ablate around the base: Q_IN_REGS,BLOCK_M,BLOCK_N,"
+                        "num_warps,HEAD_DIM (default all), or none")
     p.add_argument("--out", metavar="DIR", help="output folder (default: a new "
                    "flashscope-report-YYYYmmdd-HHMMSS); must be absent or empty")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out DIR")
@@ -61,7 +64,8 @@ def run(args) -> int:
 
     if args.jobs < 0:
         raise FlashscopeError(f"--jobs {args.jobs}: expected 0 (one per core) or more")
-    spec = make_spec(args.targets, args.configs, args.head_dims, args.dtype, args.causal)
+    spec = make_spec(args.targets, args.configs, args.head_dims, args.dtype, args.causal,
+                     args.ablate)
     out = _out_dir(args)
     err = Console(stderr=True)
     with Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -50,11 +50,38 @@ def _changed(cfg: AttentionConfig, knob: str, how) -> AttentionConfig:
     return cfg.replace(**{knob: new})
 
 
-def plan(base: AttentionConfig, head_dim: int, targets) -> list:
+#: Knob names :func:`plan` accepts (``HEAD_DIM``: the head-dim steps).
+KNOB_NAMES = ("Q_IN_REGS", "BLOCK_M", "BLOCK_N", "num_warps", "HEAD_DIM")
+
+
+def parse_knobs(text: str) -> tuple:
+    """``"Q_IN_REGS,BLOCK_M"`` -> the knob names; ``"all"`` -> every knob; ``"none"`` -> ()."""
+    low = str(text).strip().lower()
+    if low == "all":
+        return KNOB_NAMES
+    if low == "none":
+        return ()
+    by_lower = {k.lower(): k for k in KNOB_NAMES}
+    out = []
+    for part in low.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part not in by_lower:
+            raise FlashscopeError(f"--ablate {part!r}: expected some of "
+                                  f"{', '.join(KNOB_NAMES)}, or all, or none")
+        out.append(by_lower[part])
+    return tuple(dict.fromkeys(out))
+
+
+def plan(base: AttentionConfig, head_dim: int, targets, knobs=KNOB_NAMES) -> list:
     """The ablation steps around ``base`` at ``head_dim`` (knob steps whose variant passes
-    the config checks on every target), then head dim 64 -> 128 -> 256 at ``base``."""
+    the config checks on every target), then head dim 64 -> 128 -> 256 at ``base``; only
+    the steps of ``knobs``."""
     out = []
     for name, knob, how in KNOBS:
+        if knob not in knobs:
+            continue
         if knob == "Q_IN_REGS" and not base.Q_IN_REGS:
             name = "Q_IN_REGS on"
         after = _changed(base, knob, how)
@@ -65,6 +92,8 @@ def plan(base: AttentionConfig, head_dim: int, targets) -> list:
             continue
         out.append(Step(name, knob, base, after, head_dim, head_dim))
     for a, b in zip(HEAD_DIM_STEPS, HEAD_DIM_STEPS[1:]):
+        if "HEAD_DIM" not in knobs:
+            break
         out.append(Step(f"HEAD_DIM {a} -> {b}", "HEAD_DIM", base, base, a, b))
     return out
 

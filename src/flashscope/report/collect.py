@@ -42,6 +42,7 @@ class ReportSpec:
     base: AttentionConfig = DEFAULT_BASE
     dtype: str = "bfloat16"
     causal: bool = False
+    knobs: tuple = ablations.KNOB_NAMES
 
 
 @dataclass
@@ -125,7 +126,7 @@ class Report:
             "spec": {"targets": [t.name for t in s.targets],
                      "configs": [c.as_dict() | {"key": c.key} for c in s.configs],
                      "head_dims": list(s.head_dims), "base": s.base.key,
-                     "dtype": s.dtype, "causal": s.causal},
+                     "dtype": s.dtype, "causal": s.causal, "ablate": list(s.knobs)},
             "model": {"components": list(fbudget.COMPONENTS), "rest": fbudget.REST,
                       "summary": self.model_summary()},
             "rows": [r.as_dict() for r in self.rows],
@@ -136,11 +137,11 @@ class Report:
 
 
 def default_configs(base: AttentionConfig = DEFAULT_BASE, head_dim: int = 128,
-                    targets=None) -> tuple:
+                    targets=None, knobs=ablations.KNOB_NAMES) -> tuple:
     """The base and its single-knob ablation variants, in plan order."""
     targets = parse_targets(DEFAULT_TARGETS) if targets is None else targets
     out = [base]
-    for s in ablations.plan(base, head_dim, targets):
+    for s in ablations.plan(base, head_dim, targets, knobs):
         if s.after not in out:
             out.append(s.after)
     return tuple(out)
@@ -189,16 +190,19 @@ def parse_head_dims(text: str) -> tuple:
 
 
 def make_spec(targets: str = DEFAULT_TARGETS, configs_file=None, head_dims=None,
-              dtype: str = "bfloat16", causal: bool = False) -> ReportSpec:
+              dtype: str = "bfloat16", causal: bool = False, ablate: str = "all") -> ReportSpec:
+    """The spec from CLI-style strings; ``ablate``: knobs to ablate (see
+    :func:`ablations.parse_knobs`)."""
     ts = tuple(parse_targets(targets))
+    knobs = ablations.parse_knobs(ablate)
     dims = DEFAULT_HEAD_DIMS if head_dims is None else parse_head_dims(head_dims)
     if configs_file:
         cfgs = load_configs(configs_file)
         base = cfgs[0]
     else:
         base = DEFAULT_BASE
-        cfgs = default_configs(base, dims[0], ts)
-    return ReportSpec(ts, cfgs, dims, base, dtype, causal)
+        cfgs = default_configs(base, dims[0], ts, knobs)
+    return ReportSpec(ts, cfgs, dims, base, dtype, causal, knobs)
 
 
 def _row(cfg, hd, t, rec) -> Row:
@@ -230,7 +234,7 @@ def collect(spec: ReportSpec, *, jobs: int = 0,
     from ..isa import inspect_configs
 
     t0 = time.perf_counter()
-    steps = ablations.plan(spec.base, spec.head_dims[0], spec.targets)
+    steps = ablations.plan(spec.base, spec.head_dims[0], spec.targets, spec.knobs)
     pairs = [(c, d) for d in spec.head_dims for c in spec.configs]
     for p in sorted(ablations.needed(steps), key=lambda p: (p[1], p[0].key)):
         if p not in pairs:

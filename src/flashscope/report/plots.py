@@ -69,8 +69,12 @@ def plot_staircase(report, path) -> str:
     plt = _plt()
     names = [t.name for t in report.spec.targets]
     rows = [r for r in report.main_rows() if r.record is not None and r.occ is not None]
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    ncols = min(2, len(names))
+    nrows = -(-len(names) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.2 * nrows), squeeze=False)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names):
         t = get_target(name)
         mine = [r for r in rows if r.target == name]
         for threads in sorted({r.record.threads for r in mine}):
@@ -79,17 +83,22 @@ def plot_staircase(report, path) -> str:
             xs, ys = zip(*steps)
             ax.step(xs, [100 * y for y in ys], where="post", linewidth=1.2,
                     label=f"{threads} threads")
+        points = {}
         for r in mine:
-            colour = "red" if r.spills else "black"
-            ax.scatter([r.record.registers], [100 * r.occ.occupancy], color=colour, s=18,
-                       zorder=3)
-            ax.annotate(r.config.key, (r.record.registers, 100 * r.occ.occupancy),
-                        fontsize=6, xytext=(3, 3), textcoords="offset points")
+            key = (r.record.registers, 100 * r.occ.occupancy)
+            points.setdefault(key, []).append(r)
+        for (x, y), rs in points.items():
+            colour = "red" if any(r.spills for r in rs) else "black"
+            ax.scatter([x], [y], color=colour, s=18, zorder=3)
+            ax.annotate("\n".join(r.config.key for r in rs), (x, y), fontsize=6,
+                        xytext=(-4, 4), textcoords="offset points", ha="right",
+                        va="bottom")
         ax.set_xlabel("registers / thread" if t.vendor == "nvidia" else "VGPRs / lane")
         ax.set_ylabel("occupancy %")
         ax.set_title(name, fontsize=10, loc="left")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if mine:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
