@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .config import DTYPE_BYTES, AttentionConfig, check_config, select_config
+from .config import (DTYPE_BYTES, AttentionBwdConfig, AttentionConfig, check_bwd_config,
+                     check_config, select_bwd_config, select_config)
 from .errors import ConfigError, FlashscopeError
 from .targets import get_target
 
@@ -93,6 +94,40 @@ def _fwd_call(cfg, problem, head_dim, dtype, causal, return_lse=False):
 
 register_kernel("fwd", KernelSpec("fwd", "attention_fwd", "_attn_fwd", AttentionConfig,
                                   check_config, _fwd_call, select_config))
+
+
+def _bwd_call(kernel: str) -> Callable:
+    """Call builder for one backward kernel: binds :func:`flashscope.launch.backward_calls`
+    on meta tensors of the problem. The preprocess has fixed launch options of its own;
+    they travel as constants so that they win over the config's."""
+
+    def call(cfg, problem, head_dim, dtype, causal):
+        import torch
+
+        from . import launch
+
+        B, H, Hkv, Nq, Nk = problem
+        dt = getattr(torch, _TORCH_DTYPES[dtype])
+        q, out, dout, dq = (torch.empty((B, H, Nq, head_dim), dtype=dt, device="meta")
+                            for _ in range(4))
+        k, v, dk, dv = (torch.empty((B, Hkv, Nk, head_dim), dtype=dt, device="meta")
+                        for _ in range(4))
+        lse, delta = (torch.empty((B, H, Nq), dtype=torch.float32, device="meta")
+                      for _ in range(2))
+        _, _, args, consts, opts = launch.backward_calls(
+            dout, q, k, v, out, lse, delta, dq, dk, dv, causal=causal,
+            scale=launch.default_scale(head_dim), cfg=cfg)[kernel]
+        if kernel == "bwd_preprocess":
+            consts = {**consts, **opts}
+        return args, consts
+
+    return call
+
+
+for _name, _fn in (("bwd_preprocess", "_attn_bwd_preprocess"), ("bwd_dkdv", "_attn_bwd_dkdv"),
+                   ("bwd_dq", "_attn_bwd_dq")):
+    register_kernel(_name, KernelSpec(_name, "attention_bwd", _fn, AttentionBwdConfig,
+                                      check_bwd_config, _bwd_call(_name), select_bwd_config))
 
 
 @dataclass
@@ -172,7 +207,7 @@ def _bind(spec: KernelSpec, cfg, t, head_dim, dtype, causal, problem, extra):
     backend = make_backend(target)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     args, consts = spec.call(cfg, problem, head_dim, dtype, causal, **extra)
-    kwargs = {**consts, **vendor_options(cfg, t.vendor)}
+    kwargs = {**vendor_options(cfg, t.vendor), **consts}
     # JITFunction.run adds these two before binding.
     kwargs["debug"] = kwargs.get("debug", fn.debug) or triton.knobs.runtime.debug
     kwargs["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode

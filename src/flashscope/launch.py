@@ -14,7 +14,6 @@ import torch
 
 from . import kernels
 from .config import AttentionBwdConfig, AttentionConfig, head_dim_pad
-from .errors import ConfigError
 
 LOG2E = 1.4426950408889634
 
@@ -50,7 +49,7 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
     Returns (out, lse): out like q, lse (B, H, Nq) fp32 or None."""
     _attn_fwd = kernels.load("attention_fwd", interpret=interpreting())._attn_fwd
     B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
+    Nk = k.shape[2]
     if out is None:
         out = torch.empty_like(q)
     lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32) if return_lse else None
@@ -96,7 +95,7 @@ def backward(dout, q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attent
     (dq, dk, dv) laid out like q, k, v (or written into the given buffers)."""
     mod = kernels.load("attention_bwd", interpret=interpreting())
     B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
+    Nk = k.shape[2]
     dq = torch.empty_like(q) if dq is None else dq
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
@@ -151,47 +150,6 @@ def backward_calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, causal: bool, 
             {**common, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
              "IS_CAUSAL": bool(causal), "EVEN_N": Nk % cfg.BLOCK_N2 == 0}, opts),
     }
-
-
-BWD_KERNELS = ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
-_TRITON_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def bwd_spec(kernel: str, head_dim: int, dtype: str = "bfloat16", causal: bool = False,
-             cfg: "AttentionBwdConfig | None" = None, *, n_q: int = 4096, n_k: int = 4096,
-             heads: int = 16, kv_heads: "int | None" = None, vendor: str = "nvidia") -> dict:
-    """What offline compilation of one backward kernel needs, bound from
-    :func:`backward_calls` on meta tensors (contiguous (B, H, N, D)):
-    ``{"fn", "signature": {arg: type}, "constexprs", "options", "grid"}``. Lengths matter
-    only through EVEN_M / EVEN_N; ``vendor`` picks the register cap that applies
-    (:func:`vendor_options`). ``cfg`` defaults to the sm90 choice for the problem."""
-    from .config import select_bwd_config
-
-    if kernel not in BWD_KERNELS:
-        raise ConfigError(f"kernel: expected one of {', '.join(BWD_KERNELS)}, got {kernel!r}")
-    if dtype not in _DTYPE_NAMES:
-        raise ConfigError(f"dtype: expected one of {', '.join(_DTYPE_NAMES)}, got {dtype!r}")
-    cfg = cfg or select_bwd_config(head_dim, dtype, causal, "sm90")
-    dt, hkv = _DTYPE_NAMES[dtype], kv_heads or heads
-    meta = torch.device("meta")
-    q, out, dout, dq = (torch.empty(1, heads, n_q, head_dim, dtype=dt, device=meta)
-                        for _ in range(4))
-    k, v, dk, dv = (torch.empty(1, hkv, n_k, head_dim, dtype=dt, device=meta) for _ in range(4))
-    lse, delta = (torch.empty(1, heads, n_q, dtype=torch.float32, device=meta) for _ in range(2))
-    fn_name, grid, args, consts, _ = backward_calls(
-        dout, q, k, v, out, lse, delta, dq, dk, dv, causal=causal, scale=head_dim ** -0.5,
-        cfg=cfg)[kernel]
-    options = (dict(_PRE_OPTIONS) if kernel == "bwd_preprocess"
-               else vendor_options(cfg, vendor))
-    fn = getattr(kernels.load("attention_bwd"), fn_name)
-    runtime = [n for n in fn.arg_names if n not in consts]
-    sig = {n: "constexpr" for n in consts}
-    for name, a in zip(runtime, args):
-        sig[name] = ("*" + _TRITON_DTYPES[a.dtype] if isinstance(a, torch.Tensor)
-                     else "fp32" if isinstance(a, float) else "i32")
-    return {"fn": fn, "signature": {n: sig[n] for n in fn.arg_names}, "constexprs": consts,
-            "options": options, "grid": grid}
 
 
 def triton_cdiv(a: int, b: int) -> int:
