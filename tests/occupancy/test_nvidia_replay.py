@@ -31,3 +31,15 @@ def test_ncu_shared_mem_limit_is_the_launch_carveout_view():
         assert occ.details["launch_shared_mem_limit"] == r["launch__occupancy_limit_shared_mem"]
         if "launch__occupancy_limit_registers" in r:
             assert occ.limits["registers"] == r["launch__occupancy_limit_registers"]
+            assert occ.limits["warps"] == r["launch__occupancy_limit_warps"]
+            assert occ.limits["blocks"] == r["launch__occupancy_limit_blocks"]
+            assert round(100 * occ.occupancy, 2) == r["sm__maximum_warps_per_active_cycle_pct"]
+
+
+def test_ncu_covers_real_attention_kernels():
+    """cuDNN, FlashAttention-2, the memory-efficient kernel and five flashscope configs,
+    read by ncu on the H100 (scripts/gpu/profile_record.sh)."""
+    ncu = json.loads((Path(__file__).parents[1] / "data/occupancy/nvidia_h100_ncu.json")
+                     .read_text())
+    providers = {r.get("provider") for r in ncu["readings"]}
+    assert {"cudnn", "flash", "efficient", "flashscope"} <= providers
