@@ -127,7 +127,21 @@ def test_load_space_file_errors(tmp_path):
 
 
 def test_default_space_is_about_thirty_points_per_problem():
-    sp = default_space(["sm90"], ["bfloat16"], [64, 128], [False, True])
+    sp = default_space(["sm90", "gfx942"], ["bfloat16"], [64, 128], [False, True])
     for p in sp.problems():
         feasible, pruned = sp.points(p)
-        assert 24 <= len(feasible) <= 36, (p, len(feasible))
+        assert 24 <= len(feasible) + len(pruned) <= 36, (p, len(feasible))
+        assert len(feasible) >= 16
+
+
+def test_restrict_one_block_replaces_several_blocks_filter():
+    from flashscope.sweep.space import restrict
+
+    one = restrict(parse_space(BASE), head_dims=[128], targets=["sm_80"])
+    assert {(p.target, p.head_dim) for p in one.problems()} == {("sm80", 128)}
+    two = default_space(["sm90", "gfx942"], ["bfloat16"], [64], [False])
+    only_amd = restrict(two, targets=["gfx942"])
+    assert {p.target for p in only_amd.problems()} == {"gfx942"}
+    assert only_amd.points()[0] == two.points(Problem("gfx942", "bfloat16", 64, False))[0]
+    with pytest.raises(ConfigError, match="no block of the space covers"):
+        restrict(two, targets=["sm80"])

@@ -84,12 +84,11 @@ def build_space(args):
     head_dims = _csv(args.head_dims, "head-dims", int) if args.head_dims else None
     causal = {"both": [False, True], "true": [True], "false": [False], None: None}[args.causal]
     if args.space:
-        space = load_space(args.space)
+        space = restrict(load_space(args.space), targets=targets, dtypes=dtypes,
+                         head_dims=head_dims, causal=causal)
     else:
         space = default_space(targets or ["sm90"], dtypes or ["bfloat16"],
                               head_dims or [64, 128], causal or [False, True])
-    space = restrict(space, targets=targets, dtypes=dtypes, head_dims=head_dims,
-                     causal=causal)
     # re-check overridden problem keys through the parser's rules
     from ..sweep.space import parse_space
 

@@ -72,9 +72,9 @@ DEFAULT_AXES = {
     "nvidia": {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "num_warps": [4, 8],
                "num_stages": [2, 3, 4], "Q_IN_REGS": [True], "maxnreg": [None],
                "waves_per_eu": [None]},
-    "amd": {"BLOCK_M": [32, 64, 128], "BLOCK_N": [16, 32, 64], "num_warps": [4, 8],
+    "amd": {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64], "num_warps": [4, 8],
             "num_stages": [1, 2], "Q_IN_REGS": [True], "maxnreg": [None],
-            "waves_per_eu": [None, 1, 2]},
+            "waves_per_eu": [None, 2]},
 }
 
 
@@ -283,11 +283,28 @@ def default_space(targets=("sm90",), dtypes=("bfloat16",), head_dims=(64, 128),
 
 def restrict(space: Space, *, targets=None, dtypes=None, head_dims=None,
              causal=None) -> Space:
-    """The same axes with problem keys replaced (command-line overrides)."""
+    """Command-line overrides of the problem keys. A one-block space takes them as given;
+    a space of several blocks keeps, per block, only the given values it lists (so a
+    block written for one target never gets another's axes). ConfigError when nothing
+    is left."""
+    over = {"targets": targets, "dtypes": dtypes, "head_dims": head_dims, "causal": causal}
+    if targets:
+        over["targets"] = [get_target(t).name for t in targets]
     blocks = []
     for b in space.blocks:
-        blocks.append(SubSpace(tuple(targets) if targets else b.targets,
-                               tuple(dtypes) if dtypes else b.dtypes,
-                               tuple(head_dims) if head_dims else b.head_dims,
-                               tuple(causal) if causal else b.causal, b.axes))
+        keys = {}
+        for name, given in over.items():
+            mine = tuple(get_target(t).name for t in b.targets) if name == "targets" \
+                else getattr(b, name)
+            if not given:
+                keys[name] = getattr(b, name)
+            elif len(space.blocks) == 1:
+                keys[name] = tuple(given)
+            else:
+                keys[name] = tuple(v for v in mine if v in given)
+        if all(keys.values()):
+            blocks.append(SubSpace(axes=b.axes, **keys))
+    if not blocks:
+        raise ConfigError("space: no block of the space covers the requested "
+                          + ", ".join(f"{k}={v}" for k, v in over.items() if v))
     return Space(tuple(blocks))
