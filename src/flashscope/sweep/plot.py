@@ -50,8 +50,11 @@ def plot_pareto(records, path, kind: str = "offline") -> "Path | None":
                 ax.step([fx[k] for k in order], [fy[k] for k in order], where="post",
                         color="C3", lw=1.2)
                 ax.scatter(fx, fy, s=26, color="C3", label="Pareto front", zorder=3)
-                for r in front:
-                    ax.annotate(r["config_key"], (r[xk], r[yk]), fontsize=6,
+                labels = {}
+                for r in front:  # configs on the same spot share one label
+                    labels.setdefault((r[xk], r[yk]), []).append(r["config_key"])
+                for (x, y), keys in labels.items():
+                    ax.annotate(", ".join(sorted(keys)), (x, y), fontsize=6,
                                 xytext=(3, 3), textcoords="offset points")
             ax.set_xlabel(_LABELS[xk])
             ax.set_ylabel(_LABELS[yk])
