@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from . import launch
+from . import launch, tuned
 from .config import (AttentionBwdConfig, AttentionConfig, check_config, check_head_dim,
                      select_bwd_config, select_config)
 from .errors import ConfigError, FlashscopeError, UnknownTargetError
@@ -95,11 +95,15 @@ def _check_inputs(query, key, value, enable_gqa: bool, scale):
 
 
 def resolve_config(config: Optional[AttentionConfig], head_dim: int, dtype: str,
-                   causal: bool, device: torch.device) -> AttentionConfig:
-    """The caller's config, checked for the device's target, or the default for it."""
+                   causal: bool, device: torch.device, seq_len: int = 1) -> AttentionConfig:
+    """The caller's config, checked for the device's target, or the default for it: the
+    tuned entry for (target, dtype, head dim, causal, key-length class) when the sweep's
+    data files have one (:func:`flashscope.tuned.lookup`), else :func:`select_config`."""
     target = device_target(device)
     if config is None:
-        return select_config(head_dim, dtype, causal, target or "sm90")
+        if target is None:
+            return select_config(head_dim, dtype, causal, "sm90")
+        return tuned.lookup(target, dtype, head_dim, causal, max(1, int(seq_len)))[0]
     if not isinstance(config, AttentionConfig):
         raise TypeError(f"config: expected flashscope.AttentionConfig or None, got "
                         f"{type(config).__name__}")
@@ -200,7 +204,8 @@ def attention(query, key, value, *, is_causal: bool = False, scale: Optional[flo
     """
     _check_inputs(query, key, value, enable_gqa, scale)
     D = query.shape[-1]
-    cfg = resolve_config(config, D, _DTYPES[query.dtype], bool(is_causal), query.device)
+    cfg = resolve_config(config, D, _DTYPES[query.dtype], bool(is_causal), query.device,
+                         key.shape[2])
     sc = launch.default_scale(D) if scale is None else float(scale)
     if _through_op(query, key, value):
         out, lse = _attention_fwd(query, key, value, bool(is_causal), sc, config_text(cfg))
