@@ -71,8 +71,10 @@ def test_recorded_cpu_traces(name, attention):
 
 
 def test_ncu_csv_export(capsys):
-    (r,) = _json(capsys, ["--ncu-csv", str(DATA / "profile" / "ncu_details_h100.csv")])
+    (r,) = _json(capsys, ["--ncu-csv", str(DATA / "profile" / "ncu_raw_h100.csv")])
     assert _share(r, "attention")["share"] == 1.0 and r["amdahl_ceiling"] == float("inf")
+    # the three H100 SDPA kernels: 831,968 + 1,536,704 + 3,118,912 ns
+    assert r["total_seconds"] == pytest.approx(5.487584e-3, rel=1e-12)
 
 
 def test_model_runs_on_cpu_with_both_attentions(capsys, tmp_path):

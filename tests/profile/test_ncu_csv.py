@@ -19,25 +19,68 @@ def _row(kid, metric, unit, value, name="k"):
             f'"Command line profiler metrics","{metric}","{unit}","{value}"')
 
 
-@pytest.mark.parametrize("fname", ["ncu_details_h100.csv", "ncu_raw_h100.csv"])
-def test_both_layouts_give_the_same_numbers(fname):
-    ks = read_ncu_csv(DATA / fname)
-    assert [k.id for k in ks] == [0, 1, 2]
-    cudnn = ks[0]
+REAL = ("ncu_00_cudnn.csv", "ncu_01_flash.csv", "ncu_02_efficient.csv")
+
+
+def test_real_h100_details_page():
+    """ncu 2025.3.1 on an H100, --print-units base: units read ns, byte/s, byte/block."""
+    (cudnn,) = read_ncu_csv(DATA / REAL[0])
     assert cudnn.name.startswith("cudnn_generated_fort_native_sdpa_sm90")
+    assert cudnn.units["gpu__time_duration.sum"] == "ns"
+    assert cudnn.get("duration") == 0.831968  # "831,968" ns -> ms
     assert cudnn.get("registers") == 168
-    assert cudnn.get("smem_dynamic") == 232448  # "232,448"
-    assert cudnn.get("achieved_occupancy") == pytest.approx(14.1)
-    assert cudnn.get("duration") == pytest.approx(0.830112)  # ns -> ms
-    assert ks[2].get("tensor_pipe") is None  # n/a
-    assert "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128" in ks[1].name  # commas kept
+    assert cudnn.get("smem_dynamic") == 232448  # "232,448" byte/block
+    assert (cudnn.get("smem_static"), cudnn.get("smem_driver")) == (0, 1024)
+    assert cudnn.get("dram_bandwidth") == 315173352821.26  # byte/s
+    assert cudnn.get("achieved_occupancy") == 14.06 and cudnn.get("eligible_warps") == 0.55
+    (flash,) = read_ncu_csv(DATA / REAL[1])
+    assert "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128" in flash.name  # commas kept
 
 
-def test_units_convert_to_ms_and_bytes():
-    assert to_base(1500.0, "usecond") == pytest.approx(1.5)
-    assert to_base(2.0, "Kbyte") == 2000.0
-    assert to_base(3.0, "Tbyte/second") == 3e12
-    assert to_base(42.0, "%") == 42.0
+def test_raw_page_gives_the_details_numbers():
+    """ncu_raw_h100.csv lays the three real details files out as a raw page."""
+    raw = read_ncu_csv(DATA / "ncu_raw_h100.csv")
+    assert [k.id for k in raw] == [0, 1, 2]
+    for k, fname in zip(raw, REAL):
+        (d,) = read_ncu_csv(DATA / fname)
+        assert k.name == d.name and k.as_dict() == {**d.as_dict(), "id": k.id}, fname
+
+
+def test_not_applicable_values_read_none():
+    text = "\n".join([HEADER, _row(0, "sm__pipe_tensor_cycles_active.avg.pct_of_peak_"
+                                       "sustained_active", "%", "n/a"),
+                      _row(0, "gpu__time_duration.sum", "ns", "1,000")])
+    (k,) = parse_ncu_csv(text)
+    assert k.get("tensor_pipe") is None and k.get("duration") == 0.001
+
+
+@pytest.mark.parametrize("value, unit, want, expect", [
+    (1093280.0, "ns", "ms", 1.09328),  # ncu 2025 with --print-units base
+    (1500.0, "usecond", "ms", 1.5),
+    (1.25, "msecond", "ms", 1.25),
+    (2.0, "s", "ms", 2000.0),
+    (2.0, "Kbyte", "B", 2000.0),
+    (1024.0, "byte/block", "B", 1024.0),
+    (3.0, "Tbyte/second", "B/s", 3e12),
+    (5.0, "Gbyte/s", "B/s", 5e9),
+    (42.0, "%", "%", 42.0),
+    (176.0, "register/thread", "count", 176.0),
+])
+def test_units_convert_to_ms_and_bytes(value, unit, want, expect):
+    assert to_base(value, unit, want) == pytest.approx(expect, rel=1e-12)
+
+
+@pytest.mark.parametrize("unit, want", [("", "ms"), ("cycle", "ms"), ("byte", "ms"),
+                                        ("ns", "B"), ("byte/s", "B")])
+def test_a_unit_of_the_wrong_dimension_is_refused(unit, want):
+    with pytest.raises(ValueError, match="not a"):
+        to_base(1.0, unit, want)
+
+
+def test_duration_in_an_unknown_unit_is_a_parse_error():
+    (k,) = parse_ncu_csv("\n".join([HEADER, _row(0, "gpu__time_duration.sum", "cycle", "9")]))
+    with pytest.raises(ParseError, match="gpu__time_duration.sum: unit 'cycle'"):
+        k.get("duration")
 
 
 def test_program_output_before_header_is_skipped():

@@ -26,7 +26,8 @@ def test_profile_runs_ncu_per_job_and_keeps_its_csv(tmp_path, capsys):
     log = tmp_path / "calls.txt"
     fake.write_text(f"#!{sys.executable}\nimport sys\n"
                     f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
-                    f"sys.stdout.write(open({str(DATA / 'ncu_details_h100.csv')!r}).read())\n")
+                    f"name = 'ncu_00_cudnn.csv' if 'cudnn' in sys.argv else 'ncu_03_flashscope.csv'\n"
+                    f"sys.stdout.write(open({str(DATA)!r} + '/' + name).read())\n")
     fake.chmod(0o755)
     out = tmp_path / "out"
     rc = main(["profile", "--ncu", str(fake), "--providers", "flashscope,cudnn",
@@ -38,6 +39,13 @@ def test_profile_runs_ncu_per_job_and_keeps_its_csv(tmp_path, capsys):
     assert [k["provider"] for k in res["kernels"]] == ["cudnn", "flashscope", "flashscope"]
     assert [k["config_key"] for k in res["kernels"]] == ["", "m64n64w4s3q1", "m128n64w4s3q1"]
     assert len(list(out.glob("ncu_*.csv"))) == 3
+    jobs = json.loads((out / "jobs.json").read_text())["jobs"]
+    assert [(j["file"], j["config"]) for j in jobs] == [
+        ("ncu_00_cudnn.csv", ""), ("ncu_01_flashscope.csv", "BLOCK_M=64,num_warps=4"),
+        ("ncu_02_flashscope.csv", "BLOCK_M=128")]
+    assert main(["profile", "--from-csv", str(out), "--json"]) == 0  # the recording replays
+    again = json.loads(capsys.readouterr().out)
+    assert [k["config_key"] for k in again["kernels"]] == ["", "m64n64w4s3q1", "m128n64w4s3q1"]
 
 
 def test_missing_ncu_is_a_clear_error(capsys):

@@ -59,12 +59,16 @@ def test_point_above_the_roof_is_flagged():
 def test_cli_with_counters_json_and_plot(tmp_path, capsys):
     from pathlib import Path
 
-    data = Path(__file__).parents[1] / "data" / "profile" / "ncu_details_h100.csv"
+    data = Path(__file__).parents[1] / "data" / "profile"
     png = tmp_path / "r.png"
-    assert main(["roofline", "--counters", str(data), "--plot", str(png), "--json"]) == 0
+    assert main(["roofline", "--counters", str(data / "ncu_00_cudnn.csv"), "--counters",
+                 str(data / "ncu_01_flash.csv"), "--plot", str(png), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     ks = {k["kernel"]: k for k in out["kernels"]}
     assert ks["cudnn"]["agree"] is True and ks["flash"]["agree"] is False
+    # 831,968 ns on the H100 against the 780 TFLOP/s measured roof: 85 %
+    assert ks["cudnn"]["achieved_flops"] / 1e12 == pytest.approx(660.79, abs=0.01)
+    assert ks["cudnn"]["fraction_of_roof"] == pytest.approx(660.79 / 780, abs=1e-4)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

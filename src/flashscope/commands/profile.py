@@ -2,7 +2,8 @@
 SDPA's backends, acceptance gates pass/fail per kernel, and how well each counter predicts
 speed across configs (Spearman's rho, with n).
 
-On a GPU it runs ncu itself; ``--csv FILE`` reads ncu CSV output recorded earlier (works
+On a GPU it runs ncu itself; ``--csv FILE`` reads ncu CSV output recorded earlier, and
+``--from-csv DIR`` a whole ``--out DIR`` recording with its providers and configs (both work
 anywhere).
 """
 
@@ -29,6 +30,9 @@ def register(sub):
                         "(e.g. 'BLOCK_M=128,num_warps=8;BLOCK_M=64,num_warps=4')")
     p.add_argument("--csv", action="append", default=[], metavar="FILE",
                    help="read this ncu --csv output instead of running ncu (repeatable)")
+    p.add_argument("--from-csv", metavar="DIR",
+                   help="re-read a recording made with --out DIR (its ncu_<i>_<provider>.csv "
+                        "files, configs from its jobs.json or profile.json)")
     p.add_argument("--gate", action="append", default=[], metavar="METRIC>=VALUE",
                    help="acceptance gate; replaces the default gate on the same metric "
                         "(defaults: achieved_occupancy>=20, eligible_warps>=2, "
@@ -73,7 +77,13 @@ def run(args) -> int:
     configs = [c.strip() for c in args.configs.split(";") if c.strip()]
     for c in configs:
         session.config_key(c)  # reject a bad config before any profiling
-    if args.csv:
+    if args.csv and args.from_csv:
+        from ..errors import FlashscopeError
+
+        raise FlashscopeError("--csv and --from-csv: give one or the other")
+    if args.from_csv:
+        rows = session.rows_from_dir(args.from_csv, shape, args.causal)
+    elif args.csv:
         rows = session.rows_from_csv(args.csv, shape, args.causal)
     else:
         rows = []
@@ -88,12 +98,18 @@ def run(args) -> int:
 
                 Path(args.out).mkdir(parents=True, exist_ok=True)
                 (Path(args.out) / f"ncu_{i:02d}_{prov}.csv").write_text(text)
+        if args.out:
+            from pathlib import Path
+
+            (Path(args.out) / "jobs.json").write_text(json.dumps({"jobs": [
+                {"file": f"ncu_{i:02d}_{p}.csv", "provider": p, "config": c}
+                for i, (p, c) in enumerate(jobs)]}, indent=1))
     for r in rows:
         r["config_key"] = session.config_key(r["config"]) if r.get("config") else ""
     speed = session.load_speed(args.speed, shape, args.causal) if args.speed else None
     result = session.summarize(rows, gates, speed)
     result.update(shape=dict(zip("BHND", shape)), causal=args.causal, dtype=args.dtype,
-                  source="csv" if args.csv else "ncu")
+                  source="csv" if args.csv or args.from_csv else "ncu")
     if args.out:
         _write(result, args.out)
     if args.json:

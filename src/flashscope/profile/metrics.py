@@ -5,10 +5,12 @@ and the unit flashscope reports it in. Names are those ncu 2023+ uses on sm_80..
 (checked on an H100, see ``docs/profile.md``); ``launch__*`` values are per launch, the
 ``.avg``/``.sum`` rollups over the whole kernel.
 
-Units: ncu prints values with a unit column (``nsecond``, ``Kbyte``, ``Gbyte/second``,
-``%``...). :func:`to_base` converts time to milliseconds and sizes to bytes with decimal
-(SI) prefixes, which is what ncu means by ``Kbyte``/``Mbyte``; flashscope's runner also
-passes ``--print-units base`` so the prefixes do not arise.
+Units: ncu prints values with a unit column. With ``--print-units base`` (the runner passes
+it) ncu 2025.3 writes ``ns``, ``byte/s``, ``byte/block``; other versions and settings write
+``nsecond``, ``usecond``, ``Kbyte``, ``Gbyte/second``. :func:`to_base` converts time to
+milliseconds and sizes to bytes with decimal (SI) prefixes, which is what ncu means by
+``Kbyte``/``Mbyte``, and refuses a time or size metric in a unit it does not know (reading
+``831,968 ns`` as milliseconds once put cuDNN at 0.00066 TFLOP/s instead of 661).
 """
 
 from __future__ import annotations
@@ -82,17 +84,30 @@ def ncu_metric_list() -> str:
 
 
 #: Decimal prefixes ncu writes in unit names.
-_PREFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-#: Base unit -> (reported unit, factor from the SI base unit to it).
-_BASE = {"second": ("ms", 1e3), "byte": ("B", 1.0), "byte/second": ("B/s", 1.0)}
-_UNIT_RE = re.compile(r"^([numKMGT]?)(second|byte|byte/second)$")
+_PREFIX = {"n": -9, "u": -6, "m": -3, "": 0, "K": 3, "M": 6, "G": 9, "T": 12}  # powers of 10
+#: ncu's spellings of time and size units -> (dimension, power of 10 from the SI base unit
+#: to flashscope's unit). ncu 2025.3 with ``--print-units base`` prints ``ns``, ``byte/s`` and
+#: ``byte/block`` (H100 recording, tests/data/profile); older versions and
+#: ``--print-units auto`` write ``nsecond``, ``usecond``, ``Kbyte``, ``Gbyte/second``.
+_BASE = {"second": ("time", 3), "s": ("time", 3), "byte": ("bytes", 0),
+         "byte/second": ("rate", 0), "byte/s": ("rate", 0), "byte/block": ("bytes", 0)}
+_UNIT_RE = re.compile(r"^([numKMGT]?)(second|s|byte/second|byte/s|byte/block|byte)$")
+#: flashscope's unit -> the dimension a value must arrive in.
+_DIMENSION = {"ms": "time", "B": "bytes", "B/s": "rate"}
 
 
-def to_base(value: float, unit: str) -> float:
-    """``value`` in ``unit`` converted to flashscope's unit: ms for time, bytes, bytes/s.
-    Units without a time or size dimension (%, counts, register/thread) pass unchanged."""
+def to_base(value: float, unit: str, want: "str | None" = None) -> float:
+    """``value`` in ncu's ``unit`` converted to flashscope's unit: ms for time, bytes,
+    bytes/s (``1,093,280 ns`` -> ``1.09328`` ms). Units without a time or size dimension
+    (%, counts, register/thread, warp, block) pass unchanged. With ``want`` (the metric's
+    flashscope unit: ms, B, B/s), a unit of another dimension, or none, raises ValueError:
+    a duration in an unknown unit must not pass as milliseconds."""
     m = _UNIT_RE.match(unit.strip())
-    if not m:
-        return value
-    prefix, base = m.groups()
-    return value * _PREFIX[prefix] * _BASE[base][1]
+    dim, exp = (None, 0) if not m else (_BASE[m.group(2)][0],
+                                        _PREFIX[m.group(1)] + _BASE[m.group(2)][1])
+    need = _DIMENSION.get(want or "")
+    if need is not None and dim != need:
+        raise ValueError(f"unit {unit!r} is not a {need} unit (expected e.g. "
+                         f"{ {'time': 'ns', 'bytes': 'byte', 'rate': 'byte/s'}[need]!r})")
+    # one multiplication or division by an exact power of ten: correctly rounded
+    return value * 10 ** exp if exp >= 0 else value / 10 ** -exp

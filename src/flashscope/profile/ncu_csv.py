@@ -56,7 +56,10 @@ class KernelCounters:
         v = self.raw.get(name)
         if v is None:
             return None
-        return to_base(v, self.units.get(name, ""))
+        try:
+            return to_base(v, self.units.get(name, ""), m.unit if m else None)
+        except ValueError as e:
+            raise ParseError(f"kernel {self.id} ({self.name[:40]}): {name}: {e}") from None
 
     def as_dict(self) -> dict:
         d = {"id": self.id, "kernel": self.name, "block": self.block, "grid": self.grid}

@@ -38,6 +38,56 @@ def rows_from_csv(paths, shape, causal: bool) -> list:
     return rows
 
 
+_CSV_NAME = re.compile(r"^ncu_(\d+)_([a-z0-9]+)\.csv$")
+
+
+def recorded_jobs(directory) -> list:
+    """``[(csv path, provider, config text)]`` of a ``flashscope profile --out DIR``
+    recording, in job order.
+
+    Files are ``ncu_<i>_<provider>.csv``. Each flashscope file's config comes from
+    ``jobs.json`` (written with the CSVs) or, for recordings without it, from the
+    ``profile.json`` written next to them (its i-th kernel row)."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise ParseError(f"--from-csv {d}: not a directory")
+    found = sorted((int(m.group(1)), m.group(2), d / f.name) for f in d.iterdir()
+                   if (m := _CSV_NAME.match(f.name)))
+    if not found:
+        raise ParseError(f"--from-csv {d}: no ncu_<i>_<provider>.csv files (written by "
+                         "'flashscope profile --out DIR')")
+    configs = {}
+    for name, key in (("jobs.json", "jobs"), ("profile.json", "kernels")):
+        f = d / name
+        if not f.exists():
+            continue
+        try:
+            rows = json.loads(decode(f.read_bytes(), str(f)))[key]
+            configs = {i: str(r.get("config") or "") for i, r in enumerate(rows)}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise ParseError(f"--from-csv {f}: expected an object with a '{key}' list of "
+                             "rows with 'config'") from None
+        break
+    out = []
+    for i, provider, path in found:
+        config = configs.get(i, "") if provider == "flashscope" else ""
+        out.append((path, provider, config))
+    return out
+
+
+def rows_from_dir(directory, shape, causal: bool) -> list:
+    """Rows from a recording directory (see :func:`recorded_jobs`): one per CSV, its
+    provider from the file name (checked against the kernel name) and its config."""
+    rows = []
+    for path, provider, config in recorded_jobs(directory):
+        kernels = read_ncu_csv(path)
+        k = kernels[-1]
+        if provider_of(k.name) not in (provider, "other"):
+            raise ParseError(f"{path}: kernel {k.name[:60]!r} is not a {provider} kernel")
+        rows.append(row_for(k, provider, config, shape, causal))
+    return rows
+
+
 def config_key(text: str) -> str:
     """``"BLOCK_M=64,num_warps=4"`` -> the config's key (``m64n64w4s3q1``); '' stays ''."""
     if not text:
