@@ -3,15 +3,18 @@ set of configs and compare the offline numbers with what the launch reports.
 
 Modes:
   launch (default): for each config, run flashscope.attention with config=...; read n_regs,
-      n_spills and metadata.shared from the kernel Triton launched, and the offline record
-      (compiled without a GPU for sm90); write OUTDIR/inspect_groundtruth.json with both and
-      the comparison.
+      n_spills and metadata.shared from the kernel Triton launched, the driver's own view of
+      that function (cuFuncGetAttribute: NUM_REGS, SHARED_SIZE_BYTES = static shared,
+      LOCAL_SIZE_BYTES) and the device's per-block shared reserve (cuDeviceGetAttribute
+      RESERVED_SHARED_MEMORY_PER_BLOCK), and the offline record (compiled without a GPU for
+      sm90); write OUTDIR/inspect_groundtruth.json with both and the comparison.
   ncu: launch each config exactly once in a fixed order and write OUTDIR/ncu_order.json
       (configs + offline values); run it under Nsight Compute:
 
   ncu --clock-control none --print-units base --csv --log-file OUTDIR/ncu.csv \\
       --metrics launch__registers_per_thread,launch__shared_mem_per_block_static,\\
-launch__shared_mem_per_block_dynamic,launch__block_size \\
+launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_driver,\\
+launch__block_size -k regex:_attn_fwd \\
       python scripts/gpu/inspect_groundtruth.py OUTDIR --mode ncu
 
   then `python scripts/gpu/inspect_groundtruth.py OUTDIR --mode compare` writes
@@ -38,8 +41,14 @@ CONFIGS = (  # (head_dim, causal, config text)
     (128, False, "BLOCK_M=128,BLOCK_N=128,num_warps=4,num_stages=2"),
 )
 
-OFFLINE_FIELDS = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes",
-                  "spill_stores", "spill_loads", "threads", "features")
+OFFLINE_FIELDS = ("registers", "static_shared_bytes", "dynamic_shared_bytes",
+                  "reserved_shared_bytes", "local_bytes", "spill_stores", "spill_loads",
+                  "threads", "features")
+
+#: CUfunction_attribute / CUdevice_attribute values (cuda.h).
+CU_FUNC_ATTRIBUTE = {"func_shared_size_bytes": 1, "func_local_size_bytes": 3,
+                     "func_num_regs": 4}
+CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 
 
 def offline(cfg, head_dim, causal):
@@ -70,6 +79,63 @@ def launch(cfg, head_dim, causal):
     return kernel
 
 
+def driver_view(kernel):
+    """The driver's attributes of the launched CUfunction, and the device's reserve."""
+    import ctypes
+
+    import torch
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda.cuFuncGetAttribute.argtypes = (ctypes.POINTER(ctypes.c_int), ctypes.c_int,
+                                        ctypes.c_void_p)
+    kernel._init_handles()
+    out = {}
+    for key, attr in CU_FUNC_ATTRIBUTE.items():
+        v = ctypes.c_int()
+        rc = cuda.cuFuncGetAttribute(ctypes.byref(v), attr, ctypes.c_void_p(kernel.function))
+        out[key] = v.value if rc == 0 else None
+    dev = ctypes.c_int()
+    v = ctypes.c_int()
+    rc = cuda.cuDeviceGet(ctypes.byref(dev), torch.cuda.current_device())
+    rc = rc or cuda.cuDeviceGetAttribute(ctypes.byref(v),
+                                         CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+                                         dev)
+    out["device_reserved_shared_per_block"] = v.value if rc == 0 else None
+    return out
+
+
+def static_probe():
+    """Load the 256-byte static-shared probe (sm_90a) and ask the driver its static size:
+    256 if the driver counts static shared without the 1 KB system window (as the reader
+    now does), 1280 if with it."""
+    import ctypes
+
+    from flashscope.isa import nvidia
+    from flashscope.isa.groundtruth import PROBE_STATIC_BYTES, probe_cubin
+
+    cubin = probe_cubin("sm_90a")
+    (rec,) = nvidia.read_cubin(cubin, "probe", sass="")
+    cuda = ctypes.CDLL("libcuda.so.1")
+    mod, fn, v = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int()
+    rc = cuda.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(cubin))
+    rc = rc or cuda.cuModuleGetFunction(ctypes.byref(fn), mod, b"probe")
+    rc = rc or cuda.cuFuncGetAttribute(ctypes.byref(v), CU_FUNC_ATTRIBUTE[
+        "func_shared_size_bytes"], fn)
+    return {"declared_static_bytes": PROBE_STATIC_BYTES,
+            "elf_section_bytes": nvidia.resource_usage(cubin)["probe"]["SHARED"],
+            "offline_static_shared_bytes": rec["static_shared_bytes"],
+            "offline_reserved_shared_bytes": rec["reserved_shared_bytes"],
+            "driver_shared_size_bytes": v.value if rc == 0 else None, "cuda_rc": rc}
+
+
+def report(rows):
+    """'N/M equal (K not recorded)', then every row that differs."""
+    bad = [r for r in rows if r["equal"] is False]
+    checked = [r for r in rows if r["equal"] is not None]
+    print(f"{len(checked) - len(bad)}/{len(checked)} equal "
+          f"({len(rows) - len(checked)} not recorded)", *bad, sep="\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
@@ -85,8 +151,7 @@ def main():
         order = json.loads((out / "ncu_order.json").read_text())
         rows = compare_ncu(order, (out / "ncu.csv").read_text(errors="replace"))
         (out / "ncu_compare.json").write_text(json.dumps({"rows": rows}, indent=1))
-        bad = [r for r in rows if not r["equal"]]
-        print(f"{len(rows) - len(bad)}/{len(rows)} equal", *bad, sep="\n")
+        report(rows)
         return
     rows = []
     for head_dim, causal, text in CONFIGS:
@@ -97,7 +162,8 @@ def main():
         if a.mode == "launch":
             row["launched"] = {"n_regs": kernel.n_regs, "n_spills": kernel.n_spills,
                                "shared": kernel.metadata.shared,
-                               "num_warps": kernel.metadata.num_warps}
+                               "num_warps": kernel.metadata.num_warps,
+                               **driver_view(kernel)}
         rows.append(row)
     if a.mode == "ncu":
         (out / "ncu_order.json").write_text(json.dumps({"rows": rows}, indent=1))
@@ -106,11 +172,11 @@ def main():
     import triton
 
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "triton": triton.__version__, "rows": rows}
+           "triton": triton.__version__, "rows": rows, "static_probe": static_probe()}
     doc["compare"] = compare_launch(doc)
     (out / "inspect_groundtruth.json").write_text(json.dumps(doc, indent=1))
-    bad = [r for r in doc["compare"] if not r["equal"]]
-    print(f"{len(doc['compare']) - len(bad)}/{len(doc['compare'])} equal", *bad, sep="\n")
+    report(doc["compare"])
+    print("static probe:", doc["static_probe"])
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ CASES = (
 #: Fields pinned per case.
 FIELDS = ("registers", "agprs", "sgprs", "spill_stores", "spill_loads", "vgpr_spills",
           "sgpr_spills", "local_bytes", "static_shared_bytes", "dynamic_shared_bytes",
-          "shared_bytes", "threads", "barriers", "instructions", "mix", "features")
+          "reserved_shared_bytes", "shared_bytes", "threads", "barriers", "instructions", "mix", "features")
 
 
 def case_id(case) -> str:

@@ -49,9 +49,14 @@ def test_cubin_agrees_with_cuobjdump(artifacts, records):
     for case in CASES[:3]:
         art, rec = artifacts[case_id(case)], records[case_id(case)]
         ru = nvidia.resource_usage(art.binary)[art.name]
+        # cuobjdump's SHARED is the whole .nv.shared section: the sm_90 system window too
         assert (ru["REG"], ru["SHARED"], ru["STACK"]) == (
-            rec.registers, rec.static_shared_bytes, rec.local_bytes), case_id(case)
+            rec.registers, rec.static_shared_bytes + rec.reserved_shared_bytes,
+            rec.local_bytes), case_id(case)
         assert rec.dynamic_shared_bytes == art.metadata["shared"]
+        assert rec.reserved_shared_bytes == (1024 if case[0] == "sm90" else 0), case_id(case)
+        assert rec.static_shared_bytes == 0  # Triton's kernels use dynamic shared only
+        assert rec.shared_bytes == rec.dynamic_shared_bytes
 
 
 def test_amd_counts_are_the_code_objects(hsaco, records):

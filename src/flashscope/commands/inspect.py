@@ -10,7 +10,8 @@ from pathlib import Path
 SCALARS = ("kernel", "target", "config", "head_dim", "dtype", "causal", "num_warps",
            "num_stages", "wave_size", "threads", "registers", "agprs", "sgprs",
            "spill_stores", "spill_loads", "vgpr_spills", "sgpr_spills", "local_bytes",
-           "static_shared_bytes", "dynamic_shared_bytes", "shared_bytes", "barriers",
+           "static_shared_bytes", "dynamic_shared_bytes", "shared_bytes",
+           "reserved_shared_bytes", "barriers",
            "instructions", "occupancy", "limiter", "features", "source")
 
 
@@ -21,8 +22,10 @@ def register(sub):
                     "needed) and read, from the cubin/SASS or hsaco/amdgcn: registers per "
                     "thread (AMD: .vgpr_count, AGPRs included on gfx90a+), spills (NVIDIA: "
                     "STL/LDL instructions; AMD: the code object's spill counts), local/scratch "
-                    "bytes, shared = static + dynamic bytes, and the instruction mix. With "
-                    "PATH, read a .cubin, a .hsaco or a Triton cache directory instead.")
+                    "bytes, shared = static + dynamic bytes as the driver counts them (the "
+                    "1 KB system reserve of sm_90+ cubins reported apart), and the "
+                    "instruction mix. With PATH, read a .cubin, a .hsaco or a Triton cache "
+                    "directory instead.")
     p.add_argument("path", nargs="?", help=".cubin, .hsaco, or a Triton cache directory")
     p.add_argument("--target", default="sm90",
                    help="comma-separated targets, e.g. sm90,gfx942 (default sm90)")
@@ -217,7 +220,8 @@ def _table(records, errors, opcodes):
                   else f"v{_fmt(r.vgpr_spills)} s{_fmt(r.sgpr_spills)}")
         gprs = f"{_fmt(r.agprs)}/{_fmt(r.sgprs)}" if r.vendor == "amd" else "-"
         shared = (f"{_fmt(r.shared_bytes)} ({_fmt(r.static_shared_bytes)}+"
-                  f"{_fmt(r.dynamic_shared_bytes)})")
+                  f"{_fmt(r.dynamic_shared_bytes)})"
+                  + (f" +{r.reserved_shared_bytes} rsv" if r.reserved_shared_bytes else ""))
         mix = r.mix or {}
         t.add_row(r.target, cfg or r.kernel, _fmt(r.num_warps), _fmt(r.registers), gprs,
                   spills, _fmt(r.local_bytes), shared, _fmt(mix.get("mma", mix.get("mfma"))),

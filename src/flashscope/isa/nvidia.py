@@ -2,8 +2,18 @@
 
 Resources (per kernel ``k``):
 - registers per thread: EIATTR_REGCOUNT in ``.nv.info`` (symbol index, count);
-- static shared: size of the NOBITS section ``.nv.shared.<k>``; Triton's dynamic shared
-  (``metadata.shared``) is not in the ELF and is added by the caller;
+- static shared: size of the NOBITS section ``.nv.shared.<k>`` minus the system-reserved
+  window (below); Triton's dynamic shared (``metadata.shared``) is not in the ELF and is
+  added by the caller;
+- reserved shared: on sm_90 and later ptxas lays every kernel's shared window out as
+  [0, 1 KB) reserved for the system (the driver's per-block reserve,
+  cudaDevAttrReservedSharedMemoryPerBlock), then the kernel's own static variables, then
+  dynamic shared (SASS: the dynamic base is ``0x400``), and counts the reserve in
+  ``.nv.shared.<k>`` (cuobjdump's SHARED). Such cubins carry a ``.nv.shared.reserved.N``
+  section and ``.nv.reservedSmem.*`` symbols; sm_80 cubins have neither and no reserve in
+  the section. The driver (``launch__shared_mem_per_block_static``) counts static shared
+  without the reserve, and reports the reserve as ``launch__shared_mem_per_block_driver``:
+  so ``static_shared_bytes`` excludes it and ``reserved_shared_bytes`` holds it;
 - local bytes per thread: EIATTR_FRAME_SIZE (the stack frame that holds spills and local
   arrays; cuobjdump's STACK);
 - barriers: bits 20..26 of the ``.text.<k>`` section flags (nvdisasm's SHF_BARRIERS).
@@ -35,6 +45,10 @@ EIATTR_MAX_STACK_SIZE = 0x23
 EIATTR_REGCOUNT = 0x2F
 EIATTR_MAXREG_COUNT = 0x1B
 EIATTR_REQNTID = 0x10  # required block size (x, y, z), u32 each
+#: Bytes at the start of the shared window that ptxas reserves for the system on cubins
+#: with the reserved-shared layout (sm_90+; same 1 KB as the driver's per-block reserve).
+SYSTEM_RESERVED_SHARED = 1024
+_RESERVED_MARKERS = (".nv.shared.reserved.", ".nv.reservedSmem.")
 _PER_SYMBOL = {EIATTR_REGCOUNT: "registers", EIATTR_FRAME_SIZE: "frame",
                EIATTR_MIN_STACK_SIZE: "min_stack", EIATTR_MAX_STACK_SIZE: "max_stack"}
 
@@ -183,11 +197,22 @@ def mix_of(opcodes: Counter) -> tuple:
     return mix, feats
 
 
+def _split_shared(size: int, reserved_layout: bool, what: str) -> tuple:
+    """``.nv.shared.<k>`` size -> (static bytes as the driver counts them, reserved bytes)."""
+    if not reserved_layout:
+        return size, 0
+    if size < SYSTEM_RESERVED_SHARED:
+        raise ArtifactError(f"{what}: .nv.shared section of {size} bytes in a cubin with the "
+                            f"reserved-shared layout (expected >= {SYSTEM_RESERVED_SHARED})")
+    return size - SYSTEM_RESERVED_SHARED, SYSTEM_RESERVED_SHARED
+
+
 def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> list:
     """One dict of resources + mix per kernel (``.text.<k>`` section) in ``cubin``.
 
-    Keys: kernel, registers, local_bytes, static_shared_bytes, barriers, max_reg_cap,
-    threads (EIATTR_REQNTID, None when absent), spill_stores, spill_loads, instructions, mix, opcodes, features, arch."""
+    Keys: kernel, registers, local_bytes, static_shared_bytes, reserved_shared_bytes,
+    barriers, max_reg_cap, threads (EIATTR_REQNTID, None when absent), spill_stores,
+    spill_loads, instructions, mix, opcodes, features, arch."""
     elf, vendor = elfmod.open_elf(cubin, what)
     if vendor != "nvidia":
         raise ArtifactError(f"{what}: an AMD code object, expected a cubin")
@@ -199,6 +224,7 @@ def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> 
     if not kernels:
         raise ArtifactError(f"{what}: a cubin without kernels (no .text.* section)")
     hdr = {n: h for n, h in secs}
+    reserved_layout = any(n.startswith(_RESERVED_MARKERS) for n in list(hdr) + syms)
     with elfmod.guarded(what):
         flags = elf.header["e_flags"]
     arch = f"sm{flags & 0xFF}" if flags & 0xFF else None
@@ -218,12 +244,14 @@ def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> 
         if "registers" not in per:
             raise ArtifactError(f"{what}: no EIATTR_REGCOUNT for kernel {k}")
         shared = hdr.get(f".nv.shared.{k}")
+        static, reserved = _split_shared(int(shared["sh_size"]) if shared else 0,
+                                         reserved_layout, f"{what}: kernel {k}")
         ops = Counter(ops_by_kernel.get(k, []))
         mix, feats = mix_of(ops)
         out.append({
             "kernel": k, "arch": arch, "registers": per["registers"],
             "local_bytes": per.get("frame", 0),
-            "static_shared_bytes": int(shared["sh_size"]) if shared else 0,
+            "static_shared_bytes": static, "reserved_shared_bytes": reserved,
             "barriers": (int(hdr[f".text.{k}"]["sh_flags"]) >> 20) & 0x7F,
             "max_reg_cap": per.get("max_reg_cap"), "threads": per.get("threads"),
             "spill_stores": ops.get("STL", 0), "spill_loads": ops.get("LDL", 0),

@@ -1,7 +1,8 @@
 """From binaries to :class:`KernelRecord`: a compiled artifact, or files on disk.
 
-shared_bytes = static (in the binary) + dynamic (Triton's ``metadata.shared``, which is the
-dynamic allocation it launches with). Without Triton's metadata (a bare binary) the dynamic
+shared_bytes = static (in the binary, less the sm_90+ system reserve, which is
+``reserved_shared_bytes``) + dynamic (Triton's ``metadata.shared``, which is the dynamic
+allocation it launches with). Without Triton's metadata (a bare binary) the dynamic
 part is unknown: ``dynamic_shared_bytes`` is None and shared_bytes holds the static part.
 threads = num_warps x wave size from the metadata, else the binary's own block size
 (EIATTR_REQNTID on NVIDIA, ``.max_flat_workgroup_size`` on AMD).
@@ -38,7 +39,7 @@ def _record(d: dict, vendor: str, target: str, meta: "dict | None") -> KernelRec
         spill_stores=d.get("spill_stores"), spill_loads=d.get("spill_loads"),
         vgpr_spills=d.get("vgpr_spills"), sgpr_spills=d.get("sgpr_spills"),
         local_bytes=d.get("local_bytes"), static_shared_bytes=static,
-        dynamic_shared_bytes=dyn,
+        dynamic_shared_bytes=dyn, reserved_shared_bytes=d.get("reserved_shared_bytes"),
         shared_bytes=(static or 0) + (dyn or 0) if static is not None or dyn is not None
         else None,
         threads=threads, num_warps=num_warps, wave_size=wave, barriers=d.get("barriers"),

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 #: Bumped whenever a reader changes what it extracts, so cached records are re-read.
-READER_VERSION = 1
+READER_VERSION = 2
 
 #: Keys compared by ``inspect --diff`` (numeric fields; ``mix`` is compared per class).
 DIFF_FIELDS = ("registers", "agprs", "sgprs", "spill_stores", "spill_loads", "vgpr_spills",
                "sgpr_spills", "local_bytes", "shared_bytes", "static_shared_bytes",
-               "dynamic_shared_bytes", "threads", "barriers", "instructions")
+               "dynamic_shared_bytes", "reserved_shared_bytes", "threads", "barriers", "instructions")
 
 
 @dataclass
@@ -26,8 +26,12 @@ class KernelRecord:
 
     registers: per thread (NVIDIA EIATTR_REGCOUNT) or per lane (AMD ``.vgpr_count``, which on
     gfx90a+ already counts the AGPRs of the unified file). shared_bytes = static + dynamic
-    (NVIDIA ``.nv.shared.<k>`` + Triton's ``metadata.shared``; AMD
-    ``.group_segment_fixed_size`` + Triton's dynamic shared when known). local_bytes: the
+    as the driver counts them (NVIDIA ``.nv.shared.<k>`` less the system reserve + Triton's
+    ``metadata.shared``; AMD ``.group_segment_fixed_size`` + Triton's dynamic shared when
+    known). reserved_shared_bytes: the 1 KB system window ptxas places at the start of an
+    sm_90+ kernel's shared memory (0 on older cubins, None on AMD); it is the driver's
+    per-block reserve, which the occupancy calculator adds itself, so it is not in
+    shared_bytes. local_bytes: the
     per-thread stack frame (NVIDIA) or ``.private_segment_fixed_size`` (AMD scratch).
     spill_stores/spill_loads count STL/LDL instructions in SASS, not bytes.
     """
@@ -45,6 +49,7 @@ class KernelRecord:
     local_bytes: Optional[int] = None
     static_shared_bytes: Optional[int] = None
     dynamic_shared_bytes: Optional[int] = None
+    reserved_shared_bytes: Optional[int] = None
     shared_bytes: Optional[int] = None
     threads: Optional[int] = None
     num_warps: Optional[int] = None
