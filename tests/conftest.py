@@ -30,11 +30,15 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests need --device cuda; ``interpreter`` tests run kernels on CPU tensors,
+    which needs Triton's interpreter chosen before Triton is imported (--device cpu)."""
     if config.getoption("--device") == "cuda":
-        return
-    skip = pytest.mark.skip(reason="needs a GPU: run with --device cuda")
+        marker, why = "interpreter", "runs kernels on CPU tensors: needs --device cpu"
+    else:
+        marker, why = "gpu", "needs a GPU: run with --device cuda"
+    skip = pytest.mark.skip(reason=why)
     for item in items:
-        if "gpu" in item.keywords:
+        if marker in item.keywords:
             item.add_marker(skip)
 
 

@@ -114,6 +114,10 @@ def resolve_config(config: Optional[AttentionConfig], head_dim: int, dtype: str,
     return config
 
 
+def _default_config(q, k, causal: bool) -> AttentionConfig:
+    return resolve_config(None, q.shape[-1], _DTYPES[q.dtype], causal, q.device, k.shape[2])
+
+
 def config_text(cfg) -> str:
     """A config record as ``KEY=VALUE,...`` text (what the custom ops take)."""
     return ",".join(f"{k}={v}" for k, v in cfg.as_dict().items())
@@ -132,9 +136,10 @@ def _parse_bwd(text: str) -> AttentionBwdConfig:
 @torch.library.custom_op("flashscope::attention_fwd", mutates_args=())
 def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
                    scale: float, config: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out (B, H, Nq, D) like q, lse (B, H, Nq) fp32)."""
-    return launch.forward(q, k, v, causal=is_causal, scale=scale, cfg=_parse_fwd(config),
-                          return_lse=True)
+    """(out (B, H, Nq, D) like q, lse (B, H, Nq) fp32). ``config`` "" = the default for
+    the device, resolved here, out of the compiler's sight (it may read tuned data files)."""
+    cfg = _parse_fwd(config) if config else _default_config(q, k, is_causal)
+    return launch.forward(q, k, v, causal=is_causal, scale=scale, cfg=cfg, return_lse=True)
 
 
 @_attention_fwd.register_fake
@@ -204,12 +209,15 @@ def attention(query, key, value, *, is_causal: bool = False, scale: Optional[flo
     """
     _check_inputs(query, key, value, enable_gqa, scale)
     D = query.shape[-1]
-    cfg = resolve_config(config, D, _DTYPES[query.dtype], bool(is_causal), query.device,
-                         key.shape[2])
+    causal = bool(is_causal)
+    cfg = None if config is None else resolve_config(config, D, _DTYPES[query.dtype], causal,
+                                                     query.device)
     sc = launch.default_scale(D) if scale is None else float(scale)
     if _through_op(query, key, value):
-        out, lse = _attention_fwd(query, key, value, bool(is_causal), sc, config_text(cfg))
+        text = "" if cfg is None else config_text(cfg)
+        out, lse = _attention_fwd(query, key, value, causal, sc, text)
     else:
-        out, lse = launch.forward(query, key, value, causal=bool(is_causal), scale=sc,
-                                  cfg=cfg, return_lse=return_lse)
+        out, lse = launch.forward(query, key, value, causal=causal, scale=sc,
+                                  cfg=cfg or _default_config(query, key, causal),
+                                  return_lse=return_lse)
     return (out, lse) if return_lse else out

@@ -39,6 +39,7 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, needle):
     assert needle in err and err.count("\n") == 1, err
 
 
+@pytest.mark.interpreter
 def test_results_files_are_stamped(tmp_path, capsys):
     argv = ["bench", "--device", "cpu", "--shape", "1,2,40,16", "--causal", "yes",
             "--dtype", "fp16", "--only", "sdpa-math,flashscope", "--out", str(tmp_path)]

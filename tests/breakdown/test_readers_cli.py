@@ -77,6 +77,7 @@ def test_ncu_csv_export(capsys):
     assert r["total_seconds"] == pytest.approx(5.487584e-3, rel=1e-12)
 
 
+@pytest.mark.interpreter
 def test_model_runs_on_cpu_with_both_attentions(capsys, tmp_path):
     res = _json(capsys, ["--layers", "1", "--width", "32", "--heads", "2", "--seq", "16",
                          "--batch", "1", "--ffn", "64", "--iters", "1", "--device", "cpu",

@@ -148,6 +148,7 @@ def test_compare_command(tmp_path):
     assert cmp["replayed"][0]["budget"] == 3
 
 
+@pytest.mark.interpreter
 def test_gpu_evaluation_through_the_interpreter(tmp_path):
     """The real GPU path (offline read + bench harness validation and timing) on CPU
     tensors through Triton's interpreter: one tiny point, odd shapes included."""
