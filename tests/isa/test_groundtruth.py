@@ -100,31 +100,40 @@ def test_recorded_cubins_have_the_system_window():
     assert len(offline) == 8
     for key, rec in offline.items():
         assert (rec["static_shared_bytes"], rec["reserved_shared_bytes"]) == (0, 1024), key
-    # the recording holds the old reading: the whole section as static shared
-    assert {r["offline"]["static_shared_bytes"] for r in doc["rows"]} == {1024}
+    # the recording's own offline reading agrees (reader with the window split out)
+    assert {r["offline"]["static_shared_bytes"] for r in doc["rows"]} == {0}
+    assert {r["offline"]["reserved_shared_bytes"] for r in doc["rows"]} == {1024}
 
 
 def test_recorded_launches_equal_offline():
     doc = json.loads((RECORDED / "inspect_groundtruth.json").read_text())
     assert len(doc["rows"]) == 8 and doc["device"] == "NVIDIA H100 80GB HBM3"
     rows = compare_launch(with_offline(doc, _recorded_offline(doc)))
-    assert len(rows) == 24 and all(r["equal"] is True for r in rows), \
+    # 8 configs x (n_regs, n_spills, shared, and the driver's NUM_REGS, SHARED_SIZE_BYTES,
+    # LOCAL_SIZE_BYTES, reserved shared per block)
+    assert len(rows) == 56 and all(r["equal"] is True for r in rows), \
         [r for r in rows if not r["equal"]]
+
+
+def test_recorded_driver_probe_counts_declared_static_only():
+    """A probe kernel declaring 256 bytes of static shared memory: ptxas's sm_90 section is
+    1280 bytes (with the 1 KB system window); the driver's CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+    says 256, as the reader does."""
+    probe = json.loads((RECORDED / "inspect_groundtruth.json").read_text())["static_probe"]
+    assert probe["cuda_rc"] == 0
+    assert probe["elf_section_bytes"] == probe["declared_static_bytes"] + 1024
+    assert probe["driver_shared_size_bytes"] == probe["offline_static_shared_bytes"] == \
+        probe["declared_static_bytes"]
 
 
 def test_recorded_ncu_equal_offline():
     order = json.loads((RECORDED / "ncu_order.json").read_text())
     text = (RECORDED / "ncu.csv").read_text()
-    old = compare_ncu(order, text)  # as recorded: static shared read as the whole section
-    assert [r["config"] for r in old if r["equal"] is False] == \
-        [r["config"] for r in order["rows"]]
-    rows = compare_ncu(with_offline(order, _recorded_offline(order)), text)
-    checked = [r for r in rows if r["equal"] is not None]
-    assert len(checked) == 32 and all(r["equal"] for r in checked), \
-        [r for r in checked if not r["equal"]]
-    # this recording predates the driver-shared metric: those rows are unchecked
-    assert {r["source"] for r in rows if r["equal"] is None} == \
-        {"launch__shared_mem_per_block_driver"}
+    for offline in (order, with_offline(order, _recorded_offline(order))):
+        rows = compare_ncu(offline, text)
+        # 8 configs x (registers, static, dynamic, driver shared, block size), all checked
+        assert len(rows) == 40 and all(r["equal"] is True for r in rows), \
+            [r for r in rows if r["equal"] is not True]
 
 
 def test_occupancy_adds_the_reserve_once_like_ncu():
