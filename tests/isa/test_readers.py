@@ -192,3 +192,17 @@ def test_fuzz_through_nvdisasm(cubin):
             read_binary(data, "fuzz")
         except ArtifactError:
             pass
+
+
+def test_cuda13_cubin_layout():
+    """ptxas 13 (ELF ABI 8) moved the SM number to e_flags bits 8..15 and the barrier count
+    into .nv.info; the GPU image's Triton uses it. tests/data/isa/cuda13_sm90.cubin is
+    `nvcc -cubin -arch=sm_90 barrier_kernel.cu` with CUDA 13.0 (one __syncthreads)."""
+    from pathlib import Path
+
+    from flashscope.isa import nvidia
+
+    data = (Path(__file__).parents[1] / "data/isa/cuda13_sm90.cubin").read_bytes()
+    (rec,) = nvidia.read_cubin(data, "cuda13_sm90.cubin")
+    assert (rec["arch"], rec["barriers"], rec["static_shared_bytes"]) == ("sm90", 1, 256)
+    assert rec["registers"] > 0 and rec["mix"]["barrier"] >= 1

@@ -16,7 +16,9 @@ Resources (per kernel ``k``):
   so ``static_shared_bytes`` excludes it and ``reserved_shared_bytes`` holds it;
 - local bytes per thread: EIATTR_FRAME_SIZE (the stack frame that holds spills and local
   arrays; cuobjdump's STACK);
-- barriers: bits 20..26 of the ``.text.<k>`` section flags (nvdisasm's SHF_BARRIERS).
+- barriers: EIATTR_NUM_BARRIERS in ``.nv.info.<k>`` (CUDA 13 cubins, ELF ABI 8), else bits
+  20..26 of the ``.text.<k>`` section flags (nvdisasm's SHF_BARRIERS; ptxas 12.x);
+- arch: the SM number in ``e_flags``, bits 0..7 up to ELF ABI 7 and bits 8..15 from ABI 8.
 
 ``.nv.info`` is a list of attributes: u8 format, u8 attribute, then for format 4 (EIFMT_SVAL)
 a u16 size and that many bytes, else a u16 value (formats 1..3).
@@ -45,6 +47,8 @@ EIATTR_MAX_STACK_SIZE = 0x23
 EIATTR_REGCOUNT = 0x2F
 EIATTR_MAXREG_COUNT = 0x1B
 EIATTR_REQNTID = 0x10  # required block size (x, y, z), u32 each
+EIATTR_NUM_BARRIERS = 0x4C  # CUDA 13 cubins (ELF ABI 8): named barriers, moved here from
+#                             the .text section flags
 #: Bytes at the start of the shared window that ptxas reserves for the system on cubins
 #: with the reserved-shared layout (sm_90+; same 1 KB as the driver's per-block reserve).
 SYSTEM_RESERVED_SHARED = 1024
@@ -227,7 +231,11 @@ def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> 
     reserved_layout = any(n.startswith(_RESERVED_MARKERS) for n in list(hdr) + syms)
     with elfmod.guarded(what):
         flags = elf.header["e_flags"]
-    arch = f"sm{flags & 0xFF}" if flags & 0xFF else None
+        abi = elf.header["e_ident"]["EI_ABIVERSION"]
+    # The SM number sits in e_flags bits 0..7 up to ELF ABI 7 (ptxas 12.x, the one Triton's
+    # wheel ships) and in bits 8..15 from ABI 8 on (CUDA 13: 0x6005a04 for sm_90).
+    sm = (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
+    arch = f"sm{sm}" if sm else None
     if sass is None:
         sass = disassemble(cubin, what)
     ops_by_kernel = split_sass(sass)
@@ -238,6 +246,8 @@ def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> 
                                        what):
             if attr == EIATTR_MAXREG_COUNT and isinstance(val, int):
                 per["max_reg_cap"] = val
+            elif attr == EIATTR_NUM_BARRIERS and isinstance(val, int):
+                per["barriers"] = val
             elif attr == EIATTR_REQNTID and isinstance(val, bytes) and len(val) == 12:
                 x, y, z = struct.unpack("<III", val)
                 per["threads"] = x * y * z
@@ -252,7 +262,7 @@ def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> 
             "kernel": k, "arch": arch, "registers": per["registers"],
             "local_bytes": per.get("frame", 0),
             "static_shared_bytes": static, "reserved_shared_bytes": reserved,
-            "barriers": (int(hdr[f".text.{k}"]["sh_flags"]) >> 20) & 0x7F,
+            "barriers": per.get("barriers", (int(hdr[f".text.{k}"]["sh_flags"]) >> 20) & 0x7F),
             "max_reg_cap": per.get("max_reg_cap"), "threads": per.get("threads"),
             "spill_stores": ops.get("STL", 0), "spill_loads": ops.get("LDL", 0),
             "instructions": sum(ops.values()), "mix": mix,
