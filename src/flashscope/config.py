@@ -22,8 +22,59 @@ MIN_HEAD_DIM, MAX_HEAD_DIM = 1, 256
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2}
 
 
+class _Knobs:
+    """What both config records share: dict/text round trips that reject unknown keys, a
+    short label, and the vendor caps. Subclasses are frozen dataclasses that set
+    ``_WHAT`` (the noun in error messages), ``_TILES`` (their power-of-two tile knobs) and
+    ``_core_key()``."""
+
+    _WHAT = "config"
+    _TILES: tuple = ()
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def key(self) -> str:
+        """Short stable label (e.g. ``m128n64w4s3q1``); caps appended when set."""
+        s = self._core_key()
+        if self.maxnreg is not None:
+            s += f"r{self.maxnreg}"
+        if self.waves_per_eu is not None:
+            s += f"e{self.waves_per_eu}"
+        return s
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        fields = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ConfigError(f"{cls._WHAT}: unknown key(s) {', '.join(unknown)}; "
+                              f"expected some of {', '.join(fields)}")
+        return cls(**{k: _coerce(k, v) for k, v in d.items()})
+
+    @classmethod
+    def parse(cls, text: str, base=None):
+        """``"KEY=VALUE,..."`` (e.g. ``BLOCK_M=128,num_warps=8``) on top of ``base`` (the
+        default record)."""
+        d = {}
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "=" not in part:
+                raise ConfigError(f"{cls._WHAT}: expected KEY=VALUE, got {part!r}")
+            k, v = (x.strip() for x in part.split("=", 1))
+            d[k] = v
+        parsed = cls.from_dict(d)
+        return dataclasses.replace(base or cls(), **{k: getattr(parsed, k) for k in d})
+
+
 @dataclass(frozen=True)
-class AttentionConfig:
+class AttentionConfig(_Knobs):
     """Tile and launch knobs of the forward kernel.
 
     BLOCK_M x BLOCK_N is the score tile each program computes per step (BLOCK_M query rows
@@ -41,48 +92,11 @@ class AttentionConfig:
     maxnreg: Optional[int] = None
     waves_per_eu: Optional[int] = None
 
-    def replace(self, **changes) -> "AttentionConfig":
-        return dataclasses.replace(self, **changes)
+    _TILES = ("BLOCK_M", "BLOCK_N")
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @property
-    def key(self) -> str:
-        """Short stable label, e.g. ``m128n64w4s3q1``; caps appended when set."""
-        s = (f"m{self.BLOCK_M}n{self.BLOCK_N}w{self.num_warps}s{self.num_stages}"
-             f"q{int(self.Q_IN_REGS)}")
-        if self.maxnreg is not None:
-            s += f"r{self.maxnreg}"
-        if self.waves_per_eu is not None:
-            s += f"e{self.waves_per_eu}"
-        return s
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "AttentionConfig":
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - set(fields))
-        if unknown:
-            raise ConfigError(f"config: unknown key(s) {', '.join(unknown)}; "
-                              f"expected some of {', '.join(fields)}")
-        return cls(**{k: _coerce(k, v) for k, v in d.items()})
-
-    @classmethod
-    def parse(cls, text: str, base: "AttentionConfig | None" = None) -> "AttentionConfig":
-        """``"BLOCK_M=128,BLOCK_N=64,num_warps=8"`` on top of ``base`` (default record)."""
-        d = {}
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "=" not in part:
-                raise ConfigError(f"config: expected KEY=VALUE, got {part!r}")
-            k, v = (x.strip() for x in part.split("=", 1))
-            d[k] = v
-        merged = (base or cls()).as_dict()
-        cls.from_dict(d)  # reject unknown keys before merging
-        merged.update({k: _coerce(k, v) for k, v in d.items()})
-        return cls(**merged)
+    def _core_key(self) -> str:
+        return (f"m{self.BLOCK_M}n{self.BLOCK_N}w{self.num_warps}s{self.num_stages}"
+                f"q{int(self.Q_IN_REGS)}")
 
 
 def _coerce(key, value):
@@ -137,14 +151,13 @@ def min_shared_bytes(cfg: AttentionConfig, head_dim: int, dtype: str = "bfloat16
     return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * elt * max(1, cfg.num_stages - 1)
 
 
-def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
-                 dtype: str = "bfloat16") -> AttentionConfig:
-    """Return ``cfg`` unchanged if it can be built for ``target``; else raise ConfigError
-    naming the knob and the limit it breaks. Pure: no compilation, no GPU."""
+def _check_knobs(cfg, target, head_dim: int, dtype: str, need: int, tiles_text: str):
+    """The checks both records share; ``need`` is the kernel's shared-memory lower bound
+    and ``tiles_text`` the knobs that decide it, for the message."""
     t = get_target(target)
     check_head_dim(head_dim)
     where = f"for {t.name}"
-    for name in ("BLOCK_M", "BLOCK_N"):
+    for name in cfg._TILES:
         v = getattr(cfg, name)
         if not (_pow2(v) and 16 <= v <= 256):
             raise ConfigError(f"{name}={v}: expected a power of two in 16..256")
@@ -170,14 +183,21 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
         if not (1 <= cfg.waves_per_eu <= t.max_waves_per_simd):
             raise ConfigError(f"waves_per_eu={cfg.waves_per_eu}: expected "
                               f"1..{t.max_waves_per_simd} {where}")
-    need = min_shared_bytes(cfg, head_dim, dtype)
     limit = t.smem_per_block_optin
     if need > limit:
         raise ConfigError(
-            f"BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}, HEAD_DIM={head_dim} with "
-            f"{cfg.num_stages} stages needs at least {need // 1024} KB of shared memory, more "
-            f"than the {limit // 1024} KB a {t.name} block may have")
+            f"{tiles_text}, HEAD_DIM={head_dim} with {cfg.num_stages} stages needs at least "
+            f"{need // 1024} KB of shared memory, more than the {limit // 1024} KB a "
+            f"{t.name} block may have")
     return cfg
+
+
+def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
+                 dtype: str = "bfloat16") -> AttentionConfig:
+    """Return ``cfg`` unchanged if it can be built for ``target``; else raise ConfigError
+    naming the knob and the limit it breaks. Pure: no compilation, no GPU."""
+    return _check_knobs(cfg, target, head_dim, dtype, min_shared_bytes(cfg, head_dim, dtype),
+                        f"BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}")
 
 
 # Defaults as data: (target name or family, largest head dim, causal or None for both)
@@ -209,20 +229,24 @@ def _family(t) -> str:
     return t.vendor if t.vendor == "nvidia" else t.family.rstrip("0123456789")
 
 
-def select_config(head_dim: int, dtype: str = "bfloat16", causal: bool = False,
-                  target="sm90") -> AttentionConfig:
-    """The default forward config for a problem: pure, tensor-free, deterministic."""
+def _select(table, what: str, head_dim: int, causal: bool, target):
     t = get_target(target)
     check_head_dim(head_dim)
-    for key, max_d, when_causal, cfg in _DEFAULTS:
+    for key, max_d, when_causal, cfg in table:
         if (key in (t.name, _family(t)) and head_dim <= max_d
                 and when_causal in (None, bool(causal))):
             return cfg
-    raise ConfigError(f"no default config for {t.name}, head dim {head_dim}")
+    raise ConfigError(f"no default {what} for {t.name}, head dim {head_dim}")
+
+
+def select_config(head_dim: int, dtype: str = "bfloat16", causal: bool = False,
+                  target="sm90") -> AttentionConfig:
+    """The default forward config for a problem: pure, tensor-free, deterministic."""
+    return _select(_DEFAULTS, "config", head_dim, causal, target)
 
 
 @dataclass(frozen=True)
-class AttentionBwdConfig:
+class AttentionBwdConfig(_Knobs):
     """Tile and launch knobs of the backward kernels.
 
     The dK/dV kernel keeps a key tile of BLOCK_N1 rows (K, V, dK, dV) and streams query
@@ -245,46 +269,12 @@ class AttentionBwdConfig:
     maxnreg: Optional[int] = None
     waves_per_eu: Optional[int] = None
 
-    def replace(self, **changes) -> "AttentionBwdConfig":
-        return dataclasses.replace(self, **changes)
+    _WHAT = "bwd config"
+    _TILES = ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "PRE_BLOCK")
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @property
-    def key(self) -> str:
-        """Short stable label, e.g. ``m32n128m128n32w4s3p64``; caps appended when set."""
-        s = (f"m{self.BLOCK_M1}n{self.BLOCK_N1}m{self.BLOCK_M2}n{self.BLOCK_N2}"
-             f"w{self.num_warps}s{self.num_stages}p{self.PRE_BLOCK}")
-        if self.maxnreg is not None:
-            s += f"r{self.maxnreg}"
-        if self.waves_per_eu is not None:
-            s += f"e{self.waves_per_eu}"
-        return s
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "AttentionBwdConfig":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - fields)
-        if unknown:
-            raise ConfigError(f"bwd config: unknown key(s) {', '.join(unknown)}; "
-                              f"expected some of {', '.join(sorted(fields))}")
-        return cls(**{k: _coerce(k, v) for k, v in d.items()})
-
-    @classmethod
-    def parse(cls, text: str, base: "AttentionBwdConfig | None" = None) -> "AttentionBwdConfig":
-        """``"BLOCK_M1=64,BLOCK_N1=128,num_warps=8"`` on top of ``base`` (default record)."""
-        d = {}
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "=" not in part:
-                raise ConfigError(f"bwd config: expected KEY=VALUE, got {part!r}")
-            k, v = (x.strip() for x in part.split("=", 1))
-            d[k] = v
-        parsed = cls.from_dict(d)
-        return dataclasses.replace(base or cls(), **{k: getattr(parsed, k) for k in d})
+    def _core_key(self) -> str:
+        return (f"m{self.BLOCK_M1}n{self.BLOCK_N1}m{self.BLOCK_M2}n{self.BLOCK_N2}"
+                f"w{self.num_warps}s{self.num_stages}p{self.PRE_BLOCK}")
 
 
 def min_shared_bytes_bwd(cfg: AttentionBwdConfig, head_dim: int,
@@ -306,48 +296,12 @@ def check_bwd_config(cfg: AttentionBwdConfig, target="sm90", head_dim: int = 128
                      dtype: str = "bfloat16") -> AttentionBwdConfig:
     """Return ``cfg`` unchanged if the backward can be built with it for ``target``; else
     raise ConfigError naming the knob and the limit it breaks. Pure: no compilation."""
-    t = get_target(target)
-    check_head_dim(head_dim)
-    where = f"for {t.name}"
-    for name in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2"):
-        v = getattr(cfg, name)
-        if not (_pow2(v) and 16 <= v <= 256):
-            raise ConfigError(f"{name}={v}: expected a power of two in 16..256")
-    if not (_pow2(cfg.PRE_BLOCK) and 16 <= cfg.PRE_BLOCK <= 256):
-        raise ConfigError(f"PRE_BLOCK={cfg.PRE_BLOCK}: expected a power of two in 16..256")
-    if not (_pow2(cfg.num_warps) and cfg.num_warps <= 16):
-        raise ConfigError(f"num_warps={cfg.num_warps}: expected a power of two in 1..16")
-    threads = cfg.num_warps * t.warp_size
-    if threads > t.max_threads_per_block:
-        raise ConfigError(f"num_warps={cfg.num_warps} gives {threads} threads per block, over "
-                          f"the {t.max_threads_per_block} allowed {where}")
-    if not (1 <= cfg.num_stages <= 8):
-        raise ConfigError(f"num_stages={cfg.num_stages}: expected 1..8")
-    if cfg.maxnreg is not None:
-        if t.vendor != "nvidia":
-            raise ConfigError(f"maxnreg={cfg.maxnreg} is an NVIDIA register cap; {t.name} is "
-                              "AMD (use waves_per_eu)")
-        if not (16 <= cfg.maxnreg <= t.max_regs_per_thread):
-            raise ConfigError(f"maxnreg={cfg.maxnreg}: expected 16..{t.max_regs_per_thread} "
-                              f"registers per thread {where}")
-    if cfg.waves_per_eu is not None:
-        if t.vendor != "amd":
-            raise ConfigError(f"waves_per_eu={cfg.waves_per_eu} is an AMD option; {t.name} "
-                              "is NVIDIA (use maxnreg)")
-        if not (1 <= cfg.waves_per_eu <= t.max_waves_per_simd):
-            raise ConfigError(f"waves_per_eu={cfg.waves_per_eu}: expected "
-                              f"1..{t.max_waves_per_simd} {where}")
-    need = min_shared_bytes_bwd(cfg, head_dim, dtype)
-    limit = t.smem_per_block_optin
-    if need > limit:
-        raise ConfigError(
-            f"BLOCK_M1={cfg.BLOCK_M1}, BLOCK_N2={cfg.BLOCK_N2}, HEAD_DIM={head_dim} with "
-            f"{cfg.num_stages} stages needs at least {need // 1024} KB of shared memory, more "
-            f"than the {limit // 1024} KB a {t.name} block may have")
-    return cfg
+    return _check_knobs(cfg, target, head_dim, dtype,
+                        min_shared_bytes_bwd(cfg, head_dim, dtype),
+                        f"BLOCK_M1={cfg.BLOCK_M1}, BLOCK_N2={cfg.BLOCK_N2}")
 
 
-# Backward defaults as data, keyed like _DEFAULTS. Start: Triton's fused-attention tutorial
+# Backward defaults as data, keyed like _DEFAULTS (causal None: both). Start: Triton's fused-attention tutorial
 # (32/128 for dK/dV, 128/32 for dQ). Pruned by registers and local memory ("stack") of the
 # sm90 cubins, bf16, read offline with cuobjdump (no GPU), dK/dV | dQ, non-causal / causal:
 #   D=64,  32/128/128/32 w8 s3: 194/252 regs, no stack | 103/127   (w4: dK/dV 48 B stack)
@@ -359,25 +313,20 @@ def check_bwd_config(cfg: AttentionBwdConfig, target="sm90", head_dim: int = 128
 #   D=64:  32/64/64/32 w4 s3 349 / 316  vs 32/128/128/32 w8 s3 313 / 303   (FA2 270 / 229)
 #   D=128: 32/64/64/32 w4 s3 385 / 298  vs 16/128/128/32 w8 s2 246 / 178   (FA2 290 / 251)
 _BWD_DEFAULTS = (
-    ("sm90", 64, AttentionBwdConfig(32, 64, 64, 32, 4, 3)),
-    ("sm90", 128, AttentionBwdConfig(32, 64, 64, 32, 4, 3)),
-    ("sm90", 256, AttentionBwdConfig(16, 32, 32, 16, 8, 2)),
-    ("nvidia", 64, AttentionBwdConfig(32, 128, 128, 32, 8, 2)),
-    ("nvidia", 128, AttentionBwdConfig(16, 128, 128, 32, 8, 2)),
-    ("nvidia", 256, AttentionBwdConfig(16, 32, 32, 16, 8, 1)),
-    ("cdna", 128, AttentionBwdConfig(32, 64, 64, 32, 4, 1, waves_per_eu=1)),
-    ("cdna", 256, AttentionBwdConfig(16, 32, 32, 16, 4, 1, waves_per_eu=1)),
-    ("rdna", 128, AttentionBwdConfig(16, 32, 32, 16, 4, 1)),
-    ("rdna", 256, AttentionBwdConfig(16, 16, 16, 16, 4, 1)),
+    ("sm90", 64, None, AttentionBwdConfig(32, 64, 64, 32, 4, 3)),
+    ("sm90", 128, None, AttentionBwdConfig(32, 64, 64, 32, 4, 3)),
+    ("sm90", 256, None, AttentionBwdConfig(16, 32, 32, 16, 8, 2)),
+    ("nvidia", 64, None, AttentionBwdConfig(32, 128, 128, 32, 8, 2)),
+    ("nvidia", 128, None, AttentionBwdConfig(16, 128, 128, 32, 8, 2)),
+    ("nvidia", 256, None, AttentionBwdConfig(16, 32, 32, 16, 8, 1)),
+    ("cdna", 128, None, AttentionBwdConfig(32, 64, 64, 32, 4, 1, waves_per_eu=1)),
+    ("cdna", 256, None, AttentionBwdConfig(16, 32, 32, 16, 4, 1, waves_per_eu=1)),
+    ("rdna", 128, None, AttentionBwdConfig(16, 32, 32, 16, 4, 1)),
+    ("rdna", 256, None, AttentionBwdConfig(16, 16, 16, 16, 4, 1)),
 )
 
 
 def select_bwd_config(head_dim: int, dtype: str = "bfloat16", causal: bool = False,
                       target="sm90") -> AttentionBwdConfig:
     """The default backward config for a problem: pure, tensor-free, deterministic."""
-    t = get_target(target)
-    check_head_dim(head_dim)
-    for key, max_d, cfg in _BWD_DEFAULTS:
-        if key in (t.name, _family(t)) and head_dim <= max_d:
-            return cfg
-    raise ConfigError(f"no default backward config for {t.name}, head dim {head_dim}")
+    return _select(_BWD_DEFAULTS, "backward config", head_dim, causal, target)
