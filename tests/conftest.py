@@ -42,6 +42,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory):
+    """A fresh $FLASHSCOPE_CACHE for the session, inherited by compile workers, so tests
+    neither read nor fill the user's cache (Triton's own cache still speeds builds up)."""
+    saved = os.environ.get("FLASHSCOPE_CACHE")
+    path = tmp_path_factory.mktemp("flashscope-cache")
+    os.environ["FLASHSCOPE_CACHE"] = str(path)
+    yield path
+    if saved is None:
+        os.environ.pop("FLASHSCOPE_CACHE", None)
+    else:
+        os.environ["FLASHSCOPE_CACHE"] = saved
+
+
 @pytest.fixture(scope="session")
 def device(pytestconfig):
     """'cpu' (interpreter) or 'cuda'."""

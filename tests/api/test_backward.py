@@ -9,7 +9,6 @@ written. ``gpu``-marked tests widen the grid and run the default configs.
 """
 
 import math
-import secrets
 
 import pytest
 import torch
@@ -19,27 +18,9 @@ from flashscope import launch
 from flashscope.config import (AttentionBwdConfig, AttentionConfig, check_bwd_config,
                                select_bwd_config)
 from flashscope.errors import ConfigError
+from flashscope.testing.inputs import fresh_seed, make_qkv
 from flashscope.testing.reference import ERROR_BOUND, reference_attention
 
-
-def fresh_seed() -> int:
-    seed = secrets.randbits(31)
-    torch.manual_seed(seed)
-    return seed
-
-
-def make_qkv(device, B, H, Nq, Nk, D, *, Hkv=None, dtype=torch.float16, bnhd=False,
-             scale_inputs=1.0):
-    """q (B, H, Nq, D), k/v (B, Hkv, Nk, D); with ``bnhd`` stored (B, N, H, D) and returned
-    as ``.transpose(1, 2)`` views."""
-    Hkv = Hkv or H
-
-    def one(h, n):
-        shape = (B, n, h, D) if bnhd else (B, h, n, D)
-        t = (torch.randn(shape, device=device) * scale_inputs).to(dtype)
-        return t.transpose(1, 2) if bnhd else t
-
-    return one(H, Nq), one(Hkv, Nk), one(Hkv, Nk)
 
 SMALL_FWD = AttentionConfig(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
 # Resident tiles larger than streamed ones (as the defaults), several tiles per length.

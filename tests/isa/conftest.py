@@ -1,23 +1,8 @@
-"""Shared fixtures: one compile cache per test session, and the golden artifacts built once."""
-
-import os
+"""The golden artifacts, built once per session (in the session's compile cache)."""
 
 import pytest
 
 from .golden import CASES, case_id
-
-
-@pytest.fixture(scope="session", autouse=True)
-def compile_cache(tmp_path_factory):
-    """A fresh $FLASHSCOPE_CACHE for the session (Triton's own cache still speeds it up)."""
-    saved = os.environ.get("FLASHSCOPE_CACHE")
-    path = tmp_path_factory.mktemp("flashscope-cache")
-    os.environ["FLASHSCOPE_CACHE"] = str(path)
-    yield path
-    if saved is None:
-        os.environ.pop("FLASHSCOPE_CACHE", None)
-    else:
-        os.environ["FLASHSCOPE_CACHE"] = saved
 
 
 @pytest.fixture(scope="session")

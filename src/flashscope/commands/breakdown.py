@@ -81,21 +81,13 @@ def _run_model(args) -> list:
         from ..errors import FlashscopeError
 
         raise FlashscopeError("--iters: expected a positive integer")
-    device = args.device
-    if device in (None, "cpu"):
-        os.environ.setdefault("TRITON_INTERPRET", "1")
     import tempfile
 
     import torch
 
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() and os.environ.get(
-            "TRITON_INTERPRET", "0") in ("", "0") else "cpu"
-    if device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
-        from ..testing.interpreter import patch_bf16_dot
+    from ..testing.interpreter import choose_device
 
-        patch_bf16_dot()
+    device = choose_device(args.device)
     from ..breakdown import summarize
     from ..breakdown.model import build
     from ..breakdown.torch_trace import read_trace, record

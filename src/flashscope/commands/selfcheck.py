@@ -8,7 +8,6 @@ before the kernels are built); with one, ``--device cuda`` runs it for real.
 from __future__ import annotations
 
 import json
-import os
 
 #: The embedded default problem: small enough for the interpreter, with odd lengths,
 #: GQA and a padded head dim so every masked path runs.
@@ -25,19 +24,11 @@ def register(sub):
 
 
 def run(args) -> int:
-    device = args.device
-    if device in (None, "cpu"):
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from ..testing.interpreter import choose_device
+
+    device = choose_device(args.device)
     import torch
 
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() and os.environ.get(
-            "TRITON_INTERPRET", "0") in ("", "0") else "cpu"
-    if device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
-        from ..testing.interpreter import patch_bf16_dot
-
-        patch_bf16_dot()
     import flashscope
     from ..testing.reference import ERROR_BOUND, reference_attention, rel_error
 

@@ -47,3 +47,23 @@ def patch_bf16_dot() -> bool:
     builder.create_dot = create_dot
     _PATCHED = True
     return True
+
+
+def choose_device(requested=None) -> str:
+    """"cpu" (Triton's interpreter, bf16 fix applied) or "cuda" for a command's
+    ``--device``; None picks the GPU when one is visible and the interpreter is not forced.
+    Sets TRITON_INTERPRET before the kernels are built, which the CPU path needs."""
+    import os
+
+    if requested in (None, "cpu"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+
+    device = requested
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() and os.environ.get(
+            "TRITON_INTERPRET", "0") in ("", "0") else "cpu"
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+        patch_bf16_dot()
+    return device
