@@ -5,6 +5,9 @@ JSON, PNG plots and one self-contained HTML page.
 With no arguments: targets sm90, sm80, gfx942, gfx1100; head dim 128 (bf16, non-causal); the
 base config m128n64w8s2q1 and its single-knob ablation variants; output in a new folder
 ``flashscope-report-YYYYmmdd-HHMMSS`` under the current directory.
+
+``--kernel bwd``: the dK/dV and dQ kernels of each target's default backward config and of
+its one-knob ablations (BLOCK_M1/N1/M2/N2, num_warps, head dim), measured only.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from __future__ import annotations
 def register(sub):
     p = sub.add_parser("report", help="register budget, ablations and occupancy cliffs of "
                                       "the attention kernel across configs and GPUs")
+    p.add_argument("--kernel", default="fwd", choices=("fwd", "bwd"),
+                   help="fwd (default): the forward kernel; bwd: the dK/dV and dQ kernels "
+                        "of the default backward config and its ablations (measured only)")
     p.add_argument("--targets", default="sm90,sm80,gfx942,gfx1100",
                    help="comma-separated targets (default: sm90,sm80,gfx942,gfx1100)")
     p.add_argument("--configs", metavar="FILE",
@@ -23,7 +29,8 @@ def register(sub):
     p.add_argument("--causal", action="store_true", help="build the causal kernel")
     p.add_argument("--ablate", default="all", metavar="KNOBS",
                    help="knobs to ablate around the base: Q_IN_REGS,BLOCK_M,BLOCK_N,"
-                        "num_warps,HEAD_DIM (default all), or none")
+                        "num_warps,HEAD_DIM (default all), or none; with --kernel bwd: "
+                        "BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2,num_warps,HEAD_DIM")
     p.add_argument("--out", metavar="DIR", help="output folder (default: a new "
                    "flashscope-report-YYYYmmdd-HHMMSS); must be absent or empty")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out DIR")
@@ -64,6 +71,8 @@ def run(args) -> int:
 
     if args.jobs < 0:
         raise FlashscopeError(f"--jobs {args.jobs}: expected 0 (one per core) or more")
+    if getattr(args, "kernel", "fwd") == "bwd":
+        return _run_bwd(args)
     spec = make_spec(args.targets, args.configs, args.head_dims, args.dtype, args.causal,
                      args.ablate)
     out = _out_dir(args)
@@ -88,4 +97,47 @@ def run(args) -> int:
         sys.stdout.write("\n")
         return 0
     render(report, Console(), out_dir=out)
+    return 0
+
+
+def _run_bwd(args) -> int:
+    import json
+    import sys
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from ..errors import FlashscopeError
+    from ..report.backward import collect_bwd, make_bwd_spec
+    from ..report.backward_out import render_bwd, write_bwd_report
+
+    if args.configs:
+        raise FlashscopeError("--configs applies to --kernel fwd; the backward report starts "
+                              "from each target's default backward config")
+    spec = make_bwd_spec(args.targets, args.head_dims, args.dtype, args.causal, args.ablate)
+    out = _out_dir(args)
+    err = Console(stderr=True)
+    with Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("compile", total=None)
+        report = collect_bwd(spec, jobs=args.jobs,
+                             progress=lambda done, total: bar.update(task, completed=done,
+                                                                     total=total))
+    files = write_bwd_report(report, out)
+    if args.json:
+        summary = {"out": str(out), "files": files, "kernel": "bwd",
+                   "timings": report.timings, "model": report.as_dict()["model"],
+                   "rows": [{"kernel": r.kernel, "config": r.config.key,
+                             "head_dim": r.head_dim, "target": r.target, "error": r.error,
+                             "registers": r.record.registers if r.record else None,
+                             "spills": r.spills if r.record else None,
+                             "shared_bytes": r.record.shared_bytes if r.record else None,
+                             "occupancy": r.occ.occupancy if r.occ else None,
+                             "limiter": list(r.occ.limiter) if r.occ else None}
+                            for r in report.main_rows()],
+                   "near_cliffs": [c for c in report.cliffs if c["near"]]}
+        json.dump(summary, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    render_bwd(report, Console(width=160), out_dir=out)
     return 0

@@ -6,6 +6,9 @@ finishes), ``summary.json`` (counts, best config and Pareto fronts per problem, 
 traces) and ``pareto.png``. ``--compare EXHAUSTIVE.jsonl EVOLVE.jsonl`` instead writes
 ``compare.json``: how close evolve came to the exhaustive optimum, with what fraction of
 the evaluations, measured and replayed against the exhaustive table.
+
+``--kernel bwd_dkdv|bwd_dq`` sweeps a backward kernel offline (axes BLOCK_M1, BLOCK_N1,
+BLOCK_M2, BLOCK_N2, num_warps, num_stages, maxnreg, waves_per_eu), exhaustively.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ def register(sub) -> None:
     g.add_argument("--space", metavar="FILE", help="JSON space (keys: targets, dtypes, "
                    "head_dims, causal, BLOCK_M, BLOCK_N, num_warps, num_stages, Q_IN_REGS, "
                    "maxnreg, waves_per_eu; or {\"spaces\": [...]}); default: built-in")
+    g.add_argument("--kernel", default="fwd", choices=("fwd", "bwd_dkdv", "bwd_dq"),
+                   help="kernel to sweep (default fwd); a backward space's keys are "
+                        "BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, num_warps, num_stages, "
+                        "maxnreg, waves_per_eu (offline, exhaustive)")
     g.add_argument("--targets", help="override the space's targets, e.g. sm90,gfx942")
     g.add_argument("--dtypes", help="override dtypes: bf16,fp16")
     g.add_argument("--head-dims", help="override head dims, e.g. 64,128")
@@ -83,19 +90,20 @@ def build_space(args):
     dtypes = [parse_dtype(d) for d in _csv(args.dtypes, "dtypes")] if args.dtypes else None
     head_dims = _csv(args.head_dims, "head-dims", int) if args.head_dims else None
     causal = {"both": [False, True], "true": [True], "false": [False], None: None}[args.causal]
+    kernel = getattr(args, "kernel", "fwd")
     if args.space:
-        space = restrict(load_space(args.space), targets=targets, dtypes=dtypes,
+        space = restrict(load_space(args.space, kernel), targets=targets, dtypes=dtypes,
                          head_dims=head_dims, causal=causal)
     else:
         space = default_space(targets or ["sm90"], dtypes or ["bfloat16"],
-                              head_dims or [64, 128], causal or [False, True])
+                              head_dims or [64, 128], causal or [False, True], kernel)
     # re-check overridden problem keys through the parser's rules
     from ..sweep.space import parse_space
 
     for b in space.blocks:
         parse_space({"targets": list(b.targets), "dtypes": list(b.dtypes),
                      "head_dims": list(b.head_dims), "causal": list(b.causal),
-                     **{k: list(v) for k, v in b.axes.items()}}, "space")
+                     **{k: list(v) for k, v in b.axes.items()}}, "space", kernel)
     return space
 
 
@@ -115,6 +123,9 @@ def run(args) -> int:
         return _compare(args, out, console)
     from ..sweep.run import SweepRequest, run_sweep
 
+    if args.gpu and args.kernel != "fwd":
+        raise FlashscopeError(f"--gpu with --kernel {args.kernel}: GPU sweeps time the "
+                              "forward; time backward configs with scripts/gpu/bwd_check.py")
     space = build_space(args)
     shapes = _shapes(args)
     if args.gpu and not args.shapes:

@@ -54,14 +54,15 @@ def _changed(cfg: AttentionConfig, knob: str, how) -> AttentionConfig:
 KNOB_NAMES = ("Q_IN_REGS", "BLOCK_M", "BLOCK_N", "num_warps", "HEAD_DIM")
 
 
-def parse_knobs(text: str) -> tuple:
-    """``"Q_IN_REGS,BLOCK_M"`` -> the knob names; ``"all"`` -> every knob; ``"none"`` -> ()."""
+def parse_knobs(text: str, names: tuple = KNOB_NAMES) -> tuple:
+    """``"Q_IN_REGS,BLOCK_M"`` -> the knob names; ``"all"`` -> every knob of ``names``;
+    ``"none"`` -> ()."""
     low = str(text).strip().lower()
     if low == "all":
-        return KNOB_NAMES
+        return names
     if low == "none":
         return ()
-    by_lower = {k.lower(): k for k in KNOB_NAMES}
+    by_lower = {k.lower(): k for k in names}
     out = []
     for part in low.split(","):
         part = part.strip()
@@ -69,7 +70,7 @@ def parse_knobs(text: str) -> tuple:
             continue
         if part not in by_lower:
             raise FlashscopeError(f"--ablate {part!r}: expected some of "
-                                  f"{', '.join(KNOB_NAMES)}, or all, or none")
+                                  f"{', '.join(names)}, or all, or none")
         out.append(by_lower[part])
     return tuple(dict.fromkeys(out))
 

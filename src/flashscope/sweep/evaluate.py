@@ -16,13 +16,17 @@ the launch uses) plus the benchmark harness (:func:`flashscope.bench.harness.run
 on the ``flashscope`` provider with this config: validation on odd shapes and on the shape
 itself, median time, and a check of the last timed output. Only a validated timing is
 recorded; TFLOP/s = 4 B H N^2 D (x0.5 causal) / time.
+
+Backward kernels (item ``kernel``: "bwd_dkdv" or "bwd_dq", config: AttentionBwdConfig
+fields) are read offline the same way; forward items carry no ``kernel`` key, so their
+records are as before. GPU timing is the forward's only.
 """
 
 from __future__ import annotations
 
 import time
 
-from ..config import AttentionConfig
+from ..config import AttentionBwdConfig, AttentionConfig
 from ..errors import FlashscopeError
 from .space import Problem
 
@@ -31,18 +35,28 @@ RESOURCE_FIELDS = ("registers", "spill_stores", "spill_loads", "local_bytes",
                    "shared_bytes", "threads", "agprs", "sgprs", "vgpr_spills")
 
 
-def make_item(kind: str, key: str, problem: Problem, cfg: AttentionConfig,
-              shape: "str | None" = None) -> dict:
+def make_item(kind: str, key: str, problem: Problem, cfg,
+              shape: "str | None" = None, kernel: str = "fwd") -> dict:
     item = {"kind": kind, "key": key, "problem": problem.as_dict(), "config": cfg.as_dict()}
     if shape:
         item["shape"] = shape
+    if kernel != "fwd":
+        item["kernel"] = kernel
     return item
 
 
+def item_config(item: dict):
+    """The item's config record: AttentionBwdConfig for a backward kernel."""
+    record = AttentionConfig if item.get("kernel", "fwd") == "fwd" else AttentionBwdConfig
+    return record.from_dict(item["config"])
+
+
 def base_record(item: dict) -> dict:
-    cfg = AttentionConfig.from_dict(item["config"])
+    cfg = item_config(item)
     rec = {"key": item["key"], "kind": item["kind"], **item["problem"],
            "config": cfg.as_dict(), "config_key": cfg.key}
+    if item.get("kernel", "fwd") != "fwd":
+        rec["kernel"] = item["kernel"]
     if item.get("shape"):
         rec["shape"] = item["shape"]
     return rec
@@ -57,7 +71,9 @@ def _resources(item: dict, problem_shape=None) -> dict:
     kw = {"head_dim": p["head_dim"], "dtype": p["dtype"], "causal": p["causal"]}
     if problem_shape is not None:
         kw["problem"] = problem_shape
-    rec = inspect_config(AttentionConfig.from_dict(item["config"]), p["target"], **kw)
+    if item.get("kernel", "fwd") != "fwd":
+        kw["kernel"] = item["kernel"]
+    rec = inspect_config(item_config(item), p["target"], **kw)
     out = {k: getattr(rec, k, None) for k in RESOURCE_FIELDS}
     try:
         occ = occupancy_for_record(rec)

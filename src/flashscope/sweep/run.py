@@ -15,6 +15,9 @@
 6. returns a summary (counts, best per job, Pareto fronts, evolve traces) that the command
    writes as ``summary.json`` next to ``results.jsonl`` and plots as ``pareto.png``.
 
+Backward kernels (a space built with ``kernel="bwd_dkdv"`` or ``"bwd_dq"``) sweep offline
+and exhaustively only: GPU timing and evolve are the forward's.
+
 GPU sweeps compile every point first, offline and in parallel on the local cores (the
 binaries land in flashscope's and Triton's caches), then time them one at a time per GPU.
 """
@@ -67,24 +70,27 @@ class SweepRequest:
 class Job:
     problem: Problem
     shape: Optional[str] = None
+    kernel: str = "fwd"
 
     @property
     def label(self) -> str:
-        return self.problem.label + (f" [{self.shape}]" if self.shape else "")
+        return (("" if self.kernel == "fwd" else f"{self.kernel} ") + self.problem.label
+                + (f" [{self.shape}]" if self.shape else ""))
 
     def matches(self, rec: dict) -> bool:
         p = self.problem
-        return (rec.get("target") == p.target and rec.get("dtype") == p.dtype
+        return (rec.get("kernel", "fwd") == self.kernel and rec.get("target") == p.target and rec.get("dtype") == p.dtype
                 and rec.get("head_dim") == p.head_dim and rec.get("causal") == p.causal
                 and rec.get("shape") == self.shape)
 
 
 def list_jobs(req: SweepRequest) -> list:
     problems = req.space.problems()
+    kernel = req.space.kernel
     if not req.gpu:
         if req.shapes:
             raise FlashscopeError("--shapes applies to GPU sweeps; add --gpu")
-        return [Job(p) for p in problems]
+        return [Job(p, None, kernel) for p in problems]
     if not req.shapes:
         raise FlashscopeError("--gpu needs --shapes B,H,N,D[;...] (e.g. 4,32,4096,64)")
     jobs = []
@@ -102,6 +108,12 @@ def list_jobs(req: SweepRequest) -> list:
 def check_request(req: SweepRequest) -> list:
     if req.search not in SEARCHES:
         raise FlashscopeError(f"--search {req.search!r}: expected one of {', '.join(SEARCHES)}")
+    if req.space.kernel != "fwd" and req.gpu:
+        raise FlashscopeError(f"--gpu with --kernel {req.space.kernel}: GPU sweeps time the "
+                              "forward; time backward configs with scripts/gpu/bwd_check.py")
+    if req.space.kernel != "fwd" and req.search != "exhaustive":
+        raise FlashscopeError(f"--search {req.search} with --kernel {req.space.kernel}: "
+                              "evolve searches the forward's axes; use --search exhaustive")
     if req.search == "evolve" and (isinstance(req.budget, bool) or not isinstance(
             req.budget, int) or req.budget < 1):
         raise FlashscopeError(f"--budget {req.budget!r}: evolve needs a positive number of "
@@ -151,9 +163,10 @@ class _Runner:
         self.progress = None
         self.new = 0
 
-    def item(self, job: Job, cfg: AttentionConfig) -> dict:
-        it = ev.make_item(self.kind, work_key(self.kind, job.problem, cfg, job.shape),
-                          job.problem, cfg, job.shape)
+    def item(self, job: Job, cfg) -> dict:
+        it = ev.make_item(self.kind, work_key(self.kind, job.problem, cfg, job.shape,
+                                              job.kernel),
+                          job.problem, cfg, job.shape, job.kernel)
         if self.req.gpu:
             it.update(device=self.req.device, odd_shapes=self.req.odd_shapes)
         return it
@@ -218,6 +231,8 @@ def run_sweep(req: SweepRequest) -> dict:
     t0 = time.perf_counter()
     summary = {"kind": "gpu" if req.gpu else "offline", "search": req.search,
                "out": str(req.out), "jobs": [], "skipped_done": 0}
+    if req.space.kernel != "fwd":
+        summary["kernel"] = req.space.kernel
     try:
         runner = _Runner(req, store)
         plan = []
@@ -304,6 +319,7 @@ def job_summary(job: Job, records: list, kind: str, n_feasible: int, n_pruned: i
     best = min(scored, key=lambda t: t[:2])[2] if scored else None
     fronts = ("offline",) if kind == "offline" else ("gpu_registers", "gpu_occupancy")
     out = {"job": job.label, **job.problem.as_dict(), "shape": job.shape,
+           **({} if job.kernel == "fwd" else {"kernel": job.kernel}),
            "feasible": n_feasible, "pruned": n_pruned, "ok": len(ok),
            "failed": sum(1 for r in mine if r.get("status") == "failed"),
            "best": None if best is None else _brief(best),

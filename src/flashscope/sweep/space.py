@@ -16,6 +16,13 @@ Points are the product problem x axes. A vendor-specific knob (``maxnreg`` on NV
 cover both; the duplicates this makes are dropped. Each remaining point goes through
 :func:`flashscope.config.check_config` (shared memory, threads, register caps); the points it
 rejects are kept with its message as the reason.
+
+Backward kernels (``kernel="bwd_dkdv"`` or ``"bwd_dq"``) take the axes of
+:class:`~flashscope.config.AttentionBwdConfig` instead (:data:`BWD_AXES`: BLOCK_M1,
+BLOCK_N1, BLOCK_M2, BLOCK_N2, num_warps, num_stages, maxnreg, waves_per_eu) and are checked
+with :func:`flashscope.config.check_bwd_config`. The tiles of the other backward kernel do
+not enter the one swept (dK/dV uses BLOCK_M1/BLOCK_N1, dQ BLOCK_M2/BLOCK_N2), so those two
+axes collapse to their first listed value, like a foreign vendor knob.
 """
 
 from __future__ import annotations
@@ -27,13 +34,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..config import DTYPE_BYTES, MAX_HEAD_DIM, MIN_HEAD_DIM, AttentionConfig, check_config
+from ..config import (DTYPE_BYTES, MAX_HEAD_DIM, MIN_HEAD_DIM, AttentionBwdConfig,
+                      AttentionConfig, check_bwd_config, check_config)
 from ..errors import ConfigError, FlashscopeError, closest
 from ..targets import get_target
 
 #: The config axes a space may list, in AttentionConfig order.
 AXES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "Q_IN_REGS", "maxnreg",
         "waves_per_eu")
+#: The config axes of a backward space, in AttentionBwdConfig order (PRE_BLOCK stays at
+#: its default: the preprocess is not swept).
+BWD_AXES = ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages",
+            "maxnreg", "waves_per_eu")
+#: Kernels a space may sweep -> (axes, config record, tile axes the kernel does not use).
+KERNELS = {
+    "fwd": (AXES, AttentionConfig, ()),
+    "bwd_dkdv": (BWD_AXES, AttentionBwdConfig, ("BLOCK_M2", "BLOCK_N2")),
+    "bwd_dq": (BWD_AXES, AttentionBwdConfig, ("BLOCK_M1", "BLOCK_N1")),
+}
 #: Problem keys of a space and their defaults.
 PROBLEM_KEYS = {"targets": ("sm90",), "dtypes": ("bfloat16",), "head_dims": (128,),
                 "causal": (False, True)}
@@ -65,6 +83,7 @@ AXIS_RULES = {
     "Q_IN_REGS": (lambda v: isinstance(v, bool), "true or false"),
     "maxnreg": _int_in(16, 255, none_ok=True),
     "waves_per_eu": _int_in(1, 16, none_ok=True),
+    **{k: _pow2_in(16, 256) for k in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2")},
 }
 
 #: Built-in spaces per vendor (about 30 points per problem after pruning).
@@ -76,6 +95,27 @@ DEFAULT_AXES = {
             "num_stages": [1, 2], "Q_IN_REGS": [True], "maxnreg": [None],
             "waves_per_eu": [None, 2]},
 }
+
+#: Built-in backward spaces per vendor: around the backward defaults (resident tile 64 or
+#: 128 rows, streamed tile 16 or 32), per kernel 16 (NVIDIA) or 8-16 (AMD) points per
+#: problem before pruning.
+DEFAULT_BWD_AXES = {
+    "nvidia": {"BLOCK_M1": [16, 32], "BLOCK_N1": [64, 128], "BLOCK_M2": [64, 128],
+               "BLOCK_N2": [16, 32], "num_warps": [4, 8], "num_stages": [2, 3],
+               "maxnreg": [None], "waves_per_eu": [None]},
+    "amd": {"BLOCK_M1": [16, 32], "BLOCK_N1": [32, 64], "BLOCK_M2": [32, 64],
+            "BLOCK_N2": [16, 32], "num_warps": [4, 8], "num_stages": [1],
+            "maxnreg": [None], "waves_per_eu": [None, 1]},
+}
+
+
+def kernel_axes(kernel: str) -> tuple:
+    """(axes, config record type, unused tile axes) of ``kernel``; ConfigError if unknown."""
+    try:
+        return KERNELS[kernel]
+    except KeyError:
+        raise ConfigError(f"--kernel {kernel!r}: expected one of {', '.join(KERNELS)}") \
+            from None
 
 
 @dataclass(frozen=True)
@@ -105,21 +145,29 @@ class SubSpace:
     head_dims: tuple
     causal: tuple
     axes: dict  # axis name -> tuple of values
+    kernel: str = "fwd"
 
     def problems(self) -> list:
         return [Problem(get_target(t).name, dt, d, c) for t, dt, d, c in
                 itertools.product(self.targets, self.dtypes, self.head_dims, self.causal)]
 
     def axes_for(self, target) -> dict:
-        """The axes as they apply to ``target``: foreign vendor knobs collapse to (None,)."""
+        """The axes as they apply to ``target``: foreign vendor knobs collapse to (None,),
+        tiles the kernel does not use to their first value."""
         vendor = get_target(target).vendor
-        return {k: ((None,) if VENDOR_KNOBS.get(k, vendor) != vendor else v)
-                for k, v in self.axes.items()}
+        unused = kernel_axes(self.kernel)[2]
+        return {k: ((None,) if VENDOR_KNOBS.get(k, vendor) != vendor else
+                    v[:1] if k in unused else v) for k, v in self.axes.items()}
 
 
 @dataclass(frozen=True)
 class Space:
     blocks: tuple  # of SubSpace
+    kernel: str = "fwd"
+
+    @property
+    def axis_names(self) -> tuple:
+        return kernel_axes(self.kernel)[0]
 
     def problems(self) -> list:
         seen, out = set(), []
@@ -132,7 +180,7 @@ class Space:
 
     def axes_for(self, problem: Problem) -> dict:
         """Union of the axis values of every block that covers ``problem`` (sorted)."""
-        merged = {k: set() for k in AXES}
+        merged = {k: set() for k in self.axis_names}
         for b in self.blocks:
             if problem in b.problems():
                 for k, vals in b.axes_for(problem.target).items():
@@ -141,7 +189,9 @@ class Space:
 
     def points(self, problem: Optional[Problem] = None) -> tuple:
         """(feasible, pruned) for one problem or all: feasible is a list of
-        (Problem, AttentionConfig); pruned a list of (Problem, AttentionConfig, reason)."""
+        (Problem, config); pruned a list of (Problem, config, reason). Configs are
+        AttentionConfig, or AttentionBwdConfig for a backward kernel."""
+        names, record, _ = kernel_axes(self.kernel)
         problems = [problem] if problem is not None else self.problems()
         feasible, pruned = [], []
         for p in problems:
@@ -150,8 +200,8 @@ class Space:
                 if p not in b.problems():
                     continue
                 axes = b.axes_for(p.target)
-                for values in itertools.product(*(axes[k] for k in AXES)):
-                    cfg = AttentionConfig(**dict(zip(AXES, values)))
+                for values in itertools.product(*(axes[k] for k in names)):
+                    cfg = record(**dict(zip(names, values)))
                     if cfg in seen:
                         continue
                     seen.add(cfg)
@@ -168,10 +218,12 @@ def _order(v):
     return (v is not None, v if v is not None else 0)
 
 
-def infeasible(cfg: AttentionConfig, problem: Problem) -> Optional[str]:
-    """check_config's reason when ``cfg`` cannot be built for ``problem``, else None."""
+def infeasible(cfg, problem: Problem) -> Optional[str]:
+    """check_config's (check_bwd_config's for a backward config) reason when ``cfg``
+    cannot be built for ``problem``, else None."""
+    check = check_bwd_config if isinstance(cfg, AttentionBwdConfig) else check_config
     try:
-        check_config(cfg, problem.target, problem.head_dim, problem.dtype)
+        check(cfg, problem.target, problem.head_dim, problem.dtype)
     except ConfigError as e:
         return str(e)
     return None
@@ -181,11 +233,12 @@ def _where(src: str, i: Optional[int]) -> str:
     return src if i is None else f"{src} spaces[{i}]"
 
 
-def _parse_block(d, src: str, i: Optional[int]) -> SubSpace:
+def _parse_block(d, src: str, i: Optional[int], kernel: str = "fwd") -> SubSpace:
     where = _where(src, i)
+    names, record, _ = kernel_axes(kernel)
     if not isinstance(d, dict):
         raise ConfigError(f"{where}: expected an object of axes, got {type(d).__name__}")
-    known = tuple(PROBLEM_KEYS) + AXES
+    known = tuple(PROBLEM_KEYS) + names
     for key in d:
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r}{closest(str(key), known)}; "
@@ -223,9 +276,9 @@ def _parse_block(d, src: str, i: Optional[int]) -> SubSpace:
     for c in causal:
         if not isinstance(c, bool):
             raise ConfigError(f"{where}: causal: expected true/false, got {c!r}")
-    default = AttentionConfig()
+    default = record()
     axes = {}
-    for k in AXES:
+    for k in names:
         vals = values(k, [getattr(default, k)])
         ok, expected = AXIS_RULES[k]
         for v in vals:
@@ -237,12 +290,13 @@ def _parse_block(d, src: str, i: Optional[int]) -> SubSpace:
                 get_target(t).vendor == vendor for t in targets):
             raise ConfigError(f"{where}: {knob} is set but applies only to {vendor} targets"
                               f" and none is listed ({', '.join(targets)})")
-    return SubSpace(targets, dtypes, head_dims, causal, axes)
+    return SubSpace(targets, dtypes, head_dims, causal, axes, kernel)
 
 
-def parse_space(data, src: str = "space") -> Space:
-    """A :class:`Space` from a dict (one block, or ``{"spaces": [...]}``); ConfigError
-    naming the key and the expected values on anything wrong."""
+def parse_space(data, src: str = "space", kernel: str = "fwd") -> Space:
+    """A :class:`Space` of ``kernel`` (fwd, bwd_dkdv, bwd_dq) from a dict (one block, or
+    ``{"spaces": [...]}``); ConfigError naming the key and the expected values on anything
+    wrong."""
     if isinstance(data, dict) and "spaces" in data:
         extra = sorted(set(data) - {"spaces"})
         if extra:
@@ -251,11 +305,12 @@ def parse_space(data, src: str = "space") -> Space:
         blocks = data["spaces"]
         if not isinstance(blocks, list) or not blocks:
             raise ConfigError(f"{src}: 'spaces' must be a non-empty list of objects")
-        return Space(tuple(_parse_block(b, src, i) for i, b in enumerate(blocks)))
-    return Space((_parse_block(data, src, None),))
+        return Space(tuple(_parse_block(b, src, i, kernel) for i, b in enumerate(blocks)),
+                     kernel)
+    return Space((_parse_block(data, src, None, kernel),), kernel)
 
 
-def load_space(path) -> Space:
+def load_space(path, kernel: str = "fwd") -> Space:
     """Read and check a JSON space file (``--space FILE``)."""
     p = Path(path)
     try:
@@ -266,19 +321,21 @@ def load_space(path) -> Space:
         data = json.loads(text)
     except ValueError as e:
         raise ConfigError(f"--space {p}: not valid JSON ({e})") from None
-    return parse_space(data, f"--space {p}")
+    return parse_space(data, f"--space {p}", kernel)
 
 
 def default_space(targets=("sm90",), dtypes=("bfloat16",), head_dims=(64, 128),
-                  causal=(False, True)) -> Space:
-    """The built-in space: :data:`DEFAULT_AXES` of each target's vendor."""
+                  causal=(False, True), kernel: str = "fwd") -> Space:
+    """The built-in space: :data:`DEFAULT_AXES` (:data:`DEFAULT_BWD_AXES` for a backward
+    kernel) of each target's vendor."""
+    table = DEFAULT_AXES if kernel_axes(kernel)[1] is AttentionConfig else DEFAULT_BWD_AXES
     blocks = []
     for t in targets:
         vendor = get_target(t).vendor
         blocks.append(_parse_block({"targets": [t], "dtypes": list(dtypes),
                                     "head_dims": list(head_dims), "causal": list(causal),
-                                    **DEFAULT_AXES[vendor]}, "default space", None))
-    return Space(tuple(blocks))
+                                    **table[vendor]}, "default space", None, kernel))
+    return Space(tuple(blocks), kernel)
 
 
 def restrict(space: Space, *, targets=None, dtypes=None, head_dims=None,
@@ -303,8 +360,8 @@ def restrict(space: Space, *, targets=None, dtypes=None, head_dims=None,
             else:
                 keys[name] = tuple(v for v in mine if v in given)
         if all(keys.values()):
-            blocks.append(SubSpace(axes=b.axes, **keys))
+            blocks.append(SubSpace(axes=b.axes, kernel=b.kernel, **keys))
     if not blocks:
         raise ConfigError("space: no block of the space covers the requested "
                           + ", ".join(f"{k}={v}" for k, v in over.items() if v))
-    return Space(tuple(blocks))
+    return Space(tuple(blocks), space.kernel)

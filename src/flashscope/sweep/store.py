@@ -21,10 +21,12 @@ from pathlib import Path
 from ..errors import ArtifactError, FlashscopeError
 
 
-def work_key(kind: str, problem, config, shape: "str | None" = None) -> str:
-    """``offline|sm90|bfloat16|64|causal|m128n64w4s3q1[|4,32,4096,64]``."""
-    parts = [kind, problem.target, problem.dtype, str(problem.head_dim),
-             "causal" if problem.causal else "full", config.key]
+def work_key(kind: str, problem, config, shape: "str | None" = None,
+             kernel: str = "fwd") -> str:
+    """``offline|sm90|bfloat16|64|causal|m128n64w4s3q1[|4,32,4096,64]``; a backward
+    kernel's name follows the kind (``offline|bwd_dq|sm90|...``)."""
+    parts = [kind, *([] if kernel == "fwd" else [kernel]), problem.target, problem.dtype,
+             str(problem.head_dim), "causal" if problem.causal else "full", config.key]
     if shape:
         parts.append(shape)
     return "|".join(parts)
