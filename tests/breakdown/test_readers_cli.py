@@ -125,3 +125,28 @@ def test_malformed_files_exit_2(capsys, tmp_path, flag, data, msg):
     assert main(["breakdown", flag, str(f)]) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err and err.count("\n") == 1
+
+
+# Shares the H100 run reported (scripts/gpu/profile_record.sh, 2026-11-21, breakdown.json),
+# re-derived here from the real torch.profiler traces of that run (kernel, memset and
+# memcpy events kept: tests/data/breakdown/torch_h100_<preset>_<attention>.json).
+H100_SHARES = {
+    "lc0-encoder_sdpa": {"gemm": 0.4515, "attention": 0.2297, "normalization": 0.1617, "elementwise": 0.1501, "memory": 0.007, "other": 0.0},
+    "lc0-encoder_flashscope": {"gemm": 0.4754, "attention": 0.1928, "normalization": 0.1697, "elementwise": 0.1575, "memory": 0.0046, "other": 0.0},
+    "decoder-long_sdpa": {"gemm": 0.5955, "attention": 0.2744, "normalization": 0.0391, "elementwise": 0.0883, "memory": 0.0027, "other": 0.0},
+    "decoder-long_flashscope": {"gemm": 0.5638, "attention": 0.3134, "normalization": 0.0372, "elementwise": 0.0836, "memory": 0.0021, "other": 0.0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(H100_SHARES))
+def test_real_h100_traces_bucket_as_recorded(name):
+    from flashscope.breakdown import summarize
+
+    events, kind = read_trace(BD / f"torch_h100_{name}.json")
+    assert kind == "gpu"
+    report = summarize(events)
+    got = {b["bucket"]: round(b["share"], 4) for b in report["buckets"]}
+    assert got == H100_SHARES[name]
+    top = {b["bucket"]: " ".join(b["top"]) for b in report["buckets"]}
+    expected = "cudnn" if name.endswith("sdpa") else "_attn_fwd"
+    assert expected in top["attention"]
