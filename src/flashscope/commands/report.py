@@ -63,7 +63,6 @@ def run(args) -> int:
     import sys
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from ..errors import FlashscopeError
     from ..report import collect, make_spec, write_report
@@ -76,13 +75,7 @@ def run(args) -> int:
     spec = make_spec(args.targets, args.configs, args.head_dims, args.dtype, args.causal,
                      args.ablate)
     out = _out_dir(args)
-    err = Console(stderr=True)
-    with Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as bar:
-        task = bar.add_task("compile", total=None)
-        report = collect(spec, jobs=args.jobs,
-                         progress=lambda done, total: bar.update(task, completed=done,
-                                                                 total=total))
+    report = _with_progress(collect, spec, args.jobs)
     files = write_report(report, out)
     if args.json:
         summary = {"out": str(out), "files": files, "timings": report.timings,
@@ -105,7 +98,6 @@ def _run_bwd(args) -> int:
     import sys
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from ..errors import FlashscopeError
     from ..report.backward import collect_bwd, make_bwd_spec
@@ -116,13 +108,7 @@ def _run_bwd(args) -> int:
                               "from each target's default backward config")
     spec = make_bwd_spec(args.targets, args.head_dims, args.dtype, args.causal, args.ablate)
     out = _out_dir(args)
-    err = Console(stderr=True)
-    with Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as bar:
-        task = bar.add_task("compile", total=None)
-        report = collect_bwd(spec, jobs=args.jobs,
-                             progress=lambda done, total: bar.update(task, completed=done,
-                                                                     total=total))
+    report = _with_progress(collect_bwd, spec, args.jobs)
     files = write_bwd_report(report, out)
     if args.json:
         summary = {"out": str(out), "files": files, "kernel": "bwd",
@@ -141,3 +127,15 @@ def _run_bwd(args) -> int:
         return 0
     render_bwd(report, Console(width=160), out_dir=out)
     return 0
+
+
+def _with_progress(collect, spec, jobs: int):
+    """``collect(spec, jobs=, progress=)`` under a transient progress bar on stderr."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("compile", total=None)
+        return collect(spec, jobs=jobs, progress=lambda done, total: bar.update(
+            task, completed=done, total=total))

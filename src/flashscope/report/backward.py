@@ -23,7 +23,7 @@ from ..errors import FlashscopeError
 from ..targets import parse_targets
 from . import ablations
 from .cliffs import cliff_view
-from .collect import DEFAULT_TARGETS, Row
+from .collect import DEFAULT_TARGETS, Row, measure_row
 
 #: The two main backward kernels: name -> (label, tile knobs it uses).
 BWD_KERNELS = {"bwd_dkdv": ("dK/dV", ("BLOCK_M1", "BLOCK_N1")),
@@ -151,17 +151,8 @@ class BwdReport:
 
 
 def _row(cfg, hd, t, kernel, rec) -> BwdRow:
-    from ..occupancy import occupancy_for_record
-
     row = BwdRow(cfg, hd, t.name, kernel=kernel)
-    if isinstance(rec, FlashscopeError):
-        row.error = str(rec)
-        return row
-    row.record = rec
-    try:
-        row.occ = occupancy_for_record(rec)
-    except FlashscopeError as e:
-        row.error = f"occupancy: {e}"
+    measure_row(row, rec)
     return row
 
 

@@ -205,18 +205,26 @@ def make_spec(targets: str = DEFAULT_TARGETS, configs_file=None, head_dims=None,
     return ReportSpec(ts, cfgs, dims, base, dtype, causal, knobs)
 
 
-def _row(cfg, hd, t, rec) -> Row:
+def measure_row(row, rec):
+    """Fill ``row.record`` and ``row.occ`` from an inspect record, or ``row.error`` from the
+    error that stopped the build (or the occupancy). Returns whether a record is there."""
     from ..occupancy import occupancy_for_record
 
-    row = Row(cfg, hd, t.name)
     if isinstance(rec, FlashscopeError):
         row.error = str(rec)
-        return row
+        return False
     row.record = rec
     try:
         row.occ = occupancy_for_record(rec)
     except FlashscopeError as e:
         row.error = f"occupancy: {e}"
+    return True
+
+
+def _row(cfg, hd, t, rec) -> Row:
+    row = Row(cfg, hd, t.name)
+    if not measure_row(row, rec):
+        return row
     try:
         row.budget = fbudget.budget(cfg, t, hd)
     except FlashscopeError as e:
