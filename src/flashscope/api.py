@@ -114,8 +114,13 @@ def resolve_config(config: Optional[AttentionConfig], head_dim: int, dtype: str,
     return config
 
 
-def _default_config(q, k, causal: bool) -> AttentionConfig:
-    return resolve_config(None, q.shape[-1], _DTYPES[q.dtype], causal, q.device, k.shape[2])
+def _default_config(q, k, v, causal: bool) -> AttentionConfig:
+    """The default for these tensors: a TMA default falls back to pointer loads for
+    layouts that have no TMA view (:func:`flashscope.launch.tma_view`)."""
+    cfg = resolve_config(None, q.shape[-1], _DTYPES[q.dtype], causal, q.device, k.shape[2])
+    if cfg.TMA and not launch.tma_ok(q, k, v):
+        cfg = cfg.replace(TMA=False, WARP_SPEC=False)
+    return cfg
 
 
 def config_text(cfg) -> str:
@@ -138,7 +143,7 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal:
                    scale: float, config: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, H, Nq, D) like q, lse (B, H, Nq) fp32). ``config`` "" = the default for
     the device, resolved here, out of the compiler's sight (it may read tuned data files)."""
-    cfg = _parse_fwd(config) if config else _default_config(q, k, is_causal)
+    cfg = _parse_fwd(config) if config else _default_config(q, k, v, is_causal)
     return launch.forward(q, k, v, causal=is_causal, scale=scale, cfg=cfg, return_lse=True)
 
 
@@ -218,6 +223,6 @@ def attention(query, key, value, *, is_causal: bool = False, scale: Optional[flo
         out, lse = _attention_fwd(query, key, value, causal, sc, text)
     else:
         out, lse = launch.forward(query, key, value, causal=causal, scale=sc,
-                                  cfg=cfg or _default_config(query, key, causal),
+                                  cfg=cfg or _default_config(query, key, value, causal),
                                   return_lse=return_lse)
     return (out, lse) if return_lse else out

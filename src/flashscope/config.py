@@ -82,6 +82,11 @@ class AttentionConfig(_Knobs):
     (False re-reads it every iteration: fewer live registers, more shared-memory/L1
     traffic). ``maxnreg`` caps registers per thread (NVIDIA ptxas ``.maxnreg``);
     ``waves_per_eu`` asks the AMD backend for that many waves per SIMD.
+
+    Hopper (sm_90+) knobs: TMA loads Q, K, V with tensor-memory-accelerator descriptors
+    instead of per-thread addresses; WARP_SPEC (needs TMA and num_warps=4) has Triton's
+    Hopper pass split the kernel into a TMA producer warp group and two consumer warp
+    groups of BLOCK_M/2 rows each: 12 warps run, 4 of them loading.
     """
 
     BLOCK_M: int = 128
@@ -91,23 +96,29 @@ class AttentionConfig(_Knobs):
     Q_IN_REGS: bool = True
     maxnreg: Optional[int] = None
     waves_per_eu: Optional[int] = None
+    TMA: bool = False
+    WARP_SPEC: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
     def _core_key(self) -> str:
         return (f"m{self.BLOCK_M}n{self.BLOCK_N}w{self.num_warps}s{self.num_stages}"
-                f"q{int(self.Q_IN_REGS)}")
+                f"q{int(self.Q_IN_REGS)}" + ("t" if self.TMA else "")
+                + ("ws" if self.WARP_SPEC else ""))
+
+
+_BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC")
 
 
 def _coerce(key, value):
-    if key == "Q_IN_REGS":
+    if key in _BOOL_KNOBS:
         if isinstance(value, str):
             low = value.strip().lower()
             if low in ("1", "true", "yes", "on"):
                 return True
             if low in ("0", "false", "no", "off"):
                 return False
-            raise ConfigError(f"config: Q_IN_REGS expects true/false, got {value!r}")
+            raise ConfigError(f"config: {key} expects true/false, got {value!r}")
         return bool(value)
     if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "")):
         if key in ("maxnreg", "waves_per_eu"):
@@ -196,6 +207,26 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
                  dtype: str = "bfloat16") -> AttentionConfig:
     """Return ``cfg`` unchanged if it can be built for ``target``; else raise ConfigError
     naming the knob and the limit it breaks. Pure: no compilation, no GPU."""
+    t = get_target(target)
+    if cfg.TMA:
+        if t.vendor != "nvidia" or t.cc < 90:
+            raise ConfigError(f"TMA=1 needs an NVIDIA target of sm_90 or later; {t.name} has "
+                              "no tensor memory accelerator (use TMA=0)")
+        if head_dim != head_dim_pad(head_dim):
+            raise ConfigError(f"TMA=1 needs a head dim that is a power of two >= 16 (the "
+                              f"tile is the row), got {head_dim} (use TMA=0)")
+    if cfg.WARP_SPEC:
+        if not cfg.TMA:
+            raise ConfigError("WARP_SPEC=1 needs TMA=1 (the producer warp group issues TMA "
+                              "copies)")
+        if cfg.num_warps != 4:
+            raise ConfigError(f"WARP_SPEC=1 needs num_warps=4 (one warp group per consumer; "
+                              f"12 warps run), got num_warps={cfg.num_warps}")
+        if cfg.num_stages > 2:
+            # Measured on an H100 (scripts/gpu/fwd_hopper.py, 2026-11-21): Triton 3.6's
+            # Hopper pass builds kernels that return NaN with 3 stages, for every shape.
+            raise ConfigError(f"WARP_SPEC=1 needs num_stages <= 2 (Triton 3.6 builds wrong "
+                              f"kernels with more), got num_stages={cfg.num_stages}")
     return _check_knobs(cfg, target, head_dim, dtype, min_shared_bytes(cfg, head_dim, dtype),
                         f"BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}")
 

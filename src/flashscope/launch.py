@@ -14,6 +14,7 @@ import torch
 
 from . import kernels
 from .config import AttentionBwdConfig, AttentionConfig, head_dim_pad
+from .errors import ConfigError
 
 LOG2E = 1.4426950408889634
 
@@ -61,8 +62,64 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
             lse.fill_(float("-inf"))
         return out, lse
     grid, args, consts = forward_call(q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg)
+    if cfg.TMA and q.device.type == "cuda":
+        ensure_allocator()
     _attn_fwd[grid](*args, **consts, **launch_options(cfg, q.device))
     return out, lse
+
+
+def tma_view(x, name: str):
+    """``(rows, cols, ROW_B, ROW_H, COL_H)`` of a 2-D TMA view of ``x`` (B, H, N, D): row
+    ``b * ROW_B + h * ROW_H + n``, column ``h * COL_H``, rows ``stride(2)`` apart. Raises
+    ConfigError (naming ``name``) when no such view exists or TMA's alignment rules fail.
+
+    Two layouts have one: heads-major, where (b, h, n) collapse into one row index (the
+    contiguous (B, H, N, D)), and sequence-major, where rows are (b, n) and the heads sit
+    side by side within a row ((B, N, H, D) transposed, or a slice of a fused QKV).
+    Size-1 dimensions never constrain."""
+    B, H, N, D = x.shape
+    sb, sh, sn, sd = x.stride()
+    elt = x.element_size()
+    why = None
+    if sd != 1 and D > 1:
+        why = f"its last dimension has stride {sd}, TMA needs 1"
+    elif (sn * elt) % 16 or x.data_ptr() % 16:
+        why = (f"TMA needs 16-byte aligned rows and base (row stride {sn * elt} B, base "
+               f"address % 16 = {x.data_ptr() % 16})")
+    else:
+        if (H == 1 or sh == N * sn) and (B == 1 or sb == H * N * sn):
+            return B * H * N, D, H * N, N, 0  # heads-major
+        if (B == 1 or sb == N * sn) and (H == 1 or (sh >= D and (H - 1) * sh + D <= sn)):
+            return B * N, (H - 1) * sh + D if H > 1 else D, N, 0, sh  # sequence-major
+        why = (f"strides {tuple(x.stride())} are neither heads-major nor sequence-major "
+               "rows")
+    raise ConfigError(f"{name}: TMA=1 cannot read this tensor: {why} (use TMA=0, or pass "
+                      ".contiguous())")
+
+
+def tma_ok(*tensors) -> bool:
+    """True when every tensor has a TMA view (:func:`tma_view`)."""
+    try:
+        for t in tensors:
+            tma_view(t, "tensor")
+    except ConfigError:
+        return False
+    return True
+
+
+def _scratch(size: int, alignment: int, stream):
+    """Global memory for descriptors that kernels build on the device (Triton asks through
+    ``triton.set_allocator``; 128 bytes per TMA descriptor per program)."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def ensure_allocator() -> None:
+    """Install :func:`_scratch` as Triton's allocator unless one is set already."""
+    import triton
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_scratch)
 
 
 def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: AttentionConfig):
@@ -70,18 +127,26 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
 
     The one place the forward's argument list is built: :func:`forward` launches with it
     and :mod:`flashscope.compile` binds it (on meta tensors) to compile offline exactly
-    what a launch would. ``lse=None``: no log-sum-exp (``out`` is passed in its slot)."""
+    what a launch would. ``lse=None``: no log-sum-exp (``out`` is passed in its slot).
+    With ``cfg.TMA``, the kernel reads Q, K and V through the views of :func:`tma_view`."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     grid = (triton_cdiv(Nq, cfg.BLOCK_M), B * H)
+    if cfg.TMA:
+        views = [tma_view(x, name) for x, name in ((q, "query"), (k, "key"), (v, "value"))]
+        places = tuple(x for w in views for x in w[2:])
+        sizes = tuple(x for w in views for x in w[:2])
+    else:
+        places, sizes = (0,) * 9, (0,) * 6
     args = (q, k, v, out, lse if lse is not None else out,
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(), *places, *sizes,
             H, H // Hkv, Nq, Nk, scale * LOG2E)
     consts = dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
                   BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                   IS_CAUSAL=bool(causal), Q_IN_REGS=bool(cfg.Q_IN_REGS),
                   RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0),
-                  SCALE_POS=scale > 0)
+                  SCALE_POS=scale > 0, USE_TMA=bool(cfg.TMA),
+                  WARP_SPEC=bool(cfg.WARP_SPEC))
     return grid, args, consts
 
 

@@ -1,8 +1,9 @@
 """Inspect configs x targets: cache hits read in this process, misses compiled in parallel.
 
-Work items are independent (one Triton compile + one disassembly each), so misses go to a
-pool of ``jobs`` worker processes (:func:`flashscope.compile.run_clean`). A hit costs one
-JSON read.
+Work items are independent Triton compiles, so misses go to a pool of ``jobs`` worker
+processes (:func:`flashscope.compile.run_clean`); the cubins they return are then
+disassembled together, one nvdisasm run per architecture (its start-up, not the work, is
+what a per-cubin run costs). A hit costs one JSON read.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import os
 
 from .. import compile as fcompile
 from ..errors import FlashscopeError
-from .read import attach_occupancy, record_for
+from .read import attach_occupancy, records_for
 from .record import READER_VERSION, KernelRecord
 
 
 def _task(item):
     cfg, target, kw = item
     try:
-        return record_for(fcompile.build(cfg, target, **kw)).as_dict()
+        return fcompile.build(cfg, target, **kw)
     except FlashscopeError as e:
         return e
 
@@ -70,11 +71,24 @@ def inspect_configs(configs, targets, *, jobs: int = 0, occupancy: bool = True, 
             results[i] = d
     jobs = jobs or os.cpu_count() or 1
     if misses and (len(misses) > 1 and jobs > 1 or fcompile.interpreter_imported()):
-        for i, r in zip(misses, fcompile.run_clean(_task, [items[i] for i in misses], jobs)):
-            results[i] = r
+        built = fcompile.run_clean(_task, [items[i] for i in misses], jobs)
     else:
-        for i in misses:
-            results[i] = _task(items[i])
+        built = [_task(items[i]) for i in misses]
+    ok = [(i, a) for i, a in zip(misses, built) if not isinstance(a, FlashscopeError)]
+    for i, a in zip(misses, built):
+        if isinstance(a, FlashscopeError):
+            results[i] = a
+    try:
+        recs = records_for([a for _, a in ok])
+    except FlashscopeError:
+        recs = []
+        for _, a in ok:  # one at a time, so that the error sits with its item
+            try:
+                recs.append(records_for([a])[0])
+            except FlashscopeError as e:
+                recs.append(e)
+    for (i, _), r in zip(ok, recs):
+        results[i] = r if isinstance(r, FlashscopeError) else r.as_dict()
     out = []
     for r in results:
         if isinstance(r, dict):

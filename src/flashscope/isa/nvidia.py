@@ -25,6 +25,13 @@ a u16 size and that many bytes, else a u16 value (formats 1..3).
 
 SASS comes from the ``nvdisasm`` that Triton's wheel ships. Spill stores/loads are counted
 as STL/LDL instructions (Triton's ``n_spills`` is local bytes / 4, not a count).
+
+nvdisasm spends about 0.3 s starting up whatever it is given, so many cubins are read with
+:func:`disassemble_many`: the ``.text`` sections of all cubins of one architecture are
+concatenated and disassembled in one run as a raw instruction stream (``--binary SMxy``;
+instructions are 16 bytes from sm_70 on, so a section never straddles a boundary) and the
+listing is cut back at the section offsets. The opcodes equal those of the ELF-mode
+listing; only labels and relocated symbol names differ, which the mix does not use.
 """
 
 from __future__ import annotations
@@ -122,6 +129,70 @@ def _run_on_bytes(args, data: bytes, what: str) -> str:
 def disassemble(cubin: bytes, what: str = "cubin") -> str:
     """SASS text of every kernel in ``cubin`` (nvdisasm)."""
     return _run_on_bytes([tool("nvdisasm"), "-c", "-ndf"], cubin, what)
+
+
+#: nvdisasm ``--binary`` names by SM number; the ``a`` variants decode a superset (wgmma,
+#: setmaxnreg, tcgen05) and are what Triton builds for sm_90 and later.
+_RAW_ARCH = {80: "SM80", 86: "SM86", 87: "SM87", 89: "SM89", 90: "SM90a", 100: "SM100a",
+             101: "SM101a", 120: "SM120a"}
+_RAW_LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*)$")
+
+
+def _texts(cubin: bytes) -> tuple:
+    """(SM number, [(kernel, .text bytes)]) of one cubin; raises ArtifactError."""
+    elf, vendor = elfmod.open_elf(cubin, "cubin")
+    if vendor != "nvidia":
+        raise ArtifactError("cubin: an AMD code object")
+    with elfmod.guarded("cubin"):
+        flags = elf.header["e_flags"]
+        abi = elf.header["e_ident"]["EI_ABIVERSION"]
+        texts = [(s.name[len(".text."):], s.data()) for s in elf.iter_sections()
+                 if s.name.startswith(".text.")]
+    return ((flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF), texts
+
+
+def disassemble_many(cubins: list) -> list:
+    """SASS text for each cubin (or None where it must be read alone), with one nvdisasm
+    run per architecture. Each text has a ``.section .text.<k>`` line per kernel followed
+    by its instructions, the shape :func:`split_sass` reads."""
+    out = [None] * len(cubins)
+    by_arch = {}
+    for i, c in enumerate(cubins):
+        try:
+            sm, texts = _texts(c)
+        except ArtifactError:
+            continue  # read alone, where the error names the file
+        if sm in _RAW_ARCH and texts and all(len(t) % 16 == 0 for _, t in texts):
+            by_arch.setdefault(sm, []).append((i, texts))
+    for sm, items in by_arch.items():
+        blob, starts, owners = bytearray(), [], []
+        for i, texts in items:
+            for k, t in texts:
+                starts.append(len(blob))
+                owners.append((i, k))
+                blob += t
+        try:
+            text = _run_on_bytes([tool("nvdisasm"), "--binary", _RAW_ARCH[sm]], bytes(blob),
+                                 f"{len(items)} sm_{sm} cubins")
+        except ArtifactError:
+            continue
+        lines = {i: [] for i, _ in items}
+        seg, seen = -1, set()
+        for line in text.splitlines():
+            m = _RAW_LINE.match(line)
+            if not m:
+                continue
+            addr = int(m.group(1), 16)
+            while seg + 1 < len(starts) and addr >= starts[seg + 1]:
+                seg += 1
+            i, k = owners[seg]
+            if (i, k) not in seen:
+                seen.add((i, k))
+                lines[i].append(f"\t.section\t.text.{k},\"ax\",@progbits")
+            lines[i].append(f"        /*{addr:04x}*/ {m.group(2)}")
+        for i, ls in lines.items():
+            out[i] = "\n".join(ls) + "\n"
+    return out
 
 
 def resource_usage(cubin: bytes, what: str = "cubin") -> dict:

@@ -49,12 +49,13 @@ def _record(d: dict, vendor: str, target: str, meta: "dict | None") -> KernelRec
 
 
 def read_binary(data: bytes, what: str, meta: "dict | None" = None,
-                asm_text: "str | None" = None) -> list:
+                asm_text: "str | None" = None, sass: "str | None" = None) -> list:
     """Records for every kernel of a cubin or hsaco (``meta``: Triton's metadata JSON;
-    ``asm_text``: amdgcn text for the AMD mix)."""
+    ``asm_text``: amdgcn text for the AMD mix; ``sass``: the cubin's SASS when it was
+    disassembled already, e.g. by :func:`nvidia.disassemble_many`)."""
     _, vendor = open_elf(data, what)
     if vendor == "nvidia":
-        rows = nvidia.read_cubin(data, what)
+        rows = nvidia.read_cubin(data, what, sass=sass)
     else:
         rows = amd.read_hsaco(data, what, text=asm_text)
     out = []
@@ -65,7 +66,36 @@ def read_binary(data: bytes, what: str, meta: "dict | None" = None,
     return out
 
 
-def record_for(art, use_cache: bool = True) -> KernelRecord:
+def cached_record(art) -> "KernelRecord | None":
+    """The record stored next to a compiled artifact, or None."""
+    cached = Path(art.path) / f"record-v{READER_VERSION}.json" if art.path else None
+    if cached is not None and cached.exists():
+        try:
+            return KernelRecord.from_dict(json.loads(cached.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+    return None
+
+
+def records_for(arts) -> list:
+    """:func:`record_for` over many artifacts, with every cubin that has no stored record
+    disassembled in one nvdisasm run per architecture."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    recs = [cached_record(a) for a in arts]
+    todo = [i for i, (a, r) in enumerate(zip(arts, recs)) if r is None and a.vendor == "nvidia"]
+    with ThreadPoolExecutor(1) as pool:
+        # nvdisasm runs in a child process: the AMD records are read while it works
+        sass = pool.submit(nvidia.disassemble_many, [arts[i].binary for i in todo])
+        for i, a in enumerate(arts):
+            if recs[i] is None and a.vendor != "nvidia":
+                recs[i] = record_for(a)
+        for i, text in zip(todo, sass.result()):
+            recs[i] = record_for(arts[i], sass=text)
+    return recs
+
+
+def record_for(art, use_cache: bool = True, sass: "str | None" = None) -> KernelRecord:
     """The record of a compiled :class:`~flashscope.compile.Artifact`, cached next to it."""
     cached = Path(art.path) / f"record-v{READER_VERSION}.json" if art.path else None
     if use_cache and cached is not None and cached.exists():
@@ -74,7 +104,7 @@ def record_for(art, use_cache: bool = True) -> KernelRecord:
         except (OSError, ValueError, TypeError):
             pass
     recs = read_binary(art.binary, f"{art.kernel}@{art.target}", art.metadata,
-                       art.asm if art.vendor == "amd" else None)
+                       art.asm if art.vendor == "amd" else None, sass=sass)
     rec = next((r for r in recs if r.kernel == art.name), recs[0])
     rec.target = art.target
     rec.config, rec.head_dim, rec.dtype, rec.causal = (art.config, art.head_dim, art.dtype,
@@ -95,18 +125,24 @@ def read_path(path) -> list:
     """Records for a .cubin, a .hsaco, or every kernel in a (Triton or flashscope) cache
     directory. Raises ArtifactError for anything unreadable."""
     out = []
-    for f in find(path):
+    files = list(find(path))
+    blobs = []
+    for f in files:
         try:
-            data = f.binary.read_bytes()
+            blobs.append(f.binary.read_bytes())
         except OSError as e:
             raise ArtifactError(f"{f.binary}: cannot read ({e.strerror})") from None
+    nv = [i for i, f in enumerate(files) if f.binary.suffix == ".cubin"]
+    sass = dict(zip(nv, nvidia.disassemble_many([blobs[i] for i in nv]) if len(nv) > 1
+                    else [None] * len(nv)))
+    for i, (f, data) in enumerate(zip(files, blobs)):
         asm_text = None
         if f.asm is not None and f.asm.suffix == ".amdgcn":
             try:
                 asm_text = f.asm.read_text(errors="replace")
             except OSError:
                 asm_text = None
-        for rec in read_binary(data, str(f.binary), f.metadata, asm_text):
+        for rec in read_binary(data, str(f.binary), f.metadata, asm_text, sass=sass.get(i)):
             rec.source = str(f.binary)
             if f.artifact:
                 a = f.artifact

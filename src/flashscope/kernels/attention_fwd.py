@@ -22,6 +22,20 @@ Causal masking is top-left aligned, as in SDPA's ``is_causal``: query i sees key
 Key tiles entirely above the diagonal are never visited; tiles entirely below it run the
 unmasked loop; only the diagonal band (and a partial last tile) pays for masks.
 
+Hopper loads (``USE_TMA``): the kernel builds 2-D TMA tensor descriptors for Q, K and V
+in device memory (``tl.make_tensor_descriptor``; Triton's Hopper warp specialization
+partitions data only with these, not with host-built ones) over rows of D elements, a
+view the launcher picks (heads-major rows (b, h, n), or sequence-major rows (b, n) with
+the heads side by side; :func:`flashscope.launch.tma_view`). Row coordinates are
+``b * ROW_B + h * ROW_H + n`` and the column is ``h * COL_H``. One TMA copy moves a
+whole tile with no address arithmetic in the threads. A tile that runs past N_K reads the
+next head's rows (or zeros past the tensor): their scores are masked to -inf and their V
+rows to 0, so nothing leaks, not even a NaN. ``WARP_SPEC`` asks Triton's Hopper
+warp-specialization pass to split the key loop into a producer warp group (TMA) and two
+consumer warp groups that each own half of the BLOCK_M rows (3 x num_warps warps in all,
+register budgets moved with setmaxnreg). Out is stored through pointers in every variant
+(the warp-specialized pipeline does not take a descriptor store).
+
 This module imports Triton only, so it compiles for any target without torch or a GPU.
 """
 
@@ -34,32 +48,38 @@ LN2 = tl.constexpr(0.6931471805599453)
 @triton.jit
 def _attn_fwd_tiles(
     acc, l_i, m_i, q,
-    q_ptrs, q_mask, k_base, v_base,
+    q_src, q_mask, q_row, q_col, k_src, v_src, k_row, k_col, v_row, v_col,
     stride_kn, stride_kd, stride_vn, stride_vd,
     offs_m, offs_d, N_K, qk_scale, lo, hi,
     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     Q_IN_REGS: tl.constexpr, MASK_N: tl.constexpr, MASK_DIAG: tl.constexpr,
-    SCALE_POS: tl.constexpr,
+    SCALE_POS: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):
     """Fold key tiles [lo, hi) into (acc, l_i, m_i). MASK_N masks keys >= N_K,
-    MASK_DIAG masks keys above the causal diagonal; both are compile-time switches."""
+    MASK_DIAG masks keys above the causal diagonal; both are compile-time switches.
+    ``*_src``: pointers to the (b, h) slice, or TMA descriptors read at (row, col)."""
     offs_n = tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_DIM
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        kt_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
-        v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        if MASK_N:
-            kt = tl.load(kt_ptrs, mask=(cols[None, :] < N_K) & d_ok[:, None], other=0.0)
-        elif HEAD_DIM != HEAD_DIM_PAD:
-            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+        if USE_TMA:
+            kt = k_src.load([k_row + start_n, k_col]).T
         else:
-            kt = tl.load(kt_ptrs)
+            kt_ptrs = k_src + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
+            if MASK_N:
+                kt = tl.load(kt_ptrs, mask=(cols[None, :] < N_K) & d_ok[:, None], other=0.0)
+            elif HEAD_DIM != HEAD_DIM_PAD:
+                kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+            else:
+                kt = tl.load(kt_ptrs)
         if not Q_IN_REGS:
             # Q is re-read each iteration (L1/L2 -> shared memory) instead of staying
             # live in registers across the loop.
-            q = tl.load(q_ptrs, mask=q_mask, other=0.0)
+            if USE_TMA:
+                q = q_src.load([q_row, q_col])
+            else:
+                q = tl.load(q_src, mask=q_mask, other=0.0)
         qk = tl.dot(q, kt)
         if MASK_DIAG or MASK_N or not SCALE_POS:
             s = qk * qk_scale
@@ -77,12 +97,18 @@ def _attn_fwd_tiles(
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if MASK_N:
-            v = tl.load(v_ptrs, mask=(cols[:, None] < N_K) & d_ok[None, :], other=0.0)
-        elif HEAD_DIM != HEAD_DIM_PAD:
-            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        if USE_TMA:
+            v = v_src.load([v_row + start_n, v_col])
+            if MASK_N:  # rows past N_K are another head's (p is 0 there; 0 * inf is not)
+                v = tl.where(cols[:, None] < N_K, v, 0.0)
         else:
-            v = tl.load(v_ptrs)
+            v_ptrs = v_src + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
+            if MASK_N:
+                v = tl.load(v_ptrs, mask=(cols[:, None] < N_K) & d_ok[None, :], other=0.0)
+            elif HEAD_DIM != HEAD_DIM_PAD:
+                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+            else:
+                v = tl.load(v_ptrs)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
     return acc, l_i, m_i
@@ -95,13 +121,18 @@ def _attn_fwd(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
+    Q_ROW_B, Q_ROW_H, Q_COL_H, K_ROW_B, K_ROW_H, K_COL_H, V_ROW_B, V_ROW_H, V_COL_H,
+    Q_ROWS, Q_COLS, K_ROWS, K_COLS, V_ROWS, V_COLS,
     H, GROUP, N_Q, N_K, qk_scale,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, Q_IN_REGS: tl.constexpr,
     RETURN_LSE: tl.constexpr, EVEN_N: tl.constexpr, SCALE_POS: tl.constexpr,
+    USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):
-    """Grid: (cdiv(N_Q, BLOCK_M), B * H). qk_scale = scale * log2(e)."""
+    """Grid: (cdiv(N_Q, BLOCK_M), B * H). qk_scale = scale * log2(e). With USE_TMA, the
+    *_ROWS x *_COLS views are read through descriptors and the *_ROW_* / *_COL_H scalars
+    place (b, h) in them."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)
@@ -111,41 +142,78 @@ def _attn_fwd(
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
-    q_ptrs = q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
     q_mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)
-    q = tl.load(q_ptrs, mask=q_mask, other=0.0)
+    if USE_TMA:
+        q_row = (off_b * Q_ROW_B + off_h * Q_ROW_H + start_m).to(tl.int32)
+        q_col = (off_h * Q_COL_H).to(tl.int32)
+        k_row = (off_b * K_ROW_B + off_hkv * K_ROW_H).to(tl.int32)
+        k_col = (off_hkv * K_COL_H).to(tl.int32)
+        v_row = (off_b * V_ROW_B + off_hkv * V_ROW_H).to(tl.int32)
+        v_col = (off_hkv * V_COL_H).to(tl.int32)
+        q_src = tl.make_tensor_descriptor(Q, [Q_ROWS, Q_COLS], [stride_qm, 1],
+                                          [BLOCK_M, HEAD_DIM_PAD])
+        k_src = tl.make_tensor_descriptor(K, [K_ROWS, K_COLS], [stride_kn, 1],
+                                          [BLOCK_N, HEAD_DIM_PAD])
+        v_src = tl.make_tensor_descriptor(V, [V_ROWS, V_COLS], [stride_vn, 1],
+                                          [BLOCK_N, HEAD_DIM_PAD])
+        q = q_src.load([q_row, q_col])
+    else:
+        q_row, q_col, k_row, k_col, v_row, v_col = 0, 0, 0, 0, 0, 0
+        q_src = (Q + off_b * stride_qb + off_h * stride_qh
+                 + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
+        k_src = K + off_b * stride_kb + off_hkv * stride_kh
+        v_src = V + off_b * stride_vb + off_hkv * stride_vh
+        q = tl.load(q_src, mask=q_mask, other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
 
     n_full = (N_K // BLOCK_N) * BLOCK_N  # keys in whole tiles
-    if IS_CAUSAL:
+    if WARP_SPEC:
+        # Triton 3.6's Hopper pass specializes a kernel with one loop only: every tile
+        # goes through one loop, which pays for the masks the problem needs on all tiles.
+        if IS_CAUSAL:
+            hi = tl.minimum(N_K, start_m + BLOCK_M)
+        else:
+            hi = N_K
+        acc, l_i, m_i = _attn_fwd_tiles(
+            acc, l_i, m_i, q, q_src, q_mask, q_row, q_col,
+            k_src, v_src, k_row, k_col, v_row, v_col,
+            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
+            0, hi, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, IS_CAUSAL,
+            SCALE_POS, USE_TMA, WARP_SPEC)
+    elif IS_CAUSAL:
         # Whole tiles strictly left of this row block need no causal mask.
         full_hi = tl.minimum((start_m // BLOCK_N) * BLOCK_N, n_full)
         acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
+            acc, l_i, m_i, q, q_src, q_mask, q_row, q_col,
+            k_src, v_src, k_row, k_col, v_row, v_col,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
-            0, full_hi, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False, SCALE_POS)
+            0, full_hi, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False,
+            SCALE_POS, USE_TMA, WARP_SPEC)
         # The diagonal band (and a partial last tile); tiles above it are skipped.
         acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
+            acc, l_i, m_i, q, q_src, q_mask, q_row, q_col,
+            k_src, v_src, k_row, k_col, v_row, v_col,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
             full_hi, tl.minimum(N_K, start_m + BLOCK_M),
-            BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, True, SCALE_POS)
+            BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, True,
+            SCALE_POS, USE_TMA, WARP_SPEC)
     else:
         acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
+            acc, l_i, m_i, q, q_src, q_mask, q_row, q_col,
+            k_src, v_src, k_row, k_col, v_row, v_col,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
-            0, n_full, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False, SCALE_POS)
+            0, n_full, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False,
+            SCALE_POS, USE_TMA, WARP_SPEC)
         if not EVEN_N:
             acc, l_i, m_i = _attn_fwd_tiles(
-                acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
+                acc, l_i, m_i, q, q_src, q_mask, q_row, q_col,
+                k_src, v_src, k_row, k_col, v_row, v_col,
                 stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
-                n_full, N_K, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, True, False, SCALE_POS)
+                n_full, N_K, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, True, False,
+                SCALE_POS, USE_TMA, WARP_SPEC)
 
     out = acc / l_i[:, None]
     o_ptrs = (Out + off_b * stride_ob + off_h * stride_oh
