@@ -43,7 +43,8 @@ def record(case):
 def main():
     import triton
 
-    out = {"triton": triton.__version__, "cases": {}}
+    out = {"triton": triton.__version__, "ptxas": triton.knobs.nvidia.ptxas.version,
+           "cases": {}}
     for case in CASES:
         r = record(case).as_dict()
         out["cases"][case_id(case)] = {k: r[k] for k in FIELDS}

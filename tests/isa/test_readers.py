@@ -26,9 +26,17 @@ def test_golden_values(records):
 
     golden = json.loads(GOLDEN.read_text())
     assert golden["triton"] == triton.__version__ == "3.6.0"
+    # NVIDIA values depend on ptxas too: the wheel bundles 12.8, a GPU image may point
+    # Triton at its CUDA's (13.x writes other SASS); AMD's compiler is Triton's own.
+    ptxas = triton.knobs.nvidia.ptxas.version
     for case in CASES:
+        if case[0].startswith("sm") and ptxas != golden["ptxas"]:
+            continue
         got = records[case_id(case)].as_dict()
         assert {k: got[k] for k in FIELDS} == golden["cases"][case_id(case)], case_id(case)
+    if ptxas != golden["ptxas"]:
+        pytest.skip(f"NVIDIA golden values are for ptxas {golden['ptxas']}; this Triton "
+                    f"uses {ptxas} (AMD cases checked)")
 
 
 def test_feature_flags(records):
