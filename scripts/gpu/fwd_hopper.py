@@ -18,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashscope
 from flashscope import AttentionConfig
+from flashscope.roofline import attention_flops
 
 VARIANTS = {
     "tma-m128n64w8s3": "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3,TMA=1",
@@ -30,7 +31,7 @@ VARIANTS = {
 
 
 def tflops(B, H, N, D, causal, ms):
-    return 4 * B * H * N * N * D * (0.5 if causal else 1.0) / (ms * 1e-3) / 1e12
+    return attention_flops(B, H, N, N, D, causal) / (ms * 1e-3) / 1e12
 
 
 def bench(fn):

@@ -138,17 +138,24 @@ _RAW_ARCH = {80: "SM80", 86: "SM86", 87: "SM87", 89: "SM89", 90: "SM90a", 100: "
 _RAW_LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*)$")
 
 
+def _sm(elf, what: str) -> int:
+    """The SM number in ``e_flags``: bits 0..7 up to ELF ABI 7 (ptxas 12.x, the one Triton's
+    wheel ships), bits 8..15 from ABI 8 on (CUDA 13: 0x6005a04 for sm_90); 0 if unset."""
+    with elfmod.guarded(what):
+        flags = elf.header["e_flags"]
+        abi = elf.header["e_ident"]["EI_ABIVERSION"]
+    return (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
+
+
 def _texts(cubin: bytes) -> tuple:
     """(SM number, [(kernel, .text bytes)]) of one cubin; raises ArtifactError."""
     elf, vendor = elfmod.open_elf(cubin, "cubin")
     if vendor != "nvidia":
         raise ArtifactError("cubin: an AMD code object")
     with elfmod.guarded("cubin"):
-        flags = elf.header["e_flags"]
-        abi = elf.header["e_ident"]["EI_ABIVERSION"]
         texts = [(s.name[len(".text."):], s.data()) for s in elf.iter_sections()
                  if s.name.startswith(".text.")]
-    return ((flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF), texts
+    return _sm(elf, "cubin"), texts
 
 
 def disassemble_many(cubins: list) -> list:
@@ -300,12 +307,7 @@ def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> 
         raise ArtifactError(f"{what}: a cubin without kernels (no .text.* section)")
     hdr = {n: h for n, h in secs}
     reserved_layout = any(n.startswith(_RESERVED_MARKERS) for n in list(hdr) + syms)
-    with elfmod.guarded(what):
-        flags = elf.header["e_flags"]
-        abi = elf.header["e_ident"]["EI_ABIVERSION"]
-    # The SM number sits in e_flags bits 0..7 up to ELF ABI 7 (ptxas 12.x, the one Triton's
-    # wheel ships) and in bits 8..15 from ABI 8 on (CUDA 13: 0x6005a04 for sm_90).
-    sm = (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
+    sm = _sm(elf, what)
     arch = f"sm{sm}" if sm else None
     if sass is None:
         sass = disassemble(cubin, what)

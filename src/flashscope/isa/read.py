@@ -66,15 +66,19 @@ def read_binary(data: bytes, what: str, meta: "dict | None" = None,
     return out
 
 
+def _record_path(art) -> "Path | None":
+    return Path(art.path) / f"record-v{READER_VERSION}.json" if art.path else None
+
+
 def cached_record(art) -> "KernelRecord | None":
-    """The record stored next to a compiled artifact, or None."""
-    cached = Path(art.path) / f"record-v{READER_VERSION}.json" if art.path else None
-    if cached is not None and cached.exists():
-        try:
-            return KernelRecord.from_dict(json.loads(cached.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-    return None
+    """The record stored next to a compiled artifact, or None (none, or unreadable)."""
+    cached = _record_path(art)
+    if cached is None or not cached.exists():
+        return None
+    try:
+        return KernelRecord.from_dict(json.loads(cached.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def records_for(arts) -> list:
@@ -97,12 +101,11 @@ def records_for(arts) -> list:
 
 def record_for(art, use_cache: bool = True, sass: "str | None" = None) -> KernelRecord:
     """The record of a compiled :class:`~flashscope.compile.Artifact`, cached next to it."""
-    cached = Path(art.path) / f"record-v{READER_VERSION}.json" if art.path else None
-    if use_cache and cached is not None and cached.exists():
-        try:
-            return KernelRecord.from_dict(json.loads(cached.read_text()))
-        except (OSError, ValueError, TypeError):
-            pass
+    if use_cache:
+        rec = cached_record(art)
+        if rec is not None:
+            return rec
+    cached = _record_path(art)
     recs = read_binary(art.binary, f"{art.kernel}@{art.target}", art.metadata,
                        art.asm if art.vendor == "amd" else None, sass=sass)
     rec = next((r for r in recs if r.kernel == art.name), recs[0])
