@@ -228,12 +228,23 @@ _LIMIT_MESSAGES = (
 )
 
 
-def compile_failure(message: str, cfg, t) -> str:
+#: Lines of native compiler output (MLIR/LLVM on fd 2) that say why a pass failed.
+_NATIVE_CAUSES = ("UNREACHABLE", "unsupported", "LLVM ERROR", "Assertion", "error:")
+_NATIVE_NOISE = ("Failures have been detected", "Pipeline failed while executing")
+
+
+def compile_failure(message: str, cfg, t, native: str = "") -> str:
     """One line for a failed compile: the compiler's own diagnostic line (ptxas fatal/error
-    lines first) and, when it is a resource limit, which one."""
+    lines first, then the first cause in ``native``, what MLIR/LLVM printed) and, when it
+    is a resource limit, which one."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     diag = next((ln for ln in lines if "fatal" in ln or "error" in ln.lower()
                  and "ptxas" in ln), lines[0] if lines else "unknown error")
+    cause = next((ln.strip() for ln in native.splitlines()
+                  if any(c in ln for c in _NATIVE_CAUSES)
+                  and not any(n in ln for n in _NATIVE_NOISE)), None)
+    if cause and cause not in diag:
+        diag = f"{diag}: {cause}"
     limit = next((name for pat, name in _LIMIT_MESSAGES if pat in message), None)
     if limit == "registers per thread" and getattr(cfg, "maxnreg", None) is not None:
         lead = (f"config {_label(cfg)}: maxnreg={cfg.maxnreg} is too few registers per thread "
@@ -247,6 +258,27 @@ def compile_failure(message: str, cfg, t) -> str:
 
 def _plain(v):
     return v if isinstance(v, (bool, int, float, str, type(None))) else str(v)
+
+
+@contextlib.contextmanager
+def _native_stderr():
+    """Hold what native code (MLIR, LLVM) writes to file descriptor 2 during the block: a
+    failing pass prints a whole IR reproducer there. Yields a list that receives the text;
+    the caller passes it on (success) or condenses it into the error (failure)."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    held = []
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield held
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            held.append(f.read().decode("utf-8", "replace"))
 
 
 @contextlib.contextmanager
@@ -270,13 +302,20 @@ def _compile(spec, cfg, t, head_dim, dtype, causal, problem, extra, key) -> Arti
 
     src, target, options, constants = _bind(spec, cfg, t, head_dim, dtype, causal, problem,
                                             extra)
+    native = []
     try:
-        # Triton prints a whole PTX reproducer on stdout when ptxas fails; keep it out of
-        # the caller's output (the error below names the cause).
-        with contextlib.redirect_stdout(io.StringIO()), _compiler_mode():
+        # Triton prints a whole PTX reproducer on stdout when ptxas fails, MLIR an IR one on
+        # fd 2 when a pass fails; keep both out of the caller's output (the error below
+        # names the cause).
+        with contextlib.redirect_stdout(io.StringIO()), _compiler_mode(), \
+                _native_stderr() as native:
             compiled = triton.compile(src, target=target, options=options.__dict__)
     except Exception as e:
-        raise ConfigError(compile_failure(str(e), cfg, t)) from None
+        raise ConfigError(compile_failure(str(e), cfg, t, "".join(native))) from None
+    if native and native[0].strip():
+        import sys
+
+        sys.stderr.write(native[0])
     md = compiled.metadata
     meta = {"name": md.name, "num_warps": md.num_warps, "num_stages": md.num_stages,
             "shared": md.shared, "target": {"backend": md.target.backend,
@@ -430,14 +469,27 @@ def _build_task(item):
 
 
 def run_clean(fn, items, jobs: int = 1) -> list:
-    """``[fn(item) for item in items]`` in up to ``jobs`` worker processes.
+    """``[fn(item) for item in items]`` in up to ``jobs`` worker processes
+    (:func:`run_clean_iter`, results put back in order)."""
+    out = [None] * len(items)
+    for i, r in run_clean_iter(fn, items, jobs):
+        out[i] = r
+    return out
+
+
+def run_clean_iter(fn, items, jobs: int = 1):
+    """Yield ``(i, fn(items[i]))`` as each finishes, in up to ``jobs`` worker processes
+    that take the items in list order.
 
     Workers are forked (instant: Triton is loaded already) unless this process runs the
     interpreter; then they are spawned with TRITON_INTERPRET removed from their
     environment, so that they import Triton as a compiler."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    items = list(items)
+    if not items:
+        return
     clean = interpreter_imported()
     methods = multiprocessing.get_all_start_methods()
     method = "fork" if "fork" in methods and not clean else "spawn"
@@ -447,7 +499,12 @@ def run_clean(fn, items, jobs: int = 1) -> list:
     try:
         with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items))),
                                  mp_context=multiprocessing.get_context(method)) as pool:
-            return list(pool.map(fn, items))
+            futs = {pool.submit(fn, it): i for i, it in enumerate(items)}
+            if saved is not None:  # spawned workers are started by now: restore at once
+                os.environ["TRITON_INTERPRET"] = saved
+                saved = None
+            for f in as_completed(futs):
+                yield futs[f], f.result()
     finally:
         if saved is not None:
             os.environ["TRITON_INTERPRET"] = saved

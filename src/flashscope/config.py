@@ -87,6 +87,10 @@ class AttentionConfig(_Knobs):
     instead of per-thread addresses; WARP_SPEC (needs TMA and num_warps=4) has Triton's
     Hopper pass split the kernel into a TMA producer warp group and two consumer warp
     groups of BLOCK_M/2 rows each: 12 warps run, 4 of them loading.
+
+    EXP2_POLY (0, 2 or 4): one score column in EXP2_POLY takes its exponential from a
+    degree-3 polynomial on the FMA pipe instead of the special-function unit (MUFU.EX2,
+    16 per SM per clock on sm_80/sm_90); 0 keeps every exponential on MUFU.
     """
 
     BLOCK_M: int = 128
@@ -98,13 +102,15 @@ class AttentionConfig(_Knobs):
     waves_per_eu: Optional[int] = None
     TMA: bool = False
     WARP_SPEC: bool = False
+    EXP2_POLY: int = 0
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
     def _core_key(self) -> str:
         return (f"m{self.BLOCK_M}n{self.BLOCK_N}w{self.num_warps}s{self.num_stages}"
                 f"q{int(self.Q_IN_REGS)}" + ("t" if self.TMA else "")
-                + ("ws" if self.WARP_SPEC else ""))
+                + ("ws" if self.WARP_SPEC else "")
+                + (f"e{self.EXP2_POLY}" if self.EXP2_POLY else ""))
 
 
 _BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC")
@@ -208,6 +214,9 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
     """Return ``cfg`` unchanged if it can be built for ``target``; else raise ConfigError
     naming the knob and the limit it breaks. Pure: no compilation, no GPU."""
     t = get_target(target)
+    if cfg.EXP2_POLY not in (0, 2, 4):
+        raise ConfigError(f"EXP2_POLY={cfg.EXP2_POLY}: expected 0 (every exponential on "
+                          "MUFU), 2 or 4 (one score column in 2 or 4 by polynomial)")
     if cfg.TMA:
         if t.vendor != "nvidia" or t.cc < 90:
             raise ConfigError(f"TMA=1 needs an NVIDIA target of sm_90 or later; {t.name} has "
@@ -227,6 +236,12 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
             # Hopper pass builds kernels that return NaN with 3 stages, for every shape.
             raise ConfigError(f"WARP_SPEC=1 needs num_stages <= 2 (Triton 3.6 builds wrong "
                               f"kernels with more), got num_stages={cfg.num_stages}")
+        if cfg.EXP2_POLY:
+            # Triton 3.6's data partitioning (WSDataPartition.cpp) stops on the reshape and
+            # split that pick the polynomial columns: "unsupported op type".
+            raise ConfigError(f"WARP_SPEC=1 cannot take EXP2_POLY={cfg.EXP2_POLY} (Triton 3.6's "
+                              "Hopper pass cannot partition the column split; use "
+                              "EXP2_POLY=0)")
     return _check_knobs(cfg, target, head_dim, dtype, min_shared_bytes(cfg, head_dim, dtype),
                         f"BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}")
 

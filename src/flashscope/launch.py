@@ -146,7 +146,8 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
                   IS_CAUSAL=bool(causal), Q_IN_REGS=bool(cfg.Q_IN_REGS),
                   RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0),
                   SCALE_POS=scale > 0, USE_TMA=bool(cfg.TMA),
-                  WARP_SPEC=bool(cfg.WARP_SPEC))
+                  WARP_SPEC=bool(cfg.WARP_SPEC), EXP2_POLY=int(cfg.EXP2_POLY),
+                  HEAVY_FIRST=bool(causal))
     return grid, args, consts
 
 

@@ -1,9 +1,11 @@
 """Inspect configs x targets: cache hits read in this process, misses compiled in parallel.
 
 Work items are independent Triton compiles, so misses go to a pool of ``jobs`` worker
-processes (:func:`flashscope.compile.run_clean`); the cubins they return are then
-disassembled together, one nvdisasm run per architecture (its start-up, not the work, is
-what a per-cubin run costs). A hit costs one JSON read.
+processes (:func:`flashscope.compile.run_clean_iter`), cubins first. Each artifact is read
+by a :class:`~flashscope.isa.read.Reader` as it arrives, while the rest compile; the cubins
+are disassembled together, one nvdisasm run per architecture started when the last cubin
+is in (its start-up, not the work, is what a per-cubin run costs). A hit costs one JSON
+read.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import os
 
 from .. import compile as fcompile
 from ..errors import FlashscopeError
-from .read import attach_occupancy, records_for
+from ..targets import get_target
+from .read import Reader, attach_occupancy
 from .record import READER_VERSION, KernelRecord
 
 
@@ -70,24 +73,26 @@ def inspect_configs(configs, targets, *, jobs: int = 0, occupancy: bool = True, 
         else:
             results[i] = d
     jobs = jobs or os.cpu_count() or 1
+    # Cubins first: once the last one is in, nvdisasm runs while the AMD kernels compile.
+    misses.sort(key=lambda i: get_target(items[i][1]).vendor != "nvidia")
+    nv_left = sum(get_target(items[i][1]).vendor == "nvidia" for i in misses)
     if misses and (len(misses) > 1 and jobs > 1 or fcompile.interpreter_imported()):
-        built = fcompile.run_clean(_task, [items[i] for i in misses], jobs)
+        built = fcompile.run_clean_iter(_task, [items[i] for i in misses], jobs)
     else:
-        built = [_task(items[i]) for i in misses]
-    ok = [(i, a) for i, a in zip(misses, built) if not isinstance(a, FlashscopeError)]
-    for i, a in zip(misses, built):
-        if isinstance(a, FlashscopeError):
-            results[i] = a
-    try:
-        recs = records_for([a for _, a in ok])
-    except FlashscopeError:
-        recs = []
-        for _, a in ok:  # one at a time, so that the error sits with its item
-            try:
-                recs.append(records_for([a])[0])
-            except FlashscopeError as e:
-                recs.append(e)
-    for (i, _), r in zip(ok, recs):
+        built = ((j, _task(items[i])) for j, i in enumerate(misses))
+    reader, slots = Reader(), []
+    for j, art in built:  # each artifact is read as it arrives, while others compile
+        i = misses[j]
+        if isinstance(art, FlashscopeError):
+            results[i] = art
+        else:
+            reader.add(art)
+            slots.append(i)
+        if get_target(items[i][1]).vendor == "nvidia":
+            nv_left -= 1
+            if nv_left == 0:
+                reader.disassemble()
+    for i, r in zip(slots, reader.records()):
         results[i] = r if isinstance(r, FlashscopeError) else r.as_dict()
     out = []
     for r in results:

@@ -147,28 +147,14 @@ def _sm(elf, what: str) -> int:
     return (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
 
 
-def _texts(cubin: bytes) -> tuple:
-    """(SM number, [(kernel, .text bytes)]) of one cubin; raises ArtifactError."""
-    elf, vendor = elfmod.open_elf(cubin, "cubin")
-    if vendor != "nvidia":
-        raise ArtifactError("cubin: an AMD code object")
-    with elfmod.guarded("cubin"):
-        texts = [(s.name[len(".text."):], s.data()) for s in elf.iter_sections()
-                 if s.name.startswith(".text.")]
-    return _sm(elf, "cubin"), texts
-
-
-def disassemble_many(cubins: list) -> list:
-    """SASS text for each cubin (or None where it must be read alone), with one nvdisasm
-    run per architecture. Each text has a ``.section .text.<k>`` line per kernel followed
-    by its instructions, the shape :func:`split_sass` reads."""
-    out = [None] * len(cubins)
+def disassemble_texts(batches: list) -> list:
+    """SASS text for each ``(sm, [(kernel, .text bytes)])`` of ``batches`` (None where it must
+    be read alone), with one nvdisasm run per architecture. Each text has a
+    ``.section .text.<k>`` line per kernel followed by its instructions, the shape
+    :func:`split_sass` reads."""
+    out = [None] * len(batches)
     by_arch = {}
-    for i, c in enumerate(cubins):
-        try:
-            sm, texts = _texts(c)
-        except ArtifactError:
-            continue  # read alone, where the error names the file
+    for i, (sm, texts) in enumerate(batches):
         if sm in _RAW_ARCH and texts and all(len(t) % 16 == 0 for _, t in texts):
             by_arch.setdefault(sm, []).append((i, texts))
     for sm, items in by_arch.items():
@@ -200,6 +186,19 @@ def disassemble_many(cubins: list) -> list:
         for i, ls in lines.items():
             out[i] = "\n".join(ls) + "\n"
     return out
+
+
+def disassemble_many(cubins: list) -> list:
+    """:func:`disassemble_texts` over whole cubins (None for one that does not parse: it
+    is read alone, where the error names the file)."""
+    batches = []
+    for c in cubins:
+        try:
+            _, sm, texts = cubin_parts(c, "cubin")
+        except ArtifactError:
+            sm, texts = None, []
+        batches.append((sm, texts))
+    return disassemble_texts(batches)
 
 
 def resource_usage(cubin: bytes, what: str = "cubin") -> dict:
@@ -289,12 +288,10 @@ def _split_shared(size: int, reserved_layout: bool, what: str) -> tuple:
     return size - SYSTEM_RESERVED_SHARED, SYSTEM_RESERVED_SHARED
 
 
-def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> list:
-    """One dict of resources + mix per kernel (``.text.<k>`` section) in ``cubin``.
-
-    Keys: kernel, registers, local_bytes, static_shared_bytes, reserved_shared_bytes,
-    barriers, max_reg_cap, threads (EIATTR_REQNTID, None when absent), spill_stores,
-    spill_loads, instructions, mix, opcodes, features, arch."""
+def cubin_parts(cubin: bytes, what: str = "cubin") -> tuple:
+    """Everything of a cubin but its SASS, from one ELF parse: (rows, SM number,
+    [(kernel, .text bytes)]). Rows are :func:`read_cubin`'s dicts less the SASS keys,
+    which :func:`with_mix` adds."""
     elf, vendor = elfmod.open_elf(cubin, what)
     if vendor != "nvidia":
         raise ArtifactError(f"{what}: an AMD code object, expected a cubin")
@@ -309,10 +306,7 @@ def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> 
     reserved_layout = any(n.startswith(_RESERVED_MARKERS) for n in list(hdr) + syms)
     sm = _sm(elf, what)
     arch = f"sm{sm}" if sm else None
-    if sass is None:
-        sass = disassemble(cubin, what)
-    ops_by_kernel = split_sass(sass)
-    out = []
+    rows, texts = [], []
     for k in kernels:
         per = dict(info.get(k, {}))
         for attr, val in parse_nv_info(elfmod.section_data(elf, f".nv.info.{k}", what) or b"",
@@ -329,16 +323,36 @@ def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> 
         shared = hdr.get(f".nv.shared.{k}")
         static, reserved = _split_shared(int(shared["sh_size"]) if shared else 0,
                                          reserved_layout, f"{what}: kernel {k}")
-        ops = Counter(ops_by_kernel.get(k, []))
-        mix, feats = mix_of(ops)
-        out.append({
+        rows.append({
             "kernel": k, "arch": arch, "registers": per["registers"],
             "local_bytes": per.get("frame", 0),
             "static_shared_bytes": static, "reserved_shared_bytes": reserved,
             "barriers": per.get("barriers", (int(hdr[f".text.{k}"]["sh_flags"]) >> 20) & 0x7F),
             "max_reg_cap": per.get("max_reg_cap"), "threads": per.get("threads"),
-            "spill_stores": ops.get("STL", 0), "spill_loads": ops.get("LDL", 0),
-            "instructions": sum(ops.values()), "mix": mix,
-            "opcodes": dict(sorted(ops.items())), "features": feats,
         })
-    return out
+        texts.append((k, elfmod.section_data(elf, f".text.{k}", what) or b""))
+    return rows, sm, texts
+
+
+def with_mix(rows: list, sass: str) -> list:
+    """``rows`` of :func:`cubin_parts` completed from the SASS text: spill stores/loads
+    (STL/LDL), instruction count, mix, opcodes, features."""
+    ops_by_kernel = split_sass(sass)
+    for r in rows:
+        ops = Counter(ops_by_kernel.get(r["kernel"], []))
+        mix, feats = mix_of(ops)
+        r.update(spill_stores=ops.get("STL", 0), spill_loads=ops.get("LDL", 0),
+                 instructions=sum(ops.values()), mix=mix, opcodes=dict(sorted(ops.items())),
+                 features=feats)
+    return rows
+
+
+def read_cubin(cubin: bytes, what: str = "cubin", sass: "str | None" = None) -> list:
+    """One dict of resources + mix per kernel (``.text.<k>`` section) in ``cubin``.
+
+    Keys: kernel, registers, local_bytes, static_shared_bytes, reserved_shared_bytes,
+    barriers, max_reg_cap, threads (EIATTR_REQNTID, None when absent), spill_stores,
+    spill_loads, instructions, mix, opcodes, features, arch. ``sass``: the cubin's SASS
+    when it was disassembled already."""
+    rows, _, _ = cubin_parts(cubin, what)
+    return with_mix(rows, disassemble(cubin, what) if sass is None else sass)

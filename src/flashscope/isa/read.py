@@ -81,22 +81,102 @@ def cached_record(art) -> "KernelRecord | None":
         return None
 
 
-def records_for(arts) -> list:
-    """:func:`record_for` over many artifacts, with every cubin that has no stored record
-    disassembled in one nvdisasm run per architecture."""
-    from concurrent.futures import ThreadPoolExecutor
+class Reader:
+    """Records for artifacts that arrive one at a time (from compile workers, say).
 
-    recs = [cached_record(a) for a in arts]
-    todo = [i for i, (a, r) in enumerate(zip(arts, recs)) if r is None and a.vendor == "nvidia"]
-    with ThreadPoolExecutor(1) as pool:
-        # nvdisasm runs in a child process: the AMD records are read while it works
-        sass = pool.submit(nvidia.disassemble_many, [arts[i].binary for i in todo])
-        for i, a in enumerate(arts):
-            if recs[i] is None and a.vendor != "nvidia":
-                recs[i] = record_for(a)
-        for i, text in zip(todo, sass.result()):
-            recs[i] = record_for(arts[i], sass=text)
+    :meth:`add` reads a stored record or an AMD code object at once, and opens a cubin and
+    sets its ``.text`` sections aside; :meth:`disassemble` sends the cubins set aside so far
+    to nvdisasm in a background thread (one run per architecture: its ~0.25 s start-up,
+    not the work, is what a run per cubin costs); :meth:`records` waits and returns one
+    :class:`KernelRecord` or :class:`~flashscope.errors.FlashscopeError` per artifact, in
+    the order added. Called while other cubins still compile, :meth:`disassemble` keeps
+    nvdisasm off the path after the last compile.
+    """
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._arts, self._out = [], []
+        self._waiting = []  # (slot, rows, sm, texts) not yet sent to nvdisasm
+        self._jobs = []  # (future, [(slot, rows)])
+        self._pool = ThreadPoolExecutor(1)
+
+    def add(self, art) -> None:
+        slot = len(self._arts)
+        self._arts.append(art)
+        rec = cached_record(art)
+        try:
+            if rec is None and art.vendor == "nvidia":
+                rows, sm, texts = nvidia.cubin_parts(art.binary, _what(art))
+                self._waiting.append((slot, rows, sm, texts))
+            elif rec is None:
+                rec = _finish(art, amd.read_hsaco(art.binary, _what(art), text=art.asm), "amd")
+        except FlashscopeError as e:
+            rec = e
+        self._out.append(rec)
+
+    def disassemble(self) -> None:
+        if self._waiting:
+            batch, self._waiting = self._waiting, []
+            fut = self._pool.submit(nvidia.disassemble_texts, [(sm, t) for _, _, sm, t in batch])
+            self._jobs.append((fut, [(slot, rows) for slot, rows, _, _ in batch]))
+
+    def records(self) -> list:
+        self.disassemble()
+        try:
+            for fut, items in self._jobs:
+                for (slot, rows), sass in zip(items, fut.result()):
+                    art = self._arts[slot]
+                    try:  # a cubin nvdisasm could not read in the batch: alone, by name
+                        sass = sass if sass is not None else nvidia.disassemble(art.binary,
+                                                                                _what(art))
+                        self._out[slot] = _finish(art, nvidia.with_mix(rows, sass), "nvidia")
+                    except FlashscopeError as e:
+                        self._out[slot] = e
+        finally:
+            self._pool.shutdown()
+        self._jobs = []
+        return list(self._out)
+
+
+def records_for(arts) -> list:
+    """:func:`record_for` over many artifacts through one :class:`Reader` (one nvdisasm run
+    per architecture); raises the first artifact's error, if any."""
+    reader = Reader()
+    for a in arts:
+        reader.add(a)
+    recs = reader.records()
+    for r in recs:
+        if isinstance(r, FlashscopeError):
+            raise r
     return recs
+
+
+def _what(art) -> str:
+    return f"{art.kernel}@{art.target}"
+
+
+def _finish(art, rows: list, vendor: str, store: bool = True) -> KernelRecord:
+    """The record of ``art``'s kernel from its reader rows, labelled with the config it was
+    built from and (``store``) kept next to the artifact."""
+    recs = [_record(d, vendor, d.get("arch") or "unknown",
+                    art.metadata if art.metadata and art.metadata.get("name") in
+                    (None, d["kernel"]) else None) for d in rows]
+    rec = next((r for r in recs if r.kernel == art.name), recs[0])
+    rec.target = art.target
+    rec.config, rec.head_dim, rec.dtype, rec.causal = (art.config, art.head_dim, art.dtype,
+                                                      art.causal)
+    rec.constants = dict(art.constants)
+    rec.source = art.path
+    cached = _record_path(art) if store else None
+    if cached is not None:
+        tmp = cached.with_suffix(f".tmp{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(rec.as_dict(), sort_keys=True))
+            os.replace(tmp, cached)
+        except OSError:
+            pass
+    return rec
 
 
 def record_for(art, use_cache: bool = True, sass: "str | None" = None) -> KernelRecord:
@@ -105,23 +185,10 @@ def record_for(art, use_cache: bool = True, sass: "str | None" = None) -> Kernel
         rec = cached_record(art)
         if rec is not None:
             return rec
-    cached = _record_path(art)
-    recs = read_binary(art.binary, f"{art.kernel}@{art.target}", art.metadata,
-                       art.asm if art.vendor == "amd" else None, sass=sass)
-    rec = next((r for r in recs if r.kernel == art.name), recs[0])
-    rec.target = art.target
-    rec.config, rec.head_dim, rec.dtype, rec.causal = (art.config, art.head_dim, art.dtype,
-                                                      art.causal)
-    rec.constants = dict(art.constants)
-    rec.source = art.path
-    if use_cache and cached is not None:
-        tmp = cached.with_suffix(f".tmp{os.getpid()}")
-        try:
-            tmp.write_text(json.dumps(rec.as_dict(), sort_keys=True))
-            os.replace(tmp, cached)
-        except OSError:
-            pass
-    return rec
+    _, vendor = open_elf(art.binary, _what(art))
+    rows = (nvidia.read_cubin(art.binary, _what(art), sass=sass) if vendor == "nvidia"
+            else amd.read_hsaco(art.binary, _what(art), text=art.asm))
+    return _finish(art, rows, vendor, store=use_cache)
 
 
 def read_path(path) -> list:
