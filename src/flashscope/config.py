@@ -91,6 +91,10 @@ class AttentionConfig(_Knobs):
     EXP2_POLY (0, 2 or 4): one score column in EXP2_POLY takes its exponential from a
     degree-3 polynomial on the FMA pipe instead of the special-function unit (MUFU.EX2,
     16 per SM per clock on sm_80/sm_90); 0 keeps every exponential on MUFU.
+
+    OVERLAP issues the next key tile's Q K^T before this tile's softmax (software
+    pipelining by hand, as FlashAttention-3 does inside a warp group): two score tiles are
+    live, and the last prefetch of each loop is computed and dropped.
     """
 
     BLOCK_M: int = 128
@@ -103,6 +107,7 @@ class AttentionConfig(_Knobs):
     TMA: bool = False
     WARP_SPEC: bool = False
     EXP2_POLY: int = 0
+    OVERLAP: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -110,10 +115,11 @@ class AttentionConfig(_Knobs):
         return (f"m{self.BLOCK_M}n{self.BLOCK_N}w{self.num_warps}s{self.num_stages}"
                 f"q{int(self.Q_IN_REGS)}" + ("t" if self.TMA else "")
                 + ("ws" if self.WARP_SPEC else "")
-                + (f"e{self.EXP2_POLY}" if self.EXP2_POLY else ""))
+                + (f"e{self.EXP2_POLY}" if self.EXP2_POLY else "")
+                + ("o" if self.OVERLAP else ""))
 
 
-_BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC")
+_BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "OVERLAP")
 
 
 def _coerce(key, value):
@@ -236,6 +242,12 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
             # Hopper pass builds kernels that return NaN with 3 stages, for every shape.
             raise ConfigError(f"WARP_SPEC=1 needs num_stages <= 2 (Triton 3.6 builds wrong "
                               f"kernels with more), got num_stages={cfg.num_stages}")
+        if cfg.OVERLAP:
+            # Triton 3.6's Hopper pass stops (UNREACHABLE in WarpSpecialization) on a
+            # loop-carried score tile.
+            raise ConfigError("WARP_SPEC=1 cannot take OVERLAP=1 (Triton 3.6's Hopper pass "
+                              "cannot specialize a loop that carries the next score tile; "
+                              "use OVERLAP=0)")
         if cfg.EXP2_POLY:
             # Triton 3.6's data partitioning (WSDataPartition.cpp) stops on the reshape and
             # split that pick the polynomial columns: "unsupported op type".

@@ -147,7 +147,7 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
                   RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0),
                   SCALE_POS=scale > 0, USE_TMA=bool(cfg.TMA),
                   WARP_SPEC=bool(cfg.WARP_SPEC), EXP2_POLY=int(cfg.EXP2_POLY),
-                  HEAVY_FIRST=bool(causal))
+                  HEAVY_FIRST=bool(causal), OVERLAP=bool(cfg.OVERLAP))
     return grid, args, consts
 
 

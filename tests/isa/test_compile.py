@@ -20,7 +20,7 @@ def test_constants_mirror_the_launch(artifacts):
         "HEAD_DIM": 64, "HEAD_DIM_PAD": 64, "BLOCK_M": 128, "BLOCK_N": 64,
         "IS_CAUSAL": False, "Q_IN_REGS": True, "RETURN_LSE": False, "EVEN_N": True,
         "SCALE_POS": True, "USE_TMA": False, "WARP_SPEC": False, "EXP2_POLY": 0,
-        "HEAVY_FIRST": False}
+        "HEAVY_FIRST": False, "OVERLAP": False}
     assert art.metadata["num_warps"] == 8 and art.metadata["num_stages"] == 3
     assert art.metadata["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}
     assert art.binary[:4] == b"\x7fELF" and ".target sm_90a" in art.asm

@@ -91,6 +91,33 @@ def _softmax_exp2(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXP2_POLY: tl
 
 
 @triton.jit
+def _scores(q, q_src, q_mask, q_row, q_col, k_src, k_row, k_col, stride_kn, stride_kd,
+            offs_d, d_ok, start_n, N_K, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+            HEAD_DIM_PAD: tl.constexpr, Q_IN_REGS: tl.constexpr, MASK_N: tl.constexpr,
+            USE_TMA: tl.constexpr):
+    """Raw scores Q K^T (BLOCK_M x BLOCK_N, fp32) of the key tile at ``start_n``."""
+    cols = start_n + tl.arange(0, BLOCK_N)
+    if USE_TMA:
+        kt = k_src.load([k_row + start_n, k_col]).T
+    else:
+        kt_ptrs = k_src + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
+        if MASK_N:
+            kt = tl.load(kt_ptrs, mask=(cols[None, :] < N_K) & d_ok[:, None], other=0.0)
+        elif HEAD_DIM != HEAD_DIM_PAD:
+            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+    if not Q_IN_REGS:
+        # Q is re-read each iteration (L1/L2 -> shared memory) instead of staying live in
+        # registers across the loop.
+        if USE_TMA:
+            q = q_src.load([q_row, q_col])
+        else:
+            q = tl.load(q_src, mask=q_mask, other=0.0)
+    return tl.dot(q, kt)
+
+
+@triton.jit
 def _attn_fwd_tiles(
     acc, l_i, m_i, q,
     q_src, q_mask, q_row, q_col, k_src, v_src, k_row, k_col, v_row, v_col,
@@ -99,34 +126,33 @@ def _attn_fwd_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr, Q_IN_REGS: tl.constexpr, MASK_N: tl.constexpr,
     MASK_DIAG: tl.constexpr, SCALE_POS: tl.constexpr, USE_TMA: tl.constexpr,
-    WARP_SPEC: tl.constexpr, EXP2_POLY: tl.constexpr,
+    WARP_SPEC: tl.constexpr, EXP2_POLY: tl.constexpr, OVERLAP: tl.constexpr,
 ):
     """Fold key tiles [lo, hi) into (acc, l_i, m_i). MASK_N masks keys >= N_K,
     MASK_DIAG masks keys above the causal diagonal; both are compile-time switches.
     ``*_src``: pointers to the (b, h) slice, or TMA descriptors read at (row, col)."""
     offs_n = tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_DIM
+    if OVERLAP:
+        # the last tile's start: the prefetch of the tile after it re-reads it (in bounds)
+        last = lo + tl.maximum(hi - lo - 1, 0) // BLOCK_N * BLOCK_N
+        qk_next = _scores(q, q_src, q_mask, q_row, q_col, k_src, k_row, k_col, stride_kn,
+                          stride_kd, offs_d, d_ok, lo, N_K, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD,
+                          Q_IN_REGS, MASK_N, USE_TMA)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        if USE_TMA:
-            kt = k_src.load([k_row + start_n, k_col]).T
+        if OVERLAP:
+            # the next tile's QK^T is issued before this tile's softmax, so the tensor
+            # cores work while the softmax runs (its wait lands in the next iteration)
+            qk = qk_next
+            qk_next = _scores(q, q_src, q_mask, q_row, q_col, k_src, k_row, k_col, stride_kn,
+                              stride_kd, offs_d, d_ok, tl.minimum(start_n + BLOCK_N, last),
+                              N_K, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, MASK_N, USE_TMA)
         else:
-            kt_ptrs = k_src + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
-            if MASK_N:
-                kt = tl.load(kt_ptrs, mask=(cols[None, :] < N_K) & d_ok[:, None], other=0.0)
-            elif HEAD_DIM != HEAD_DIM_PAD:
-                kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
-            else:
-                kt = tl.load(kt_ptrs)
-        if not Q_IN_REGS:
-            # Q is re-read each iteration (L1/L2 -> shared memory) instead of staying
-            # live in registers across the loop.
-            if USE_TMA:
-                q = q_src.load([q_row, q_col])
-            else:
-                q = tl.load(q_src, mask=q_mask, other=0.0)
-        qk = tl.dot(q, kt)
+            qk = _scores(q, q_src, q_mask, q_row, q_col, k_src, k_row, k_col, stride_kn,
+                         stride_kd, offs_d, d_ok, start_n, N_K, BLOCK_N, HEAD_DIM,
+                         HEAD_DIM_PAD, Q_IN_REGS, MASK_N, USE_TMA)
         if MASK_DIAG or MASK_N or not SCALE_POS:
             s = qk * qk_scale
             if MASK_DIAG:
@@ -175,7 +201,7 @@ def _attn_fwd(
     IS_CAUSAL: tl.constexpr, Q_IN_REGS: tl.constexpr,
     RETURN_LSE: tl.constexpr, EVEN_N: tl.constexpr, SCALE_POS: tl.constexpr,
     USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, EXP2_POLY: tl.constexpr,
-    HEAVY_FIRST: tl.constexpr,
+    HEAVY_FIRST: tl.constexpr, OVERLAP: tl.constexpr,
 ):
     """Grid: (cdiv(N_Q, BLOCK_M), B * H). qk_scale = scale * log2(e). With USE_TMA, the
     *_ROWS x *_COLS views are read through descriptors and the *_ROW_* / *_COL_H scalars
@@ -234,7 +260,7 @@ def _attn_fwd(
             k_src, v_src, k_row, k_col, v_row, v_col,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
             0, hi, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, IS_CAUSAL,
-            SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY)
+            SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY, OVERLAP)
     elif IS_CAUSAL:
         # Whole tiles strictly left of this row block need no causal mask.
         full_hi = tl.minimum((start_m // BLOCK_N) * BLOCK_N, n_full)
@@ -243,7 +269,7 @@ def _attn_fwd(
             k_src, v_src, k_row, k_col, v_row, v_col,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
             0, full_hi, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False,
-            SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY)
+            SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY, OVERLAP)
         # The diagonal band (and a partial last tile); tiles above it are skipped.
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, q_src, q_mask, q_row, q_col,
@@ -251,21 +277,21 @@ def _attn_fwd(
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
             full_hi, tl.minimum(N_K, start_m + BLOCK_M),
             BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, True,
-            SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY)
+            SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY, OVERLAP)
     else:
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, q_src, q_mask, q_row, q_col,
             k_src, v_src, k_row, k_col, v_row, v_col,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
             0, n_full, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, False, False,
-            SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY)
+            SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY, OVERLAP)
         if not EVEN_N:
             acc, l_i, m_i = _attn_fwd_tiles(
                 acc, l_i, m_i, q, q_src, q_mask, q_row, q_col,
                 k_src, v_src, k_row, k_col, v_row, v_col,
                 stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
                 n_full, N_K, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS, True, False,
-                SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY)
+                SCALE_POS, USE_TMA, WARP_SPEC, EXP2_POLY, OVERLAP)
 
     out = acc / l_i[:, None]
     o_ptrs = (Out + off_b * stride_ob + off_h * stride_oh
