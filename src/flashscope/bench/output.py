@@ -42,8 +42,10 @@ def parse_metrics(text: Optional[str]) -> list:
 
 def _git_commit() -> Optional[str]:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5, cwd=Path(__file__).parent)
+        # "-dirty" when the files that ran differ from the commit
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"],
+                             capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent)
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
