@@ -66,13 +66,9 @@ def register_kernel(name: str, spec: KernelSpec) -> None:
 
 
 def kernel_spec(name: str) -> KernelSpec:
-    from .errors import closest
+    from .errors import lookup
 
-    try:
-        return KERNELS[name]
-    except KeyError:
-        raise ConfigError(f"--kernel {name!r}: unknown kernel{closest(name, KERNELS)}; "
-                          f"known: {', '.join(KERNELS)}") from None
+    return lookup(KERNELS, name, "--kernel", what="kernel", error=ConfigError)
 
 
 def _fwd_call(cfg, problem, head_dim, dtype, causal, return_lse=False):

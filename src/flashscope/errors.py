@@ -34,3 +34,19 @@ def closest(name: str, choices) -> str:
     """' (did you mean X?)' for the closest of ``choices``, or '' when nothing is close."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def unknown(flag: str, name, choices, what: str = "", hint: str = "",
+            error: type = FlashscopeError) -> FlashscopeError:
+    """The one-line error for ``name`` not among ``choices``:
+    "<flag> 'name': unknown <what> (did you mean X?); known: a, b<hint>"."""
+    return error(f"{flag} {name!r}: unknown{' ' + what if what else ''}"
+                 f"{closest(str(name), choices)}; known: {', '.join(choices)}{hint}")
+
+
+def lookup(table: dict, name, flag: str, **kw):
+    """``table[name]``, or raise :func:`unknown`'s error (``kw``: what, hint, error)."""
+    try:
+        return table[name]
+    except KeyError:
+        raise unknown(flag, name, table, **kw) from None

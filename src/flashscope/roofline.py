@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .errors import FlashscopeError, closest
+from .errors import FlashscopeError, lookup
 
 
 @dataclass(frozen=True)
@@ -67,12 +67,8 @@ BELOW_ROOF = 0.5
 
 
 def get_ceilings(name: str) -> Ceilings:
-    try:
-        return _CEILINGS[name]
-    except KeyError:
-        raise FlashscopeError(f"--ceilings {name!r}: unknown{closest(name, _CEILINGS)}; known: "
-                              f"{', '.join(_CEILINGS)} (or give --peak-tflops and "
-                              "--peak-bandwidth)") from None
+    return lookup(_CEILINGS, name, "--ceilings",
+                  hint=" (or give --peak-tflops and --peak-bandwidth)")
 
 
 def _direction(direction: str) -> float:

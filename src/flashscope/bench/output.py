@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Optional
 
-from ..errors import FlashscopeError, closest
+from ..errors import unknown
 
 #: metric name -> (Result attribute, column title, format)
 METRICS = MappingProxyType({
@@ -35,8 +35,7 @@ def parse_metrics(text: Optional[str]) -> list:
     names = [m.strip() for m in text.split(",") if m.strip()]
     for m in names:
         if m not in METRICS:
-            raise FlashscopeError(f"--metrics {m!r}: unknown{closest(m, METRICS)}; known: "
-                                  f"{', '.join(METRICS)}")
+            raise unknown("--metrics", m, METRICS)
     return names
 
 

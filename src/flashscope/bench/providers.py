@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..errors import FlashscopeError, closest
+from ..errors import FlashscopeError, unknown
 
 Reason = Optional[str]
 
@@ -59,8 +59,7 @@ def select(names: Optional[list] = None, skip: Optional[list] = None,
     for flag, group in (("--only", names or []), ("--skip", skip or [])):
         for n in group:
             if n not in reg:
-                raise FlashscopeError(f"{flag} {n!r}: unknown provider{closest(n, reg)}; "
-                                      f"known: {', '.join(reg)}")
+                raise unknown(flag, n, reg, what="provider")
     chosen = [p for n, p in reg.items() if names is None or n in names]
     return [p for p in chosen if p.name not in (skip or [])]
 

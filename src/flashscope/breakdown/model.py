@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import FlashscopeError, closest
+from ..errors import FlashscopeError, lookup
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,7 @@ PRESETS = {
 
 
 def get_preset(name: str) -> ModelSpec:
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise FlashscopeError(f"--preset {name!r}: unknown{closest(name, PRESETS)}; known: "
-                              f"{', '.join(PRESETS)}") from None
+    return lookup(PRESETS, name, "--preset")
 
 
 def with_overrides(spec: ModelSpec, **kw) -> ModelSpec:
