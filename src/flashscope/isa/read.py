@@ -110,7 +110,7 @@ class Reader:
                 rows, sm, texts = nvidia.cubin_parts(art.binary, _what(art))
                 self._waiting.append((slot, rows, sm, texts))
             elif rec is None:
-                rec = _finish(art, amd.read_hsaco(art.binary, _what(art), text=art.asm), "amd")
+                rec = _finish(art, _rows(art), "amd")
         except FlashscopeError as e:
             rec = e
         self._out.append(rec)
@@ -156,6 +156,14 @@ def _what(art) -> str:
     return f"{art.kernel}@{art.target}"
 
 
+def _rows(art, sass: "str | None" = None) -> list:
+    """The reader's dicts for an artifact's binary (its vendor's reader; ``sass``: the
+    cubin's SASS when disassembled already, the amdgcn text is the artifact's own)."""
+    if art.vendor == "nvidia":
+        return nvidia.read_cubin(art.binary, _what(art), sass=sass)
+    return amd.read_hsaco(art.binary, _what(art), text=art.asm)
+
+
 def _finish(art, rows: list, vendor: str, store: bool = True) -> KernelRecord:
     """The record of ``art``'s kernel from its reader rows, labelled with the config it was
     built from and (``store``) kept next to the artifact."""
@@ -185,10 +193,7 @@ def record_for(art, use_cache: bool = True, sass: "str | None" = None) -> Kernel
         rec = cached_record(art)
         if rec is not None:
             return rec
-    _, vendor = open_elf(art.binary, _what(art))
-    rows = (nvidia.read_cubin(art.binary, _what(art), sass=sass) if vendor == "nvidia"
-            else amd.read_hsaco(art.binary, _what(art), text=art.asm))
-    return _finish(art, rows, vendor, store=use_cache)
+    return _finish(art, _rows(art, sass), art.vendor, store=use_cache)
 
 
 def read_path(path) -> list:
