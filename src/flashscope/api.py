@@ -114,10 +114,15 @@ def resolve_config(config: Optional[AttentionConfig], head_dim: int, dtype: str,
     return config
 
 
-def _default_config(q, k, v, causal: bool) -> AttentionConfig:
-    """The default for these tensors: a TMA default falls back to pointer loads for
-    layouts that have no TMA view (:func:`flashscope.launch.tma_view`)."""
-    cfg = resolve_config(None, q.shape[-1], _DTYPES[q.dtype], causal, q.device, k.shape[2])
+def _default_config(q, k, v, causal: bool, scale: Optional[float] = None) -> AttentionConfig:
+    """The default for these tensors: a Gluon default falls back to the target's built-in
+    default where the Gluon variant cannot run (:func:`flashscope.launch.gluon_ok`), and a
+    TMA default to pointer loads for layouts that have no TMA view
+    (:func:`flashscope.launch.tma_view`)."""
+    D, dtype = q.shape[-1], _DTYPES[q.dtype]
+    cfg = resolve_config(None, D, dtype, causal, q.device, k.shape[2])
+    if cfg.GLUON and not launch.gluon_ok(q, k, v, scale):
+        cfg = select_config(D, dtype, causal, device_target(q.device) or "sm90")
     if cfg.TMA and not launch.tma_ok(q, k, v):
         cfg = cfg.replace(TMA=False, WARP_SPEC=False)
     return cfg
@@ -143,7 +148,7 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal:
                    scale: float, config: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, H, Nq, D) like q, lse (B, H, Nq) fp32). ``config`` "" = the default for
     the device, resolved here, out of the compiler's sight (it may read tuned data files)."""
-    cfg = _parse_fwd(config) if config else _default_config(q, k, v, is_causal)
+    cfg = _parse_fwd(config) if config else _default_config(q, k, v, is_causal, scale)
     return launch.forward(q, k, v, causal=is_causal, scale=scale, cfg=cfg, return_lse=True)
 
 
@@ -223,6 +228,6 @@ def attention(query, key, value, *, is_causal: bool = False, scale: Optional[flo
         out, lse = _attention_fwd(query, key, value, causal, sc, text)
     else:
         out, lse = launch.forward(query, key, value, causal=causal, scale=sc,
-                                  cfg=cfg or _default_config(query, key, value, causal),
+                                  cfg=cfg or _default_config(query, key, value, causal, sc),
                                   return_lse=return_lse)
     return (out, lse) if return_lse else out

@@ -55,6 +55,8 @@ class KernelSpec:
     check: Callable
     call: Callable
     default: Optional[Callable] = None  # (head_dim, dtype, causal, target) -> config
+    # config -> (module, function) where a config picks another body (Gluon on sm_90)
+    variant: Optional[Callable] = None
 
 
 KERNELS: dict = {}
@@ -88,8 +90,14 @@ def _fwd_call(cfg, problem, head_dim, dtype, causal, return_lse=False):
     return args, consts
 
 
+def _fwd_variant(cfg):
+    from . import launch
+
+    return launch.forward_kernel(cfg)
+
+
 register_kernel("fwd", KernelSpec("fwd", "attention_fwd", "_attn_fwd", AttentionConfig,
-                                  check_config, _fwd_call, select_config))
+                                  check_config, _fwd_call, select_config, _fwd_variant))
 
 
 def _bwd_call(kernel: str) -> Callable:
@@ -160,10 +168,13 @@ def cache_root() -> Path:
     return Path(os.environ.get("FLASHSCOPE_CACHE") or Path.home() / ".cache" / "flashscope")
 
 
-def _jit_function(spec: KernelSpec):
+def _jit_function(spec: KernelSpec, cfg=None):
     from . import kernels
 
-    return getattr(kernels.load(spec.module, interpret=False), spec.function)
+    module, function = spec.module, spec.function
+    if spec.variant is not None and cfg is not None:
+        module, function = spec.variant(cfg)
+    return getattr(kernels.load(module, interpret=False), function)
 
 
 def cache_key(kernel: str, cfg, target, head_dim: int, dtype: str, causal: bool,
@@ -174,7 +185,7 @@ def cache_key(kernel: str, cfg, target, head_dim: int, dtype: str, causal: bool,
 
     spec = kernel_spec(kernel)
     t = get_target(target)
-    fn = _jit_function(spec)
+    fn = _jit_function(spec, cfg)
     blob = json.dumps({
         "kernel": kernel, "source": fn.cache_key, "triton": triton.__version__,
         "target": [t.vendor, str(t.triton_arch), t.warp_size],
@@ -198,7 +209,7 @@ def _bind(spec: KernelSpec, cfg, t, head_dim, dtype, causal, problem, extra):
     from .launch import vendor_options
     from .targets import gpu_target
 
-    fn = _jit_function(spec)
+    fn = _jit_function(spec, cfg)
     target = gpu_target(t)
     backend = make_backend(target)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
@@ -212,6 +223,8 @@ def _bind(spec: KernelSpec, cfg, t, head_dim, dtype, causal, problem, extra):
                                                            specialization, options)
     names = list(fn.signature.parameters)
     constants = {names[path[0]]: _plain(v) for path, v in constexprs.items() if len(path) == 1}
+    if fn.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     return ASTSource(fn, signature, constexprs, attrs), target, options, constants
 
 

@@ -95,6 +95,16 @@ class AttentionConfig(_Knobs):
     OVERLAP issues the next key tile's Q K^T before this tile's softmax (software
     pipelining by hand, as FlashAttention-3 does inside a warp group): two score tiles are
     live, and the last prefetch of each loop is computed and dropped.
+
+    GLUON selects the Hopper variant written in Gluon
+    (:mod:`flashscope.kernels.attention_fwd_sm90`): a 1-warp TMA producer and one consumer
+    warpgroup per 64 query rows, each overlapping its softmax with its own P V wgmma.
+    num_stages is its K/V ring depth. Its rules: sm_90, head dim 64 or 128, TMA=1 and
+    Q_IN_REGS=0 (wgmma reads Q from shared memory), num_warps=4 (per warpgroup), BLOCK_M
+    64, 128 or 192, BLOCK_N 64 or 128, 2..4 stages, no maxnreg (setmaxnreg budgets are set per
+    partition), and none of WARP_SPEC, EXP2_POLY, OVERLAP (it schedules its own overlap).
+    PERSISTENT (GLUON only) launches one program per SM, each looping over work tiles, so
+    the K/V loads of the next tile start under the previous tile's epilogue.
     """
 
     BLOCK_M: int = 128
@@ -108,6 +118,8 @@ class AttentionConfig(_Knobs):
     WARP_SPEC: bool = False
     EXP2_POLY: int = 0
     OVERLAP: bool = False
+    GLUON: bool = False
+    PERSISTENT: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -116,10 +128,10 @@ class AttentionConfig(_Knobs):
                 f"q{int(self.Q_IN_REGS)}" + ("t" if self.TMA else "")
                 + ("ws" if self.WARP_SPEC else "")
                 + (f"e{self.EXP2_POLY}" if self.EXP2_POLY else "")
-                + ("o" if self.OVERLAP else ""))
+                + ("o" if self.OVERLAP else "") + ("g" if self.GLUON else "") + ("p" if self.PERSISTENT else ""))
 
 
-_BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "OVERLAP")
+_BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "OVERLAP", "GLUON", "PERSISTENT")
 
 
 def _coerce(key, value):
@@ -171,6 +183,8 @@ def min_shared_bytes(cfg: AttentionConfig, head_dim: int, dtype: str = "bfloat16
     certainly cannot launch.
     """
     elt = DTYPE_BYTES[dtype]
+    if cfg.GLUON:  # Q, then a ring of num_stages K and V tiles (exact, less the barriers)
+        return (cfg.BLOCK_M + 2 * cfg.num_stages * cfg.BLOCK_N) * head_dim_pad(head_dim) * elt
     return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * elt * max(1, cfg.num_stages - 1)
 
 
@@ -180,7 +194,8 @@ def _check_knobs(cfg, target, head_dim: int, dtype: str, need: int, tiles_text: 
     t = get_target(target)
     check_head_dim(head_dim)
     where = f"for {t.name}"
-    for name in cfg._TILES:
+    # the Gluon variant's tiles were checked against its own list (BLOCK_M 192 included)
+    for name in () if getattr(cfg, "GLUON", False) else cfg._TILES:
         v = getattr(cfg, name)
         if not (_pow2(v) and 16 <= v <= 256):
             raise ConfigError(f"{name}={v}: expected a power of two in 16..256")
@@ -220,6 +235,10 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
     """Return ``cfg`` unchanged if it can be built for ``target``; else raise ConfigError
     naming the knob and the limit it breaks. Pure: no compilation, no GPU."""
     t = get_target(target)
+    if cfg.GLUON:
+        _check_gluon(cfg, t, head_dim)
+    elif cfg.PERSISTENT:
+        raise ConfigError("PERSISTENT=1 is a knob of the Gluon variant: it needs GLUON=1")
     if cfg.EXP2_POLY not in (0, 2, 4):
         raise ConfigError(f"EXP2_POLY={cfg.EXP2_POLY}: expected 0 (every exponential on "
                           "MUFU), 2 or 4 (one score column in 2 or 4 by polynomial)")
@@ -256,6 +275,35 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
                               "EXP2_POLY=0)")
     return _check_knobs(cfg, target, head_dim, dtype, min_shared_bytes(cfg, head_dim, dtype),
                         f"BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}")
+
+
+#: (knob, allowed values, why) of the Gluon Hopper variant (AttentionConfig.GLUON).
+_GLUON_RULES = (
+    ("BLOCK_M", (64, 128, 192), "one consumer warpgroup per 64 query rows"),
+    ("BLOCK_N", (64, 128), "the wgmma N of the score tile"),
+    ("num_warps", (4,), "the warps of one consumer warpgroup"),
+    ("num_stages", (2, 3, 4), "the depth of the K/V ring"),
+    ("TMA", (True,), "every load is a TMA copy"),
+    ("Q_IN_REGS", (False,), "wgmma reads Q from shared memory"),
+    ("maxnreg", (None,), "register budgets are set per partition with setmaxnreg"),
+    ("WARP_SPEC", (False,), "it is warp-specialized by hand"),
+    ("OVERLAP", (False,), "it overlaps softmax and wgmma by hand"),
+    ("EXP2_POLY", (0,), "not implemented in this variant"),
+)
+
+
+def _check_gluon(cfg: AttentionConfig, t, head_dim: int) -> None:
+    if t.vendor != "nvidia" or t.cc // 10 != 9:
+        raise ConfigError(f"GLUON=1 is the sm_90 (Hopper) variant; {t.name} is not sm_90 "
+                          "(use GLUON=0)")
+    if head_dim not in (64, 128):
+        raise ConfigError(f"GLUON=1 takes head dim 64 or 128, got {head_dim} (use GLUON=0)")
+    for knob, allowed, why in _GLUON_RULES:
+        value = getattr(cfg, knob)
+        if value not in allowed:
+            shown = " or ".join(str(int(a) if isinstance(a, bool) else a) for a in allowed)
+            raise ConfigError(f"GLUON=1 needs {knob}={shown} ({why}), got {knob}="
+                              f"{int(value) if isinstance(value, bool) else value}")
 
 
 # Defaults as data: (target name or family, largest head dim, causal or None for both)

@@ -17,6 +17,12 @@ from .config import AttentionBwdConfig, AttentionConfig, head_dim_pad
 from .errors import ConfigError
 
 LOG2E = 1.4426950408889634
+#: setmaxnreg budgets of the Gluon Hopper variant by consumer warpgroups: with a
+#: 24-register producer warpgroup, two 240-register consumers fill 64K registers
+#: ((2 x 240 + 24) x 128 = 64512, as in FlashAttention-3) and three take 160 each
+#: ((3 x 160 + 24) x 128 = 64512). One consumer runs in the default partition alone.
+SM90_CONSUMER_REGS = {1: 240, 2: 240, 3: 160}
+SM90_PRODUCER_REGS = 24
 
 
 def interpreting() -> bool:
@@ -48,7 +54,6 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
     """Run the forward kernel. q (B, H, Nq, D); k, v (B, Hkv, Nk, D); any strides.
 
     Returns (out, lse): out like q, lse (B, H, Nq) fp32 or None."""
-    _attn_fwd = kernels.load("attention_fwd", interpret=interpreting())._attn_fwd
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
     if out is None:
@@ -61,11 +66,76 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
         if lse is not None:
             lse.fill_(float("-inf"))
         return out, lse
+    if cfg.GLUON and (interpreting() or q.device.type != "cuda"):
+        raise ConfigError("GLUON=1 runs on an sm_90 GPU only: Triton's interpreter cannot run "
+                          "Gluon kernels (use GLUON=0 on CPU tensors)")
+    if cfg.GLUON and scale <= 0:
+        raise ConfigError(f"GLUON=1 needs scale > 0 (it folds the scale into the row "
+                          f"maximum), got {scale} (use GLUON=0)")
     grid, args, consts = forward_call(q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg)
-    if cfg.TMA and q.device.type == "cuda":
+    module, function = forward_kernel(cfg)
+    if cfg.TMA and not cfg.GLUON and q.device.type == "cuda":
         ensure_allocator()
-    _attn_fwd[grid](*args, **consts, **launch_options(cfg, q.device))
+    kernel = getattr(kernels.load(module, interpret=interpreting()), function)
+    kernel[grid](*args, **consts, **launch_options(cfg, q.device))
     return out, lse
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of a CUDA device (the persistent grid's size); 132 (an
+    H100 SXM) for meta tensors, which only compile."""
+    if device.type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def forward_kernel(cfg: AttentionConfig) -> tuple:
+    """(module under flashscope.kernels, function) of the forward kernel a config runs:
+    the Gluon Hopper variant for ``GLUON``, else the one Triton body."""
+    if cfg.GLUON:
+        return "attention_fwd_sm90", "_attn_fwd_sm90"
+    return "attention_fwd", "_attn_fwd"
+
+
+def _desc4_problem(x) -> "str | None":
+    """Why ``x`` (B, H, N, D) has no rank-4 TMA descriptor, or None."""
+    elt = x.element_size()
+    strides = x.stride()
+    if strides[3] != 1:
+        return f"a contiguous last dimension (stride 1), got strides {tuple(strides)}"
+    if x.data_ptr() % 16 or any(st * elt % 16 for st, n in zip(strides[:3], x.shape[:3])
+                                if n > 1):
+        return (f"a 16-byte aligned base and strides, got strides {tuple(strides)} at base "
+                f"address % 16 = {x.data_ptr() % 16}")
+    return None
+
+
+def gluon_ok(q, k, v, scale: "float | None" = None) -> bool:
+    """True when the Gluon variant can run on these tensors: head dim 64 or 128, scale > 0,
+    and a rank-4 TMA descriptor for each (:func:`tma_desc4`)."""
+    return (q.shape[-1] in (64, 128) and (scale is None or scale > 0)
+            and not any(_desc4_problem(x) for x in (q, k, v)))
+
+
+def tma_desc4(x, name: str, rows: int):
+    """A rank-4 Gluon TMA descriptor over ``x`` (B, H, N, D) with its own strides, block
+    (1, 1, rows, D). TMA zero-fills rows past N of each head on loads and clips them on
+    stores. Raises ConfigError (naming ``name``) when TMA's alignment rules fail."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    why = _desc4_problem(x)
+    if why:
+        raise ConfigError(f"{name}: GLUON=1 needs {why} (pass .contiguous())")
+    elt = x.element_size()
+    strides = x.stride()
+    # size-1 dimensions never move: give them an aligned stride TMA accepts
+    strides = [st if n > 1 else 16 // elt * max(1, x.shape[3]) for st, n in
+               zip(strides[:3], x.shape[:3])] + [1]
+    block = [1, 1, rows, x.shape[3]]
+    gl_dtype = gl.bfloat16 if x.dtype == torch.bfloat16 else gl.float16
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
+    return TensorDescriptor(x, list(x.shape), strides, block, layout)
 
 
 def tma_view(x, name: str):
@@ -132,6 +202,18 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     grid = (triton_cdiv(Nq, cfg.BLOCK_M), B * H)
+    if cfg.GLUON:
+        tiles = triton_cdiv(Nq, cfg.BLOCK_M) * B * H
+        grid = (min(tiles, sm_count(q.device)) if cfg.PERSISTENT else tiles,)
+        args = (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
+                tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64),
+                lse if lse is not None else out, H, H // Hkv, Nq, Nk, B * H, scale * LOG2E)
+        consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+                      STAGES=cfg.num_stages, IS_CAUSAL=bool(causal),
+                      RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
+                      CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
+                      PRODUCER_REGS=SM90_PRODUCER_REGS)
+        return grid, args, consts
     if cfg.TMA:
         views = [tma_view(x, name) for x, name in ((q, "query"), (k, "key"), (v, "value"))]
         places = tuple(x for w in views for x in w[2:])

@@ -3,7 +3,9 @@
 Triton decides at decoration time whether ``@triton.jit`` builds a GPU kernel or a CPU
 interpreter function. :func:`load` builds a kernel module for the one that is asked for,
 whatever ``TRITON_INTERPRET`` says, so offline compilation (always the compiler) and
-interpreter runs (CPU tensors) coexist in one process.
+interpreter runs (CPU tensors) coexist in one process. Gluon kernels (``*_sm90``) are
+always compiled: Gluon wraps ``triton.language``'s reductions when it is first imported,
+so it is imported under the process's own mode, before the switch.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ def load(name: str, interpret: bool = False):
     if mod is None:
         import triton
 
+        if name.endswith("_sm90"):
+            import triton.experimental.gluon.language  # noqa: F401  (see the docstring)
         spec = importlib.util.find_spec(f"{__name__}.{name}")
         if spec is None:
             raise ModuleNotFoundError(f"no kernel module {name!r} in {__name__}")

@@ -1,0 +1,337 @@
+"""FlashAttention forward for Hopper (sm_90), written in Gluon: the one variant that differs.
+
+The maths is :mod:`flashscope.kernels.attention_fwd`'s (base-2 online softmax, fp32
+accumulator, one division at the end, natural-log LSE). What differs is who schedules the
+tensor cores. Triton 3.6 waits for *every* outstanding wgmma group at the first use of the
+rescaled accumulator, so the next tile's QK^T cannot run under this tile's softmax (the
+performance log measured -17..-30% when it was tried there). Gluon states the schedule
+explicitly, as FlashAttention-3 does (Shah et al., 2024, "intra-warpgroup overlap"):
+
+    S_0 = Q K_0^T;  P_0, m_0, l_0 = softmax(S_0)
+    for j = 1 .. T-1:
+        issue  S_j  = Q K_j^T                (wgmma, async, group 1)
+        issue  O   += P_{j-1} V_{j-1}        (wgmma, async, group 2, P from registers)
+        wait   until <= 1 group in flight    -> S_j is ready, the PV product still runs
+        m_j = max(m_{j-1}, rowmax S_j);  P_j = 2^(S_j c - m_j);  a_j = 2^(m_{j-1} - m_j)
+        l_j = a_j l_{j-1} + rowsum P_j
+        wait   until 0 groups in flight      -> release K/V stage j-1 to the producer
+        O   *= a_j
+    O += P_{T-1} V_{T-1};  out = O / l_{T-1}
+
+so the exponentials of tile j overlap the P V product of tile j-1 on the tensor cores.
+
+Warps: a producer partition of one warp issues TMA copies of K and V tiles into a ring of
+STAGES shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in,
+``kv_empty`` hands a slot back); the default partition, BLOCK_M / 16 warps (one
+warpgroup per 64 query rows), runs the loop above. Each warpgroup issues its own wgmma on
+its 64 rows, so two warpgroups interleave on the tensor cores without any barrier.
+
+Descriptors are rank 4, over (B, H, N, D) with the caller's strides and block
+(1, 1, rows, D): TMA zero-fills rows past N of *this* head, so a partial tile never reads
+another head, and the output store clips rows past N_Q. Scores of keys >= N_K (and above
+the causal diagonal) are set to -inf; the zero-filled V rows there contribute 0.
+
+Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D), H % Hkv == 0, D in {64, 128} (any
+power of two 16..256 compiles), Out (B, H, Nq, D), Lse (B, H, Nq) fp32.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+LN2 = gl.constexpr(0.6931471805599453)
+
+
+@gluon.constexpr_function
+def _worker_warps(consumers):
+    """Warps of each worker partition: consumers 1.. (4 each), then the producer (1)."""
+    return [4] * (consumers - 1) + [1]
+
+
+@gluon.constexpr_function
+def _worker_regs(consumers, consumer_regs, producer_regs):
+    """setmaxnreg budget of each worker partition, in :func:`_worker_warps` order."""
+    return [consumer_regs] * (consumers - 1) + [producer_regs]
+
+
+@gluon.jit
+def _work(t, n_m, BH, H, GROUP, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+    """Work tile t -> (pid_bh, b, h, kv head, first row, key tiles, first masked key).
+
+    Tiles run in index order on each program, so the order is the schedule. The row
+    blocks of one head are adjacent: programs running together share K and V in L2.
+    HEAVY_FIRST (causal) reverses them within the head, so the longest blocks start first
+    (longest-processing-time first) and the grid ends on short ones."""
+    pid_bh = t // n_m
+    pid_m = t % n_m
+    if HEAVY_FIRST:
+        pid_m = n_m - 1 - pid_m
+    off_b = pid_bh // H
+    off_h = pid_bh % H
+    start_m = pid_m * BLOCK_M
+    if IS_CAUSAL:
+        hi = gl.minimum(N_K, start_m + BLOCK_M)
+        # the first tile holding a key above some row's diagonal (rows >= start_m)
+        mask_from = gl.minimum((start_m // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
+    else:
+        hi = N_K
+        mask_from = (N_K // BLOCK_N) * BLOCK_N
+    return pid_bh, off_b, off_h, off_h // GROUP, start_m, gl.cdiv(hi, BLOCK_N), mask_from
+
+
+@gluon.jit
+def _load_k(k_desc, k_smem, k_ready, kv_empty, off_b, off_hkv, j, g,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """K tile j of this work tile into ring slot g % STAGES (g counts every tile this
+    program loaded). The slot's use number g // STAGES first waits for release number
+    g // STAGES - 1 (of K and V together)."""
+    s = g % STAGES
+    mbarrier.wait(kv_empty.index(s), (g // STAGES + 1) & 1, pred=g >= STAGES)
+    mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                    k_ready.index(s), k_smem.index(s))
+
+
+@gluon.jit
+def _load_v(v_desc, v_smem, v_ready, off_b, off_hkv, j, g,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """V tile j into slot g % STAGES (freed by :func:`_load_k`'s wait)."""
+    s = g % STAGES
+    mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                    v_ready.index(s), v_smem.index(s))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
+              v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+    """One warp; TMA copies land in issue order, so the order is what the consumers wait
+    for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
+    K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
+    which frees while the consumers finish the previous tile, whereas Q's slot waits for
+    that tile's output store."""
+    g = 0
+    i = 0
+    for t in range(pid, total, nprog):
+        _, off_b, off_h, off_hkv, start_m, n_tiles, _ = _work(
+            t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST)
+        if i > 0:
+            _load_k(k_desc, k_smem, k_ready, kv_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
+        for c in gl.static_range(CONSUMERS):
+            mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
+            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [off_b, off_h, start_m + 64 * c, 0],
+                                            q_ready.index(c), q_smem.index(c))
+        if i == 0:
+            _load_k(k_desc, k_smem, k_ready, kv_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
+        _load_v(v_desc, v_smem, v_ready, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
+        for j in range(1, n_tiles):
+            _load_k(k_desc, k_smem, k_ready, kv_empty, off_b, off_hkv, j, g + j, BLOCK_N,
+                    STAGES)
+            _load_v(v_desc, v_smem, v_ready, off_b, off_hkv, j, g + j, BLOCK_N, STAGES)
+        g += n_tiles
+        i += 1
+
+
+@gluon.jit
+def _masked(s, j, start_m, N_K, mask_from,
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+            s_layout: gl.constexpr):
+    """-inf where key >= N_K or (causal) key > query; only tiles at or past ``mask_from``
+    (the first that can hold such a key) pay for it."""
+    if j * BLOCK_N >= mask_from:
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims(cols < N_K, 0)
+        if IS_CAUSAL:
+            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
+        s = gl.where(keep, s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty, o_desc,
+              Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
+              C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+    """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
+    software-pipelined loop of the module docstring. Each consumer is its own partition,
+    so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
+    group) span 4 warps, and the warpgroups drift apart freely: one's softmax runs under
+    the other's wgmma."""
+    ROWS: gl.constexpr = 64
+    dtype: gl.constexpr = k_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    q_slot = q_smem.index(C)
+    q = q_slot.reshape([ROWS, HEAD_DIM])
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    g = 0
+    i = 0
+    for t in range(pid, total, nprog):
+        pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
+            t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST)
+        row0 = start_m + ROWS * C
+        mbarrier.wait(q_ready.index(C), i & 1)
+
+        # key tile 0: scores, then the first softmax (m starts at its row maximum)
+        s_slot = g % STAGES
+        mbarrier.wait(k_ready.index(s_slot), (g // STAGES) & 1)
+        kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        s = _masked(s, 0, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
+        m_i = gl.max(s, 1) * qk_scale
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
+        l_i = gl.sum(p, 1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+
+        for j in range(1, n_tiles):
+            s_slot = (g + j) % STAGES
+            v_slot = (g + j - 1) % STAGES
+            mbarrier.wait(k_ready.index(s_slot), ((g + j) // STAGES) & 1)
+            kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
+            mbarrier.wait(v_ready.index(v_slot), ((g + j - 1) // STAGES) & 1)
+            v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
+            acc = warpgroup_mma(p_op, v, acc, is_async=True)
+            s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may still run
+
+            s = _masked(s, j, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, 1)
+            m_i = m_new
+
+            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+            mbarrier.arrive(kv_empty.index(v_slot), count=1)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+        last = (g + n_tiles - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((g + n_tiles - 1) // STAGES) & 1)
+        v = v_smem.index(last).reshape([BLOCK_N, HEAD_DIM])
+        acc = warpgroup_mma(p_op, v, acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(kv_empty.index(last), count=1)
+
+        out = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+        # this consumer's Q slot is free (its QK^T products completed): stage Out there,
+        # and hand the slot back for the next Q once the TMA store has read it
+        q_slot.store(gl.reshape(out.to(dtype), [1, 1, ROWS, HEAD_DIM]))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], q_slot)
+        if RETURN_LSE:
+            rows = row0 + gl.arange(0, ROWS, layout=row_s)
+            lse = (m_i + gl.log2(l_i)) * LN2
+            gl.store(Lse + pid_bh.to(gl.int64) * N_Q + rows, lse, mask=rows < N_Q)
+        tma.store_wait(0)
+        mbarrier.arrive(q_empty.index(C), count=1)
+        g += n_tiles
+        i += 1
+
+
+@gluon.jit
+def _attn_fwd_sm90(
+    q_desc, k_desc, v_desc, o_desc, Lse,
+    H, GROUP, N_Q, N_K, BH, qk_scale,
+    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr,
+    HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):
+    """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
+    program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
+    SM count: persistent). num_warps = 4, BLOCK_M in {64, 128, 192}: one consumer
+    warpgroup per 64 rows (the first in the default partition, the others in 4-warp
+    workers with CONSUMER_REGS registers) and a 1-warp producer with PRODUCER_REGS.
+    qk_scale = scale * log2(e) > 0. Q/O descriptors have block (1, 1, 64, D); K/V
+    (1, 1, BLOCK_N, D)."""
+    CONSUMERS: gl.constexpr = BLOCK_M // 64
+    gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
+    gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    n_m = gl.cdiv(N_Q, BLOCK_M)
+    total = n_m * BH
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, 64, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(CONSUMERS):
+        mbarrier.init(q_ready.index(c), count=1)
+        mbarrier.init(q_empty.index(c), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=CONSUMERS)
+
+    # Partition arguments are spelled out in place: a tuple bound to a name first would
+    # turn its constexprs into tensors.
+    warps: gl.constexpr = _worker_warps(CONSUMERS)
+    regs: gl.constexpr = _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS)
+    if CONSUMERS == 1:
+        gl.warp_specialize([
+            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
+                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
+                         HEAVY_FIRST)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
+                         k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
+                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST)),
+        ], warps, regs)
+    elif CONSUMERS == 2:
+        gl.warp_specialize([
+            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
+                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
+                         HEAVY_FIRST)),
+            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
+                         1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
+                         HEAVY_FIRST)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
+                         k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
+                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST)),
+        ], warps, regs)
+    else:
+        gl.warp_specialize([
+            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
+                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
+                         HEAVY_FIRST)),
+            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
+                         1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
+                         HEAVY_FIRST)),
+            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
+                         2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
+                         HEAVY_FIRST)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
+                         k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
+                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST)),
+        ], warps, regs)

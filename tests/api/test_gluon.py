@@ -1,0 +1,148 @@
+"""GLUON: the Hopper forward written in Gluon (TMA producer warp, one consumer warpgroup
+per 64 rows, softmax overlapped with the P V wgmma).
+
+Offline (any machine): its config rules, and what the sm_90 binary must contain (wgmma,
+TMA loads and store, setmaxnreg budgets, no spills). On an sm_90 GPU: odd shapes (partial
+tiles, Nq != Nk, GQA, strided (B, N, H, D) views, causal or not, fp16 and bf16) against
+the float64 reference, with the output poisoned before the run; and a NaN planted in
+another head's rows, which TMA's per-head bounds must keep out.
+"""
+
+import math
+
+import pytest
+import torch
+
+from flashscope import AttentionConfig, compile as fcompile, launch
+from flashscope.config import check_config
+from flashscope.errors import ConfigError
+from flashscope.isa.read import records_for
+
+from .test_forward import run_case
+
+G = AttentionConfig(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, Q_IN_REGS=False,
+                    TMA=True, GLUON=True)
+
+
+def test_key_and_round_trip():
+    assert G.key == "m128n128w4s2q0tg"
+    assert AttentionConfig.from_dict(G.as_dict()) == G
+    assert AttentionConfig.parse("BLOCK_N=128,num_warps=4,num_stages=2,Q_IN_REGS=0,TMA=1,"
+                                 "GLUON=1") == G
+    assert check_config(G, "sm90", 128) is G
+
+
+@pytest.mark.parametrize("change,target,D,match", [
+    ({}, "sm80", 128, "not sm_90"),
+    ({}, "gfx942", 64, "not sm_90"),
+    ({}, "sm90", 96, "head dim 64 or 128"),
+    ({"BLOCK_M": 32}, "sm90", 64, "BLOCK_M=64 or 128 or 192"),
+    ({"BLOCK_M": 256}, "sm90", 64, "BLOCK_M=64 or 128 or 192"),
+    ({"BLOCK_N": 32}, "sm90", 64, "BLOCK_N=64 or 128"),
+    ({"num_warps": 8}, "sm90", 64, "num_warps=4"),
+    ({"num_stages": 1}, "sm90", 64, "num_stages=2 or 3 or 4"),
+    ({"TMA": False}, "sm90", 64, "TMA=1"),
+    ({"Q_IN_REGS": True}, "sm90", 64, "Q_IN_REGS=0"),
+    ({"maxnreg": 128}, "sm90", 64, "maxnreg=None"),
+    ({"OVERLAP": True}, "sm90", 64, "OVERLAP=0"),
+    ({"EXP2_POLY": 2}, "sm90", 64, "EXP2_POLY=0"),
+    ({"num_stages": 4}, "sm90", 128, "shared memory"),  # 32 + 4 x 64 KB > 227 KB
+])
+def test_config_rules(change, target, D, match):
+    with pytest.raises(ConfigError, match=match):
+        check_config(G.replace(**change), target, D)
+
+
+def test_persistent_needs_gluon():
+    assert G.replace(PERSISTENT=True).key == "m128n128w4s2q0tgp"
+    with pytest.raises(ConfigError, match="PERSISTENT=1 .* needs GLUON=1"):
+        check_config(AttentionConfig(PERSISTENT=True), "sm90", 64)
+
+
+def test_cpu_tensors_are_refused():
+    q = torch.zeros(1, 1, 64, 64, dtype=torch.float16)
+    with pytest.raises(ConfigError, match="sm_90 GPU only"):
+        launch.forward(q, q, q, causal=False, scale=0.125, cfg=G.replace(BLOCK_M=64),
+                       return_lse=False)
+
+
+@pytest.mark.parametrize("D,causal,bm,bn", [(64, False, 128, 128), (128, True, 128, 128),
+                                             (64, False, 192, 128), (128, True, 192, 64)])
+def test_sm90_binary(D, causal, bm, bn):
+    """What the schedule needs, read from the cubin: 64 x N wgmma, 4-D TMA loads and the
+    TMA store, setmaxnreg moving registers between partitions, one warpgroup per 64 rows
+    plus the producer's, no spills."""
+    art = fcompile.build(G.replace(BLOCK_M=bm, BLOCK_N=bn), "sm90", head_dim=D, causal=causal,
+                         return_lse=True)
+    assert art.metadata["num_warps"] == 4 * (bm // 64 + 1)
+    (rec,) = records_for([art])
+    mix = rec.opcodes
+    assert mix.get("HGMMA", 0) > 0 and mix.get("UTMALDG", 0) > 0 and mix.get("UTMASTG", 0) > 0
+    assert mix.get("USETMAXREG", 0) > 0
+    assert rec.spill_stores == 0 and rec.spill_loads == 0
+    assert rec.dynamic_shared_bytes >= (bm + 2 * 2 * bn) * D * 2
+
+
+def _needs_sm90(device):
+    if device != "cuda":
+        pytest.skip("Gluon kernels run on an sm_90 GPU only")
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an sm_90 GPU")
+
+
+SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
+          (257, 513, 1, 64), (64, 1, 4, 128)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("Nq,Nk,Hkv,D", SHAPES)
+@pytest.mark.parametrize("tiles", [(128, 128, 2), (64, 64, 3), (128, 64, 4), (192, 64, 3)],
+                         ids=lambda t: "m{}n{}s{}".format(*t))
+def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
+    _needs_sm90(device)
+    bm, bn, st = tiles
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st)
+    dtype = torch.bfloat16 if (Nq + Nk) % 2 else torch.float16
+    run_case(device, B=2, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
+             bnhd=Nq % 2 == 0, cfg=cfg, with_lse=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("programs", [1, 3, 7])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tiles", [(128, 128, 3), (192, 64, 2)], ids=lambda t: "m{}n{}s{}".format(*t))
+def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
+    """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring
+    and Q-slot barrier phases carry across work tiles of different lengths."""
+    _needs_sm90(device)
+    monkeypatch.setattr(launch, "sm_count", lambda dev: programs)
+    bm, bn, st = tiles
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PERSISTENT=True)
+    for Nq, Nk, Hkv, D in [(300, 333, 2, 128), (513, 257, 4, 64)]:
+        run_case(device, B=2, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
+                 dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)
+
+
+@pytest.mark.gpu
+def test_no_leak_from_next_head(device):
+    """K and V of head 1 hold NaN; head 0's last key tile is partial (Nk = 70 < 128), so a
+    2-D view would read head 1's rows into it."""
+    _needs_sm90(device)
+    q, k, v = (torch.randn(1, 2, 70, 64, device="cuda", dtype=torch.float16)
+               for _ in range(3))
+    k[:, 1], v[:, 1] = float("nan"), float("nan")
+    out, _ = launch.forward(q, k, v, causal=False, scale=0.125, cfg=G, return_lse=False)
+    ref = torch.softmax(q[:, :1].double() @ k[:, :1].double().transpose(-1, -2) * 0.125, -1)
+    ref = ref @ v[:, :1].double()
+    assert not torch.isnan(out[:, 0]).any()
+    assert (out[:, :1].double() - ref).abs().max().item() < 1e-2
+
+
+@pytest.mark.gpu
+def test_misaligned_view_is_refused(device):
+    _needs_sm90(device)
+    base = torch.randn(1, 2, 64, 72, device="cuda", dtype=torch.float16)
+    q = base[..., 4:68]  # a 64-wide view at an 8-byte offset
+    with pytest.raises(ConfigError, match="query: GLUON=1 needs a 16-byte aligned"):
+        launch.forward(q, q, q, causal=False, scale=0.125, cfg=G, return_lse=False)
