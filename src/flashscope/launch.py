@@ -7,6 +7,7 @@ first launch still selects Triton's CPU interpreter.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -121,7 +122,6 @@ def tma_desc4(x, name: str, rows: int):
     """A rank-4 Gluon TMA descriptor over ``x`` (B, H, N, D) with its own strides, block
     (1, 1, rows, D). TMA zero-fills rows past N of each head on loads and clips them on
     stores. Raises ConfigError (naming ``name``) when TMA's alignment rules fail."""
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     why = _desc4_problem(x)
@@ -133,9 +133,18 @@ def tma_desc4(x, name: str, rows: int):
     strides = [st if n > 1 else 16 // elt * max(1, x.shape[3]) for st, n in
                zip(strides[:3], x.shape[:3])] + [1]
     block = [1, 1, rows, x.shape[3]]
-    gl_dtype = gl.bfloat16 if x.dtype == torch.bfloat16 else gl.float16
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
-    return TensorDescriptor(x, list(x.shape), strides, block, layout)
+    return TensorDescriptor(x, list(x.shape), strides, block,
+                            _nvmma_layout(rows, x.shape[3], x.dtype == torch.bfloat16))
+
+
+@functools.lru_cache(maxsize=None)
+def _nvmma_layout(rows: int, head_dim: int, bf16: bool):
+    """The shared-memory layout of a (1, 1, rows, head_dim) TMA block: built once per
+    block shape, not on every launch."""
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim],
+                                                gl.bfloat16 if bf16 else gl.float16)
 
 
 def tma_view(x, name: str):
