@@ -35,6 +35,15 @@ def device_target(device: torch.device) -> Optional[str]:
     or a GPU missing from the tables)."""
     if device.type != "cuda" or launch.interpreting():
         return None
+    return _gpu_target(device.index if device.index is not None
+                       else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_target(index: int) -> Optional[str]:
+    """device_target of CUDA/ROCm device ``index``, asked of the driver once per process
+    (it is on every default-config call)."""
+    device = torch.device("cuda", index)
     if torch.version.hip:
         name = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
     else:
@@ -123,7 +132,7 @@ def _default_config(q, k, v, causal: bool, scale: Optional[float] = None) -> Att
     cfg = resolve_config(None, D, dtype, causal, q.device, k.shape[2])
     if cfg.GLUON and not launch.gluon_ok(q, k, v, scale):
         cfg = select_config(D, dtype, causal, device_target(q.device) or "sm90")
-    if cfg.TMA and not launch.tma_ok(q, k, v):
+    if cfg.TMA and not cfg.GLUON and not launch.tma_ok(q, k, v):
         cfg = cfg.replace(TMA=False, WARP_SPEC=False)
     return cfg
 

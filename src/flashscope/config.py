@@ -104,7 +104,11 @@ class AttentionConfig(_Knobs):
     64, 128 or 192, BLOCK_N 64 or 128, 2..4 stages, no maxnreg (setmaxnreg budgets are set per
     partition), and none of WARP_SPEC, EXP2_POLY, OVERLAP (it schedules its own overlap).
     PERSISTENT (GLUON only) launches one program per SM, each looping over work tiles, so
-    the K/V loads of the next tile start under the previous tile's epilogue.
+    the K/V loads of the next tile start under the previous tile's epilogue; causal grids
+    then take the tiles longest first, dealt out back and forth across the programs.
+    PINGPONG (GLUON, BLOCK_M >= 128) makes the consumer warpgroups issue their wgmma in
+    turn, so one's softmax runs while the others' products hold the tensor cores
+    (FlashAttention-3's ping-pong schedule).
     """
 
     BLOCK_M: int = 128
@@ -120,6 +124,7 @@ class AttentionConfig(_Knobs):
     OVERLAP: bool = False
     GLUON: bool = False
     PERSISTENT: bool = False
+    PINGPONG: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -128,10 +133,12 @@ class AttentionConfig(_Knobs):
                 f"q{int(self.Q_IN_REGS)}" + ("t" if self.TMA else "")
                 + ("ws" if self.WARP_SPEC else "")
                 + (f"e{self.EXP2_POLY}" if self.EXP2_POLY else "")
-                + ("o" if self.OVERLAP else "") + ("g" if self.GLUON else "") + ("p" if self.PERSISTENT else ""))
+                + ("o" if self.OVERLAP else "") + ("g" if self.GLUON else "") + ("p" if self.PERSISTENT else "")
+                + ("x" if self.PINGPONG else ""))
 
 
-_BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "OVERLAP", "GLUON", "PERSISTENT")
+_BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "OVERLAP", "GLUON", "PERSISTENT",
+               "PINGPONG")
 
 
 def _coerce(key, value):
@@ -237,8 +244,10 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
     t = get_target(target)
     if cfg.GLUON:
         _check_gluon(cfg, t, head_dim)
-    elif cfg.PERSISTENT:
-        raise ConfigError("PERSISTENT=1 is a knob of the Gluon variant: it needs GLUON=1")
+    else:
+        for knob in ("PERSISTENT", "PINGPONG"):
+            if getattr(cfg, knob):
+                raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
     if cfg.EXP2_POLY not in (0, 2, 4):
         raise ConfigError(f"EXP2_POLY={cfg.EXP2_POLY}: expected 0 (every exponential on "
                           "MUFU), 2 or 4 (one score column in 2 or 4 by polynomial)")
@@ -304,6 +313,9 @@ def _check_gluon(cfg: AttentionConfig, t, head_dim: int) -> None:
             shown = " or ".join(str(int(a) if isinstance(a, bool) else a) for a in allowed)
             raise ConfigError(f"GLUON=1 needs {knob}={shown} ({why}), got {knob}="
                               f"{int(value) if isinstance(value, bool) else value}")
+    if cfg.PINGPONG and cfg.BLOCK_M < 128:
+        raise ConfigError(f"PINGPONG=1 needs two or three consumer warpgroups to take turns "
+                          f"(BLOCK_M=128 or 192), got BLOCK_M={cfg.BLOCK_M}")
 
 
 # Defaults as data: (target name or family, largest head dim, causal or None for both)

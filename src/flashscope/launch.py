@@ -87,7 +87,12 @@ def sm_count(device) -> int:
     H100 SXM) for meta tensors, which only compile."""
     if device.type != "cuda":
         return 132
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def forward_kernel(cfg: AttentionConfig) -> tuple:
@@ -220,6 +225,7 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
         consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                       STAGES=cfg.num_stages, IS_CAUSAL=bool(causal),
                       RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
+                      LPT=bool(causal and cfg.PERSISTENT), PINGPONG=bool(cfg.PINGPONG),
                       CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                       PRODUCER_REGS=SM90_PRODUCER_REGS)
         return grid, args, consts

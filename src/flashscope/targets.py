@@ -192,6 +192,9 @@ def get_target(name) -> Target:
     """The hardware record for a target name; raises with the closest known name."""
     if isinstance(name, (NvidiaArch, AmdArch)):
         return name
+    hit = _BY_NAME.get(name) if isinstance(name, str) else None
+    if hit is not None:  # a table key already (every default-config call asks)
+        return hit
     key = canonical_name(name)
     try:
         return _BY_NAME[key]

@@ -50,7 +50,12 @@ def entry_key(dtype: str, head_dim: int, causal: bool, cls: str) -> tuple:
 
 
 def tuned_path(target, data_dir=None) -> Path:
-    return Path(data_dir or DATA_DIR) / f"{get_target(target).name}.json"
+    return _tuned_path(get_target(target).name, data_dir or DATA_DIR)
+
+
+@functools.lru_cache(maxsize=64)
+def _tuned_path(name: str, data_dir) -> Path:
+    return Path(data_dir) / f"{name}.json"
 
 
 def parse_tuned(data, target: str, where: str) -> dict:

@@ -8,8 +8,6 @@ the float64 reference, with the output poisoned before the run; and a NaN plante
 another head's rows, which TMA's per-head bounds must keep out.
 """
 
-import math
-
 import pytest
 import torch
 
@@ -47,16 +45,18 @@ def test_key_and_round_trip():
     ({"OVERLAP": True}, "sm90", 64, "OVERLAP=0"),
     ({"EXP2_POLY": 2}, "sm90", 64, "EXP2_POLY=0"),
     ({"num_stages": 4}, "sm90", 128, "shared memory"),  # 32 + 4 x 64 KB > 227 KB
+    ({"BLOCK_M": 64, "PINGPONG": True}, "sm90", 64, "PINGPONG=1 needs two or three"),
 ])
 def test_config_rules(change, target, D, match):
     with pytest.raises(ConfigError, match=match):
         check_config(G.replace(**change), target, D)
 
 
-def test_persistent_needs_gluon():
-    assert G.replace(PERSISTENT=True).key == "m128n128w4s2q0tgp"
-    with pytest.raises(ConfigError, match="PERSISTENT=1 .* needs GLUON=1"):
-        check_config(AttentionConfig(PERSISTENT=True), "sm90", 64)
+@pytest.mark.parametrize("knob,suffix", [("PERSISTENT", "p"), ("PINGPONG", "x")])
+def test_gluon_only_knobs(knob, suffix):
+    assert G.replace(**{knob: True}).key == "m128n128w4s2q0tg" + suffix
+    with pytest.raises(ConfigError, match=f"{knob}=1 .* needs GLUON=1"):
+        check_config(AttentionConfig(**{knob: True}), "sm90", 64)
 
 
 def test_cpu_tensors_are_refused():
@@ -66,14 +66,17 @@ def test_cpu_tensors_are_refused():
                        return_lse=False)
 
 
-@pytest.mark.parametrize("D,causal,bm,bn", [(64, False, 128, 128), (128, True, 128, 128),
-                                             (64, False, 192, 128), (128, True, 192, 64)])
-def test_sm90_binary(D, causal, bm, bn):
+@pytest.mark.parametrize("D,causal,bm,bn,knobs", [
+    (64, False, 128, 128, {}), (128, True, 128, 128, {}), (64, False, 192, 128, {}),
+    (128, True, 192, 64, {}), (128, False, 128, 128, {"PINGPONG": True}),
+    (128, True, 128, 128, {"PINGPONG": True, "PERSISTENT": True}),
+    (64, True, 192, 64, {"PINGPONG": True})])
+def test_sm90_binary(D, causal, bm, bn, knobs):
     """What the schedule needs, read from the cubin: 64 x N wgmma, 4-D TMA loads and the
     TMA store, setmaxnreg moving registers between partitions, one warpgroup per 64 rows
     plus the producer's, no spills."""
-    art = fcompile.build(G.replace(BLOCK_M=bm, BLOCK_N=bn), "sm90", head_dim=D, causal=causal,
-                         return_lse=True)
+    art = fcompile.build(G.replace(BLOCK_M=bm, BLOCK_N=bn, **knobs), "sm90", head_dim=D,
+                         causal=causal, return_lse=True)
     assert art.metadata["num_warps"] == 4 * (bm // 64 + 1)
     (rec,) = records_for([art])
     mix = rec.opcodes
@@ -97,12 +100,14 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("Nq,Nk,Hkv,D", SHAPES)
-@pytest.mark.parametrize("tiles", [(128, 128, 2), (64, 64, 3), (128, 64, 4), (192, 64, 3)],
-                         ids=lambda t: "m{}n{}s{}".format(*t))
+@pytest.mark.parametrize("tiles", [(128, 128, 2, 0), (64, 64, 3, 0), (128, 64, 4, 0),
+                                   (192, 64, 3, 0), (128, 128, 3, 1), (192, 64, 2, 1)],
+                         ids=lambda t: "m{}n{}s{}".format(*t[:3]) + ("x" if t[3] else ""))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
+    """The tiles' last flag is PINGPONG."""
     _needs_sm90(device)
-    bm, bn, st = tiles
-    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st)
+    bm, bn, st, pp = tiles
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PINGPONG=bool(pp))
     dtype = torch.bfloat16 if (Nq + Nk) % 2 else torch.float16
     run_case(device, B=2, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
              bnhd=Nq % 2 == 0, cfg=cfg, with_lse=True)
@@ -111,14 +116,18 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
 @pytest.mark.gpu
 @pytest.mark.parametrize("programs", [1, 3, 7])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("tiles", [(128, 128, 3), (192, 64, 2)], ids=lambda t: "m{}n{}s{}".format(*t))
+@pytest.mark.parametrize("tiles", [(128, 128, 3, 0), (192, 64, 2, 0), (128, 64, 2, 1),
+                                   (192, 128, 2, 1)],
+                         ids=lambda t: "m{}n{}s{}".format(*t[:3]) + ("x" if t[3] else ""))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
-    """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring
-    and Q-slot barrier phases carry across work tiles of different lengths."""
+    """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,
+    Q-slot and turn (PINGPONG, the tiles' last flag) barrier phases carry across work
+    tiles of different lengths; causal grids deal the tiles out longest first, in a snake
+    whose last round is partial for 3 and 7 programs."""
     _needs_sm90(device)
     monkeypatch.setattr(launch, "sm_count", lambda dev: programs)
-    bm, bn, st = tiles
-    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PERSISTENT=True)
+    bm, bn, st, pp = tiles
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PERSISTENT=True, PINGPONG=bool(pp))
     for Nq, Nk, Hkv, D in [(300, 333, 2, 128), (513, 257, 4, 64)]:
         run_case(device, B=2, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
                  dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)

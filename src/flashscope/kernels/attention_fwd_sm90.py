@@ -18,7 +18,10 @@ explicitly, as FlashAttention-3 does (Shah et al., 2024, "intra-warpgroup overla
         O   *= a_j
     O += P_{T-1} V_{T-1};  out = O / l_{T-1}
 
-so the exponentials of tile j overlap the P V product of tile j-1 on the tensor cores.
+so the exponentials of tile j can overlap the P V product of tile j-1 on the tensor
+cores. The ptxas in Triton 3.6's wheel (CUDA 12.8) schedules the ``wait(0)`` ahead of the
+exponentials, so today that overlap comes from the other consumer warpgroups, not from
+within one (the performance record, runs 17-19, shows the SASS).
 
 Warps: a producer partition of one warp issues TMA copies of K and V tiles into a ring of
 STAGES shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in,
@@ -61,18 +64,45 @@ def _worker_regs(consumers, consumer_regs, producer_regs):
 
 
 @gluon.jit
+def _slot(r, pid, nprog, LPT: gl.constexpr):
+    """Program ``pid``'s position in round ``r`` (tiles r * nprog .. r * nprog + nprog - 1).
+    LPT deals the sorted tiles out back and forth (a snake: 0..P-1, then P-1..0), so the
+    program that drew the heaviest tile of one round draws the lightest of the next, and
+    the per-program sums stay within about one tile of each other."""
+    if LPT:
+        if r % 2 == 1:
+            return nprog - 1 - pid
+    return pid
+
+
+@gluon.jit
+def _rounds(pid, nprog, total, LPT: gl.constexpr):
+    """How many work tiles program ``pid`` takes: one per full round, and one in the last,
+    partial round when its position there falls inside the list."""
+    full = total // nprog
+    return full + (_slot(full, pid, nprog, LPT) < total % nprog).to(gl.int32)
+
+
+@gluon.jit
 def _work(t, n_m, BH, H, GROUP, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-          IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+          IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr):
     """Work tile t -> (pid_bh, b, h, kv head, first row, key tiles, first masked key).
 
     Tiles run in index order on each program, so the order is the schedule. The row
     blocks of one head are adjacent: programs running together share K and V in L2.
     HEAVY_FIRST (causal) reverses them within the head, so the longest blocks start first
-    (longest-processing-time first) and the grid ends on short ones."""
-    pid_bh = t // n_m
-    pid_m = t % n_m
-    if HEAVY_FIRST:
-        pid_m = n_m - 1 - pid_m
+    (longest-processing-time first) and the grid ends on short ones. LPT (causal,
+    persistent) sorts the whole list instead: all heads' last row blocks (the most key
+    tiles) first, then the next, ..., dealt out by :func:`_slot`; the programs of one round
+    still read the same key tiles in step, so K and V are shared in L2 across heads."""
+    if LPT:
+        pid_bh = t % BH
+        pid_m = n_m - 1 - t // BH
+    else:
+        pid_bh = t // n_m
+        pid_m = t % n_m
+        if HEAVY_FIRST:
+            pid_m = n_m - 1 - pid_m
     off_b = pid_bh // H
     off_h = pid_bh % H
     start_m = pid_m * BLOCK_M
@@ -113,7 +143,8 @@ def _load_v(v_desc, v_smem, v_ready, off_b, off_hkv, j, g,
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
               v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+              CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+              LPT: gl.constexpr):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
@@ -121,9 +152,10 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     that tile's output store."""
     g = 0
     i = 0
-    for t in range(pid, total, nprog):
+    for r in range(0, _rounds(pid, nprog, total, LPT)):
+        t = r * nprog + _slot(r, pid, nprog, LPT)
         _, off_b, off_h, off_hkv, start_m, n_tiles, _ = _work(
-            t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST)
+            t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         if i > 0:
             _load_k(k_desc, k_smem, k_ready, kv_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
         for c in gl.static_range(CONSUMERS):
@@ -159,16 +191,40 @@ def _masked(s, j, start_m, N_K, mask_from,
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty, o_desc,
-              Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
+def _take_turn(turn, C: gl.constexpr, k):
+    """Wait for consumer C's turn number k (from 0). Turns go 0, 1, .., C-1, 0, 1, ..:
+    consumer C > 0's turn k opens when consumer C-1 passes its turn k; consumer 0's
+    first turn is open, and its turn k > 0 opens when the last consumer passes turn k-1.
+    Every consumer takes the same turns (T + 1 per work tile of T key tiles), so each
+    barrier's phase k is completed exactly once, by one arrival."""
+    if C == 0:
+        mbarrier.wait(turn.index(0), (k + 1) & 1, pred=k > 0)
+    else:
+        mbarrier.wait(turn.index(C), k & 1)
+
+
+@gluon.jit
+def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr):
+    """Consumer C has issued its wgmma: open the next consumer's turn (the arrival follows
+    a barrier over the warpgroup, so all four warps have issued)."""
+    mbarrier.arrive(turn.index((C + 1) % CONSUMERS), count=1)
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty, turn,
+              o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
               C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+              RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
+              PINGPONG: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
     group) span 4 warps, and the warpgroups drift apart freely: one's softmax runs under
-    the other's wgmma."""
+    the other's wgmma. PINGPONG orders that instead (FlashAttention-3's warpgroup
+    ping-pong): each issue of wgmma is a turn (:func:`_take_turn`), passed round-robin to
+    the next consumer once issued, so the tensor cores serve the warpgroups in turn and
+    each one's softmax falls under the others' products."""
     ROWS: gl.constexpr = 64
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -184,9 +240,11 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     g = 0
     i = 0
-    for t in range(pid, total, nprog):
+    k = 0  # turns taken (PINGPONG)
+    for r in range(0, _rounds(pid, nprog, total, LPT)):
+        t = r * nprog + _slot(r, pid, nprog, LPT)
         pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
-            t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST)
+            t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         row0 = start_m + ROWS * C
         mbarrier.wait(q_ready.index(C), i & 1)
 
@@ -194,7 +252,12 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         s_slot = g % STAGES
         mbarrier.wait(k_ready.index(s_slot), (g // STAGES) & 1)
         kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        if PINGPONG:
+            _take_turn(turn, C, k)
         s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
+        if PINGPONG:
+            _pass_turn(turn, C, BLOCK_M // 64)
+            k += 1
         s = warpgroup_mma_wait(0, deps=(s,))
         s = _masked(s, 0, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
@@ -208,10 +271,15 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
             v_slot = (g + j - 1) % STAGES
             mbarrier.wait(k_ready.index(s_slot), ((g + j) // STAGES) & 1)
             kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
             mbarrier.wait(v_ready.index(v_slot), ((g + j - 1) // STAGES) & 1)
             v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
+            if PINGPONG:
+                _take_turn(turn, C, k)
+            s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v, acc, is_async=True)
+            if PINGPONG:
+                _pass_turn(turn, C, BLOCK_M // 64)
+                k += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may still run
 
             s = _masked(s, j, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
@@ -229,7 +297,12 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         last = (g + n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((g + n_tiles - 1) // STAGES) & 1)
         v = v_smem.index(last).reshape([BLOCK_N, HEAD_DIM])
+        if PINGPONG:
+            _take_turn(turn, C, k)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
+        if PINGPONG:
+            _pass_turn(turn, C, BLOCK_M // 64)
+            k += 1
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         mbarrier.arrive(kv_empty.index(last), count=1)
 
@@ -255,7 +328,8 @@ def _attn_fwd_sm90(
     H, GROUP, N_Q, N_K, BH, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr,
-    HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -263,7 +337,9 @@ def _attn_fwd_sm90(
     warpgroup per 64 rows (the first in the default partition, the others in 4-warp
     workers with CONSUMER_REGS registers) and a 1-warp producer with PRODUCER_REGS.
     qk_scale = scale * log2(e) > 0. Q/O descriptors have block (1, 1, 64, D); K/V
-    (1, 1, BLOCK_N, D)."""
+    (1, 1, BLOCK_N, D). LPT (persistent causal grids): work tiles sorted by length and
+    dealt out in a snake (:func:`_work`, :func:`_slot`); PINGPONG (2-3 consumers): the
+    consumers issue their wgmma in turn (:func:`_take_turn`)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -281,9 +357,11 @@ def _attn_fwd_sm90(
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(CONSUMERS):
         mbarrier.init(q_ready.index(c), count=1)
         mbarrier.init(q_empty.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -296,42 +374,42 @@ def _attn_fwd_sm90(
     if CONSUMERS == 1:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
-                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
-                         HEAVY_FIRST)),
+                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
-                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST)),
+                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
         ], warps, regs)
     elif CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
-                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
-                         HEAVY_FIRST)),
+                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
-                         1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
-                         HEAVY_FIRST)),
+                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
-                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST)),
+                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
         ], warps, regs)
     else:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
-                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
-                         HEAVY_FIRST)),
+                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
-                         1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
-                         HEAVY_FIRST)),
+                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
-                         2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, RETURN_LSE,
-                         HEAVY_FIRST)),
+                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
-                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST)),
+                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
         ], warps, regs)
