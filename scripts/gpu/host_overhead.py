@@ -69,8 +69,6 @@ def main():
                     "fs-launch": lambda: launch.forward(q, k, v, causal=causal, scale=sc,
                                                         cfg=cfg, return_lse=False),
                 }
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 callers["cudnn"] = lambda: _cudnn(q, k, v, causal)
                 if fa4 is not None:
                     qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))

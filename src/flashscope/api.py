@@ -35,8 +35,7 @@ def device_target(device: torch.device) -> Optional[str]:
     or a GPU missing from the tables)."""
     if device.type != "cuda" or launch.interpreting():
         return None
-    return _gpu_target(device.index if device.index is not None
-                       else torch.cuda.current_device())
+    return _gpu_target(launch.device_index(device))
 
 
 @functools.lru_cache(maxsize=None)

@@ -87,7 +87,13 @@ def sm_count(device) -> int:
     H100 SXM) for meta tensors, which only compile."""
     if device.type != "cuda":
         return 132
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return _sm_count(device_index(device))
+
+
+def device_index(device) -> int:
+    """The ordinal of a CUDA device (``cuda`` alone: the current one); the key of the
+    per-device caches here and in :mod:`flashscope.api`."""
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 @functools.lru_cache(maxsize=None)

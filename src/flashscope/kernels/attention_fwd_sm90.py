@@ -191,23 +191,26 @@ def _masked(s, j, start_m, N_K, mask_from,
 
 
 @gluon.jit
-def _take_turn(turn, C: gl.constexpr, k):
-    """Wait for consumer C's turn number k (from 0). Turns go 0, 1, .., C-1, 0, 1, ..:
+def _take_turn(turn, C: gl.constexpr, k, PINGPONG: gl.constexpr):
+    """With PINGPONG, wait for consumer C's turn number k (from 0); without, nothing.
+    Turns go 0, 1, .., C-1, 0, 1, ..:
     consumer C > 0's turn k opens when consumer C-1 passes its turn k; consumer 0's
     first turn is open, and its turn k > 0 opens when the last consumer passes turn k-1.
     Every consumer takes the same turns (T + 1 per work tile of T key tiles), so each
     barrier's phase k is completed exactly once, by one arrival."""
-    if C == 0:
-        mbarrier.wait(turn.index(0), (k + 1) & 1, pred=k > 0)
-    else:
-        mbarrier.wait(turn.index(C), k & 1)
+    if PINGPONG:
+        if C == 0:
+            mbarrier.wait(turn.index(0), (k + 1) & 1, pred=k > 0)
+        else:
+            mbarrier.wait(turn.index(C), k & 1)
 
 
 @gluon.jit
-def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr):
-    """Consumer C has issued its wgmma: open the next consumer's turn (the arrival follows
-    a barrier over the warpgroup, so all four warps have issued)."""
-    mbarrier.arrive(turn.index((C + 1) % CONSUMERS), count=1)
+def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr):
+    """Consumer C has issued its wgmma: with PINGPONG, open the next consumer's turn (the
+    arrival follows a barrier over the warpgroup, so all four warps have issued)."""
+    if PINGPONG:
+        mbarrier.arrive(turn.index((C + 1) % CONSUMERS), count=1)
 
 
 @gluon.jit
@@ -240,7 +243,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     g = 0
     i = 0
-    k = 0  # turns taken (PINGPONG)
+    k = 0  # wgmma issue turns taken (counted always, waited on with PINGPONG)
     for r in range(0, _rounds(pid, nprog, total, LPT)):
         t = r * nprog + _slot(r, pid, nprog, LPT)
         pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
@@ -252,12 +255,10 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         s_slot = g % STAGES
         mbarrier.wait(k_ready.index(s_slot), (g // STAGES) & 1)
         kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        if PINGPONG:
-            _take_turn(turn, C, k)
+        _take_turn(turn, C, k, PINGPONG)
         s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
-        if PINGPONG:
-            _pass_turn(turn, C, BLOCK_M // 64)
-            k += 1
+        _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
+        k += 1
         s = warpgroup_mma_wait(0, deps=(s,))
         s = _masked(s, 0, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
@@ -273,13 +274,11 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
             kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             mbarrier.wait(v_ready.index(v_slot), ((g + j - 1) // STAGES) & 1)
             v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
-            if PINGPONG:
-                _take_turn(turn, C, k)
+            _take_turn(turn, C, k, PINGPONG)
             s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v, acc, is_async=True)
-            if PINGPONG:
-                _pass_turn(turn, C, BLOCK_M // 64)
-                k += 1
+            _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
+            k += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may still run
 
             s = _masked(s, j, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
@@ -297,12 +296,10 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         last = (g + n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((g + n_tiles - 1) // STAGES) & 1)
         v = v_smem.index(last).reshape([BLOCK_N, HEAD_DIM])
-        if PINGPONG:
-            _take_turn(turn, C, k)
+        _take_turn(turn, C, k, PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
-        if PINGPONG:
-            _pass_turn(turn, C, BLOCK_M // 64)
-            k += 1
+        _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
+        k += 1
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         mbarrier.arrive(kv_empty.index(last), count=1)
 
