@@ -4,21 +4,28 @@ in one run. Each flashscope output is checked against cuDNN's (relative error, n
 Writes OUTDIR/fwd_hopper.json and prints a table.
 
 A variant CONFIG is ``K=V,...`` text; ``+K=V,...`` applies the keys to flashscope's
-default config for each shape instead. ``HEAVY_FIRST=0/1`` in a variant overrides the
-launcher's causal block order (heaviest row blocks first) for that variant only; such
-variants run on causal shapes only.
+default config for each shape instead. ``@NAME=V`` overrides the kernel constant NAME
+(an integer) that the launcher would pass, for that variant only: an experiment that is
+not a config knob. ``HEAVY_FIRST=0/1`` (the causal block order, heaviest row blocks
+first) is one; variants that set it run on causal shapes only.
 
 With ``--adopt``, the fastest validated config of each shape (the default included;
-HEAVY_FIRST variants excluded, they are not configs) goes into the tuned data file for
+variants with overrides excluded, they are not configs) goes into the tuned data file for
 the GPU's target, through the sweep's writer (``flashscope.sweep.tuned.write_tuned``), and
 a copy is written to OUTDIR.
 
+``--rounds R`` times every provider of a shape R times, round-robin, and keeps each one's
+median: clock and thermal drift then reach all providers alike. The JSON is rewritten
+after every shape, so a run cut short keeps the shapes it finished.
+
 Usage: PYTHONPATH=src python scripts/gpu/fwd_hopper.py OUTDIR [--ns 1024,4096,16384]
-       [--dims 64,128] [--variants NAME=CONFIG;...] [--adopt]
+       [--dims 64,128] [--variants NAME=CONFIG;...] [--rounds R] [--adopt]
 """
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import time
 
@@ -30,29 +37,36 @@ import flashscope
 from flashscope import AttentionConfig, api, launch
 from flashscope.roofline import attention_flops
 
-_HEAVY = {"value": None}  # HEAVY_FIRST override of the variant being run
+_OVERRIDE = {}  # kernel-constant overrides of the variant being run
 _forward_call = launch.forward_call
 
 
 def _forward_call_override(*args, **kw):
     grid, fargs, consts = _forward_call(*args, **kw)
-    if _HEAVY["value"] is not None:
-        consts["HEAVY_FIRST"] = _HEAVY["value"]
+    unknown = set(_OVERRIDE) - set(consts)
+    if unknown:
+        raise KeyError(f"no kernel constant {sorted(unknown)} in this launch")
+    consts.update(_OVERRIDE)
     return grid, fargs, consts
 
 
 launch.forward_call = _forward_call_override
 
 
+def _is_override(part):
+    key = part.split("=")[0].strip().lstrip("+")
+    return key.startswith("@") or key == "HEAVY_FIRST"
+
+
 def variant(text, q, k, v, causal):
-    """(config, HEAVY_FIRST override or None) of one variant for these tensors."""
+    """(config, {kernel constant: value}) of one variant for these tensors."""
     parts = [p for p in text.split(",") if p.strip()]
-    heavy = [p for p in parts if p.split("=")[0].strip().lstrip("+") == "HEAVY_FIRST"]
-    rest = ",".join(p for p in parts if p not in heavy).lstrip("+")
-    hv = bool(int(heavy[-1].split("=")[1])) if heavy else None
+    over = {p.split("=")[0].strip().lstrip("+@"): int(p.split("=")[1])
+            for p in parts if _is_override(p)}
+    rest = ",".join(p for p in parts if not _is_override(p)).lstrip("+")
     if text.startswith("+"):
-        return AttentionConfig.parse(rest, base=api._default_config(q, k, v, causal)), hv
-    return AttentionConfig.parse(rest), hv
+        return AttentionConfig.parse(rest, base=api._default_config(q, k, v, causal)), over
+    return AttentionConfig.parse(rest), over
 
 
 VARIANTS = {
@@ -82,14 +96,31 @@ def fa4():
         return None
 
 
+def _run(q, k, v, causal, cfg, over):
+    _OVERRIDE.update(over)
+    try:
+        return flashscope.attention(q, k, v, is_causal=causal, config=cfg)
+    finally:
+        _OVERRIDE.clear()
+
+
+def _meta(t0, rounds):
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": triton.__version__, "cudnn": torch.backends.cudnn.version(),
+            "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - t0, 1),
+            "rounds": rounds}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
     ap.add_argument("--ns", default="1024,4096,16384")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--variants", default=None)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--adopt", action="store_true")
     a = ap.parse_args()
+    os.makedirs(a.outdir, exist_ok=True)
     variants = VARIANTS if not a.variants else dict(
         x.split("=", 1) for x in a.variants.split(";"))
     f4 = fa4()
@@ -106,10 +137,10 @@ def main():
                         return torch.nn.functional.scaled_dot_product_attention(
                             q, k, v, is_causal=causal)
                     ref = cudnn().float()
-                    res = {"cudnn": bench(cudnn)}
+                fns = {"cudnn": cudnn}
                 if f4 is not None:
                     qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-                    res["fa4"] = bench(lambda: f4(qf, kf, vf, causal=causal))
+                    fns["fa4"] = lambda: f4(qf, kf, vf, causal=causal)
                 cands = {"fs-default": "+"}
                 cands.update((n, c) for n, c in variants.items()
                              if causal or "HEAVY_FIRST" not in c)
@@ -117,20 +148,27 @@ def main():
                 for name, text in cands.items():
                     print(f"> D={D} N={N} causal={causal} {name}", file=sys.stderr, flush=True)
                     try:
-                        cfg, _HEAVY["value"] = variant(text, q, k, v, causal)
+                        cfg, over = variant(text, q, k, v, causal)
                         used[name] = cfg.as_dict()
-                        o = flashscope.attention(q, k, v, is_causal=causal, config=cfg)
+                        o = _run(q, k, v, causal, cfg, over)
                         torch.cuda.synchronize()
                         err = ((o.float() - ref).norm() / ref.norm()).item()
                         if not (err < 1e-2) or torch.isnan(o).any():
                             errs[name] = f"validation: rel err {err:.2e}"
                             continue
-                        res[name] = bench(lambda: flashscope.attention(
-                            q, k, v, is_causal=causal, config=cfg))
+                        fns[name] = (lambda cfg=cfg, over=over: _run(
+                            q, k, v, causal, cfg, over))
                     except Exception as e:  # noqa: BLE001
                         errs[name] = f"{type(e).__name__}: {str(e)[:160]}"
-                    finally:
-                        _HEAVY["value"] = None
+                times = {name: [] for name in fns}
+                for _ in range(a.rounds):
+                    for name, fn in fns.items():
+                        if name == "cudnn":
+                            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                                times[name].append(bench(fn))
+                        else:
+                            times[name].append(bench(fn))
+                res = {name: statistics.median(t) for name, t in times.items()}
                 best_peer = max(tflops(B, H, N, D, causal, res[p])
                                 for p in ("cudnn", "fa4") if p in res)
                 row = {"D": D, "N": N, "causal": causal, "B": B, "H": H,
@@ -139,18 +177,18 @@ def main():
                        "ms": {p: round(ms, 4) for p, ms in res.items()}, "errors": errs,
                        "default": api._default_config(q, k, v, causal).key,
                        "configs": used,
-                       "heavy_first_variants": [n for n, c in cands.items()
-                                                if "HEAVY_FIRST" in c]}
+                       "override_variants": [n for n, c in cands.items()
+                                             if any(map(_is_override, c.split(",")))]}
                 fs = {p: t for p, t in row["tflops"].items() if p not in ("cudnn", "fa4")}
                 bp = max(fs, key=fs.get)
                 row["best_fs"], row["best_fs_vs_peer"] = bp, round(fs[bp] / best_peer, 3)
                 rows.append(row)
-                print(json.dumps(row), flush=True)
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": triton.__version__, "cudnn": torch.backends.cudnn.version(),
-            "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - t0, 1)}
-    json.dump({"meta": meta, "variants": variants, "rows": rows},
-              open(f"{a.outdir}/fwd_hopper.json", "w"), indent=1)
+                print(json.dumps({k: row[k] for k in ("D", "N", "causal", "tflops", "errors",
+                                                      "best_fs", "best_fs_vs_peer")}),
+                      flush=True)
+                meta = _meta(t0, a.rounds)
+                with open(f"{a.outdir}/fwd_hopper.json", "w") as f:
+                    json.dump({"meta": meta, "variants": variants, "rows": rows}, f, indent=1)
     if a.adopt:
         adopt(rows, meta, a.outdir)
     names = ["cudnn", "fa4", "fs-default", *variants]
@@ -173,7 +211,7 @@ def adopt(rows, meta, outdir):
     records = []
     for r in rows:
         for name, ms in r["ms"].items():
-            if name in ("cudnn", "fa4") or name in r["heavy_first_variants"]:
+            if name in ("cudnn", "fa4") or name in r["override_variants"]:
                 continue
             cfg = AttentionConfig.from_dict(r["configs"][name])
             records.append({

@@ -24,6 +24,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,6 +243,23 @@ _NATIVE_CAUSES = ("UNREACHABLE", "unsupported", "LLVM ERROR", "Assertion", "erro
 _NATIVE_NOISE = ("Failures have been detected", "Pipeline failed while executing")
 
 
+def failure_text(e: BaseException) -> str:
+    """The text of a compile exception, with the message of its innermost cause first
+    when the outer one is only a source location: a frontend error nested in a
+    ``warp_specialize`` partition reads ``at 62:8:`` and a source excerpt, and the reason
+    (``rank must be equal to ...``) is on the exception it was raised from."""
+    text = str(e)
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if not re.fullmatch(r"at \d+:\d+:", first):
+        return text
+    inner, seen = e, set()
+    while (inner.__cause__ or inner.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        inner = inner.__cause__ or inner.__context__
+    reason = next((ln.strip() for ln in reversed(str(inner).splitlines()) if ln.strip()), "")
+    return f"{reason} ({first[:-1]})\n{text}" if reason and reason != first else text
+
+
 def compile_failure(message: str, cfg, t, native: str = "") -> str:
     """One line for a failed compile: the compiler's own diagnostic line (ptxas fatal/error
     lines first, then the first cause in ``native``, what MLIR/LLVM printed) and, when it
@@ -320,7 +338,7 @@ def _compile(spec, cfg, t, head_dim, dtype, causal, problem, extra, key) -> Arti
                 _native_stderr() as native:
             compiled = triton.compile(src, target=target, options=options.__dict__)
     except Exception as e:
-        raise ConfigError(compile_failure(str(e), cfg, t, "".join(native))) from None
+        raise ConfigError(compile_failure(failure_text(e), cfg, t, "".join(native))) from None
     if native and native[0].strip():
         import sys
 

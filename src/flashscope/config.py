@@ -102,7 +102,10 @@ class AttentionConfig(_Knobs):
     num_stages is its K/V ring depth. Its rules: sm_90, head dim 64 or 128, TMA=1 and
     Q_IN_REGS=0 (wgmma reads Q from shared memory), num_warps=4 (per warpgroup), BLOCK_M
     64, 128 or 192, BLOCK_N 64 or 128, 2..4 stages, no maxnreg (setmaxnreg budgets are set per
-    partition), and none of WARP_SPEC, EXP2_POLY, OVERLAP (it schedules its own overlap).
+    partition), and neither WARP_SPEC nor EXP2_POLY. Its loop already issues the next
+    tile's Q K^T with this tile's P V; OVERLAP=1 there pins the softmax exponentials
+    ahead of the P V wait (ptxas would otherwise hoist the wait above them), so they run
+    under that product (FlashAttention-3's intra-warpgroup overlap).
     PERSISTENT (GLUON only) launches one program per SM, each looping over work tiles, so
     the K/V loads of the next tile start under the previous tile's epilogue; causal grids
     then take the tiles longest first, dealt out back and forth across the programs.
@@ -296,7 +299,6 @@ _GLUON_RULES = (
     ("Q_IN_REGS", (False,), "wgmma reads Q from shared memory"),
     ("maxnreg", (None,), "register budgets are set per partition with setmaxnreg"),
     ("WARP_SPEC", (False,), "it is warp-specialized by hand"),
-    ("OVERLAP", (False,), "it overlaps softmax and wgmma by hand"),
     ("EXP2_POLY", (0,), "not implemented in this variant"),
 )
 

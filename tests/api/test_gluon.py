@@ -42,7 +42,6 @@ def test_key_and_round_trip():
     ({"TMA": False}, "sm90", 64, "TMA=1"),
     ({"Q_IN_REGS": True}, "sm90", 64, "Q_IN_REGS=0"),
     ({"maxnreg": 128}, "sm90", 64, "maxnreg=None"),
-    ({"OVERLAP": True}, "sm90", 64, "OVERLAP=0"),
     ({"EXP2_POLY": 2}, "sm90", 64, "EXP2_POLY=0"),
     ({"num_stages": 4}, "sm90", 128, "shared memory"),  # 32 + 4 x 64 KB > 227 KB
     ({"BLOCK_M": 64, "PINGPONG": True}, "sm90", 64, "PINGPONG=1 needs two or three"),
@@ -50,6 +49,11 @@ def test_key_and_round_trip():
 def test_config_rules(change, target, D, match):
     with pytest.raises(ConfigError, match=match):
         check_config(G.replace(**change), target, D)
+
+
+def test_overlap_key():
+    assert G.replace(OVERLAP=True).key == "m128n128w4s2q0tog"
+    assert check_config(G.replace(OVERLAP=True, PINGPONG=True), "sm90", 64).OVERLAP
 
 
 @pytest.mark.parametrize("knob,suffix", [("PERSISTENT", "p"), ("PINGPONG", "x")])
@@ -86,11 +90,50 @@ def test_sm90_binary(D, causal, bm, bn, knobs):
     assert rec.dynamic_shared_bytes >= (bm + 2 * 2 * bn) * D * 2
 
 
+def _exps_under_pv(sass: str) -> list:
+    """MUFU.EX2 count between each score wait (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: S_j
+    ready, P_{j-1} V_{j-1} may still run) and the next full wait (``gsb0, 0x0``)."""
+    counts, n = [], None
+    for line in sass.splitlines():
+        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
+            n = 0
+        elif "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line and n is not None:
+            counts.append(n)
+            n = None
+        elif "MUFU.EX2" in line and n is not None:
+            n += 1
+    return counts
+
+
+@pytest.mark.parametrize("D,causal,knobs", [
+    (128, False, {}), (64, True, {"PINGPONG": True}),
+    (128, True, {"PINGPONG": True, "PERSISTENT": True})])
+def test_overlap_keeps_exponentials_under_pv(D, causal, knobs):
+    """In every consumer's loop, OVERLAP=1 puts the tile's 64 exponentials per thread
+    (64 x 128 scores over 128 threads, plus the row rescale factors) between the score
+    wait and the P V wait; without it this ptxas (CUDA 12.8) hoists the P V wait above
+    them all, so none run under the product."""
+    from flashscope.isa.nvidia import disassemble
+
+    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, num_stages=3, **knobs)
+    counts = {}
+    for overlap in (False, True):
+        art = fcompile.build(cfg.replace(OVERLAP=overlap), "sm90", head_dim=D, causal=causal,
+                             return_lse=True)
+        counts[overlap] = _exps_under_pv(disassemble(art.binary))
+    assert len(counts[True]) == 2 and all(n >= 64 for n in counts[True]), counts
+    assert counts[False] == [0, 0], counts
+
+
 def _needs_sm90(device):
     if device != "cuda":
         pytest.skip("Gluon kernels run on an sm_90 GPU only")
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs an sm_90 GPU")
+
+
+def _flags(flags: str) -> dict:
+    return {"PINGPONG": "x" in flags, "OVERLAP": "o" in flags}
 
 
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
@@ -100,14 +143,15 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("Nq,Nk,Hkv,D", SHAPES)
-@pytest.mark.parametrize("tiles", [(128, 128, 2, 0), (64, 64, 3, 0), (128, 64, 4, 0),
-                                   (192, 64, 3, 0), (128, 128, 3, 1), (192, 64, 2, 1)],
-                         ids=lambda t: "m{}n{}s{}".format(*t[:3]) + ("x" if t[3] else ""))
+@pytest.mark.parametrize("tiles", [(128, 128, 2, ""), (64, 64, 3, "o"), (128, 64, 4, ""),
+                                   (192, 64, 3, "o"), (128, 128, 3, "x"), (192, 64, 2, "x"),
+                                   (128, 128, 3, "xo")],
+                         ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
-    """The tiles' last flag is PINGPONG."""
+    """The tiles' last field: x PINGPONG, o OVERLAP."""
     _needs_sm90(device)
-    bm, bn, st, pp = tiles
-    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PINGPONG=bool(pp))
+    bm, bn, st, flags = tiles
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, **_flags(flags))
     dtype = torch.bfloat16 if (Nq + Nk) % 2 else torch.float16
     run_case(device, B=2, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
              bnhd=Nq % 2 == 0, cfg=cfg, with_lse=True)
@@ -116,18 +160,18 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
 @pytest.mark.gpu
 @pytest.mark.parametrize("programs", [1, 3, 7])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("tiles", [(128, 128, 3, 0), (192, 64, 2, 0), (128, 64, 2, 1),
-                                   (192, 128, 2, 1)],
-                         ids=lambda t: "m{}n{}s{}".format(*t[:3]) + ("x" if t[3] else ""))
+@pytest.mark.parametrize("tiles", [(128, 128, 3, "o"), (192, 64, 2, ""), (128, 64, 2, "x"),
+                                   (192, 128, 2, "x"), (128, 128, 3, "xo")],
+                         ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,
-    Q-slot and turn (PINGPONG, the tiles' last flag) barrier phases carry across work
+    Q-slot and turn (PINGPONG, x in the tiles' flags) barrier phases carry across work
     tiles of different lengths; causal grids deal the tiles out longest first, in a snake
     whose last round is partial for 3 and 7 programs."""
     _needs_sm90(device)
     monkeypatch.setattr(launch, "sm_count", lambda dev: programs)
-    bm, bn, st, pp = tiles
-    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PERSISTENT=True, PINGPONG=bool(pp))
+    bm, bn, st, flags = tiles
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PERSISTENT=True, **_flags(flags))
     for Nq, Nk, Hkv, D in [(300, 333, 2, 128), (513, 257, 4, 64)]:
         run_case(device, B=2, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
                  dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)

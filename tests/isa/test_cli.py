@@ -5,8 +5,6 @@ import io
 import json
 import shutil
 
-import pytest
-
 from flashscope import cli
 
 from .golden import CASES, case_id

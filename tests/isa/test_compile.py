@@ -7,6 +7,7 @@ import pytest
 from flashscope import compile as fcompile
 from flashscope.config import AttentionConfig
 from flashscope.errors import ConfigError, UnknownTargetError
+from flashscope.targets import get_target
 
 from .golden import CASES, case_id
 
@@ -97,6 +98,25 @@ def test_ptxas_register_failure_names_the_cap():
     with pytest.raises(ConfigError, match=r"maxnreg=16 is too few registers per thread for "
                                           r"sm90 \(ptxas fatal"):
         fcompile.build(AttentionConfig(64, 32, 4, 1, maxnreg=16), "sm90", head_dim=32)
+
+
+def test_nested_frontend_error_names_its_reason():
+    """A Gluon error inside a warp_specialize partition arrives as 'at 62:8:' plus source;
+    the one-line failure must carry the innermost reason, not only the location."""
+    try:
+        try:
+            try:
+                raise RuntimeError("rank must be equal to or one less than the shape size")
+            except RuntimeError as inner:
+                raise ValueError("at 76:12:\n    pin.index(C).store(l_i)\n") from inner
+        except ValueError as mid:
+            raise ValueError("at 62:8:\n        gl.warp_specialize([\n        ^") from mid
+    except ValueError as outer:
+        text = fcompile.failure_text(outer)
+    line = fcompile.compile_failure(text, AttentionConfig(), get_target("sm90"))
+    assert "rank must be equal to or one less than the shape size (at 62:8)" in line
+    plain = ValueError("ptxas fatal: out of registers")
+    assert fcompile.failure_text(plain) == str(plain)
 
 
 def test_register_kernel_extends_the_registry():

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from flashscope.cli import main
-from flashscope.errors import FlashscopeError, UnknownTargetError
+from flashscope.errors import FlashscopeError
 from flashscope.occupancy import occupancy, occupancy_for_record, unified_vgpr_count
 
 

@@ -4,8 +4,6 @@ scripts/occupancy_llvm_readings.py) against the calculator: every case must agre
 import json
 from pathlib import Path
 
-import pytest
-
 from flashscope.occupancy import llvm_waves_per_simd, occupancy, unified_vgpr_count
 from flashscope.targets import get_target
 

@@ -10,7 +10,7 @@ the same GEMM work per token and TFLOP/s are comparable across N.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Optional
+from typing import Iterable
 
 from ..errors import FlashscopeError
 

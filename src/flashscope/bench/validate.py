@@ -233,7 +233,7 @@ def check_step(build_step: Callable, case: Case, layout: str, device) -> tuple:
         err_b = check_result(res_b, ref_b, case, inp_b)
     except ValidationFailure as e:
         if _same(res_a, res_b):
-            raise ValidationFailure(f"stale result: the output on new inputs "
+            raise ValidationFailure("stale result: the output on new inputs "
                                     "equals the previous call's (cached or reused result)"
                                     ) from None
         raise ValidationFailure(f"{e} (second call on new inputs, seed "

@@ -19,9 +19,11 @@ explicitly, as FlashAttention-3 does (Shah et al., 2024, "intra-warpgroup overla
     O += P_{T-1} V_{T-1};  out = O / l_{T-1}
 
 so the exponentials of tile j can overlap the P V product of tile j-1 on the tensor
-cores. The ptxas in Triton 3.6's wheel (CUDA 12.8) schedules the ``wait(0)`` ahead of the
-exponentials, so today that overlap comes from the other consumer warpgroups, not from
-within one (the performance record, runs 17-19, shows the SASS).
+cores. The ptxas in Triton 3.6's wheel (CUDA 12.8) places the ``wait(0)`` as early as its
+block allows, ahead of the exponentials; OVERLAP stores l_j to shared memory just before
+the wait (:func:`_pin`), which ptxas keeps in order, and so keeps the exponentials under
+the product (the performance record, runs 17-22, shows the SASS both ways). Without
+OVERLAP the overlap comes only from the other consumer warpgroups.
 
 Warps: a producer partition of one warp issues TMA copies of K and V tiles into a ring of
 STAGES shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in,
@@ -214,12 +216,21 @@ def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.cons
 
 
 @gluon.jit
+def _pin(pin, C: gl.constexpr, l_i):
+    """Store l_i (which depends on every exponential of the tile) to shared memory. ptxas
+    keeps shared-memory stores ahead of a wgmma wait, so the exponentials stay ahead of
+    the P V wait too and run under that product; without a store, ptxas hoists the wait
+    above them (it places it like any instruction, as early as its block allows)."""
+    pin.index(C).store(l_i)
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty, turn,
-              o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
+              pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
               C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
-              PINGPONG: gl.constexpr):
+              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -288,6 +299,8 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
             l_i = l_i * alpha + gl.sum(p, 1)
             m_i = m_new
 
+            if OVERLAP:
+                _pin(pin, C, l_i)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(kv_empty.index(v_slot), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
@@ -326,7 +339,7 @@ def _attn_fwd_sm90(
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr,
     HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -355,6 +368,8 @@ def _attn_fwd_sm90(
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    pin = gl.allocate_shared_memory(gl.float32, [CONSUMERS, 64],
+                                    gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     for c in gl.static_range(CONSUMERS):
         mbarrier.init(q_ready.index(c), count=1)
         mbarrier.init(q_empty.index(c), count=1)
@@ -371,9 +386,9 @@ def _attn_fwd_sm90(
     if CONSUMERS == 1:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
                          BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
@@ -381,13 +396,13 @@ def _attn_fwd_sm90(
     elif CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
                          BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
@@ -395,17 +410,17 @@ def _attn_fwd_sm90(
     else:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
                          BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),

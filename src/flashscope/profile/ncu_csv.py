@@ -17,7 +17,6 @@ file that is not UTF-8) raises :class:`~flashscope.errors.ParseError` naming the
 from __future__ import annotations
 
 import csv
-import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

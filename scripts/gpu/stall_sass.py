@@ -1,0 +1,126 @@
+"""Where the warps of one attention kernel wait, instruction by instruction: Nsight
+Compute's warp-state sampling (SourceCounters, WarpStateStats) for each provider or
+flashscope config on one shape, kept as ncu's CSV pages (and reports with
+``--keep-reports``).
+
+For each NAME=SPEC, SPEC being ``cudnn``, ``fa4`` or a flashscope config ``K=V,...``, a
+child process runs the forward once to warm up, then three times inside a profiler range
+(``--profile-from-start off``), and ncu records the third launch there. Writes
+OUTDIR/NAME_source.csv (per SASS instruction: executions and stall samples by reason) and
+OUTDIR/NAME_details.csv, then prints each kernel's stall reasons and top stalled
+instructions.
+
+Usage: PYTHONPATH=src python scripts/gpu/stall_sass.py OUTDIR --shape 4,16,4096,128
+       [--causal] --runs "g=GLUON=1,...;cudnn=cudnn;fa4=fa4" [--ncu ncu]
+"""
+
+import argparse
+import csv
+import io
+import os
+import subprocess
+import sys
+
+CHILD = r"""
+import sys, torch
+B, H, N, D = map(int, sys.argv[1].split(","))
+causal, spec = sys.argv[2] == "1", sys.argv[3]
+q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+if spec == "cudnn":
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    def run():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+elif spec == "fa4":
+    from flash_attn.cute import flash_attn_func
+    qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    def run():
+        flash_attn_func(qf, kf, vf, causal=causal)
+else:
+    import flashscope
+    cfg = flashscope.AttentionConfig.parse(spec)
+    def run():
+        flashscope.attention(q, k, v, is_causal=causal, config=cfg)
+run()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStart()
+for _ in range(3):
+    run()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStop()
+"""
+
+
+def top(source_csv: str, n: int = 12) -> list:
+    """The n instructions with the most warp-stall samples: (samples, share, address,
+    SASS, the three largest stall reasons)."""
+    lines = source_csv.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"Address"')), None)
+    if start is None:
+        return []
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    if not rows:
+        return []
+    total_key = next((k for k in rows[0] if k.startswith("Warp Stall Sampling (All")), None)
+    if total_key is None:
+        return []
+    reasons = [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k]
+
+    def num(x):
+        try:
+            return float(str(x).replace(",", ""))
+        except ValueError:
+            return 0.0
+
+    total = sum(num(r[total_key]) for r in rows) or 1.0
+    by_reason = sorted(((sum(num(r[k]) for r in rows) / total, k) for k in reasons),
+                       reverse=True)
+    out = [(total, 1.0, "all", "by reason", [(k, f"{v:.1%}") for v, k in by_reason[:8]])]
+    for r in sorted(rows, key=lambda r: -num(r[total_key]))[:n]:
+        why = sorted(((num(r[k]), k) for k in reasons), reverse=True)[:3]
+        out.append((num(r[total_key]), num(r[total_key]) / total, r.get("Address", ""),
+                    r.get("Source", "")[:60], [(k, int(v)) for v, k in why if v]))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("--shape", default="4,16,4096,128")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--runs", required=True)
+    ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--keep-reports", action="store_true",
+                    help="keep the .ncu-rep files (default: only the CSV pages)")
+    a = ap.parse_args()
+    os.makedirs(a.outdir, exist_ok=True)
+    child = os.path.join(a.outdir, "_child.py")
+    with open(child, "w") as f:
+        f.write(CHILD)
+    for item in a.runs.split(";"):
+        name, spec = item.split("=", 1)
+        rep = os.path.join(a.outdir, name)
+        cmd = [a.ncu, "--clock-control", "none", "--profile-from-start", "off", "--section", "WarpStateStats",
+               "--section", "SourceCounters", "--section", "SpeedOfLight",
+               "--launch-skip", "2", "--launch-count", "1", "-f", "-o", rep,
+               sys.executable, child, a.shape, str(int(a.causal)), spec]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0 or not os.path.exists(rep + ".ncu-rep"):
+            print(f"{name}: ncu failed ({p.returncode}): {p.stderr[-600:]}{p.stdout[-600:]}")
+            continue
+        pages = {}
+        for page, extra in (("source", ["--print-source", "sass"]), ("details", [])):
+            q = subprocess.run([a.ncu, "-i", rep + ".ncu-rep", "--page", page, "--csv",
+                                *extra], capture_output=True, text=True)
+            pages[page] = q.stdout
+            with open(f"{rep}_{page}.csv", "w") as f:
+                f.write(q.stdout)
+        if not a.keep_reports:
+            os.remove(rep + ".ncu-rep")
+        print(f"== {name} ({spec})")
+        for samples, share, addr, sass, why in top(pages["source"]):
+            print(f"  {share:6.1%} {addr:>8} {sass:<60} {why}")
+
+
+if __name__ == "__main__":
+    main()
