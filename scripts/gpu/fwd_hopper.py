@@ -14,8 +14,10 @@ variants with overrides excluded, they are not configs) goes into the tuned data
 the GPU's target, through the sweep's writer (``flashscope.sweep.tuned.write_tuned``), and
 a copy is written to OUTDIR.
 
-``--rounds R`` times every provider of a shape R times, round-robin, and keeps each one's
-median: clock and thermal drift then reach all providers alike. The JSON is rewritten
+``--rounds R`` times every provider of a shape R times and keeps each one's median; the
+order reverses every other round. A single pass favours whoever runs first after the
+idle compile of a new shape (run 23 read one config at 524 and 479 in one pass), so an
+even R gives every provider the same mean position. The JSON is rewritten
 after every shape, so a run cut short keeps the shapes it finished.
 
 Usage: PYTHONPATH=src python scripts/gpu/fwd_hopper.py OUTDIR [--ns 1024,4096,16384]
@@ -161,8 +163,9 @@ def main():
                     except Exception as e:  # noqa: BLE001
                         errs[name] = f"{type(e).__name__}: {str(e)[:160]}"
                 times = {name: [] for name in fns}
-                for _ in range(a.rounds):
-                    for name, fn in fns.items():
+                for rnd in range(a.rounds):
+                    order = list(fns.items())
+                    for name, fn in (order if rnd % 2 == 0 else order[::-1]):
                         if name == "cudnn":
                             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                                 times[name].append(bench(fn))
