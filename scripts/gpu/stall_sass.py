@@ -100,8 +100,9 @@ def main():
     for item in a.runs.split(";"):
         name, spec = item.split("=", 1)
         rep = os.path.join(a.outdir, name)
-        cmd = [a.ncu, "--clock-control", "none", "--profile-from-start", "off", "--section", "WarpStateStats",
-               "--section", "SourceCounters", "--section", "SpeedOfLight",
+        cmd = [a.ncu, "--clock-control", "none", "--profile-from-start", "off",
+               "--section", "WarpStateStats", "--section", "SourceCounters",
+               "--section", "SpeedOfLight",
                "--launch-skip", "2", "--launch-count", "1", "-f", "-o", rep,
                sys.executable, child, a.shape, str(int(a.causal)), spec]
         p = subprocess.run(cmd, capture_output=True, text=True)

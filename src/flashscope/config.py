@@ -136,7 +136,8 @@ class AttentionConfig(_Knobs):
                 f"q{int(self.Q_IN_REGS)}" + ("t" if self.TMA else "")
                 + ("ws" if self.WARP_SPEC else "")
                 + (f"e{self.EXP2_POLY}" if self.EXP2_POLY else "")
-                + ("o" if self.OVERLAP else "") + ("g" if self.GLUON else "") + ("p" if self.PERSISTENT else "")
+                + ("o" if self.OVERLAP else "") + ("g" if self.GLUON else "")
+                + ("p" if self.PERSISTENT else "")
                 + ("x" if self.PINGPONG else ""))
 
 
