@@ -21,6 +21,10 @@ import os
 import subprocess
 import sys
 
+from flashscope.profile.ncu_csv import parse_number
+
+_TOTAL = "Warp Stall Sampling (All Samples)"
+
 CHILD = r"""
 import sys, torch
 B, H, N, D = map(int, sys.argv[1].split(","))
@@ -51,34 +55,45 @@ torch.cuda.cudart().cudaProfilerStop()
 """
 
 
-def top(source_csv: str, n: int = 12) -> list:
-    """The n instructions with the most warp-stall samples: (samples, share, address,
-    SASS, the three largest stall reasons)."""
+def source_rows(source_csv: str) -> list:
+    """The rows of ncu's ``--page source`` CSV (one per SASS instruction), from the
+    ``"Address"`` header on; [] when the page has none or no warp-stall samples."""
     lines = source_csv.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"Address"')), None)
     if start is None:
         return []
     rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    return rows if rows and _TOTAL in rows[0] else []
+
+
+def _count(row, key) -> float:
+    return parse_number(row[key], f"{row.get('Address', '?')} {key}") or 0.0
+
+
+def _reasons(rows) -> list:
+    return [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k]
+
+
+def by_reason(rows) -> list:
+    """(share of all samples, reason) over the whole kernel, largest first."""
     if not rows:
         return []
-    total_key = next((k for k in rows[0] if k.startswith("Warp Stall Sampling (All")), None)
-    if total_key is None:
+    total = sum(_count(r, _TOTAL) for r in rows) or 1.0
+    return sorted(((sum(_count(r, k) for r in rows) / total, k) for k in _reasons(rows)),
+                  reverse=True)
+
+
+def top(rows, n: int = 12) -> list:
+    """The n instructions with the most warp-stall samples: (share of all samples,
+    address, SASS, the three largest stall reasons with their sample counts)."""
+    if not rows:
         return []
-    reasons = [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k]
-
-    def num(x):
-        try:
-            return float(str(x).replace(",", ""))
-        except ValueError:
-            return 0.0
-
-    total = sum(num(r[total_key]) for r in rows) or 1.0
-    by_reason = sorted(((sum(num(r[k]) for r in rows) / total, k) for k in reasons),
-                       reverse=True)
-    out = [(total, 1.0, "all", "by reason", [(k, f"{v:.1%}") for v, k in by_reason[:8]])]
-    for r in sorted(rows, key=lambda r: -num(r[total_key]))[:n]:
-        why = sorted(((num(r[k]), k) for k in reasons), reverse=True)[:3]
-        out.append((num(r[total_key]), num(r[total_key]) / total, r.get("Address", ""),
+    reasons = _reasons(rows)
+    total = sum(_count(r, _TOTAL) for r in rows) or 1.0
+    out = []
+    for r in sorted(rows, key=lambda r: -_count(r, _TOTAL))[:n]:
+        why = sorted(((_count(r, k), k) for k in reasons), reverse=True)[:3]
+        out.append((_count(r, _TOTAL) / total, r.get("Address", ""),
                     r.get("Source", "")[:60], [(k, int(v)) for v, k in why if v]))
     return out
 
@@ -118,8 +133,10 @@ def main():
                 f.write(q.stdout)
         if not a.keep_reports:
             os.remove(rep + ".ncu-rep")
+        rows = source_rows(pages["source"])
         print(f"== {name} ({spec})")
-        for samples, share, addr, sass, why in top(pages["source"]):
+        print("  by reason:", ", ".join(f"{k} {v:.1%}" for v, k in by_reason(rows)[:8]))
+        for share, addr, sass, why in top(rows):
             print(f"  {share:6.1%} {addr:>8} {sass:<60} {why}")
 
 
