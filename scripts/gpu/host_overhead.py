@@ -5,8 +5,10 @@ is held busy by a sleep kernel (so no call waits on the GPU); ``gpu_us``, the ke
 of back-to-back calls queued behind that sleep (no host gaps, inputs warm in L2);
 ``bench_us``, the harness's timing (``triton.testing.do_bench``, L2 flushed before each
 call), which adds the host time wherever it exceeds the flush. Callers: flashscope's
-public API with its default config, with the config given, the launcher alone, cuDNN
-(SDPA) and FlashAttention-4 when importable. A cProfile of the API default's calls goes to
+public API with its default config, the same call forced through Triton's
+``kernel[grid]`` every time (``fs-api-jit``: what the direct launch of
+:func:`flashscope.launch.launch_compiled` saves, Gluon defaults only), with the config
+given, the launcher alone, cuDNN (SDPA) and FlashAttention-4 when importable. A cProfile of the API default's calls goes to
 OUTDIR/host_profile_*.txt.
 
 Usage: PYTHONPATH=src python scripts/gpu/host_overhead.py OUTDIR [--ns 512,1024]
@@ -64,6 +66,7 @@ def main():
                 sc = launch.default_scale(D)
                 callers = {
                     "fs-api": lambda: flashscope.attention(q, k, v, is_causal=causal),
+                    "fs-api-jit": lambda: _jit_path(q, k, v, causal),
                     "fs-api-cfg": lambda: flashscope.attention(q, k, v, is_causal=causal,
                                                                config=cfg),
                     "fs-launch": lambda: launch.forward(q, k, v, causal=causal, scale=sc,
@@ -103,6 +106,24 @@ def main():
                  for n, c in r.items() if isinstance(c, dict)]
         print(f"{r['D']}/{r['N']}/{int(r['causal']):>1} {r['config']:>22}  " + "  ".join(cells))
     print(meta, file=sys.stderr)
+
+
+class _NeverHit(dict):
+    """Stands in for launch._COMPILED: no compiled handle is ever found or kept."""
+
+    def get(self, key, default=None):
+        return None
+
+    def __setitem__(self, key, value):
+        pass
+
+
+def _jit_path(q, k, v, causal):
+    saved, launch._COMPILED = launch._COMPILED, _NeverHit()
+    try:
+        return flashscope.attention(q, k, v, is_causal=causal)
+    finally:
+        launch._COMPILED = saved
 
 
 def _cudnn(q, k, v, causal):

@@ -78,8 +78,80 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
     if cfg.TMA and not cfg.GLUON and q.device.type == "cuda":
         ensure_allocator()
     kernel = getattr(kernels.load(module, interpret=interpreting()), function)
-    kernel[grid](*args, **consts, **launch_options(cfg, q.device))
+    if cfg.GLUON:
+        launch_compiled(kernel, grid, args, consts, launch_options(cfg, q.device))
+    else:
+        kernel[grid](*args, **consts, **launch_options(cfg, q.device))
     return out, lse
+
+
+#: Compiled kernels by :func:`launch_key`, filled by the first launch of each
+#: specialization; emptied when it reaches :data:`_COMPILED_MAX` keys.
+_COMPILED: dict = {}
+_COMPILED_MAX = 256
+#: How :func:`launch_compiled` launched: ``jit`` through Triton's ``kernel[grid]``,
+#: ``direct`` through a compiled handle of :data:`_COMPILED`.
+LAUNCHES = {"jit": 0, "direct": 0}
+
+
+def _arg_spec(a):
+    """What Triton's binder specializes an argument on: a tensor's dtype and 16-byte
+    alignment; an integer's == 1, % 16 == 0 and 32-bit range; a descriptor's type."""
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.data_ptr() % 16 == 0)
+    if isinstance(a, bool):
+        return ("b", a)
+    if isinstance(a, int):
+        return ("i", a == 1, a % 16 == 0, -2 ** 31 <= a < 2 ** 31)
+    if isinstance(a, float):
+        return ("f",)
+    if hasattr(a, "block_shape"):
+        return (a.base.dtype, tuple(a.block_shape), a.layout)
+    raise TypeError(f"launch_key: no specialization rule for {type(a).__name__}")
+
+
+def launch_key(args, consts: dict, options: dict, device_index: int) -> tuple:
+    """A key that changes whenever Triton 3.6's ``JITFunction.run`` would pick another
+    compiled kernel for these launch arguments: the device, the constexprs and options,
+    and :func:`_arg_spec` of every runtime argument. Values inside a descriptor (base,
+    shape, strides) are launch arguments, not part of the type."""
+    return (device_index, tuple(map(_arg_spec, args)), tuple(consts.items()),
+            tuple(options.items()))
+
+
+def launch_compiled(kernel, grid, args, consts: dict, options: dict) -> None:
+    """Launch a Gluon kernel: the first time for a :func:`launch_key`, through
+    ``kernel[grid]`` (Triton binds, specializes, compiles or loads the kernel); then as
+    ``JITFunction.run`` ends, straight through the compiled kernel's launcher, with the
+    launch metadata and hooks that profilers read. The binding and specialization skipped
+    cost 30-45 us per call on an H100 host (docs/performance.md, run 30)."""
+    from triton import knobs
+
+    index = torch.cuda.current_device()
+    key = launch_key(args, consts, options, index)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = kernel[grid](*args, **consts, **options)
+        LAUNCHES["jit"] += 1
+        if compiled is not None and not hasattr(compiled, "result"):  # not an async future
+            if len(_COMPILED) >= _COMPILED_MAX:
+                _COMPILED.clear()
+            _COMPILED[key] = compiled
+        return
+    # every parameter in signature order, constexprs included (the launcher skips them)
+    call = (*args, *(consts[p.name] for p in kernel.params[len(args):]))
+    grid = tuple(grid) + (1, 1)
+    stream = _current_stream(index)
+    compiled.run(grid[0], grid[1], grid[2], stream, compiled.function,
+                 compiled.packed_metadata, compiled.launch_metadata(grid, stream, *call),
+                 knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *call)
+    LAUNCHES["direct"] += 1
+
+
+def _current_stream(index: int):
+    from triton.runtime import driver
+
+    return driver.active.get_current_stream(index)
 
 
 def sm_count(device) -> int:
@@ -111,15 +183,19 @@ def forward_kernel(cfg: AttentionConfig) -> tuple:
 
 def _desc4_problem(x) -> "str | None":
     """Why ``x`` (B, H, N, D) has no rank-4 TMA descriptor, or None."""
-    elt = x.element_size()
     strides = x.stride()
     if strides[3] != 1:
         return f"a contiguous last dimension (stride 1), got strides {tuple(strides)}"
-    if x.data_ptr() % 16 or any(st * elt % 16 for st, n in zip(strides[:3], x.shape[:3])
-                                if n > 1):
+    if x.data_ptr() % 16 or not _strides_aligned(strides, x.shape, x.element_size()):
         return (f"a 16-byte aligned base and strides, got strides {tuple(strides)} at base "
                 f"address % 16 = {x.data_ptr() % 16}")
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _strides_aligned(strides, shape, elt: int) -> bool:
+    """16-byte strides on every dimension longer than 1 (cached: asked on every call)."""
+    return not any(st * elt % 16 for st, n in zip(strides[:3], shape[:3]) if n > 1)
 
 
 def gluon_ok(q, k, v, scale: "float | None" = None) -> bool:
@@ -133,19 +209,34 @@ def tma_desc4(x, name: str, rows: int):
     """A rank-4 Gluon TMA descriptor over ``x`` (B, H, N, D) with its own strides, block
     (1, 1, rows, D). TMA zero-fills rows past N of each head on loads and clips them on
     stores. Raises ConfigError (naming ``name``) when TMA's alignment rules fail."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     why = _desc4_problem(x)
     if why:
         raise ConfigError(f"{name}: GLUON=1 needs {why} (pass .contiguous())")
-    elt = x.element_size()
-    strides = x.stride()
-    # size-1 dimensions never move: give them an aligned stride TMA accepts
-    strides = [st if n > 1 else 16 // elt * max(1, x.shape[3]) for st, n in
-               zip(strides[:3], x.shape[:3])] + [1]
-    block = [1, 1, rows, x.shape[3]]
-    return TensorDescriptor(x, list(x.shape), strides, block,
-                            _nvmma_layout(rows, x.shape[3], x.dtype == torch.bfloat16))
+    # TensorDescriptor's constructor re-checks in Python what is checked above and by the
+    # config rules (rank, alignment, block shape): a few microseconds per descriptor, four
+    # per launch. The fields depend only on the geometry: fill them directly.
+    desc = object.__new__(_descriptor_class())
+    desc.__dict__.update(_desc4_fields(x.shape, x.stride(), x.element_size(),
+                                       x.dtype == torch.bfloat16, rows), base=x)
+    return desc
+
+
+@functools.lru_cache(maxsize=None)
+def _descriptor_class():
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    return TensorDescriptor
+
+
+@functools.lru_cache(maxsize=4096)
+def _desc4_fields(shape, strides, elt: int, bf16: bool, rows: int) -> dict:
+    """TensorDescriptor fields but the base, for :func:`tma_desc4` (read-only: shared by
+    every descriptor of this geometry). Size-1 dimensions never move: they get an aligned
+    stride TMA accepts."""
+    strides = [st if n > 1 else 16 // elt * max(1, shape[3]) for st, n in
+               zip(strides[:3], shape[:3])] + [1]
+    return dict(shape=list(shape), strides=strides, block_shape=[1, 1, rows, shape[3]],
+                layout=_nvmma_layout(rows, shape[3], bf16), padding="zero")
 
 
 @functools.lru_cache(maxsize=None)

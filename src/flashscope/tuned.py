@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -42,7 +43,9 @@ def seq_class(seq_len: int) -> str:
     """The class of a key length: ``le1k`` (<= 1024), ``le4k``, ``le16k``, ``gt16k``."""
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
         raise FlashscopeError(f"seq_len: expected a positive integer, got {seq_len!r}")
-    return next(name for name, bound in SEQ_CLASSES if bound is None or seq_len <= bound)
+    for name, bound in SEQ_CLASSES:
+        if bound is None or seq_len <= bound:
+            return name
 
 
 def entry_key(dtype: str, head_dim: int, causal: bool, cls: str) -> tuple:
@@ -117,12 +120,22 @@ def _load(path: str, mtime_ns: int, size: int, target: str) -> dict:
 def load_tuned(target, data_dir=None) -> dict:
     """The parsed entries of a target's file ({} when it has none)."""
     name = get_target(target).name
-    p = tuned_path(name, data_dir)
-    try:
-        st = p.stat()
+    path = _tuned_file(name, data_dir or DATA_DIR)
+    try:  # every default-config call comes here: os.stat, not Path.stat (half the time)
+        st = os.stat(path)
     except FileNotFoundError:
         return {}
-    return _load(str(p), st.st_mtime_ns, st.st_size, name)
+    return _load(path, st.st_mtime_ns, st.st_size, name)
+
+
+@functools.lru_cache(maxsize=256)
+def _source(name: str, data_dir, cls: str) -> str:
+    return f"{_tuned_path(name, data_dir).name} [{cls}]"
+
+
+@functools.lru_cache(maxsize=64)
+def _tuned_file(name: str, data_dir) -> str:
+    return str(_tuned_path(name, data_dir))
 
 
 def lookup(target, dtype: str, head_dim: int, causal: bool, seq_len: int,
@@ -137,5 +150,5 @@ def lookup(target, dtype: str, head_dim: int, causal: bool, seq_len: int,
     entries = load_tuned(name, data_dir)
     hit: Optional[tuple] = entries.get(entry_key(dtype, head_dim, causal, cls))
     if hit is not None:
-        return hit[0], True, f"{tuned_path(name, data_dir).name} [{cls}]"
+        return hit[0], True, _source(name, data_dir or DATA_DIR, cls)
     return select_config(head_dim, dtype, causal, name), False, "defaults (select_config)"

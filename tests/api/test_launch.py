@@ -1,0 +1,173 @@
+"""flashscope.launch: the Gluon forward's direct launch path.
+
+After the first launch of a specialization, :func:`flashscope.launch.launch_compiled`
+calls the compiled kernel's launcher itself instead of Triton's ``kernel[grid]``. That is
+only right if its key (:func:`flashscope.launch.launch_key`) changes whenever Triton's
+binder would pick another kernel: checked offline against the binder itself, on CPU
+tensors (the binder reads only dtypes, data pointers and values). On an sm_90 GPU:
+repeated calls take the direct path and still match the float64 reference.
+"""
+
+import itertools
+
+import pytest
+import torch
+import triton
+
+from flashscope import AttentionConfig, kernels, launch
+from flashscope.targets import get_target, gpu_target
+
+from .test_forward import run_case
+
+G = AttentionConfig(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=3, Q_IN_REGS=False,
+                    TMA=True, GLUON=True)
+
+
+def _binder():
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    fn = kernels.load("attention_fwd_sm90")._attn_fwd_sm90
+    return create_function_from_signature(fn.signature, fn.params,
+                                          make_backend(gpu_target(get_target("sm90"))))
+
+
+def _launch_args(B, H, Hkv, Nq, Nk, D, dtype, causal, lse_offset, cfg):
+    q = torch.randn(B, H, Nq, D, dtype=dtype)
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype) for _ in range(2))
+    out = torch.empty_like(q)
+    lse = None
+    if lse_offset is not None:  # a view that starts lse_offset floats into its buffer
+        lse = torch.empty(B * H * Nq + 4)[lse_offset:lse_offset + B * H * Nq].view(B, H, Nq)
+    grid, args, consts = launch.forward_call(q, k, v, out, lse, causal=causal, scale=0.125,
+                                             cfg=cfg)
+    return args, consts, launch.vendor_options(cfg, "nvidia")
+
+
+def test_key_changes_exactly_when_the_binder_specializes_differently():
+    binder = _binder()
+    extra = {"debug": False, "instrumentation_mode": triton.knobs.compilation.instrumentation_mode}
+    seen = {}
+    problems = itertools.product(
+        [(1, 1, 1), (2, 4, 2), (3, 16, 16)],        # B, H, Hkv: == 1, % 16 == 0, GQA
+        [(1, 1), (16, 32), (48, 64), (100, 77), (90, 77)],  # Nq, Nk
+        [64, 128], [torch.float16, torch.bfloat16], [False, True],
+        [None, 0, 1],                                # no lse, aligned lse, 4-byte offset
+        [G, G.replace(BLOCK_M=192, BLOCK_N=64, PINGPONG=True)])
+    for (B, H, Hkv), (Nq, Nk), D, dtype, causal, lse_offset, cfg in problems:
+        args, consts, opts = _launch_args(B, H, Hkv, Nq, Nk, D, dtype, causal, lse_offset,
+                                          cfg)
+        key = launch.launch_key(args, consts, opts, 0)
+        _, spec, options = binder(*args, **consts, **opts, **extra)
+        spec = (tuple(spec), tuple(sorted(options.items())))
+        assert seen.setdefault(key, spec) == spec, (B, H, Hkv, Nq, Nk, D, dtype, causal)
+    specs = set(seen.values())
+    assert len(specs) == len(seen), "two keys for one specialization: needless compiles"
+    assert len(seen) < 3 * 5 * 2 * 2 * 2 * 3 * 2, "every problem its own key: a vacuous test"
+
+
+def test_key_refuses_an_argument_it_cannot_specialize():
+    with pytest.raises(TypeError, match="no specialization rule for object"):
+        launch.launch_key((object(),), {}, {}, 0)
+
+
+def test_descriptor_fields_match_the_constructor():
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    x = torch.randn(2, 1, 100, 64, dtype=torch.bfloat16)
+    fast = launch.tma_desc4(x, "query", 64)
+    slow = TensorDescriptor(x, fast.shape, fast.strides, fast.block_shape, fast.layout)
+    assert isinstance(fast, TensorDescriptor)
+    for name in ("shape", "strides", "block_shape", "layout", "padding"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    # the size-1 head dimension gets a stride TMA accepts; it is never stepped
+    assert fast.base is x and fast.strides == [6400, 512, 64, 1]
+
+
+def test_descriptor_rules_name_the_argument_and_the_rule():
+    from flashscope.errors import ConfigError
+
+    base = torch.randn(1, 2, 64, 72, dtype=torch.float16)
+    ok = base[..., :64]  # rows 144 bytes apart: aligned
+    every_third = torch.randn(1, 2, 60, 64, dtype=torch.float16)[:, :, ::3]  # 384-byte rows
+    assert launch.gluon_ok(ok, ok, ok) and launch.gluon_ok(every_third, ok, ok)
+    assert launch.tma_desc4(ok, "key", 128).strides == [512, 4608, 72, 1]  # B = 1: any
+    refused = [
+        (base[..., 4:68], "key: GLUON=1 needs a 16-byte aligned base and strides, got "
+                          r"strides \(9216, 4608, 72, 1\) at base address % 16 = 8"),
+        (torch.randn(1, 2, 64, 70, dtype=torch.float16)[..., :64],  # 140-byte rows
+         r"16-byte aligned base and strides, got strides \(8960, 4480, 70, 1\)"),
+        (base.transpose(2, 3)[..., :64], "key: GLUON=1 needs a contiguous last dimension")]
+    for x, match in refused:
+        assert not launch.gluon_ok(x, ok, ok)
+        with pytest.raises(ConfigError, match=match):
+            launch.tma_desc4(x, "key", 128)
+
+
+class _Compiled:
+    """Stands in for a CompiledKernel: records the launcher calls."""
+    function, packed_metadata = "fn", "meta"
+
+    def __init__(self):
+        self.calls = []
+
+    def launch_metadata(self, grid, stream, *call):
+        return ("metadata", grid, stream, call)
+
+    def run(self, *call):
+        self.calls.append(call)
+
+
+class _Param:
+    def __init__(self, name):
+        self.name = name
+
+
+class _Kernel:
+    """Stands in for a JITFunction: ``kernel[grid](...)`` compiles once per call."""
+
+    def __init__(self, names):
+        self.params = [_Param(n) for n in names]
+        self.jit_calls = []
+
+    def __getitem__(self, grid):
+        def call(*args, **kw):
+            self.jit_calls.append((grid, args, kw))
+            return _Compiled()
+        return call
+
+
+def test_first_launch_compiles_then_calls_the_launcher(monkeypatch):
+    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_current_stream", lambda index: "stream")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    hooks = triton.knobs.runtime
+    kernel = _Kernel(["x", "n", "A", "B"])
+    x = torch.zeros(4)
+    launch.launch_compiled(kernel, (7,), (x, 32), {"A": 1, "B": True}, {"num_warps": 4})
+    assert len(kernel.jit_calls) == 1
+    (compiled,) = launch._COMPILED.values()
+    launch.launch_compiled(kernel, (5,), (x, 48), {"A": 1, "B": True}, {"num_warps": 4})
+    assert len(kernel.jit_calls) == 1
+    # as JITFunction.run: grid, stream, handle, metadata, hooks, then every parameter in
+    # signature order, constexprs included
+    args = (x, 48, 1, True)
+    assert compiled.calls == [(5, 1, 1, "stream", "fn", "meta",
+                               ("metadata", (5, 1, 1), "stream", args),
+                               hooks.launch_enter_hook, hooks.launch_exit_hook, *args)]
+    launch.launch_compiled(kernel, (5,), (x, 40), {"A": 1, "B": True}, {"num_warps": 4})
+    assert len(kernel.jit_calls) == 2  # 40 % 16 != 0: another specialization
+    assert len(launch._COMPILED) == 2
+
+
+@pytest.mark.gpu
+def test_direct_launches_match_float64_reference(device):
+    """Fresh tensors (new data pointers) on the second and third call of a shape take the
+    direct path; a key length that is not a multiple of 16 compiles anew."""
+    if device != "cuda" or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an sm_90 GPU")
+    before = dict(launch.LAUNCHES)
+    for Nk in (96, 96, 96, 90, 90):
+        run_case(device, B=2, H=4, Hkv=2, Nq=130, Nk=Nk, D=64, causal=True,
+                 dtype=torch.bfloat16, bnhd=True, cfg=G, with_lse=True)
+    assert launch.LAUNCHES["direct"] - before["direct"] >= 3
