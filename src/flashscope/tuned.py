@@ -121,16 +121,11 @@ def load_tuned(target, data_dir=None) -> dict:
     """The parsed entries of a target's file ({} when it has none)."""
     name = get_target(target).name
     path = _tuned_file(name, data_dir or DATA_DIR)
-    try:  # every default-config call comes here: os.stat, not Path.stat (half the time)
+    try:  # every default-config call stats the file: a cached path string, no Path work
         st = os.stat(path)
     except FileNotFoundError:
         return {}
     return _load(path, st.st_mtime_ns, st.st_size, name)
-
-
-@functools.lru_cache(maxsize=256)
-def _source(name: str, data_dir, cls: str) -> str:
-    return f"{_tuned_path(name, data_dir).name} [{cls}]"
 
 
 @functools.lru_cache(maxsize=64)
@@ -150,5 +145,5 @@ def lookup(target, dtype: str, head_dim: int, causal: bool, seq_len: int,
     entries = load_tuned(name, data_dir)
     hit: Optional[tuple] = entries.get(entry_key(dtype, head_dim, causal, cls))
     if hit is not None:
-        return hit[0], True, _source(name, data_dir or DATA_DIR, cls)
+        return hit[0], True, f"{_tuned_path(name, data_dir or DATA_DIR).name} [{cls}]"
     return select_config(head_dim, dtype, causal, name), False, "defaults (select_config)"
