@@ -97,8 +97,9 @@ class AttentionConfig(_Knobs):
     live, and the last prefetch of each loop is computed and dropped.
 
     GLUON selects the Hopper variant written in Gluon
-    (:mod:`flashscope.kernels.attention_fwd_sm90`): a 1-warp TMA producer and one consumer
-    warpgroup per 64 query rows, each overlapping its softmax with its own P V wgmma.
+    (:mod:`flashscope.kernels.attention_fwd_sm90`): a TMA producer (one warp, or the default
+    warpgroup with BLOCK_M=192) and one consumer warpgroup per 64 query rows, each
+    overlapping its softmax with its own P V wgmma.
     num_stages is its K/V ring depth. Its rules: sm_90, head dim 64 or 128, TMA=1 and
     Q_IN_REGS=0 (wgmma reads Q from shared memory), num_warps=4 (per warpgroup), BLOCK_M
     64, 128 or 192, BLOCK_N 64 or 128, 2..4 stages, no maxnreg (setmaxnreg budgets are set per

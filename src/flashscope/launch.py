@@ -20,8 +20,9 @@ from .errors import ConfigError
 LOG2E = 1.4426950408889634
 #: setmaxnreg budgets of the Gluon Hopper variant by consumer warpgroups: with a
 #: 24-register producer warpgroup, two 240-register consumers fill 64K registers
-#: ((2 x 240 + 24) x 128 = 64512, as in FlashAttention-3) and three take 160 each
-#: ((3 x 160 + 24) x 128 = 64512). One consumer runs in the default partition alone.
+#: ((2 x 240 + 24) x 128 = 64512, as in FlashAttention-3); three take 160 each and the
+#: producer, then in the default partition, the remaining 32 ((3 x 160 + 32) x 128 =
+#: 65536, FlashAttention-4's split). One consumer runs in the default partition alone.
 SM90_CONSUMER_REGS = {1: 240, 2: 240, 3: 160}
 SM90_PRODUCER_REGS = 24
 

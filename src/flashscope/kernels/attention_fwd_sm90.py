@@ -25,11 +25,16 @@ the wait (:func:`_pin`), which ptxas keeps in order, and so keeps the exponentia
 the product (the performance record, runs 17-22, shows the SASS both ways). Without
 OVERLAP the overlap comes only from the other consumer warpgroups.
 
-Warps: a producer partition of one warp issues TMA copies of K and V tiles into a ring of
-STAGES shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in,
-``kv_empty`` hands a slot back); the default partition, BLOCK_M / 16 warps (one
-warpgroup per 64 query rows), runs the loop above. Each warpgroup issues its own wgmma on
-its 64 rows, so two warpgroups interleave on the tensor cores without any barrier.
+Warps: a producer partition issues TMA copies of K and V tiles into a ring of STAGES
+shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in, ``kv_empty``
+hands a slot back); one consumer warpgroup per 64 query rows runs the loop above. Each
+warpgroup issues its own wgmma on its 64 rows, so the warpgroups interleave on the tensor
+cores without any barrier. Where they sit (:func:`_attn_fwd_sm90`): with one or two
+consumers, consumer 0 is the default partition and the producer a one-warp worker; with
+three (160 registers each) the producer takes the default partition and every consumer is
+a worker, because ptxas fits a consumer into 160 registers as a worker but not as the
+default partition, which keeps the kernel's arguments live beside the loop (D = 64,
+192 x 128, OVERLAP: 38 spilled registers at 168 in the default partition, 0 as workers).
 
 Descriptors are rank 4, over (B, H, N, D) with the caller's strides and block
 (1, 1, rows, D): TMA zero-fills rows past N of *this* head, so a partial tile never reads
@@ -55,13 +60,19 @@ LN2 = gl.constexpr(0.6931471805599453)
 
 @gluon.constexpr_function
 def _worker_warps(consumers):
-    """Warps of each worker partition: consumers 1.. (4 each), then the producer (1)."""
+    """Warps of each worker partition: with three consumers all of them (4 each; the
+    producer is the default partition), else consumers 1.. (4 each), then the producer (1)."""
+    if consumers == 3:
+        return [4] * 3
     return [4] * (consumers - 1) + [1]
 
 
 @gluon.constexpr_function
 def _worker_regs(consumers, consumer_regs, producer_regs):
-    """setmaxnreg budget of each worker partition, in :func:`_worker_warps` order."""
+    """setmaxnreg budget of each worker partition, in :func:`_worker_warps` order (the
+    default partition gets what is left of the 64K registers)."""
+    if consumers == 3:
+        return [consumer_regs] * 3
     return [consumer_regs] * (consumers - 1) + [producer_regs]
 
 
@@ -224,6 +235,31 @@ def _pin(pin, C: gl.constexpr, l_i):
     pin.index(C).store(l_i)
 
 
+@gluon.constexpr_function
+def _cvt_pair(dtype):
+    """PTX rounding two fp32 values ($1 low, $2 high) into one register of dtype pairs."""
+    return f"cvt.rn.{'bf16' if dtype == gl.bfloat16 else 'f16'}x2.f32 $0, $2, $1;"
+
+
+@gluon.jit
+def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
+    """P (fp32 [64, BLOCK_N], accumulator layout) -> the register A operand of P V.
+
+    Columns 2i and 2i+1 of a row sit in one thread, and the operand holds them as one
+    32-bit register, 2i in the low half. One ``cvt.rn.{bf16,f16}x2.f32`` per pair says so
+    to ptxas. From per-element conversions, ptxas builds some pairs the other way round in
+    worker partitions and then swaps the halves of each with a PRMT (32 per tile)."""
+    R: gl.constexpr = p.shape[0]
+    C: gl.constexpr = p.shape[1]
+    lo, hi = gl.split(gl.reshape(p, [R, C // 2, 2]))
+    pk = gl.inline_asm_elementwise(_cvt_pair(dtype), "=r,r,r", [lo, hi], dtype=gl.int32,
+                                   is_pure=True, pack=1)
+    lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [pk],
+                                       dtype=(gl.int16, gl.int16), is_pure=True, pack=1)
+    pair = gl.join(lo, hi).to(dtype, bitcast=True)
+    return gl.convert_layout(gl.reshape(pair, [R, C]), layout)
+
+
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty, turn,
               pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
@@ -275,7 +311,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         m_i = gl.max(s, 1) * qk_scale
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
         l_i = gl.sum(p, 1)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
         for j in range(1, n_tiles):
@@ -304,7 +340,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(kv_empty.index(v_slot), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            p_op = _p_operand(p, dtype, p_layout)
 
         last = (g + n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((g + n_tiles - 1) // STAGES) & 1)
@@ -344,8 +380,10 @@ def _attn_fwd_sm90(
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
     SM count: persistent). num_warps = 4, BLOCK_M in {64, 128, 192}: one consumer
-    warpgroup per 64 rows (the first in the default partition, the others in 4-warp
-    workers with CONSUMER_REGS registers) and a 1-warp producer with PRODUCER_REGS.
+    warpgroup per 64 rows and a producer. One or two consumers: the first in the default
+    partition, the second a 4-warp worker with CONSUMER_REGS registers, the producer a
+    1-warp worker with PRODUCER_REGS. Three: the producer in the default partition (it
+    keeps what the workers leave, 32 registers), the consumers 4-warp workers.
     qk_scale = scale * log2(e) > 0. Q/O descriptors have block (1, 1, 64, D); K/V
     (1, 1, BLOCK_N, D). LPT (persistent causal grids): work tiles sorted by length and
     dealt out in a snake (:func:`_work`, :func:`_slot`); PINGPONG (2-3 consumers): the
@@ -409,6 +447,9 @@ def _attn_fwd_sm90(
         ], warps, regs)
     else:
         gl.warp_specialize([
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
+                         k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
+                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
@@ -421,7 +462,4 @@ def _attn_fwd_sm90(
                          turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
                          RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
-                         k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
-                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
         ], warps, regs)
