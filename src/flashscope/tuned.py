@@ -120,17 +120,12 @@ def _load(path: str, mtime_ns: int, size: int, target: str) -> dict:
 def load_tuned(target, data_dir=None) -> dict:
     """The parsed entries of a target's file ({} when it has none)."""
     name = get_target(target).name
-    path = _tuned_file(name, data_dir or DATA_DIR)
-    try:  # every default-config call stats the file: a cached path string, no Path work
+    path = _tuned_path(name, data_dir or DATA_DIR)
+    try:  # every default-config call stats the file: os.stat, not Path.stat's extra layer
         st = os.stat(path)
     except FileNotFoundError:
         return {}
-    return _load(path, st.st_mtime_ns, st.st_size, name)
-
-
-@functools.lru_cache(maxsize=64)
-def _tuned_file(name: str, data_dir) -> str:
-    return str(_tuned_path(name, data_dir))
+    return _load(str(path), st.st_mtime_ns, st.st_size, name)
 
 
 def lookup(target, dtype: str, head_dim: int, causal: bool, seq_len: int,
