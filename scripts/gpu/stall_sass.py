@@ -10,8 +10,13 @@ OUTDIR/NAME_source.csv (per SASS instruction: executions and stall samples by re
 OUTDIR/NAME_details.csv, then prints each kernel's stall reasons and top stalled
 instructions.
 
+``--metrics`` adds raw ncu metrics (pipe activity, issue slots, eligible warps: the
+defaults in METRICS) to the same launch and prints them, and the instruction mix (warp
+instructions executed per opcode, from the source page) is printed beside the stalls.
+
 Usage: PYTHONPATH=src python scripts/gpu/stall_sass.py OUTDIR --shape 4,16,4096,128
        [--causal] --runs "g=GLUON=1,...;cudnn=cudnn;fa4=fa4" [--ncu ncu]
+       [--metrics default|NAME,NAME,...]
 """
 
 import argparse
@@ -24,6 +29,20 @@ import sys
 from flashscope.profile.ncu_csv import parse_number
 
 _TOTAL = "Warp Stall Sampling (All Samples)"
+_EXECUTED = "Instructions Executed"
+
+#: (short name, ncu metric): what binds a loop that shares the SM between the tensor
+#: pipe, MUFU (the XU pipe) and the FMA/ALU pipes, and how often a scheduler issues.
+METRICS = (
+    ("tensor%", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"),
+    ("xu%", "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"),
+    ("fma%", "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
+    ("alu%", "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"),
+    ("issue%", "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+    ("eligible", "smsp__warps_eligible.avg.per_cycle_active"),
+    ("GHz", "sm__cycles_elapsed.avg.per_second"),
+    ("us", "gpu__time_duration.sum"),
+)
 
 CHILD = r"""
 import sys, torch
@@ -98,6 +117,31 @@ def top(rows, n: int = 12) -> list:
     return out
 
 
+def metric_values(details_csv: str, names) -> dict:
+    """{metric: value as printed} for the requested metrics in ncu's details page CSV."""
+    rows = csv.DictReader(io.StringIO(details_csv))
+    want = set(names)
+    return {r["Metric Name"]: r["Metric Value"] for r in rows
+            if r.get("Metric Name") in want}
+
+
+def opcode_mix(rows) -> list:
+    """(warp instructions executed, opcode) summed over the source page, largest first;
+    the opcode is the SASS mnemonic without predicate and modifiers past the first dot
+    of HGMMA/MUFU-style names kept whole (MUFU.EX2, HGMMA.64x128x16.F32.BF16)."""
+    if not rows or _EXECUTED not in rows[0]:
+        return []
+    mix = {}
+    for r in rows:
+        words = r.get("Source", "").replace("{", " ").split()
+        words = [w for w in words if not w.startswith("@")]
+        if not words:
+            continue
+        op = words[0] if words[0].startswith(("MUFU", "HGMMA")) else words[0].split(".")[0]
+        mix[op] = mix.get(op, 0.0) + _count(r, _EXECUTED)
+    return sorted(((v, k) for k, v in mix.items()), reverse=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
@@ -105,10 +149,15 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--runs", required=True)
     ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--metrics", default="",
+                    help="'default' (the METRICS table) or comma-separated ncu metrics")
     ap.add_argument("--keep-reports", action="store_true",
                     help="keep the .ncu-rep files (default: only the CSV pages)")
     a = ap.parse_args()
     os.makedirs(a.outdir, exist_ok=True)
+    metrics = ([m for _, m in METRICS] if a.metrics == "default"
+               else [m for m in a.metrics.split(",") if m])
+    short = {m: n for n, m in METRICS}
     child = os.path.join(a.outdir, "_child.py")
     with open(child, "w") as f:
         f.write(CHILD)
@@ -118,6 +167,7 @@ def main():
         cmd = [a.ncu, "--clock-control", "none", "--profile-from-start", "off",
                "--section", "WarpStateStats", "--section", "SourceCounters",
                "--section", "SpeedOfLight",
+               *(["--metrics", ",".join(metrics)] if metrics else []),
                "--launch-skip", "2", "--launch-count", "1", "-f", "-o", rep,
                sys.executable, child, a.shape, str(int(a.causal)), spec]
         p = subprocess.run(cmd, capture_output=True, text=True)
@@ -136,6 +186,15 @@ def main():
         rows = source_rows(pages["source"])
         print(f"== {name} ({spec})")
         print("  by reason:", ", ".join(f"{k} {v:.1%}" for v, k in by_reason(rows)[:8]))
+        if metrics:
+            got = metric_values(pages["details"], metrics)
+            print("  metrics:", ", ".join(f"{short.get(m, m)} {got.get(m, '-')}"
+                                          for m in metrics))
+        mix = opcode_mix(rows)
+        if mix:
+            total = sum(v for v, _ in mix)
+            print(f"  instructions {total:.4g}:", ", ".join(f"{k} {v / total:.1%}"
+                                                        for v, k in mix[:14]))
         for share, addr, sass, why in top(rows):
             print(f"  {share:6.1%} {addr:>8} {sass:<60} {why}")
 

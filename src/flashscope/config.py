@@ -88,9 +88,9 @@ class AttentionConfig(_Knobs):
     Hopper pass split the kernel into a TMA producer warp group and two consumer warp
     groups of BLOCK_M/2 rows each: 12 warps run, 4 of them loading.
 
-    EXP2_POLY (0, 2 or 4): one score column in EXP2_POLY takes its exponential from a
-    degree-3 polynomial on the FMA pipe instead of the special-function unit (MUFU.EX2,
-    16 per SM per clock on sm_80/sm_90); 0 keeps every exponential on MUFU.
+    EXP2_POLY (0, 2 or 4; 8 too with GLUON): one score column in EXP2_POLY takes its
+    exponential from a degree-3 polynomial on the FMA pipe instead of the special-function
+    unit (MUFU.EX2, 16 per SM per clock on sm_80/sm_90); 0 keeps every exponential on MUFU.
 
     OVERLAP issues the next key tile's Q K^T before this tile's softmax (software
     pipelining by hand, as FlashAttention-3 does inside a warp group): two score tiles are
@@ -103,7 +103,7 @@ class AttentionConfig(_Knobs):
     num_stages is its K/V ring depth. Its rules: sm_90, head dim 64 or 128, TMA=1 and
     Q_IN_REGS=0 (wgmma reads Q from shared memory), num_warps=4 (per warpgroup), BLOCK_M
     64, 128 or 192, BLOCK_N 64 or 128, 2..4 stages, no maxnreg (setmaxnreg budgets are set per
-    partition), and neither WARP_SPEC nor EXP2_POLY. Its loop already issues the next
+    partition), and no WARP_SPEC. Its loop already issues the next
     tile's Q K^T with this tile's P V; OVERLAP=1 there pins the softmax exponentials
     ahead of the P V wait (ptxas would otherwise hoist the wait above them), so they run
     under that product (FlashAttention-3's intra-warpgroup overlap).
@@ -253,9 +253,12 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
         for knob in ("PERSISTENT", "PINGPONG"):
             if getattr(cfg, knob):
                 raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
-    if cfg.EXP2_POLY not in (0, 2, 4):
+    polys = (2, 4, 8) if cfg.GLUON else (2, 4)
+    if cfg.EXP2_POLY not in (0, *polys):
+        shown = ", ".join(map(str, polys))
         raise ConfigError(f"EXP2_POLY={cfg.EXP2_POLY}: expected 0 (every exponential on "
-                          "MUFU), 2 or 4 (one score column in 2 or 4 by polynomial)")
+                          f"MUFU) or one of {shown} (one score column in that many by "
+                          "polynomial)" + ("" if cfg.GLUON else "; 8 needs GLUON=1"))
     if cfg.TMA:
         if t.vendor != "nvidia" or t.cc < 90:
             raise ConfigError(f"TMA=1 needs an NVIDIA target of sm_90 or later; {t.name} has "
@@ -301,7 +304,6 @@ _GLUON_RULES = (
     ("Q_IN_REGS", (False,), "wgmma reads Q from shared memory"),
     ("maxnreg", (None,), "register budgets are set per partition with setmaxnreg"),
     ("WARP_SPEC", (False,), "it is warp-specialized by hand"),
-    ("EXP2_POLY", (0,), "not implemented in this variant"),
 )
 
 

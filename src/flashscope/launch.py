@@ -324,7 +324,7 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
                       STAGES=cfg.num_stages, IS_CAUSAL=bool(causal),
                       RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
                       LPT=bool(causal and cfg.PERSISTENT), PINGPONG=bool(cfg.PINGPONG),
-                      OVERLAP=bool(cfg.OVERLAP),
+                      OVERLAP=bool(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
                       CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                       PRODUCER_REGS=SM90_PRODUCER_REGS)
         return grid, args, consts

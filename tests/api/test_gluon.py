@@ -42,7 +42,7 @@ def test_key_and_round_trip():
     ({"TMA": False}, "sm90", 64, "TMA=1"),
     ({"Q_IN_REGS": True}, "sm90", 64, "Q_IN_REGS=0"),
     ({"maxnreg": 128}, "sm90", 64, "maxnreg=None"),
-    ({"EXP2_POLY": 2}, "sm90", 64, "EXP2_POLY=0"),
+    ({"EXP2_POLY": 3}, "sm90", 64, "one of 2, 4, 8"),
     ({"num_stages": 4}, "sm90", 128, "shared memory"),  # 32 + 4 x 64 KB > 227 KB
     ({"BLOCK_M": 64, "PINGPONG": True}, "sm90", 64, "PINGPONG=1 needs two or three"),
 ])
@@ -96,6 +96,25 @@ def test_sm90_binary(D, causal, bm, bn, knobs):
     assert rec.dynamic_shared_bytes >= (bm + 2 * 2 * bn) * D * 2
 
 
+@pytest.mark.parametrize("poly", [2, 4, 8])
+@pytest.mark.parametrize("bm,causal", [(192, False), (128, True)])
+def test_exp2_poly_moves_exponentials_off_mufu(bm, causal, poly):
+    """EXP2_POLY=E: each consumer computes 64 exponentials per thread on the first key tile
+    and 64 per loop iteration, plus 2 row rescale factors; one in E of the 128 leaves
+    MUFU.EX2 for the FMA pipe (its rounding add, 3 FFMA, the exponent LEA), no spills
+    in the non-causal loop."""
+    from flashscope.isa.nvidia import disassemble
+
+    cfg = G.replace(BLOCK_M=bm, num_stages=3, PERSISTENT=True, EXP2_POLY=poly)
+    art = fcompile.build(cfg, "sm90", head_dim=64, causal=causal, return_lse=True)
+    sass = disassemble(art.binary)
+    consumers = bm // 64
+    assert sass.count("MUFU.EX2") == consumers * (128 - 128 // poly + 2)
+    if not causal:
+        (rec,) = records_for([art])
+        assert rec.spill_stores == 0
+
+
 def _exps_under_pv(sass: str) -> list:
     """MUFU.EX2 count between each score wait (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: S_j
     ready, P_{j-1} V_{j-1} may still run) and the next full wait (``gsb0, 0x0``)."""
@@ -139,7 +158,9 @@ def _needs_sm90(device):
 
 
 def _flags(flags: str) -> dict:
-    return {"PINGPONG": "x" in flags, "OVERLAP": "o" in flags}
+    """x PINGPONG, o OVERLAP, eN EXP2_POLY=N."""
+    poly = flags.split("e")[1] if "e" in flags else "0"
+    return {"PINGPONG": "x" in flags, "OVERLAP": "o" in flags, "EXP2_POLY": int(poly)}
 
 
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
@@ -151,10 +172,12 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
 @pytest.mark.parametrize("Nq,Nk,Hkv,D", SHAPES)
 @pytest.mark.parametrize("tiles", [(128, 128, 2, ""), (64, 64, 3, "o"), (128, 64, 4, ""),
                                    (192, 64, 3, "o"), (128, 128, 3, "x"), (192, 64, 2, "x"),
-                                   (128, 128, 3, "xo"), (192, 128, 3, "o")],
+                                   (128, 128, 3, "xo"), (192, 128, 3, "o"),
+                                   (192, 128, 3, "oe4"), (128, 64, 2, "xe2"),
+                                   (128, 128, 3, "e8")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
-    """The tiles' last field: x PINGPONG, o OVERLAP. A tile too large for the head dim
+    """The tiles' last field: x PINGPONG, o OVERLAP, eN EXP2_POLY=N. A tile too large for the head dim
     (192 x 128 with 3 stages needs 240 KB at D = 128) is refused by the config check
     before any launch, and skipped here."""
     _needs_sm90(device)

@@ -31,6 +31,7 @@ def test_list_baselines_gives_reasons(capsys):
     (["--shape", "1,2,64,32", "--dtype", "fp8"], "--dtype 'fp8'"),
     (["--shape", "1,2,64,32", "--mode", "back"], "--mode 'back'"),
     (["--shape", "1,2,64,32", "--only", "sdpa-math", "--baseline", "fa4"], "--baseline 'fa4'"),
+    (["--shape", "1,2,64,32", "--rounds", "0"], "--rounds 0: expected 1 or more"),
     ([], "give --suite"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, needle):
@@ -42,16 +43,19 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, needle):
 @pytest.mark.interpreter
 def test_results_files_are_stamped(tmp_path, capsys):
     argv = ["bench", "--device", "cpu", "--shape", "1,2,40,16", "--causal", "yes",
-            "--dtype", "fp16", "--only", "sdpa-math,flashscope", "--out", str(tmp_path)]
+            "--dtype", "fp16", "--only", "sdpa-math,flashscope", "--rounds", "2",
+            "--out", str(tmp_path)]
     assert main(argv) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
     meta = data["meta"]
     assert meta["command"].startswith("flashscope bench") and meta["date"] and meta["device"]
     assert meta["versions"]["torch"] and meta["versions"]["triton"]
+    assert meta["timer"]["rounds"] == 2
     rows = {r["provider"]: r for r in data["results"]}
     assert rows["flashscope"]["status"] == "ok", rows["flashscope"]["reason"]
     assert rows["flashscope"]["max_rel_error"] <= 2e-3
     assert rows["sdpa-math"]["speedup"] == pytest.approx(1.0)
+    assert len(rows["flashscope"]["ms_rounds"]) == 2
     lines = (tmp_path / "bench.csv").read_text().splitlines()
     assert lines[0].startswith("# date:") and any(x.startswith("# command:") for x in lines)
     table = list(csv.DictReader(x for x in lines if not x.startswith("#")))

@@ -7,6 +7,14 @@ the case itself on two fresh input sets (:func:`flashscope.bench.validate.check_
 memory of one call, the median time of the validated step, and a check of the last timed
 call's output. Any failure leaves the case without a speed number and with the reason.
 
+With ``Timer.rounds = R > 1``, every provider that passed a case is timed R - 1 more times
+once all have had their first, round-robin, the order reversed every other round, and
+its ``ms`` is the median of the R (all kept in ``ms_rounds``). A GPU's clock drifts with
+its temperature and power over a suite (in one H100 measurement the same kernel read
+3.83 ms first and 4.16 ms twenty seconds later), so providers timed one after the other
+once each inherit the drift as a bias; interleaved rounds spread it over all of them.
+Each extra timing's output is checked like the first.
+
 FLOPs (:func:`flashscope.roofline.attention_flops`): 4 B H Nq Nk D, x0.5 when causal,
 x2.5 for the backward, x3.5 for forward+backward. Percent of the copy ceiling uses the
 minimum bytes (:func:`flashscope.roofline.attention_min_bytes`) over the measured time.
@@ -40,6 +48,7 @@ class Result:
     peak_mib: Optional[float] = None
     max_rel_error: Optional[float] = None
     validated_shapes: list = field(default_factory=list)
+    ms_rounds: list = field(default_factory=list)
 
     def row(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "case"}
@@ -84,6 +93,7 @@ class _Runner:
         self.odd_shapes = odd_shapes
         self.log = log
         self.odd_verdict = {}
+        self.kept = {}  # provider -> (step, ref, inputs) of the current case, for rounds
 
     def _validate(self, p, case: Case):
         from .validate import check_step, make_step
@@ -131,6 +141,8 @@ class _Runner:
             peak = peak_memory_mib(step, self.device.type)
             ms = self.timer.time(step)
             err = max(err, check_timed_result(self.timer.last, ref, case, inp))
+            if self.timer.rounds > 1:
+                self.kept[p.name] = (step, ref, inp)
         except ValidationFailure as e:
             return Result(p.name, case, "failed", f"validation at {case.shape}: {e}",
                           validated_shapes=shapes)
@@ -140,15 +152,55 @@ class _Runner:
             return Result(p.name, case, "error", _short(e), validated_shapes=shapes)
         finally:
             self.timer.last = None
-        c = case
+        return self._rate(Result(p.name, case, "ok", ms=ms, peak_mib=peak,
+                                  max_rel_error=err, validated_shapes=shapes, ms_rounds=[ms]))
+
+    def _rate(self, res: Result) -> Result:
+        """Fill the rates derived from ``res.ms``."""
+        c, ms = res.case, res.ms
         flops = attention_flops(c.B, c.H, c.Nq, c.Nk, c.D, c.causal, c.mode)
-        res = Result(p.name, case, "ok", ms=ms, tflops=flops / (ms * 1e-3) / 1e12,
-                     peak_mib=peak, max_rel_error=err, validated_shapes=shapes)
+        res.tflops = flops / (ms * 1e-3) / 1e12
         if self.ceilings is not None:
             res.pct_gemm = 100 * flops / (ms * 1e-3) / self.ceilings.flops
             nbytes = attention_min_bytes(c.B, c.H, c.Nq, c.Nk, c.D, c.Hkv, 2, c.mode)
             res.pct_copy = 100 * nbytes / (ms * 1e-3) / self.ceilings.bandwidth
         return res
+
+    def more_rounds(self, results: list) -> None:
+        """Rounds 2..R over the providers of one case that passed (module docstring)."""
+        import statistics
+
+        from .validate import ValidationFailure, check_timed_result
+
+        ok = [r for r in results if r.status == "ok" and r.provider in self.kept]
+        try:
+            for k in range(1, self.timer.rounds):
+                for r in (ok[::-1] if k % 2 else ok):
+                    if r.status != "ok":
+                        continue
+                    step, ref, inp = self.kept[r.provider]
+                    try:
+                        r.ms_rounds.append(self.timer.time(step))
+                        r.max_rel_error = max(r.max_rel_error, check_timed_result(
+                            self.timer.last, ref, r.case, inp))
+                    except ValidationFailure as e:
+                        _drop(r, "failed", f"validation at {r.case.shape}, round {k + 1}: {e}")
+                    except Exception as e:
+                        _drop(r, "error", f"round {k + 1}: {_short(e)}")
+                    finally:
+                        self.timer.last = None
+        finally:
+            self.kept.clear()
+        for r in ok:
+            if r.status == "ok":
+                r.ms = statistics.median(r.ms_rounds)
+                self._rate(r)
+
+
+def _drop(r: Result, status: str, reason: str) -> None:
+    """A result that failed a later round loses its numbers, like a first-round failure."""
+    r.status, r.reason = status, reason
+    r.ms = r.tflops = r.pct_gemm = r.pct_copy = None
 
 
 def run_bench(cases, providers, *, device="cuda", timer: Optional[Timer] = None,
@@ -170,14 +222,21 @@ def run_bench(cases, providers, *, device="cuda", timer: Optional[Timer] = None,
     avail = {p.name: p.available(dev) for p in providers}
     results = []
     for case in cases:
+        done = []
         for p in providers:
             if avail[p.name]:
                 r = Result(p.name, case, "unavailable", avail[p.name])
             else:
                 r = runner.one(p, case)
-            results.append(r)
-            if log:
+            done.append(r)
+            if log and timer.rounds == 1:
                 log(r)
+        if timer.rounds > 1:
+            runner.more_rounds(done)
+            for r in done:
+                if log:
+                    log(r)
+        results.extend(done)
     by_case = {}
     for r in results:
         by_case.setdefault(r.case, {})[r.provider] = r

@@ -77,7 +77,8 @@ def stamp(device, *, argv=None, baseline=None, ceilings=None, timer=None) -> dic
             "source": ceilings.source},
         "timer": None if timer is None else {
             "cuda_graph": timer.cuda_graph, "warmup_ms": timer.warmup_ms,
-            "rep_ms": timer.rep_ms, "statistic": "median"},
+            "rep_ms": timer.rep_ms, "rounds": timer.rounds,
+            "statistic": "median" if timer.rounds == 1 else "median of round medians"},
     }
 
 

@@ -24,6 +24,7 @@ class Timer:
     warmup_ms: float = 25.0
     rep_ms: float = 100.0
     cpu_reps: int = 5
+    rounds: int = 1
     last: Optional[tuple] = field(default=None, repr=False)
 
     def time(self, step: Callable) -> float:

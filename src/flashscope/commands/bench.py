@@ -60,6 +60,11 @@ def register(sub):
     p.add_argument("--cuda-graph", action="store_true", help="time with do_bench_cudagraph")
     p.add_argument("--warmup-ms", type=float, default=25.0)
     p.add_argument("--rep-ms", type=float, default=100.0)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time every provider of a case this many times, round-robin with "
+                        "the order reversed every other round, and keep the median (the "
+                        "GPU's clock drifts over a run; one pass in a fixed order biases "
+                        "the comparison)")
     p.add_argument("--no-ceilings", action="store_true",
                    help="skip measuring the GEMM and copy ceilings")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
@@ -177,8 +182,10 @@ def run(args) -> int:
 
         console.print("measuring the bf16 GEMM and copy ceilings ...", style="dim")
         ceilings = measure_ceilings("cuda")
+    if args.rounds < 1:
+        raise FlashscopeError(f"--rounds {args.rounds}: expected 1 or more")
     timer = Timer(device=device.type, cuda_graph=args.cuda_graph, warmup_ms=args.warmup_ms,
-                  rep_ms=args.rep_ms)
+                  rep_ms=args.rep_ms, rounds=args.rounds)
 
     def log(r):
         tail = f"{r.tflops:.1f} TFLOP/s" if r.status == "ok" else f"{r.status}: {r.reason}"

@@ -55,7 +55,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-LN2 = gl.constexpr(0.6931471805599453)
+from flashscope.kernels.attention_fwd import (
+    EXP2_C0,
+    EXP2_C1,
+    EXP2_C2,
+    EXP2_C3,
+    LN2,
+    ROUND_MAGIC,
+)
 
 
 @gluon.constexpr_function
@@ -204,6 +211,70 @@ def _masked(s, j, start_m, N_K, mask_from,
 
 
 @gluon.jit
+def _exp2_fma(x):
+    """2^x (x <= 0) on the FMA and ALU pipes: :func:`flashscope.kernels.attention_fwd._exp2_fma`
+    (round to nearest, degree-3 polynomial of the fraction, integer part added to the
+    exponent field; -inf gives 2^-125)."""
+    x = gl.maximum(x, -125.0)
+    t = x + ROUND_MAGIC
+    f = x - (t - ROUND_MAGIC)
+    p = ((EXP2_C3 * f + EXP2_C2) * f + EXP2_C1) * f + EXP2_C0
+    bits = p.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)
+    return bits.to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _halves(x):
+    """[R, C] -> its left and right column halves, [R, C / 2] each (no data moves: in the
+    wgmma accumulator layout both halves of a row sit in the same thread)."""
+    R: gl.constexpr = x.shape[0]
+    C: gl.constexpr = x.shape[1]
+    return gl.split(gl.permute(gl.reshape(x, [R, 2, C // 2]), (0, 2, 1)))
+
+
+@gluon.jit
+def _unhalves(left, right):
+    """The inverse of :func:`_halves`. Layouts built by reshapes are restated in left's
+    (the same placement: join needs the two spelled alike)."""
+    R: gl.constexpr = left.shape[0]
+    C: gl.constexpr = left.shape[1]
+    right = gl.convert_layout(right, left.type.layout)
+    return gl.reshape(gl.permute(gl.join(left, right), (0, 2, 1)), [R, 2 * C])
+
+
+@gluon.jit
+def _softmax_exp2(x, EXP2_POLY: gl.constexpr, layout: gl.constexpr):
+    """2^x over a [64, BLOCK_N] score tile; with EXP2_POLY = E in (2, 4, 8), one column in
+    E takes :func:`_exp2_fma` and the rest MUFU.EX2.
+
+    At D = 64 a 64 x 128 tile needs 8192 exponentials, 512 clocks of the SM's 16 MUFU
+    lanes, the same as the 2.1 MFLOP of its two products on the tensor cores (4096 FLOP
+    per clock), so MUFU and the tensor pipe must both run flat out. The polynomial costs
+    about 7 issue slots per warp instruction where MUFU.EX2 holds its pipe 8 clocks.
+    The odd columns are the candidates (E = 2); E = 4 and 8 take the right half, then the
+    right quarter, of those: all are columns each thread already holds. ``layout``: x's."""
+    if EXP2_POLY == 0:
+        p = gl.exp2(x)
+    else:
+        R: gl.constexpr = x.shape[0]
+        C: gl.constexpr = x.shape[1]
+        even, odd = gl.split(gl.reshape(x, [R, C // 2, 2]))
+        if EXP2_POLY == 2:
+            odd = _exp2_fma(odd)
+        elif EXP2_POLY == 4:
+            left, right = _halves(odd)
+            odd = _unhalves(gl.exp2(left), _exp2_fma(right))
+        else:
+            left, right = _halves(odd)
+            mid, far = _halves(right)
+            odd = _unhalves(gl.exp2(left), _unhalves(gl.exp2(mid), _exp2_fma(far)))
+        odd = gl.convert_layout(odd, even.type.layout)
+        # the same placement as ``layout``, restated so the row sums broadcast against m
+        p = gl.convert_layout(gl.reshape(gl.join(gl.exp2(even), odd), [R, C]), layout)
+    return p
+
+
+@gluon.jit
 def _take_turn(turn, C: gl.constexpr, k, PINGPONG: gl.constexpr):
     """With PINGPONG, wait for consumer C's turn number k (from 0); without, nothing.
     Turns go 0, 1, .., C-1, 0, 1, ..:
@@ -266,7 +337,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
               C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
-              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr):
+              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -309,7 +380,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         s = warpgroup_mma_wait(0, deps=(s,))
         s = _masked(s, 0, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
+        p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_i, 1), EXP2_POLY, s_layout)
         l_i = gl.sum(p, 1)
         p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
@@ -330,7 +401,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
 
             s = _masked(s, j, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+            p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY, s_layout)
             alpha = gl.exp2(m_i - m_new)
             l_i = l_i * alpha + gl.sum(p, 1)
             m_i = m_new
@@ -375,7 +446,8 @@ def _attn_fwd_sm90(
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr,
     HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
-    OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -387,7 +459,8 @@ def _attn_fwd_sm90(
     qk_scale = scale * log2(e) > 0. Q/O descriptors have block (1, 1, 64, D); K/V
     (1, 1, BLOCK_N, D). LPT (persistent causal grids): work tiles sorted by length and
     dealt out in a snake (:func:`_work`, :func:`_slot`); PINGPONG (2-3 consumers): the
-    consumers issue their wgmma in turn (:func:`_take_turn`)."""
+    consumers issue their wgmma in turn (:func:`_take_turn`); EXP2_POLY: one exponential in
+    EXP2_POLY on the FMA pipe (:func:`_softmax_exp2`)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -426,7 +499,7 @@ def _attn_fwd_sm90(
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
                          BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
@@ -436,11 +509,11 @@ def _attn_fwd_sm90(
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
                          BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
@@ -453,13 +526,13 @@ def _attn_fwd_sm90(
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
                          qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
         ], warps, regs)

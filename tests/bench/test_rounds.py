@@ -1,0 +1,74 @@
+"""Timer.rounds: providers of a case timed round-robin, the order reversed every other
+round, each ms the median of its rounds, and every extra timed call checked too."""
+
+import statistics
+
+import pytest
+import torch
+
+from flashscope.bench.harness import run_bench
+from flashscope.bench.providers import provider
+from flashscope.bench.suite import Case
+from flashscope.bench.timing import Timer
+
+from .test_cheats import honest
+
+CASE = Case(1, 2, 40, 40, 16, 2, causal=False, dtype="float16")
+
+
+def _registry(calls, late_cheat_after=None):
+    reg = {}
+
+    def tracked(name):
+        def build(case, opts):
+            fn = honest(case)
+
+            def run(q, k, v):
+                calls.append(name)
+                if late_cheat_after is not None and name == "late" and \
+                        len([c for c in calls if c == name]) > late_cheat_after:
+                    return torch.zeros_like(q)
+                return fn(q, k, v)
+            return run
+        return build
+
+    for name in ("a", "b", "late"):
+        provider(name, description=name, registry=reg)(tracked(name))
+    return reg
+
+
+def test_rounds_interleave_and_take_the_median():
+    calls = []
+    reg = _registry(calls)
+    res, _ = run_bench([CASE], list(reg.values()), device="cpu", odd_shapes=False,
+                       timer=Timer(device="cpu", cpu_reps=1, rounds=3), baseline="a")
+    got = {r.provider: r for r in res}
+    for r in got.values():
+        assert r.status == "ok", r.reason
+        assert len(r.ms_rounds) == 3
+        assert r.ms == pytest.approx(statistics.median(r.ms_rounds))
+        assert r.tflops > 0
+    # the timed calls of rounds 2 and 3 (one per round and provider with cpu_reps=1),
+    # after each provider's validation calls and first timing
+    assert calls[-6:] == ["late", "b", "a", "a", "b", "late"]
+
+
+def test_a_cheat_in_a_later_round_fails_the_case():
+    calls = []
+    # each provider's first round makes 3 calls (2 validation inputs, 1 timed); the cheat
+    # starts on the second round
+    reg = _registry(calls, late_cheat_after=3)
+    res, _ = run_bench([CASE], list(reg.values()), device="cpu", odd_shapes=False,
+                       timer=Timer(device="cpu", cpu_reps=1, rounds=2), baseline="a")
+    got = {r.provider: r for r in res}
+    assert got["a"].status == "ok" and got["b"].status == "ok"
+    late = got["late"]
+    assert late.status == "failed" and "round 2" in late.reason, late.reason
+    assert late.ms is None and late.tflops is None and late.speedup is None
+
+
+def test_one_round_keeps_one_timing():
+    calls = []
+    res, _ = run_bench([CASE], list(_registry(calls).values()), device="cpu",
+                       odd_shapes=False, timer=Timer(device="cpu", cpu_reps=1))
+    assert all(len(r.ms_rounds) == 1 and r.ms == r.ms_rounds[0] for r in res)
