@@ -174,6 +174,43 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def l2_bytes(device) -> int:
+    """L2 cache size of a CUDA device; 50 MB (an H100 SXM) for meta tensors."""
+    if device.type != "cuda":
+        return 50 << 20
+    return _l2_bytes(device_index(device))
+
+
+@functools.lru_cache(maxsize=None)
+def _l2_bytes(index: int) -> int:
+    return torch.cuda.get_device_properties(index).L2_cache_size
+
+
+_LPT_TENSORS: dict = {}
+
+
+def lpt_tensor(q, n_k: int, cfg: AttentionConfig, programs: int):
+    """The persistent causal work list (:func:`flashscope.schedule.lpt_schedule`) for q's
+    shape on q's device, built once per shape and device and kept there."""
+    from .schedule import lpt_schedule, section_heads
+
+    B, H, Nq, D = q.shape
+    n_m = triton_cdiv(Nq, cfg.BLOCK_M)
+    section = section_heads(n_k, D, q.element_size(), l2_bytes(q.device), B * H)
+    key = (q.device, n_m, B * H, cfg.BLOCK_M, cfg.BLOCK_N, n_k, programs, section)
+    t = _LPT_TENSORS.get(key)
+    if t is None:
+        host = lpt_schedule(n_m, B * H, cfg.BLOCK_M, cfg.BLOCK_N, n_k, programs, section)
+        if q.device.type == "meta":
+            t = torch.empty(host.shape, dtype=torch.int32, device="meta")
+        else:
+            t = torch.from_numpy(host.copy()).to(q.device)
+        if len(_LPT_TENSORS) >= 256:
+            _LPT_TENSORS.clear()
+        _LPT_TENSORS[key] = t
+    return t
+
+
 def forward_kernel(cfg: AttentionConfig) -> tuple:
     """(module under flashscope.kernels, function) of the forward kernel a config runs:
     the Gluon Hopper variant for ``GLUON``, else the one Triton body."""
@@ -317,13 +354,17 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
     if cfg.GLUON:
         tiles = triton_cdiv(Nq, cfg.BLOCK_M) * B * H
         grid = (min(tiles, sm_count(q.device)) if cfg.PERSISTENT else tiles,)
+        lpt = bool(causal and cfg.PERSISTENT)
+        sched = (lpt_tensor(q, Nk, cfg, grid[0]) if lpt else
+                 (lse if lse is not None else out))
         args = (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
                 tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64),
-                lse if lse is not None else out, H, H // Hkv, Nq, Nk, B * H, scale * LOG2E)
+                lse if lse is not None else out, sched, H, H // Hkv, Nq, Nk, B * H,
+                scale * LOG2E)
         consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                       STAGES=cfg.num_stages, IS_CAUSAL=bool(causal),
                       RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
-                      LPT=bool(causal and cfg.PERSISTENT), PINGPONG=bool(cfg.PINGPONG),
+                      LPT=lpt, PINGPONG=bool(cfg.PINGPONG),
                       OVERLAP=bool(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
                       CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                       PRODUCER_REGS=SM90_PRODUCER_REGS)

@@ -84,45 +84,43 @@ def _worker_regs(consumers, consumer_regs, producer_regs):
 
 
 @gluon.jit
-def _slot(r, pid, nprog, LPT: gl.constexpr):
-    """Program ``pid``'s position in round ``r`` (tiles r * nprog .. r * nprog + nprog - 1).
-    LPT deals the sorted tiles out back and forth (a snake: 0..P-1, then P-1..0), so the
-    program that drew the heaviest tile of one round draws the lightest of the next, and
-    the per-program sums stay within about one tile of each other."""
+def _count(pid, nprog, total, Sched, LPT: gl.constexpr):
+    """How many work tiles program ``pid`` takes: with LPT, its share of the host's list
+    (:mod:`flashscope.schedule`), else every nprog-th tile from pid."""
     if LPT:
-        if r % 2 == 1:
-            return nprog - 1 - pid
-    return pid
+        n = gl.load(Sched + pid + 1) - gl.load(Sched + pid)
+    else:
+        n = total // nprog + (pid < total % nprog).to(gl.int32)
+    return n
 
 
 @gluon.jit
-def _rounds(pid, nprog, total, LPT: gl.constexpr):
-    """How many work tiles program ``pid`` takes: one per full round, and one in the last,
-    partial round when its position there falls inside the list."""
-    full = total // nprog
-    return full + (_slot(full, pid, nprog, LPT) < total % nprog).to(gl.int32)
+def _tile(r, pid, nprog, Sched, LPT: gl.constexpr):
+    """Program ``pid``'s r-th work tile, pid_bh * n_m + pid_m."""
+    if LPT:
+        t = gl.load(Sched + nprog + 1 + gl.load(Sched + pid) + r)
+    else:
+        t = r * nprog + pid
+    return t
 
 
 @gluon.jit
 def _work(t, n_m, BH, H, GROUP, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr):
-    """Work tile t -> (pid_bh, b, h, kv head, first row, key tiles, first masked key).
+    """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, key
+    tiles, first masked key).
 
     Tiles run in index order on each program, so the order is the schedule. The row
     blocks of one head are adjacent: programs running together share K and V in L2.
     HEAVY_FIRST (causal) reverses them within the head, so the longest blocks start first
     (longest-processing-time first) and the grid ends on short ones. LPT (causal,
-    persistent) sorts the whole list instead: all heads' last row blocks (the most key
-    tiles) first, then the next, ..., dealt out by :func:`_slot`; the programs of one round
-    still read the same key tiles in step, so K and V are shared in L2 across heads."""
-    if LPT:
-        pid_bh = t % BH
-        pid_m = n_m - 1 - t // BH
-    else:
-        pid_bh = t // n_m
-        pid_m = t % n_m
-        if HEAVY_FIRST:
-            pid_m = n_m - 1 - pid_m
+    persistent): the host's list already orders and places the tiles
+    (:mod:`flashscope.schedule`: sections of heads that fit in L2, longest first,
+    assigned greedily)."""
+    pid_bh = t // n_m
+    pid_m = t % n_m
+    if HEAVY_FIRST and not LPT:
+        pid_m = n_m - 1 - pid_m
     off_b = pid_bh // H
     off_h = pid_bh % H
     start_m = pid_m * BLOCK_M
@@ -161,7 +159,7 @@ def _load_v(v_desc, v_smem, v_ready, off_b, off_hkv, j, g,
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-              v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
+              v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_K,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
               LPT: gl.constexpr):
@@ -172,8 +170,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     that tile's output store."""
     g = 0
     i = 0
-    for r in range(0, _rounds(pid, nprog, total, LPT)):
-        t = r * nprog + _slot(r, pid, nprog, LPT)
+    for r in range(0, _count(pid, nprog, total, Sched, LPT)):
+        t = _tile(r, pid, nprog, Sched, LPT)
         _, off_b, off_h, off_hkv, start_m, n_tiles, _ = _work(
             t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         if i > 0:
@@ -275,6 +273,26 @@ def _softmax_exp2(x, EXP2_POLY: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
+def _quad_sums(p):
+    """[64, N] -> [64, 4]: each thread's share of its rows' sums. In the wgmma accumulator
+    layout the four lanes of a quad hold a row's columns 8k + 2c and 8k + 2c + 1 (c the
+    lane in the quad, k = 0 .. N/8 - 1), so summing over k and the pair stays in the
+    thread. The running l is kept this way and summed across the quad (two shuffles and
+    two adds per row) once per work tile instead of once per key tile."""
+    R: gl.constexpr = p.shape[0]
+    N: gl.constexpr = p.shape[1]
+    return gl.sum(gl.sum(gl.reshape(p, [R, N // 8, 4, 2]), 3), 1)
+
+
+@gluon.jit
+def _next_slot(slot, phase, STAGES: gl.constexpr):
+    """The ring slot after ``slot`` and its mbarrier phase (flipped on wrapping): two
+    integer ops a tile where ``(g + j) % 3`` and ``// 3`` cost a wide multiply each."""
+    wrap = (slot == STAGES - 1).to(gl.int32)
+    return slot + 1 - STAGES * wrap, phase ^ wrap
+
+
+@gluon.jit
 def _take_turn(turn, C: gl.constexpr, k, PINGPONG: gl.constexpr):
     """With PINGPONG, wait for consumer C's turn number k (from 0); without, nothing.
     Turns go 0, 1, .., C-1, 0, 1, ..:
@@ -298,12 +316,12 @@ def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.cons
 
 
 @gluon.jit
-def _pin(pin, C: gl.constexpr, l_i):
-    """Store l_i (which depends on every exponential of the tile) to shared memory. ptxas
+def _pin(pin, C: gl.constexpr, l_part):
+    """Store l (which depends on every exponential of the tile) to shared memory. ptxas
     keeps shared-memory stores ahead of a wgmma wait, so the exponentials stay ahead of
     the P V wait too and run under that product; without a store, ptxas hoists the wait
     above them (it places it like any instruction, as early as its block allows)."""
-    pin.index(C).store(l_i)
+    pin.index(C).store(l_part)
 
 
 @gluon.constexpr_function
@@ -333,8 +351,8 @@ def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty, turn,
-              pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K, qk_scale,
-              C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
+              qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr):
@@ -362,8 +380,8 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
     g = 0
     i = 0
     k = 0  # wgmma issue turns taken (counted always, waited on with PINGPONG)
-    for r in range(0, _rounds(pid, nprog, total, LPT)):
-        t = r * nprog + _slot(r, pid, nprog, LPT)
+    for r in range(0, _count(pid, nprog, total, Sched, LPT)):
+        t = _tile(r, pid, nprog, Sched, LPT)
         pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
             t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         row0 = start_m + ROWS * C
@@ -371,7 +389,8 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
 
         # key tile 0: scores, then the first softmax (m starts at its row maximum)
         s_slot = g % STAGES
-        mbarrier.wait(k_ready.index(s_slot), (g // STAGES) & 1)
+        s_phase = (g // STAGES) & 1
+        mbarrier.wait(k_ready.index(s_slot), s_phase)
         kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         _take_turn(turn, C, k, PINGPONG)
         s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
@@ -381,16 +400,17 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         s = _masked(s, 0, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
         p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_i, 1), EXP2_POLY, s_layout)
-        l_i = gl.sum(p, 1)
+        l_part = _quad_sums(p)
         p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
         for j in range(1, n_tiles):
-            s_slot = (g + j) % STAGES
-            v_slot = (g + j - 1) % STAGES
-            mbarrier.wait(k_ready.index(s_slot), ((g + j) // STAGES) & 1)
+            v_slot = s_slot
+            v_phase = s_phase
+            s_slot, s_phase = _next_slot(s_slot, s_phase, STAGES)
+            mbarrier.wait(k_ready.index(s_slot), s_phase)
             kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            mbarrier.wait(v_ready.index(v_slot), ((g + j - 1) // STAGES) & 1)
+            mbarrier.wait(v_ready.index(v_slot), v_phase)
             v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
             _take_turn(turn, C, k, PINGPONG)
             s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
@@ -403,18 +423,20 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY, s_layout)
             alpha = gl.exp2(m_i - m_new)
-            l_i = l_i * alpha + gl.sum(p, 1)
+            l_part = l_part * gl.expand_dims(
+                gl.convert_layout(alpha, gl.SliceLayout(1, l_part.type.layout)), 1) \
+                + _quad_sums(p)
             m_i = m_new
 
             if OVERLAP:
-                _pin(pin, C, l_i)
+                _pin(pin, C, l_part)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(kv_empty.index(v_slot), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             p_op = _p_operand(p, dtype, p_layout)
 
-        last = (g + n_tiles - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((g + n_tiles - 1) // STAGES) & 1)
+        last = s_slot
+        mbarrier.wait(v_ready.index(last), s_phase)
         v = v_smem.index(last).reshape([BLOCK_N, HEAD_DIM])
         _take_turn(turn, C, k, PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
@@ -423,6 +445,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         mbarrier.arrive(kv_empty.index(last), count=1)
 
+        l_i = gl.sum(l_part, 1)  # the quad's shares, once per work tile
         out = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
         # this consumer's Q slot is free (its QK^T products completed): stage Out there,
         # and hand the slot back for the next Q once the TMA store has read it
@@ -431,7 +454,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], q_slot)
         if RETURN_LSE:
             rows = row0 + gl.arange(0, ROWS, layout=row_s)
-            lse = (m_i + gl.log2(l_i)) * LN2
+            lse = (m_i + gl.log2(gl.convert_layout(l_i, row_s))) * LN2
             gl.store(Lse + pid_bh.to(gl.int64) * N_Q + rows, lse, mask=rows < N_Q)
         tma.store_wait(0)
         mbarrier.arrive(q_empty.index(C), count=1)
@@ -441,7 +464,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
 
 @gluon.jit
 def _attn_fwd_sm90(
-    q_desc, k_desc, v_desc, o_desc, Lse,
+    q_desc, k_desc, v_desc, o_desc, Lse, Sched,
     H, GROUP, N_Q, N_K, BH, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr,
@@ -457,8 +480,9 @@ def _attn_fwd_sm90(
     1-warp worker with PRODUCER_REGS. Three: the producer in the default partition (it
     keeps what the workers leave, 32 registers), the consumers 4-warp workers.
     qk_scale = scale * log2(e) > 0. Q/O descriptors have block (1, 1, 64, D); K/V
-    (1, 1, BLOCK_N, D). LPT (persistent causal grids): work tiles sorted by length and
-    dealt out in a snake (:func:`_work`, :func:`_slot`); PINGPONG (2-3 consumers): the
+    (1, 1, BLOCK_N, D). LPT (persistent causal grids): each program runs its share of the
+    host's work list ``Sched`` (int32, :func:`flashscope.schedule.lpt_schedule`; unread
+    otherwise); PINGPONG (2-3 consumers): the
     consumers issue their wgmma in turn (:func:`_take_turn`); EXP2_POLY: one exponential in
     EXP2_POLY on the FMA pipe (:func:`_softmax_exp2`)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
@@ -479,8 +503,8 @@ def _attn_fwd_sm90(
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    pin = gl.allocate_shared_memory(gl.float32, [CONSUMERS, 64],
-                                    gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    pin = gl.allocate_shared_memory(gl.float32, [CONSUMERS, 64, 4],
+                                    gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
     for c in gl.static_range(CONSUMERS):
         mbarrier.init(q_ready.index(c), count=1)
         mbarrier.init(q_empty.index(c), count=1)
@@ -497,42 +521,45 @@ def _attn_fwd_sm90(
     if CONSUMERS == 1:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
-                         qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+                         N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
                          RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
-                         k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
-                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
+                         k_ready, v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H,
+                         GROUP, N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
+                         HEAVY_FIRST, LPT)),
         ], warps, regs)
     elif CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
-                         qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+                         N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
                          RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
-                         qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+                         N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
                          RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
-                         k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
-                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
+                         k_ready, v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H,
+                         GROUP, N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
+                         HEAVY_FIRST, LPT)),
         ], warps, regs)
     else:
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
-                         k_ready, v_ready, kv_empty, pid, nprog, total, n_m, BH, H, GROUP, N_K,
-                         BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
+                         k_ready, v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H,
+                         GROUP, N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
+                         HEAVY_FIRST, LPT)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
-                         qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+                         N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
                          RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
-                         qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+                         N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
                          RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
-                         qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
+                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+                         N_Q, N_K, qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
                          RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
         ], warps, regs)
