@@ -109,7 +109,8 @@ class AttentionConfig(_Knobs):
     under that product (FlashAttention-3's intra-warpgroup overlap).
     PERSISTENT (GLUON only) launches one program per SM, each looping over work tiles, so
     the K/V loads of the next tile start under the previous tile's epilogue; causal grids
-    then take the tiles longest first, dealt out back and forth across the programs.
+    then run a work list built on the host (:mod:`flashscope.schedule`: L2-sized sections
+    of heads, longest row blocks first, each placed on the least-loaded program).
     PINGPONG (GLUON, BLOCK_M >= 128) makes the consumer warpgroups issue their wgmma in
     turn, so one's softmax runs while the others' products hold the tensor cores
     (FlashAttention-3's ping-pong schedule).
