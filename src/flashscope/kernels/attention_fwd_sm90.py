@@ -55,14 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from flashscope.kernels.attention_fwd import (
-    EXP2_C0,
-    EXP2_C1,
-    EXP2_C2,
-    EXP2_C3,
-    LN2,
-    ROUND_MAGIC,
-)
+from flashscope.kernels.attention_fwd import LN2, _exp2_fma
 
 
 @gluon.constexpr_function
@@ -209,19 +202,6 @@ def _masked(s, j, start_m, N_K, mask_from,
 
 
 @gluon.jit
-def _exp2_fma(x):
-    """2^x (x <= 0) on the FMA and ALU pipes: :func:`flashscope.kernels.attention_fwd._exp2_fma`
-    (round to nearest, degree-3 polynomial of the fraction, integer part added to the
-    exponent field; -inf gives 2^-125)."""
-    x = gl.maximum(x, -125.0)
-    t = x + ROUND_MAGIC
-    f = x - (t - ROUND_MAGIC)
-    p = ((EXP2_C3 * f + EXP2_C2) * f + EXP2_C1) * f + EXP2_C0
-    bits = p.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)
-    return bits.to(gl.float32, bitcast=True)
-
-
-@gluon.jit
 def _halves(x):
     """[R, C] -> its left and right column halves, [R, C / 2] each (no data moves: in the
     wgmma accumulator layout both halves of a row sit in the same thread)."""
@@ -243,7 +223,8 @@ def _unhalves(left, right):
 @gluon.jit
 def _softmax_exp2(x, EXP2_POLY: gl.constexpr, layout: gl.constexpr):
     """2^x over a [64, BLOCK_N] score tile; with EXP2_POLY = E in (2, 4, 8), one column in
-    E takes :func:`_exp2_fma` and the rest MUFU.EX2.
+    E takes :func:`flashscope.kernels.attention_fwd._exp2_fma` (the Triton kernel's, called
+    from here as is) and the rest MUFU.EX2.
 
     At D = 64 a 64 x 128 tile needs 8192 exponentials, 512 clocks of the SM's 16 MUFU
     lanes, the same as the 2.1 MFLOP of its two products on the tensor cores (4096 FLOP
