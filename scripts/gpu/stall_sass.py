@@ -126,9 +126,9 @@ def metric_values(details_csv: str, names) -> dict:
 
 
 def opcode_mix(rows) -> list:
-    """(warp instructions executed, opcode) summed over the source page, largest first;
-    the opcode is the SASS mnemonic without predicate and modifiers past the first dot
-    of HGMMA/MUFU-style names kept whole (MUFU.EX2, HGMMA.64x128x16.F32.BF16)."""
+    """(warp instructions executed, opcode) summed over the source page, largest first.
+    The opcode is the mnemonic without its predicate, cut at the first dot (FADD.FTZ ->
+    FADD), except MUFU and HGMMA, kept whole (MUFU.EX2, HGMMA.64x128x16.F32.BF16)."""
     if not rows or _EXECUTED not in rows[0]:
         return []
     mix = {}

@@ -16,6 +16,7 @@ import torch
 from . import kernels
 from .config import AttentionBwdConfig, AttentionConfig, head_dim_pad
 from .errors import ConfigError
+from .schedule import lpt_schedule, section_heads
 
 LOG2E = 1.4426950408889634
 #: setmaxnreg budgets of the Gluon Hopper variant by consumer warpgroups: with a
@@ -192,8 +193,6 @@ _LPT_TENSORS: dict = {}
 def lpt_tensor(q, n_k: int, cfg: AttentionConfig, programs: int):
     """The persistent causal work list (:func:`flashscope.schedule.lpt_schedule`) for q's
     shape on q's device, built once per shape and device and kept there."""
-    from .schedule import lpt_schedule, section_heads
-
     B, H, Nq, D = q.shape
     n_m = triton_cdiv(Nq, cfg.BLOCK_M)
     section = section_heads(n_k, D, q.element_size(), l2_bytes(q.device), B * H)
