@@ -228,8 +228,9 @@ def _softmax_exp2(x, EXP2_POLY: gl.constexpr, layout: gl.constexpr):
 
     At D = 64 a 64 x 128 tile needs 8192 exponentials, 512 clocks of the SM's 16 MUFU
     lanes, the same as the 2.1 MFLOP of its two products on the tensor cores (4096 FLOP
-    per clock), so MUFU and the tensor pipe must both run flat out. The polynomial costs
-    about 7 issue slots per warp instruction where MUFU.EX2 holds its pipe 8 clocks.
+    per clock), so MUFU and the tensor pipe must both run flat out. The polynomial takes
+    8 instructions (clamp, 3 FADD, 3 FFMA, LEA) where MUFU.EX2 takes one that holds its
+    pipe 8 clocks; on the H100 every share of it lost (run 35 of the performance record).
     The odd columns are the candidates (E = 2); E = 4 and 8 take the right half, then the
     right quarter, of those: all are columns each thread already holds. ``layout``: x's."""
     if EXP2_POLY == 0:
