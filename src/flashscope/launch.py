@@ -161,7 +161,7 @@ def sm_count(device) -> int:
     H100 SXM) for meta tensors, which only compile."""
     if device.type != "cuda":
         return 132
-    return _sm_count(device_index(device))
+    return _properties(device_index(device)).multi_processor_count
 
 
 def device_index(device) -> int:
@@ -171,43 +171,33 @@ def device_index(device) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+def _properties(index: int):
+    """torch's properties of CUDA device ``index``, asked of the driver once per process."""
+    return torch.cuda.get_device_properties(index)
 
 
 def l2_bytes(device) -> int:
     """L2 cache size of a CUDA device; 50 MB (an H100 SXM) for meta tensors."""
     if device.type != "cuda":
         return 50 << 20
-    return _l2_bytes(device_index(device))
-
-
-@functools.lru_cache(maxsize=None)
-def _l2_bytes(index: int) -> int:
-    return torch.cuda.get_device_properties(index).L2_cache_size
-
-
-_LPT_TENSORS: dict = {}
+    return _properties(device_index(device)).L2_cache_size
 
 
 def lpt_tensor(q, n_k: int, cfg: AttentionConfig, programs: int):
     """The persistent causal work list (:func:`flashscope.schedule.lpt_schedule`) for q's
     shape on q's device, built once per shape and device and kept there."""
     B, H, Nq, D = q.shape
-    n_m = triton_cdiv(Nq, cfg.BLOCK_M)
     section = section_heads(n_k, D, q.element_size(), l2_bytes(q.device), B * H)
-    key = (q.device, n_m, B * H, cfg.BLOCK_M, cfg.BLOCK_N, n_k, programs, section)
-    t = _LPT_TENSORS.get(key)
-    if t is None:
-        host = lpt_schedule(n_m, B * H, cfg.BLOCK_M, cfg.BLOCK_N, n_k, programs, section)
-        if q.device.type == "meta":
-            t = torch.empty(host.shape, dtype=torch.int32, device="meta")
-        else:
-            t = torch.from_numpy(host.copy()).to(q.device)
-        if len(_LPT_TENSORS) >= 256:
-            _LPT_TENSORS.clear()
-        _LPT_TENSORS[key] = t
-    return t
+    return _lpt_on_device(q.device, triton_cdiv(Nq, cfg.BLOCK_M), B * H, cfg.BLOCK_M,
+                          cfg.BLOCK_N, n_k, programs, section)
+
+
+@functools.lru_cache(maxsize=256)
+def _lpt_on_device(device, n_m, bh, block_m, block_n, n_k, programs, section):
+    host = lpt_schedule(n_m, bh, block_m, block_n, n_k, programs, section)
+    if device.type == "meta":
+        return torch.empty(host.shape, dtype=torch.int32, device="meta")
+    return torch.from_numpy(host.copy()).to(device)
 
 
 def forward_kernel(cfg: AttentionConfig) -> tuple:
@@ -354,12 +344,11 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
         tiles = triton_cdiv(Nq, cfg.BLOCK_M) * B * H
         grid = (min(tiles, sm_count(q.device)) if cfg.PERSISTENT else tiles,)
         lpt = bool(causal and cfg.PERSISTENT)
-        sched = (lpt_tensor(q, Nk, cfg, grid[0]) if lpt else
-                 (lse if lse is not None else out))
+        lse_arg = lse if lse is not None else out
+        sched = lpt_tensor(q, Nk, cfg, grid[0]) if lpt else lse_arg  # unread without LPT
         args = (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
                 tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64),
-                lse if lse is not None else out, sched, H, H // Hkv, Nq, Nk, B * H,
-                scale * LOG2E)
+                lse_arg, sched, H, H // Hkv, Nq, Nk, B * H, scale * LOG2E)
         consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                       STAGES=cfg.num_stages, IS_CAUSAL=bool(causal),
                       RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),

@@ -464,9 +464,9 @@ def _attn_fwd_sm90(
     qk_scale = scale * log2(e) > 0. Q/O descriptors have block (1, 1, 64, D); K/V
     (1, 1, BLOCK_N, D). LPT (persistent causal grids): each program runs its share of the
     host's work list ``Sched`` (int32, :func:`flashscope.schedule.lpt_schedule`; unread
-    otherwise); PINGPONG (2-3 consumers): the
-    consumers issue their wgmma in turn (:func:`_take_turn`); EXP2_POLY: one exponential in
-    EXP2_POLY on the FMA pipe (:func:`_softmax_exp2`)."""
+    otherwise); PINGPONG (2-3 consumers): the consumers issue their wgmma in turn
+    (:func:`_take_turn`); EXP2_POLY: one exponential in EXP2_POLY on the FMA pipe
+    (:func:`_softmax_exp2`)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
