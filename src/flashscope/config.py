@@ -114,6 +114,9 @@ class AttentionConfig(_Knobs):
     PINGPONG (GLUON, BLOCK_M >= 128) makes the consumer warpgroups issue their wgmma in
     turn, so one's softmax runs while the others' products hold the tensor cores
     (FlashAttention-3's ping-pong schedule).
+    LAZY_RESCALE (GLUON) keeps a row's running maximum until a key tile raises it by more
+    than 8 (base 2, a factor 256), so most tiles skip the O *= alpha rescale; a warp runs
+    it only when one of its rows moved that far (FlashAttention-4's conditional rescaling).
     """
 
     BLOCK_M: int = 128
@@ -130,6 +133,7 @@ class AttentionConfig(_Knobs):
     GLUON: bool = False
     PERSISTENT: bool = False
     PINGPONG: bool = False
+    LAZY_RESCALE: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -140,11 +144,12 @@ class AttentionConfig(_Knobs):
                 + (f"e{self.EXP2_POLY}" if self.EXP2_POLY else "")
                 + ("o" if self.OVERLAP else "") + ("g" if self.GLUON else "")
                 + ("p" if self.PERSISTENT else "")
-                + ("x" if self.PINGPONG else ""))
+                + ("x" if self.PINGPONG else "")
+                + ("l" if self.LAZY_RESCALE else ""))
 
 
 _BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "OVERLAP", "GLUON", "PERSISTENT",
-               "PINGPONG")
+               "PINGPONG", "LAZY_RESCALE")
 
 
 def _coerce(key, value):
@@ -251,7 +256,7 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
     if cfg.GLUON:
         _check_gluon(cfg, t, head_dim)
     else:
-        for knob in ("PERSISTENT", "PINGPONG"):
+        for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE"):
             if getattr(cfg, knob):
                 raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
     polys = (2, 4, 8) if cfg.GLUON else (2, 4)

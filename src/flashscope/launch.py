@@ -354,6 +354,7 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
                       RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
                       LPT=lpt, PINGPONG=bool(cfg.PINGPONG),
                       OVERLAP=bool(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
+                      RESCALE_TAU=8 if cfg.LAZY_RESCALE else 0,
                       CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                       PRODUCER_REGS=SM90_PRODUCER_REGS)
         return grid, args, consts

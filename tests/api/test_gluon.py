@@ -16,7 +16,10 @@ from flashscope.config import check_config
 from flashscope.errors import ConfigError
 from flashscope.isa.read import records_for
 
-from .test_forward import run_case
+from flashscope.testing.inputs import make_qkv
+from flashscope.testing.reference import ERROR_BOUND, reference_attention, rel_error
+
+from .test_forward import reference_lse, run_case
 
 G = AttentionConfig(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, Q_IN_REGS=False,
                     TMA=True, GLUON=True)
@@ -115,6 +118,45 @@ def test_exp2_poly_moves_exponentials_off_mufu(bm, causal, poly):
         assert rec.spill_stores == 0
 
 
+def _rescale_blocks(sass: str) -> list:
+    """For each ``VOTE.ANY P, ..``: (the first branch on P after it, within 64
+    instructions, or None; the FMULs in a row after that branch). ptxas hoists the vote
+    among the exponentials; the branch stays after them."""
+    ops = [line.split("*/", 1)[1].strip().rstrip(" ;").split(" ")
+           for line in sass.splitlines() if line.strip().startswith("/*") and "*/" in line]
+    blocks = []
+    for i, op in enumerate(ops):
+        if op[0] == "VOTE.ANY":
+            pred = op[1].rstrip(",")
+            b = next((j for j in range(i + 1, min(i + 65, len(ops)))
+                      if ops[j][:2] == [f"@!{pred}", "BRA"]), None)
+            n = 0
+            while b is not None and b + 1 + n < len(ops) and ops[b + 1 + n][0] == "FMUL":
+                n += 1
+            blocks.append((b is not None, n))
+    return blocks
+
+
+@pytest.mark.parametrize("D,bm,causal,knobs", [
+    (64, 192, False, {}), (128, 128, False, {"OVERLAP": True, "PINGPONG": True}),
+    (64, 128, True, {"OVERLAP": True})])
+def test_lazy_rescale_branches_over_the_rescale(D, bm, causal, knobs):
+    """LAZY_RESCALE=1: in each consumer's loop the D / 2 accumulator FMULs per thread of
+    O *= alpha sit behind one warp vote and a uniform branch that jumps over them; without
+    it there is no vote."""
+    from flashscope.isa.nvidia import disassemble
+
+    cfg = G.replace(BLOCK_M=bm, num_stages=3, PERSISTENT=True, **knobs)
+    for lazy in (False, True):
+        art = fcompile.build(cfg.replace(LAZY_RESCALE=lazy), "sm90", head_dim=D,
+                             causal=causal, return_lse=True)
+        blocks = _rescale_blocks(disassemble(art.binary))
+        if not lazy:
+            assert blocks == []
+            continue
+        assert blocks == [(True, D // 2)] * (bm // 64), blocks
+
+
 def _exps_under_pv(sass: str) -> list:
     """MUFU.EX2 count between each score wait (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: S_j
     ready, P_{j-1} V_{j-1} may still run) and the next full wait (``gsb0, 0x0``)."""
@@ -158,9 +200,10 @@ def _needs_sm90(device):
 
 
 def _flags(flags: str) -> dict:
-    """x PINGPONG, o OVERLAP, eN EXP2_POLY=N."""
+    """x PINGPONG, o OVERLAP, l LAZY_RESCALE, eN EXP2_POLY=N."""
     poly = flags.split("e")[1] if "e" in flags else "0"
-    return {"PINGPONG": "x" in flags, "OVERLAP": "o" in flags, "EXP2_POLY": int(poly)}
+    return {"PINGPONG": "x" in flags, "OVERLAP": "o" in flags, "LAZY_RESCALE": "l" in flags,
+            "EXP2_POLY": int(poly)}
 
 
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
@@ -174,10 +217,11 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
                                    (192, 64, 3, "o"), (128, 128, 3, "x"), (192, 64, 2, "x"),
                                    (128, 128, 3, "xo"), (192, 128, 3, "o"),
                                    (192, 128, 3, "oe4"), (128, 64, 2, "xe2"),
-                                   (128, 128, 3, "e8")],
+                                   (128, 128, 3, "e8"), (192, 128, 3, "l"),
+                                   (128, 128, 3, "xol"), (128, 64, 2, "l")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
-    """The tiles' last field: x PINGPONG, o OVERLAP, eN EXP2_POLY=N. A tile too large for the head dim
+    """The tiles' last field: x PINGPONG, o OVERLAP, l LAZY_RESCALE, eN EXP2_POLY=N. A tile too large for the head dim
     (192 x 128 with 3 stages needs 240 KB at D = 128) is refused by the config check
     before any launch, and skipped here."""
     _needs_sm90(device)
@@ -197,7 +241,8 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
 @pytest.mark.parametrize("programs", [1, 3, 7])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("tiles", [(128, 128, 3, "o"), (192, 64, 2, ""), (128, 64, 2, "x"),
-                                   (192, 128, 2, "x"), (128, 128, 3, "xo")],
+                                   (192, 128, 2, "x"), (128, 128, 3, "xo"),
+                                   (192, 128, 2, "l")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,
@@ -211,6 +256,35 @@ def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, caus
     for Nq, Nk, Hkv, D in [(300, 333, 2, 128), (513, 257, 4, 64)]:
         run_case(device, B=2, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
                  dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D,tiles", [(64, (192, 128, 3, "ol")), (128, (128, 128, 3, "xol")),
+                                     (64, (128, 64, 2, "l")), (128, (64, 64, 3, "l"))],
+                         ids=lambda t: t if isinstance(t, int) else "m{}n{}s{}{}".format(*t))
+def test_lazy_rescale_follows_rising_scores(device, causal, D, tiles):
+    """LAZY_RESCALE where it must rescale: key norms grow 12-fold along the sequence and
+    queries are tripled, so each row's maximum climbs by tens (base 2) over several key
+    tiles, by different amounts in the rows of one warp. A warp that skipped the rescale
+    of a row whose maximum moved would scale that row's earlier tiles wrongly; a row
+    whose exponentials ran against a stale maximum beyond the threshold would overflow."""
+    _needs_sm90(device)
+    bm, bn, st, flags = tiles
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PERSISTENT=True, **_flags(flags))
+    B, H, Hkv, Nq, Nk = 2, 4, 2, 300, 1000
+    q, k, v = make_qkv(device, B, H, Nq, Nk, D, Hkv=Hkv, dtype=torch.bfloat16, bnhd=False)
+    q = q * 3
+    k = (k * torch.linspace(0.5, 6.0, Nk, device=device)[:, None]).to(k.dtype)
+    out = torch.full_like(q, float("nan"))
+    out, lse = launch.forward(q, k, v, causal=causal, scale=D ** -0.5, cfg=cfg,
+                              return_lse=True, out=out)
+    ref = reference_attention(q, k, v, is_causal=causal)
+    assert not torch.isnan(out).any()
+    err = rel_error(out, ref)
+    assert err <= ERROR_BOUND[torch.bfloat16], f"relative error {err:.2e} ({cfg.key})"
+    ref_lse = reference_lse(q, k, is_causal=causal, scale=D ** -0.5)
+    assert (lse.double() - ref_lse).abs().max().item() < 2e-3
 
 
 @pytest.mark.gpu

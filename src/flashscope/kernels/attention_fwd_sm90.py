@@ -19,7 +19,11 @@ explicitly, as FlashAttention-3 does (Shah et al., 2024, "intra-warpgroup overla
     O += P_{T-1} V_{T-1};  out = O / l_{T-1}
 
 so the exponentials of tile j can overlap the P V product of tile j-1 on the tensor
-cores. The ptxas in Triton 3.6's wheel (CUDA 12.8) places the ``wait(0)`` as early as its
+cores. With RESCALE_TAU = t > 0 a row keeps m_{j-1} unless m_j exceeds it by more than t
+(base 2): P_j = 2^(S_j c - m) then stays below 2^t, the sums and O are exact in the kept
+maximum, and a_j = 1, so the O *= a_j above is skipped by every warp none of whose rows
+moved that far (:func:`_lazy_rescale`). After the first few key tiles of a row that is
+nearly every tile: at D = 128 it takes 64 FMULs per thread out of the tile's tail. The ptxas in Triton 3.6's wheel (CUDA 12.8) places the ``wait(0)`` as early as its
 block allows, ahead of the exponentials; OVERLAP stores l_j to shared memory just before
 the wait (:func:`_pin`), which ptxas keeps in order, and so keeps the exponentials under
 the product (the performance record, runs 17-22, shows the SASS both ways). Without
@@ -331,13 +335,53 @@ def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
     return gl.convert_layout(gl.reshape(pair, [R, C]), layout)
 
 
+@gluon.constexpr_function
+def _lazy_rescale_asm(n):
+    """PTX of :func:`_lazy_rescale` over n accumulator values ($0..$n-1, tied to inputs
+    $n..$2n-1) and their rows' factors ($2n..$3n-1)."""
+    a = 2 * n
+    lines = ["{", ".reg .pred p;",
+             f"setp.lt.f32 p, ${a}, 0f3F800000;",
+             f"setp.lt.or.f32 p, ${a + 2}, 0f3F800000, p;",
+             "vote.sync.any.pred p, p, 0xffffffff;",
+             "@!p bra.uni SKIP;"]
+    lines += [f"mul.f32 ${i}, ${i}, ${a + i};" for i in range(n)]
+    lines += ["SKIP:", "}"]
+    return "\n".join(lines)
+
+
+@gluon.constexpr_function
+def _lazy_rescale_constraints(n):
+    return ",".join(["=f"] * n + [str(i) for i in range(n)] + ["f"] * n)
+
+
+@gluon.jit
+def _lazy_rescale(acc, alpha):
+    """acc * alpha[:, None] ([64, D] accumulator, alpha per row, 1 where the row kept its
+    maximum), skipped by every warp none of whose rows has alpha < 1.
+
+    Each thread holds two rows of the wgmma accumulator layout (elements 0-1 are row r,
+    2-3 row r + 8, then the pattern repeats every 8 columns), so its elements 0 and 2
+    give its rows' factors; ``vote.any`` makes the test warp-uniform and ``bra.uni``
+    jumps over the D/2 multiplies. One asm block holds all of a thread's elements, each
+    output tied to its input, so nothing is copied when the jump is taken. A branch in
+    Gluon itself would need a scalar condition, a reduction across the warpgroup
+    through shared memory (two ``bar.sync`` a tile); that version measured no better
+    (run 45 of the performance record)."""
+    N: gl.constexpr = acc.shape[1] // 2
+    a = gl.convert_layout(gl.expand_dims(alpha, 1), acc.type.layout) + gl.zeros_like(acc)
+    return gl.inline_asm_elementwise(_lazy_rescale_asm(N), _lazy_rescale_constraints(N),
+                                     [acc, a], dtype=gl.float32, is_pure=True, pack=N)
+
+
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty, turn,
               pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
               qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
-              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr):
+              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
+              RESCALE_TAU: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -403,6 +447,9 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
 
             s = _masked(s, j, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            if RESCALE_TAU > 0:
+                # a row keeps its old maximum unless the tile raises it by more than TAU
+                m_new = gl.where(m_new - m_i > RESCALE_TAU, m_new, m_i)
             p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY, s_layout)
             alpha = gl.exp2(m_i - m_new)
             l_part = l_part * gl.expand_dims(
@@ -414,7 +461,10 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
                 _pin(pin, C, l_part)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(kv_empty.index(v_slot), count=1)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            if RESCALE_TAU > 0:
+                acc = _lazy_rescale(acc, gl.convert_layout(alpha, row_o))
+            else:
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             p_op = _p_operand(p, dtype, p_layout)
 
         last = s_slot
@@ -451,8 +501,8 @@ def _attn_fwd_sm90(
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr,
     HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
-    OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr,
+    OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -466,7 +516,8 @@ def _attn_fwd_sm90(
     host's work list ``Sched`` (int32, :func:`flashscope.schedule.lpt_schedule`; unread
     otherwise); PINGPONG (2-3 consumers): the consumers issue their wgmma in turn
     (:func:`_take_turn`); EXP2_POLY: one exponential in EXP2_POLY on the FMA pipe
-    (:func:`_softmax_exp2`)."""
+    (:func:`_softmax_exp2`); RESCALE_TAU > 0: the row maximum moves only by more than
+    that (the module docstring)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -505,7 +556,8 @@ def _attn_fwd_sm90(
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
                          N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
+                         RESCALE_TAU)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H,
                          GROUP, N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
@@ -516,11 +568,13 @@ def _attn_fwd_sm90(
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
                          N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
+                         RESCALE_TAU)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
                          N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
+                         RESCALE_TAU)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                          k_ready, v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H,
                          GROUP, N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
@@ -535,13 +589,16 @@ def _attn_fwd_sm90(
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
                          N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
+                         RESCALE_TAU)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
                          N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
+                         RESCALE_TAU)),
             (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
                          turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
                          N_Q, N_K, qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY)),
+                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
+                         RESCALE_TAU)),
         ], warps, regs)
