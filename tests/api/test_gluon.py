@@ -17,6 +17,7 @@ from flashscope.errors import ConfigError
 from flashscope.isa.read import records_for
 
 from flashscope.testing.inputs import make_qkv
+from flashscope.tuned import load_tuned, lookup
 from flashscope.testing.reference import ERROR_BOUND, reference_attention, rel_error
 
 from .test_forward import reference_lse, run_case
@@ -221,9 +222,9 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
                                    (128, 128, 3, "xol"), (128, 64, 2, "l")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
-    """The tiles' last field: x PINGPONG, o OVERLAP, l LAZY_RESCALE, eN EXP2_POLY=N. A tile too large for the head dim
-    (192 x 128 with 3 stages needs 240 KB at D = 128) is refused by the config check
-    before any launch, and skipped here."""
+    """The tiles' last field: x PINGPONG, o OVERLAP, l LAZY_RESCALE, eN EXP2_POLY=N. A
+    tile too large for the head dim (192 x 128 with 3 stages needs 240 KB at D = 128) is
+    refused by the config check before any launch, and skipped here."""
     _needs_sm90(device)
     bm, bn, st, flags = tiles
     cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, **_flags(flags))
@@ -285,6 +286,26 @@ def test_lazy_rescale_follows_rising_scores(device, causal, D, tiles):
     assert err <= ERROR_BOUND[torch.bfloat16], f"relative error {err:.2e} ({cfg.key})"
     ref_lse = reference_lse(q, k, is_causal=causal, scale=D ** -0.5)
     assert (lse.double() - ref_lse).abs().max().item() < 2e-3
+
+
+# lengths inside each class of the tuned file, none a tile multiple
+_CLASS_SHAPES = {"le1k": (1000, 777), "le4k": (2049, 3001), "le16k": (4500, 9001)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("entry", sorted(load_tuned("sm90")), ids=lambda e: "-".join(map(str, e)))
+def test_shipped_sm90_entries_match_reference(device, entry):
+    """Each entry of the shipped sm90 tuned file, taken by the public API for a problem in
+    its key-length class (Nq != Nk, GQA), against the float64 reference with the output
+    poisoned: the defaults that the benchmarks time are the ones tested."""
+    _needs_sm90(device)
+    dtype, D, causal, cls = entry
+    Nq, Nk = _CLASS_SHAPES[cls]
+    cfg, tuned, _ = lookup("sm90", dtype, D, causal, Nk)
+    assert tuned and cfg == load_tuned("sm90")[entry][0]
+    B, H = (2, 4) if cls == "le1k" else (1, 2)
+    run_case(device, B=B, H=H, Hkv=H // 2, Nq=Nq, Nk=Nk, D=D, causal=causal,
+             dtype=getattr(torch, dtype), bnhd=False, cfg=cfg, with_lse=True)
 
 
 @pytest.mark.gpu

@@ -23,7 +23,9 @@ cores. With RESCALE_TAU = t > 0 a row keeps m_{j-1} unless m_j exceeds it by mor
 (base 2): P_j = 2^(S_j c - m) then stays below 2^t, the sums and O are exact in the kept
 maximum, and a_j = 1, so the O *= a_j above is skipped by every warp none of whose rows
 moved that far (:func:`_lazy_rescale`). After the first few key tiles of a row that is
-nearly every tile: at D = 128 it takes 64 FMULs per thread out of the tile's tail. The ptxas in Triton 3.6's wheel (CUDA 12.8) places the ``wait(0)`` as early as its
+nearly every tile: at D = 128 it takes 64 FMULs per thread out of the tile's tail.
+
+The ptxas in Triton 3.6's wheel (CUDA 12.8) places the ``wait(0)`` as early as its
 block allows, ahead of the exponentials; OVERLAP stores l_j to shared memory just before
 the wait (:func:`_pin`), which ptxas keeps in order, and so keeps the exponentials under
 the product (the performance record, runs 17-22, shows the SASS both ways). Without

@@ -1,0 +1,119 @@
+"""A/B timing of forward variants on one shape, in short interleaved bursts.
+
+The H100's clock follows its power and temperature, so one kernel reads several percent
+apart between passes a few seconds apart (run 45 of the performance record saw -11% to
++16% between two identical configs). Here every variant runs a burst of ``--reps``
+launches (CUDA events around the burst, after one warm-up launch), the variants take turns
+burst by burst in a rotating order, and this repeats ``--rounds`` times, so all of them
+sample the same drift. Printed per variant: the median burst time, TFLOP/s, and the
+median over rounds of its time divided by the first variant's time in the same round
+(with the interquartile range of that ratio).
+
+A VARIANT is ``NAME=SPEC``: ``cudnn``, ``fa4``, a config ``K=V,...``, or ``+K=V,...`` on
+top of flashscope's default for the shape (``@CONST=V`` overrides a kernel constant, as
+in ``fwd_hopper.py``). Every flashscope output is checked against cuDNN's first.
+
+Usage: PYTHONPATH=src python scripts/gpu/ab.py --shape 1,32,16384,64 [--causal]
+       --variants "a=+;b=+LAZY_RESCALE=1" [--rounds 20] [--reps 10] [--json OUT.json]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fwd_hopper import _run, fa4, tflops, variant  # noqa: E402
+
+
+def _provider(spec, q, k, v, causal):
+    """A zero-argument callable running one variant."""
+    if spec == "cudnn":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def run():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal)
+        return run
+    if spec == "fa4":
+        f4 = fa4()
+        if f4 is None:
+            raise RuntimeError("FA4 is not importable")
+        qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        return lambda: f4(qf, kf, vf, causal=causal)
+    cfg, over = variant(spec, q, k, v, causal)
+    return lambda: _run(q, k, v, causal, cfg, over)
+
+
+def _burst(fn, reps):
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", required=True, help="B,H,N,D")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--variants", required=True)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    B, H, N, D = map(int, a.shape.split(","))
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    ref = _provider("cudnn", q, k, v, a.causal)().float()
+    names, fns = [], []
+    for item in a.variants.split(";"):
+        name, spec = item.split("=", 1)
+        fn = _provider(spec.strip(), q, k, v, a.causal)
+        o = fn()
+        out = o[0] if isinstance(o, tuple) else o
+        if spec.strip() == "fa4":
+            out = out.transpose(1, 2)
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        if not err < 1e-2:
+            sys.exit(f"{name}: relative error {err:.2e} against cuDNN")
+        names.append(name.strip())
+        fns.append(fn)
+    times = {n: [] for n in names}
+    for r in range(a.rounds):
+        order = list(range(len(fns)))
+        order = order[r % len(order):] + order[:r % len(order)]
+        for i in order:
+            times[names[i]].append(_burst(fns[i], a.reps))
+    base = times[names[0]]
+    rows = []
+    for n in names:
+        ratios = sorted(t / b for t, b in zip(times[n], base))
+        ms = statistics.median(times[n])
+        rows.append({"name": n, "ms": round(ms, 4),
+                     "tflops": round(tflops(B, H, N, D, a.causal, ms), 1),
+                     "ratio": round(statistics.median(ratios), 4),
+                     "ratio_q1": round(ratios[len(ratios) // 4], 4),
+                     "ratio_q3": round(ratios[(3 * len(ratios)) // 4], 4)})
+    meta = {"device": torch.cuda.get_device_name(), "shape": a.shape, "causal": a.causal,
+            "rounds": a.rounds, "reps": a.reps, "date": time.strftime("%Y-%m-%d %H:%M"),
+            "variants": a.variants}
+    print(f"{a.shape} causal={int(a.causal)}: time / {names[0]}'s, median of "
+          f"{a.rounds} rounds (IQR)")
+    for r in rows:
+        print(f"  {r['name']:>12} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s  "
+              f"{r['ratio']:.4f} ({r['ratio_q1']:.4f}-{r['ratio_q3']:.4f})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows, "times": times}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
