@@ -371,7 +371,7 @@ def _lazy_rescale(acc, alpha):
     through shared memory (two ``bar.sync`` a tile); that version measured no better
     (run 45 of the performance record)."""
     N: gl.constexpr = acc.shape[1] // 2
-    a = gl.convert_layout(gl.expand_dims(alpha, 1), acc.type.layout) + gl.zeros_like(acc)
+    a, _ = gl.broadcast(gl.convert_layout(gl.expand_dims(alpha, 1), acc.type.layout), acc)
     return gl.inline_asm_elementwise(_lazy_rescale_asm(N), _lazy_rescale_constraints(N),
                                      [acc, a], dtype=gl.float32, is_pure=True, pack=N)
 
