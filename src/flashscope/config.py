@@ -117,6 +117,13 @@ class AttentionConfig(_Knobs):
     LAZY_RESCALE (GLUON) keeps a row's running maximum until a key tile raises it by more
     than 8 (base 2, a factor 256), so most tiles skip the O *= alpha rescale; a warp runs
     it only when one of its rows moved that far (FlashAttention-4's conditional rescaling).
+    EARLY_Q (GLUON) stages each consumer's output in a shared-memory slot of its own
+    (BLOCK_M x D more), so the Q slot goes back to the producer at the work tile's last
+    Q K^T and the next Q loads under the last P V and the epilogue instead of after the
+    output store; that store is waited for only before the slot is written again.
+    K_EARLY (GLUON) hands each K slot back as soon as its Q K^T completes instead of
+    with its V after the P V, so a ring of num_stages slots prefetches one K tile further
+    (one mbarrier arrive more per key tile).
     """
 
     BLOCK_M: int = 128
@@ -134,6 +141,8 @@ class AttentionConfig(_Knobs):
     PERSISTENT: bool = False
     PINGPONG: bool = False
     LAZY_RESCALE: bool = False
+    EARLY_Q: bool = False
+    K_EARLY: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -145,11 +154,12 @@ class AttentionConfig(_Knobs):
                 + ("o" if self.OVERLAP else "") + ("g" if self.GLUON else "")
                 + ("p" if self.PERSISTENT else "")
                 + ("x" if self.PINGPONG else "")
-                + ("l" if self.LAZY_RESCALE else ""))
+                + ("l" if self.LAZY_RESCALE else "")
+                + ("h" if self.EARLY_Q else "") + ("k" if self.K_EARLY else ""))
 
 
 _BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "OVERLAP", "GLUON", "PERSISTENT",
-               "PINGPONG", "LAZY_RESCALE")
+               "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY")
 
 
 def _coerce(key, value):
@@ -201,8 +211,9 @@ def min_shared_bytes(cfg: AttentionConfig, head_dim: int, dtype: str = "bfloat16
     certainly cannot launch.
     """
     elt = DTYPE_BYTES[dtype]
-    if cfg.GLUON:  # Q, then a ring of num_stages K and V tiles (exact, less the barriers)
-        return (cfg.BLOCK_M + 2 * cfg.num_stages * cfg.BLOCK_N) * head_dim_pad(head_dim) * elt
+    if cfg.GLUON:  # Q (and O with EARLY_Q), a ring of K and V tiles (exact, less barriers)
+        rows = cfg.BLOCK_M * (2 if cfg.EARLY_Q else 1) + 2 * cfg.num_stages * cfg.BLOCK_N
+        return rows * head_dim_pad(head_dim) * elt
     return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * elt * max(1, cfg.num_stages - 1)
 
 
@@ -256,7 +267,7 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
     if cfg.GLUON:
         _check_gluon(cfg, t, head_dim)
     else:
-        for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE"):
+        for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY"):
             if getattr(cfg, knob):
                 raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
     polys = (2, 4, 8) if cfg.GLUON else (2, 4)

@@ -350,11 +350,13 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
                 tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64),
                 lse_arg, sched, H, H // Hkv, Nq, Nk, B * H, scale * LOG2E)
         consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                      STAGES=cfg.num_stages, IS_CAUSAL=bool(causal),
+                      STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
+                      IS_CAUSAL=bool(causal),
                       RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
                       LPT=lpt, PINGPONG=bool(cfg.PINGPONG),
                       OVERLAP=bool(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
                       RESCALE_TAU=8 if cfg.LAZY_RESCALE else 0,
+                      EARLY_Q=bool(cfg.EARLY_Q),
                       CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                       PRODUCER_REGS=SM90_PRODUCER_REGS)
         return grid, args, consts

@@ -48,6 +48,7 @@ def test_key_and_round_trip():
     ({"maxnreg": 128}, "sm90", 64, "maxnreg=None"),
     ({"EXP2_POLY": 3}, "sm90", 64, "one of 2, 4, 8"),
     ({"num_stages": 4}, "sm90", 128, "shared memory"),  # 32 + 4 x 64 KB > 227 KB
+    ({"num_stages": 3, "EARLY_Q": True}, "sm90", 128, "shared memory"),  # 2 x 32 + 192 KB
     ({"BLOCK_M": 64, "PINGPONG": True}, "sm90", 64, "PINGPONG=1 needs two or three"),
 ])
 def test_config_rules(change, target, D, match):
@@ -60,7 +61,9 @@ def test_overlap_key():
     assert check_config(G.replace(OVERLAP=True, PINGPONG=True), "sm90", 64).OVERLAP
 
 
-@pytest.mark.parametrize("knob,suffix", [("PERSISTENT", "p"), ("PINGPONG", "x")])
+@pytest.mark.parametrize("knob,suffix", [("PERSISTENT", "p"), ("PINGPONG", "x"),
+                                         ("LAZY_RESCALE", "l"), ("EARLY_Q", "h"),
+                                         ("K_EARLY", "k")])
 def test_gluon_only_knobs(knob, suffix):
     assert G.replace(**{knob: True}).key == "m128n128w4s2q0tg" + suffix
     with pytest.raises(ConfigError, match=f"{knob}=1 .* needs GLUON=1"):
@@ -81,7 +84,9 @@ def test_cpu_tensors_are_refused():
     (64, True, 192, 64, {"PINGPONG": True}),
     (64, False, 192, 128, {"OVERLAP": True, "num_stages": 3, "PERSISTENT": True}),
     (64, False, 128, 128, {"OVERLAP": True, "num_stages": 3}),
-    (128, False, 128, 128, {"OVERLAP": True, "num_stages": 3, "PINGPONG": True})])
+    (128, False, 128, 128, {"OVERLAP": True, "num_stages": 3, "PINGPONG": True}),
+    (64, True, 128, 128, {"EARLY_Q": True, "num_stages": 3, "PERSISTENT": True}),
+    (128, True, 128, 128, {"EARLY_Q": True, "PINGPONG": True, "PERSISTENT": True})])
 def test_sm90_binary(D, causal, bm, bn, knobs):
     """What the schedule needs, read from the cubin: 64 x N wgmma, 4-D TMA loads and the
     TMA store, setmaxnreg moving registers between partitions, one warpgroup per 64 rows
@@ -193,6 +198,44 @@ def test_overlap_keeps_exponentials_under_pv(D, causal, knobs):
     assert counts[False] == [0, 0], counts
 
 
+def _arrivals_under_pv(sass: str) -> list:
+    """mbarrier arrivals between each score wait (``gsb0, 0x1``) and the next P V wait
+    (``gsb0, 0x0``), one count per consumer loop."""
+    counts, n = [], None
+    for line in sass.splitlines():
+        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
+            n = 0
+        elif "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line and n is not None:
+            counts.append(n)
+            n = None
+        elif "SYNCS.ARRIVE" in line and n is not None:
+            n += 1
+    return counts
+
+
+@pytest.mark.parametrize("D,bm,knobs", [
+    (128, 128, {}), (64, 128, {"OVERLAP": True, "num_stages": 3}),
+    (64, 192, {"PINGPONG": True, "num_stages": 3})])
+def test_early_releases_sit_before_the_pv_wait(D, bm, knobs):
+    """K_EARLY hands the K slot back, and EARLY_Q the Q slot (on the work tile's last key
+    tile), as soon as the tile's Q K^T has completed: one arrival each between the score
+    wait and the P V wait of every consumer loop, none there without them (K and V then go
+    back together after the P V wait, and Q after the output store). EARLY_Q's own output
+    slot adds BLOCK_M x D elements of shared memory."""
+    from flashscope.isa.nvidia import disassemble
+
+    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
+    shared = {}
+    for k_early in (False, True):
+        for early_q in (False, True):
+            art = fcompile.build(cfg.replace(K_EARLY=k_early, EARLY_Q=early_q), "sm90",
+                                 head_dim=D, causal=True, return_lse=True)
+            shared[early_q] = art.metadata["shared"]
+            counts = _arrivals_under_pv(disassemble(art.binary))
+            assert counts == [int(k_early) + int(early_q)] * (bm // 64), (k_early, early_q)
+    assert 0 <= shared[True] - shared[False] - bm * D * 2 < 128  # and the allocator's alignment
+
+
 def _needs_sm90(device):
     if device != "cuda":
         pytest.skip("Gluon kernels run on an sm_90 GPU only")
@@ -201,10 +244,10 @@ def _needs_sm90(device):
 
 
 def _flags(flags: str) -> dict:
-    """x PINGPONG, o OVERLAP, l LAZY_RESCALE, eN EXP2_POLY=N."""
+    """x PINGPONG, o OVERLAP, l LAZY_RESCALE, h EARLY_Q, k K_EARLY, eN EXP2_POLY=N (last)."""
     poly = flags.split("e")[1] if "e" in flags else "0"
     return {"PINGPONG": "x" in flags, "OVERLAP": "o" in flags, "LAZY_RESCALE": "l" in flags,
-            "EXP2_POLY": int(poly)}
+            "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "EXP2_POLY": int(poly)}
 
 
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
@@ -219,10 +262,12 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
                                    (128, 128, 3, "xo"), (192, 128, 3, "o"),
                                    (192, 128, 3, "oe4"), (128, 64, 2, "xe2"),
                                    (128, 128, 3, "e8"), (192, 128, 3, "l"),
-                                   (128, 128, 3, "xol"), (128, 64, 2, "l")],
+                                   (128, 128, 3, "xol"), (128, 64, 2, "l"),
+                                   (128, 128, 2, "xolhk"), (64, 64, 3, "h"),
+                                   (128, 64, 2, "k")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
-    """The tiles' last field: x PINGPONG, o OVERLAP, l LAZY_RESCALE, eN EXP2_POLY=N. A
+    """The tiles' last field: the flags of :func:`_flags`. A
     tile too large for the head dim (192 x 128 with 3 stages needs 240 KB at D = 128) is
     refused by the config check before any launch, and skipped here."""
     _needs_sm90(device)
@@ -243,7 +288,8 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("tiles", [(128, 128, 3, "o"), (192, 64, 2, ""), (128, 64, 2, "x"),
                                    (192, 128, 2, "x"), (128, 128, 3, "xo"),
-                                   (192, 128, 2, "l")],
+                                   (192, 128, 2, "l"), (128, 128, 2, "xolhk"),
+                                   (192, 128, 2, "xhk"), (128, 64, 3, "h"), (128, 128, 3, "k")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,

@@ -32,8 +32,10 @@ the product (the performance record, runs 17-22, shows the SASS both ways). With
 OVERLAP the overlap comes only from the other consumer warpgroups.
 
 Warps: a producer partition issues TMA copies of K and V tiles into a ring of STAGES
-shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in, ``kv_empty``
-hands a slot back); one consumer warpgroup per 64 query rows runs the loop above. Each
+shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in, ``v_empty``
+hands a slot back once its P V has completed; with K_EARLY, ``k_empty`` hands back the
+K half as soon as its Q K^T has, so a 2-stage ring prefetches like a deeper one); one
+consumer warpgroup per 64 query rows runs the loop above. Each
 warpgroup issues its own wgmma on its 64 rows, so the warpgroups interleave on the tensor
 cores without any barrier. Where they sit (:func:`_attn_fwd_sm90`): with one or two
 consumers, consumer 0 is the default partition and the producer a one-warp worker; with
@@ -41,6 +43,12 @@ three (160 registers each) the producer takes the default partition and every co
 a worker, because ptxas fits a consumer into 160 registers as a worker but not as the
 default partition, which keeps the kernel's arguments live beside the loop (D = 64,
 192 x 128, OVERLAP: 38 spilled registers at 168 in the default partition, 0 as workers).
+
+Each consumer's Q slot is loaded once per work tile. Without EARLY_Q it also stages the
+output for its TMA store, so the next Q can load only after that store has read it: on
+short rows (4.5 key tiles per causal row block at N = 1024) that Q load is exposed once
+per work tile. EARLY_Q gives the output a slot of its own and hands Q back at the work
+tile's last Q K^T, so the next Q arrives under the last P V and the epilogue.
 
 Descriptors are rank 4, over (B, H, N, D) with the caller's strides and block
 (1, 1, rows, D): TMA zero-fills rows past N of *this* head, so a partial tile never reads
@@ -134,31 +142,23 @@ def _work(t, n_m, BH, H, GROUP, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexp
 
 
 @gluon.jit
-def _load_k(k_desc, k_smem, k_ready, kv_empty, off_b, off_hkv, j, g,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """K tile j of this work tile into ring slot g % STAGES (g counts every tile this
-    program loaded). The slot's use number g // STAGES first waits for release number
-    g // STAGES - 1 (of K and V together)."""
+def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
+             BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """Key (or value) tile j of this work tile into slot g % STAGES of its ring (g counts
+    every tile this program loaded). The slot's use number g // STAGES first waits for
+    release number g // STAGES - 1 on ``empty``: the K ring's own barriers with K_EARLY
+    (a K slot goes back when its Q K^T completes), else the V ring's (K and V together,
+    when the P V completes; the V load's wait then passes at once)."""
     s = g % STAGES
-    mbarrier.wait(kv_empty.index(s), (g // STAGES + 1) & 1, pred=g >= STAGES)
-    mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
-                                    k_ready.index(s), k_smem.index(s))
-
-
-@gluon.jit
-def _load_v(v_desc, v_smem, v_ready, off_b, off_hkv, j, g,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """V tile j into slot g % STAGES (freed by :func:`_load_k`'s wait)."""
-    s = g % STAGES
-    mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
-                                    v_ready.index(s), v_smem.index(s))
+    mbarrier.wait(empty.index(s), (g // STAGES + 1) & 1, pred=g >= STAGES)
+    mbarrier.expect(ready.index(s), desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                    ready.index(s), smem.index(s))
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-              v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_K,
+              v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_K,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
               LPT: gl.constexpr):
@@ -174,19 +174,20 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _, off_b, off_h, off_hkv, start_m, n_tiles, _ = _work(
             t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         if i > 0:
-            _load_k(k_desc, k_smem, k_ready, kv_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [off_b, off_h, start_m + 64 * c, 0],
                                             q_ready.index(c), q_smem.index(c))
         if i == 0:
-            _load_k(k_desc, k_smem, k_ready, kv_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
-        _load_v(v_desc, v_smem, v_ready, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
+        _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
         for j in range(1, n_tiles):
-            _load_k(k_desc, k_smem, k_ready, kv_empty, off_b, off_hkv, j, g + j, BLOCK_N,
-                    STAGES)
-            _load_v(v_desc, v_smem, v_ready, off_b, off_hkv, j, g + j, BLOCK_N, STAGES)
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + j, BLOCK_N,
+                     STAGES)
+            _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + j, BLOCK_N,
+                     STAGES)
         g += n_tiles
         i += 1
 
@@ -377,13 +378,14 @@ def _lazy_rescale(acc, alpha):
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty, turn,
-              pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_Q, N_K,
-              qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
+              v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+              N_Q, N_K, qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+              K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
-              RESCALE_TAU: gl.constexpr):
+              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -416,15 +418,21 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         mbarrier.wait(q_ready.index(C), i & 1)
 
         # key tile 0: scores, then the first softmax (m starts at its row maximum)
-        s_slot = g % STAGES
-        s_phase = (g // STAGES) & 1
-        mbarrier.wait(k_ready.index(s_slot), s_phase)
-        kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        k_slot = g % STAGES
+        k_phase = (g // STAGES) & 1
+        v_slot = k_slot
+        v_phase = k_phase
+        mbarrier.wait(k_ready.index(k_slot), k_phase)
+        kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         _take_turn(turn, C, k, PINGPONG)
         s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
         _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
         k += 1
         s = warpgroup_mma_wait(0, deps=(s,))
+        if K_EARLY:
+            mbarrier.arrive(k_empty.index(k_slot), count=1)
+        if EARLY_Q:  # a one-tile row block has read Q for the last time
+            mbarrier.arrive(q_empty.index(C), count=1, pred=n_tiles == 1)
         s = _masked(s, 0, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
         p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_i, 1), EXP2_POLY, s_layout)
@@ -433,11 +441,9 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
         for j in range(1, n_tiles):
-            v_slot = s_slot
-            v_phase = s_phase
-            s_slot, s_phase = _next_slot(s_slot, s_phase, STAGES)
-            mbarrier.wait(k_ready.index(s_slot), s_phase)
-            kt = k_smem.index(s_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            k_slot, k_phase = _next_slot(k_slot, k_phase, STAGES)
+            mbarrier.wait(k_ready.index(k_slot), k_phase)
+            kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             mbarrier.wait(v_ready.index(v_slot), v_phase)
             v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
             _take_turn(turn, C, k, PINGPONG)
@@ -446,6 +452,10 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
             _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
             k += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may still run
+            if K_EARLY:
+                mbarrier.arrive(k_empty.index(k_slot), count=1)
+            if EARLY_Q:  # the last Q K^T is done: the producer may load the next Q now
+                mbarrier.arrive(q_empty.index(C), count=1, pred=j == n_tiles - 1)
 
             s = _masked(s, j, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
@@ -462,38 +472,45 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_emp
             if OVERLAP:
                 _pin(pin, C, l_part)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-            mbarrier.arrive(kv_empty.index(v_slot), count=1)
+            mbarrier.arrive(v_empty.index(v_slot), count=1)
+            v_slot, v_phase = _next_slot(v_slot, v_phase, STAGES)
             if RESCALE_TAU > 0:
                 acc = _lazy_rescale(acc, gl.convert_layout(alpha, row_o))
             else:
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             p_op = _p_operand(p, dtype, p_layout)
 
-        last = s_slot
-        mbarrier.wait(v_ready.index(last), s_phase)
-        v = v_smem.index(last).reshape([BLOCK_N, HEAD_DIM])
+        mbarrier.wait(v_ready.index(v_slot), v_phase)
+        v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
         _take_turn(turn, C, k, PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
         _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
         k += 1
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(kv_empty.index(last), count=1)
+        mbarrier.arrive(v_empty.index(v_slot), count=1)
 
         l_i = gl.sum(l_part, 1)  # the quad's shares, once per work tile
         out = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
-        # this consumer's Q slot is free (its QK^T products completed): stage Out there,
-        # and hand the slot back for the next Q once the TMA store has read it
-        q_slot.store(gl.reshape(out.to(dtype), [1, 1, ROWS, HEAD_DIM]))
+        # Out is staged in shared memory for a TMA store: without EARLY_Q in this
+        # consumer's Q slot (its Q K^T products completed), handed back for the next Q once
+        # the store has read it; with EARLY_Q in a slot of its own, which only the previous
+        # work tile's store must have left
+        o_slot = o_smem.index(C)
+        if EARLY_Q:
+            tma.store_wait(0)
+        o_slot.store(gl.reshape(out.to(dtype), [1, 1, ROWS, HEAD_DIM]))
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], q_slot)
+        tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], o_slot)
         if RETURN_LSE:
             rows = row0 + gl.arange(0, ROWS, layout=row_s)
             lse = (m_i + gl.log2(gl.convert_layout(l_i, row_s))) * LN2
             gl.store(Lse + pid_bh.to(gl.int64) * N_Q + rows, lse, mask=rows < N_Q)
-        tma.store_wait(0)
-        mbarrier.arrive(q_empty.index(C), count=1)
+        if not EARLY_Q:
+            tma.store_wait(0)
+            mbarrier.arrive(q_empty.index(C), count=1)
         g += n_tiles
         i += 1
+    tma.store_wait(0)
 
 
 @gluon.jit
@@ -501,10 +518,11 @@ def _attn_fwd_sm90(
     q_desc, k_desc, v_desc, o_desc, Lse, Sched,
     H, GROUP, N_Q, N_K, BH, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr,
+    STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    RETURN_LSE: gl.constexpr,
     HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
     OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -519,7 +537,8 @@ def _attn_fwd_sm90(
     otherwise); PINGPONG (2-3 consumers): the consumers issue their wgmma in turn
     (:func:`_take_turn`); EXP2_POLY: one exponential in EXP2_POLY on the FMA pipe
     (:func:`_softmax_exp2`); RESCALE_TAU > 0: the row maximum moves only by more than
-    that (the module docstring)."""
+    that; EARLY_Q: Q handed back at its last use, the output staged in slots of its own;
+    K_EARLY: K slots handed back at their Q K^T (the module docstring)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -530,13 +549,22 @@ def _attn_fwd_sm90(
 
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, 64, HEAD_DIM], q_desc.layout)
+    if EARLY_Q:
+        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, 64, HEAD_DIM],
+                                           o_desc.layout)
+    else:
+        o_smem = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if K_EARLY:
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    else:  # slot j's K and V go back together, after its P V
+        v_empty = k_empty
     turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     pin = gl.allocate_shared_memory(gl.float32, [CONSUMERS, 64, 4],
                                     gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
@@ -546,8 +574,10 @@ def _attn_fwd_sm90(
         mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=CONSUMERS)
+        if K_EARLY:
+            mbarrier.init(v_empty.index(i), count=CONSUMERS)
 
     # Partition arguments are spelled out in place: a tuple bound to a name first would
     # turn its constexprs into tensors.
@@ -555,52 +585,49 @@ def _attn_fwd_sm90(
     regs: gl.constexpr = _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS)
     if CONSUMERS == 1:
         gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
-                         RESCALE_TAU)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
-                         k_ready, v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H,
-                         GROUP, N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
-                         HEAVY_FIRST, LPT)),
+            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
+                         v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
         ], warps, regs)
     elif CONSUMERS == 2:
         gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
-                         RESCALE_TAU)),
-            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
-                         RESCALE_TAU)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
-                         k_ready, v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H,
-                         GROUP, N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
-                         HEAVY_FIRST, LPT)),
+            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
+                         v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
         ], warps, regs)
     else:
         gl.warp_specialize([
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
-                         k_ready, v_ready, kv_empty, Sched, pid, nprog, total, n_m, BH, H,
-                         GROUP, N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
-                         HEAVY_FIRST, LPT)),
-            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
-                         RESCALE_TAU)),
-            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
-                         RESCALE_TAU)),
-            (_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                         turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_Q, N_K, qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL,
-                         RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP, EXP2_POLY,
-                         RESCALE_TAU)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
+                         v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
+            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
         ], warps, regs)
