@@ -163,9 +163,10 @@ def test_lazy_rescale_branches_over_the_rescale(D, bm, causal, knobs):
         assert blocks == [(True, D // 2)] * (bm // 64), blocks
 
 
-def _exps_under_pv(sass: str) -> list:
-    """MUFU.EX2 count between each score wait (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: S_j
-    ready, P_{j-1} V_{j-1} may still run) and the next full wait (``gsb0, 0x0``)."""
+def _under_pv(sass: str, opcode: str) -> list:
+    """How many ``opcode`` instructions sit between each score wait
+    (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: S_j ready, P_{j-1} V_{j-1} may still run) and the
+    next full wait (``gsb0, 0x0``): one count per consumer loop."""
     counts, n = [], None
     for line in sass.splitlines():
         if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
@@ -173,7 +174,7 @@ def _exps_under_pv(sass: str) -> list:
         elif "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line and n is not None:
             counts.append(n)
             n = None
-        elif "MUFU.EX2" in line and n is not None:
+        elif opcode in line and n is not None:
             n += 1
     return counts
 
@@ -193,24 +194,9 @@ def test_overlap_keeps_exponentials_under_pv(D, causal, knobs):
     for overlap in (False, True):
         art = fcompile.build(cfg.replace(OVERLAP=overlap), "sm90", head_dim=D, causal=causal,
                              return_lse=True)
-        counts[overlap] = _exps_under_pv(disassemble(art.binary))
+        counts[overlap] = _under_pv(disassemble(art.binary), "MUFU.EX2")
     assert len(counts[True]) == 2 and all(n >= 64 for n in counts[True]), counts
     assert counts[False] == [0, 0], counts
-
-
-def _arrivals_under_pv(sass: str) -> list:
-    """mbarrier arrivals between each score wait (``gsb0, 0x1``) and the next P V wait
-    (``gsb0, 0x0``), one count per consumer loop."""
-    counts, n = [], None
-    for line in sass.splitlines():
-        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
-            n = 0
-        elif "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line and n is not None:
-            counts.append(n)
-            n = None
-        elif "SYNCS.ARRIVE" in line and n is not None:
-            n += 1
-    return counts
 
 
 @pytest.mark.parametrize("D,bm,knobs", [
@@ -231,7 +217,7 @@ def test_early_releases_sit_before_the_pv_wait(D, bm, knobs):
             art = fcompile.build(cfg.replace(K_EARLY=k_early, EARLY_Q=early_q), "sm90",
                                  head_dim=D, causal=True, return_lse=True)
             shared[early_q] = art.metadata["shared"]
-            counts = _arrivals_under_pv(disassemble(art.binary))
+            counts = _under_pv(disassemble(art.binary), "SYNCS.ARRIVE")
             assert counts == [int(k_early) + int(early_q)] * (bm // 64), (k_early, early_q)
     assert 0 <= shared[True] - shared[False] - bm * D * 2 < 128  # and the allocator's alignment
 
