@@ -420,8 +420,6 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         # key tile 0: scores, then the first softmax (m starts at its row maximum)
         k_slot = g % STAGES
         k_phase = (g // STAGES) & 1
-        v_slot = k_slot
-        v_phase = k_phase
         mbarrier.wait(k_ready.index(k_slot), k_phase)
         kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         _take_turn(turn, C, k, PINGPONG)
@@ -441,6 +439,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
         for j in range(1, n_tiles):
+            v_slot = k_slot  # tile j - 1's V shares its K's slot number
+            v_phase = k_phase
             k_slot, k_phase = _next_slot(k_slot, k_phase, STAGES)
             mbarrier.wait(k_ready.index(k_slot), k_phase)
             kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
@@ -473,21 +473,20 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                 _pin(pin, C, l_part)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(v_empty.index(v_slot), count=1)
-            v_slot, v_phase = _next_slot(v_slot, v_phase, STAGES)
             if RESCALE_TAU > 0:
                 acc = _lazy_rescale(acc, gl.convert_layout(alpha, row_o))
             else:
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             p_op = _p_operand(p, dtype, p_layout)
 
-        mbarrier.wait(v_ready.index(v_slot), v_phase)
-        v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
+        mbarrier.wait(v_ready.index(k_slot), k_phase)  # the last tile's V
+        v = v_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM])
         _take_turn(turn, C, k, PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
         _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
         k += 1
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(v_empty.index(v_slot), count=1)
+        mbarrier.arrive(v_empty.index(k_slot), count=1)
 
         l_i = gl.sum(l_part, 1)  # the quad's shares, once per work tile
         out = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
@@ -510,7 +509,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             mbarrier.arrive(q_empty.index(C), count=1)
         g += n_tiles
         i += 1
-    tma.store_wait(0)
+    if EARLY_Q:  # the last work tile's output store was not waited for
+        tma.store_wait(0)
 
 
 @gluon.jit
