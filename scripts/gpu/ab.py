@@ -61,6 +61,32 @@ def _burst(fn, reps):
     return start.elapsed_time(end) / reps
 
 
+def checked(name, spec, q, k, v, causal, ref):
+    """The provider of :func:`_provider`, run once and its output checked against ``ref``
+    (cuDNN's, fp32): the script stops on a relative error of 1e-2 or more, or NaN."""
+    fn = _provider(spec, q, k, v, causal)
+    o = fn()
+    out = o[0] if isinstance(o, tuple) else o
+    if spec == "fa4":
+        out = out.transpose(1, 2)
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    if not err < 1e-2:
+        sys.exit(f"{name}: relative error {err:.2e} against cuDNN")
+    return fn
+
+
+def interleaved(names, fns, rounds, reps):
+    """{name: [ms per launch, one per round]}: each round runs every provider's burst of
+    ``reps`` launches, the order rotated by one each round."""
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        order = list(range(len(fns)))
+        order = order[r % len(order):] + order[:r % len(order)]
+        for i in order:
+            times[names[i]].append(_burst(fns[i], reps))
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", required=True, help="B,H,N,D")
@@ -76,22 +102,9 @@ def main():
     names, fns = [], []
     for item in a.variants.split(";"):
         name, spec = item.split("=", 1)
-        fn = _provider(spec.strip(), q, k, v, a.causal)
-        o = fn()
-        out = o[0] if isinstance(o, tuple) else o
-        if spec.strip() == "fa4":
-            out = out.transpose(1, 2)
-        err = ((out.float() - ref).norm() / ref.norm()).item()
-        if not err < 1e-2:
-            sys.exit(f"{name}: relative error {err:.2e} against cuDNN")
         names.append(name.strip())
-        fns.append(fn)
-    times = {n: [] for n in names}
-    for r in range(a.rounds):
-        order = list(range(len(fns)))
-        order = order[r % len(order):] + order[:r % len(order)]
-        for i in order:
-            times[names[i]].append(_burst(fns[i], a.reps))
+        fns.append(checked(name.strip(), spec.strip(), q, k, v, a.causal, ref))
+    times = interleaved(names, fns, a.rounds, a.reps)
     base = times[names[0]]
     rows = []
     for n in names:

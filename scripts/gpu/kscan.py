@@ -15,7 +15,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab import _burst, _provider  # noqa: E402
+from ab import _provider, checked, interleaved  # noqa: E402
 
 from flashscope.roofline import attention_flops  # noqa: E402
 
@@ -40,21 +40,8 @@ def main():
                     for _ in range(2))
             ref = _provider("cudnn", q, k, v, False)().float()
             names = list(CFG[D]) + ["cudnn"] + (["fa4"] if use_fa4 else [])
-            fns = {}
-            for n in names:
-                fn = _provider(CFG[D].get(n, n), q, k, v, False)
-                o = fn()
-                o = o[0] if isinstance(o, tuple) else o
-                if n == "fa4":
-                    o = o.transpose(1, 2)
-                err = ((o.float() - ref).norm() / ref.norm()).item()
-                if not err < 1e-2:
-                    sys.exit(f"{n}: relative error {err:.2e} against cuDNN")
-                fns[n] = fn
-            times = {n: [] for n in names}
-            for r in range(10):
-                for n in names[r % len(names):] + names[:r % len(names)]:
-                    times[n].append(_burst(fns[n], 10))
+            fns = [checked(n, CFG[D].get(n, n), q, k, v, False, ref) for n in names]
+            times = interleaved(names, fns, 10, 10)
             flops = attention_flops(B, H, nq, nk, D, False)
             row = {"D": D, "nk": nk, "B": B,
                    **{n: round(flops / statistics.median(times[n]) / 1e9, 1) for n in names}}

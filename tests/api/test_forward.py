@@ -40,15 +40,25 @@ def reference_lse(q, k, *, is_causal, scale):
 def run_case(device, *, B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd, cfg, with_lse):
     seed = fresh_seed()
     q, k, v = make_qkv(device, B, H, Nq, Nk, D, Hkv=Hkv, dtype=dtype, bnhd=bnhd)
+    return check_case(q, k, v, causal=causal, cfg=cfg, with_lse=with_lse,
+                      tag=f"seed={seed} B={B} H={H}/{Hkv} Nq={Nq} Nk={Nk} D={D} "
+                          f"causal={causal} {dtype} {cfg.key}")
+
+
+def check_case(q, k, v, *, causal, cfg, with_lse, tag):
+    """The forward of q, k, v (B, H, N, D) into a NaN-poisoned output, against the float64
+    reference: every element written, relative error within the dtype's bound, and the
+    log-sum-exp within 2e-3."""
+    B, H, Nq, D = q.shape
     scale = 1.0 / math.sqrt(D)
     out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
     out, lse = launch.forward(q, k, v, causal=causal, scale=scale, cfg=cfg,
                               return_lse=with_lse, out=out)
     ref = reference_attention(q, k, v, is_causal=causal)
-    tag = f"seed={seed} B={B} H={H}/{Hkv} Nq={Nq} Nk={Nk} D={D} causal={causal} {dtype} {cfg.key}"
     assert not torch.isnan(out).any(), f"unwritten or NaN output elements ({tag})"
     err = rel_error(out, ref)
-    assert err <= ERROR_BOUND[dtype], f"relative error {err:.2e} > {ERROR_BOUND[dtype]:.0e} ({tag})"
+    bound = ERROR_BOUND[q.dtype]
+    assert err <= bound, f"relative error {err:.2e} > {bound:.0e} ({tag})"
     if with_lse:
         ref_lse = reference_lse(q, k, is_causal=causal, scale=scale)
         assert lse.shape == (B, H, Nq) and lse.dtype == torch.float32

@@ -18,9 +18,8 @@ from flashscope.isa.read import records_for
 
 from flashscope.testing.inputs import make_qkv
 from flashscope.tuned import load_tuned, lookup
-from flashscope.testing.reference import ERROR_BOUND, reference_attention, rel_error
 
-from .test_forward import reference_lse, run_case
+from .test_forward import check_case, run_case
 
 G = AttentionConfig(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, Q_IN_REGS=False,
                     TMA=True, GLUON=True)
@@ -309,15 +308,8 @@ def test_lazy_rescale_follows_rising_scores(device, causal, D, tiles):
     q, k, v = make_qkv(device, B, H, Nq, Nk, D, Hkv=Hkv, dtype=torch.bfloat16, bnhd=False)
     q = q * 3
     k = (k * torch.linspace(0.5, 6.0, Nk, device=device)[:, None]).to(k.dtype)
-    out = torch.full_like(q, float("nan"))
-    out, lse = launch.forward(q, k, v, causal=causal, scale=D ** -0.5, cfg=cfg,
-                              return_lse=True, out=out)
-    ref = reference_attention(q, k, v, is_causal=causal)
-    assert not torch.isnan(out).any()
-    err = rel_error(out, ref)
-    assert err <= ERROR_BOUND[torch.bfloat16], f"relative error {err:.2e} ({cfg.key})"
-    ref_lse = reference_lse(q, k, is_causal=causal, scale=D ** -0.5)
-    assert (lse.double() - ref_lse).abs().max().item() < 2e-3
+    check_case(q, k, v, causal=causal, cfg=cfg, with_lse=True,
+               tag=f"rising scores D={D} causal={causal} {cfg.key}")
 
 
 # lengths inside each class of the tuned file, none a tile multiple

@@ -378,6 +378,18 @@ def _lazy_rescale(acc, alpha):
 
 
 @gluon.jit
+def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, j, n_tiles,
+                 K_EARLY: gl.constexpr, EARLY_Q: gl.constexpr):
+    """Key tile j's Q K^T has completed: with K_EARLY its K slot goes back to the producer;
+    with EARLY_Q, on the work tile's last key tile, consumer C's Q slot too (the next Q
+    then loads under the last P V and the epilogue)."""
+    if K_EARLY:
+        mbarrier.arrive(k_empty.index(k_slot), count=1)
+    if EARLY_Q:
+        mbarrier.arrive(q_empty.index(C), count=1, pred=j == n_tiles - 1)
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
               N_Q, N_K, qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -427,10 +439,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
         k += 1
         s = warpgroup_mma_wait(0, deps=(s,))
-        if K_EARLY:
-            mbarrier.arrive(k_empty.index(k_slot), count=1)
-        if EARLY_Q:  # a one-tile row block has read Q for the last time
-            mbarrier.arrive(q_empty.index(C), count=1, pred=n_tiles == 1)
+        _scores_done(k_empty, q_empty, k_slot, C, 0, n_tiles, K_EARLY, EARLY_Q)
         s = _masked(s, 0, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
         p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_i, 1), EXP2_POLY, s_layout)
@@ -452,10 +461,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
             k += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may still run
-            if K_EARLY:
-                mbarrier.arrive(k_empty.index(k_slot), count=1)
-            if EARLY_Q:  # the last Q K^T is done: the producer may load the next Q now
-                mbarrier.arrive(q_empty.index(C), count=1, pred=j == n_tiles - 1)
+            _scores_done(k_empty, q_empty, k_slot, C, j, n_tiles, K_EARLY, EARLY_Q)
 
             s = _masked(s, j, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
