@@ -104,9 +104,10 @@ class AttentionConfig(_Knobs):
     Q_IN_REGS=0 (wgmma reads Q from shared memory), num_warps=4 (per warpgroup), BLOCK_M
     64, 128 or 192, BLOCK_N 64 or 128, 2..4 stages, no maxnreg (setmaxnreg budgets are set per
     partition), and no WARP_SPEC. Its loop already issues the next
-    tile's Q K^T with this tile's P V; OVERLAP=1 there pins the softmax exponentials
-    ahead of the P V wait (ptxas would otherwise hoist the wait above them), so they run
-    under that product (FlashAttention-3's intra-warpgroup overlap).
+    tile's Q K^T with this tile's P V; OVERLAP says how much of the softmax runs under
+    that product, since ptxas would otherwise hoist the P V wait above all of it: 1 pins
+    the exponentials ahead of the wait (FlashAttention-3's intra-warpgroup overlap), 2 only
+    the row maximum, the exponentials following the wait (FlashAttention-4's order).
     PERSISTENT (GLUON only) launches one program per SM, each looping over work tiles, so
     the K/V loads of the next tile start under the previous tile's epilogue; causal grids
     then run a work list built on the host (:mod:`flashscope.schedule`: L2-sized sections
@@ -136,7 +137,7 @@ class AttentionConfig(_Knobs):
     TMA: bool = False
     WARP_SPEC: bool = False
     EXP2_POLY: int = 0
-    OVERLAP: bool = False
+    OVERLAP: int = 0
     GLUON: bool = False
     PERSISTENT: bool = False
     PINGPONG: bool = False
@@ -151,27 +152,38 @@ class AttentionConfig(_Knobs):
                 f"q{int(self.Q_IN_REGS)}" + ("t" if self.TMA else "")
                 + ("ws" if self.WARP_SPEC else "")
                 + (f"e{self.EXP2_POLY}" if self.EXP2_POLY else "")
-                + ("o" if self.OVERLAP else "") + ("g" if self.GLUON else "")
+                + ("o" if self.OVERLAP == 1 else f"o{self.OVERLAP}" if self.OVERLAP else "")
+                + ("g" if self.GLUON else "")
                 + ("p" if self.PERSISTENT else "")
                 + ("x" if self.PINGPONG else "")
                 + ("l" if self.LAZY_RESCALE else "")
                 + ("h" if self.EARLY_Q else "") + ("k" if self.K_EARLY else ""))
 
 
-_BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "OVERLAP", "GLUON", "PERSISTENT",
+_BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "GLUON", "PERSISTENT",
                "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY")
+#: integer knobs that also take true/false (they were switches before they had levels)
+_LEVEL_KNOBS = ("OVERLAP",)
+
+
+def _switch(value):
+    """True or False for a switch's spellings (bools, 1/0, true/false, yes/no, on/off),
+    None for anything else."""
+    if isinstance(value, bool):
+        return value
+    low = str(value).strip().lower()
+    return True if low in ("1", "true", "yes", "on") else \
+        False if low in ("0", "false", "no", "off") else None
 
 
 def _coerce(key, value):
     if key in _BOOL_KNOBS:
-        if isinstance(value, str):
-            low = value.strip().lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
+        on = _switch(value) if isinstance(value, str) else bool(value)
+        if on is None:
             raise ConfigError(f"config: {key} expects true/false, got {value!r}")
-        return bool(value)
+        return on
+    if key in _LEVEL_KNOBS and _switch(value) is not None:
+        return int(_switch(value))
     if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "")):
         if key in ("maxnreg", "waves_per_eu"):
             return None
@@ -270,6 +282,11 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
         for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY"):
             if getattr(cfg, knob):
                 raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
+    levels = (0, 1, 2) if cfg.GLUON else (0, 1)
+    if cfg.OVERLAP not in levels:
+        raise ConfigError(f"OVERLAP={cfg.OVERLAP}: expected one of "
+                          f"{', '.join(map(str, levels))}" + ("" if cfg.GLUON else
+                                                              "; 2 needs GLUON=1"))
     polys = (2, 4, 8) if cfg.GLUON else (2, 4)
     if cfg.EXP2_POLY not in (0, *polys):
         shown = ", ".join(map(str, polys))

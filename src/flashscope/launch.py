@@ -354,7 +354,7 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
                       IS_CAUSAL=bool(causal),
                       RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
                       LPT=lpt, PINGPONG=bool(cfg.PINGPONG),
-                      OVERLAP=bool(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
+                      OVERLAP=int(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
                       RESCALE_TAU=8 if cfg.LAZY_RESCALE else 0,
                       EARLY_Q=bool(cfg.EARLY_Q),
                       CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],

@@ -49,6 +49,7 @@ def test_key_and_round_trip():
     ({"num_stages": 4}, "sm90", 128, "shared memory"),  # 32 + 4 x 64 KB > 227 KB
     ({"num_stages": 3, "EARLY_Q": True}, "sm90", 128, "shared memory"),  # 2 x 32 + 192 KB
     ({"BLOCK_M": 64, "PINGPONG": True}, "sm90", 64, "PINGPONG=1 needs two or three"),
+    ({"OVERLAP": 3}, "sm90", 128, "OVERLAP=3: expected one of 0, 1, 2"),
 ])
 def test_config_rules(change, target, D, match):
     with pytest.raises(ConfigError, match=match):
@@ -58,6 +59,19 @@ def test_config_rules(change, target, D, match):
 def test_overlap_key():
     assert G.replace(OVERLAP=True).key == "m128n128w4s2q0tog"
     assert check_config(G.replace(OVERLAP=True, PINGPONG=True), "sm90", 64).OVERLAP
+    assert G.replace(OVERLAP=2).key == "m128n128w4s2q0to2g"
+
+
+@pytest.mark.parametrize("text,level", [("OVERLAP=1", 1), ("OVERLAP=true", 1),
+                                        ("OVERLAP=off", 0), ("OVERLAP=2", 2)])
+def test_overlap_levels_parse(text, level):
+    """OVERLAP has levels (0, 1, 2) but still takes the switch spellings it had."""
+    assert AttentionConfig.parse(text, base=G).OVERLAP == level
+
+
+def test_overlap_max_needs_gluon():
+    with pytest.raises(ConfigError, match="OVERLAP=2: expected one of 0, 1; 2 needs GLUON=1"):
+        check_config(AttentionConfig(OVERLAP=2), "sm90", 64)
 
 
 @pytest.mark.parametrize("knob,suffix", [("PERSISTENT", "p"), ("PINGPONG", "x"),
@@ -198,6 +212,32 @@ def test_overlap_keeps_exponentials_under_pv(D, causal, knobs):
     assert counts[False] == [0, 0], counts
 
 
+@pytest.mark.parametrize("D,causal,knobs", [
+    (128, False, {"EARLY_Q": True, "K_EARLY": True, "LAZY_RESCALE": True}),
+    (128, True, {"PINGPONG": True, "PERSISTENT": True}),
+    (64, False, {"BLOCK_M": 192, "num_stages": 3, "PINGPONG": True})])
+def test_overlap_max_keeps_only_the_row_max_under_pv(D, causal, knobs):
+    """OVERLAP=2 pins the row maxima, not the sums: in every consumer's loop the row
+    maximum's FMNMX (at least one per score a thread holds, 64 of the 64 x 128 tile) run
+    between the score wait and the P V wait, where without OVERLAP at most one does, and
+    fewer exponentials than the tile's 64 per thread (ptxas starts some early, as it does
+    in FlashAttention-4's kernel; OVERLAP=1 keeps all of them there)."""
+    from flashscope.isa.nvidia import disassemble
+
+    cfg = G.replace(**{"BLOCK_M": 128, "BLOCK_N": 128, **knobs})
+    under = {}
+    for level in (0, 2):
+        sass = disassemble(fcompile.build(cfg.replace(OVERLAP=level), "sm90", head_dim=D,
+                                          causal=causal, return_lse=True).binary)
+        under[level] = (_under_pv(sass, "FMNMX"), _under_pv(sass, "MUFU.EX2"))
+    consumers = cfg.BLOCK_M // 64
+    fmnmx, ex2 = under[0]  # the masked-tile branch keeps one FMNMX there
+    assert all(n <= 1 for n in fmnmx) and ex2 == [0] * consumers, under
+    fmnmx, ex2 = under[2]
+    assert len(fmnmx) == consumers and all(n >= 64 for n in fmnmx), under
+    assert len(ex2) == consumers and all(n < 64 for n in ex2), under
+
+
 @pytest.mark.parametrize("D,bm,knobs", [
     (128, 128, {}), (64, 128, {"OVERLAP": True, "num_stages": 3}),
     (64, 192, {"PINGPONG": True, "num_stages": 3})])
@@ -229,9 +269,11 @@ def _needs_sm90(device):
 
 
 def _flags(flags: str) -> dict:
-    """x PINGPONG, o OVERLAP, l LAZY_RESCALE, h EARLY_Q, k K_EARLY, eN EXP2_POLY=N (last)."""
+    """x PINGPONG, o OVERLAP (o2: OVERLAP=2), l LAZY_RESCALE, h EARLY_Q, k K_EARLY, eN
+    EXP2_POLY=N (last)."""
     poly = flags.split("e")[1] if "e" in flags else "0"
-    return {"PINGPONG": "x" in flags, "OVERLAP": "o" in flags, "LAZY_RESCALE": "l" in flags,
+    return {"PINGPONG": "x" in flags, "OVERLAP": 2 if "o2" in flags else int("o" in flags),
+            "LAZY_RESCALE": "l" in flags,
             "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "EXP2_POLY": int(poly)}
 
 
@@ -249,7 +291,8 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
                                    (128, 128, 3, "e8"), (192, 128, 3, "l"),
                                    (128, 128, 3, "xol"), (128, 64, 2, "l"),
                                    (128, 128, 2, "xolhk"), (64, 64, 3, "h"),
-                                   (128, 64, 2, "k")],
+                                   (128, 64, 2, "k"), (128, 128, 2, "o2lhk"),
+                                   (192, 128, 3, "xo2")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
     """The tiles' last field: the flags of :func:`_flags`. A

@@ -26,10 +26,12 @@ moved that far (:func:`_lazy_rescale`). After the first few key tiles of a row t
 nearly every tile: at D = 128 it takes 64 FMULs per thread out of the tile's tail.
 
 The ptxas in Triton 3.6's wheel (CUDA 12.8) places the ``wait(0)`` as early as its
-block allows, ahead of the exponentials; OVERLAP stores l_j to shared memory just before
+block allows, ahead of the exponentials; OVERLAP=1 stores l_j to shared memory just before
 the wait (:func:`_pin`), which ptxas keeps in order, and so keeps the exponentials under
-the product (the performance record, runs 17-22, shows the SASS both ways). Without
-OVERLAP the overlap comes only from the other consumer warpgroups.
+the product (the performance record, runs 17-22, shows the SASS both ways). OVERLAP=2
+stores only the row maxima there, so the max reduction runs under the product and the
+exponentials after its wait, the order FlashAttention-4's Hopper kernel compiles to
+(runs 65-67). Without OVERLAP the overlap comes only from the other consumer warpgroups.
 
 Warps: a producer partition issues TMA copies of K and V tiles into a ring of STAGES
 shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in, ``v_empty``
@@ -305,12 +307,15 @@ def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.cons
 
 
 @gluon.jit
-def _pin(pin, C: gl.constexpr, l_part):
-    """Store l (which depends on every exponential of the tile) to shared memory. ptxas
-    keeps shared-memory stores ahead of a wgmma wait, so the exponentials stay ahead of
-    the P V wait too and run under that product; without a store, ptxas hoists the wait
-    above them (it places it like any instruction, as early as its block allows)."""
-    pin.index(C).store(l_part)
+def _pin(pin, C: gl.constexpr, x):
+    """Store x to consumer C's [64, 4] fp32 slot of shared memory (x: [64, 4], or [64, 1]
+    into its first column). ptxas keeps shared-memory stores ahead of a wgmma wait, so
+    what x depends on stays ahead of the P V wait too and runs under that product; without
+    a store, ptxas hoists the wait above it (it places the wait like any instruction, as
+    early as its block allows). OVERLAP=1 stores the running sums l, which depend on every
+    exponential of the tile; OVERLAP=2 the row maxima, so only they run under the product
+    and the exponentials follow the wait."""
+    pin.index(C).slice(0, x.shape[1], 1).store(x)
 
 
 @gluon.constexpr_function
@@ -468,6 +473,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             if RESCALE_TAU > 0:
                 # a row keeps its old maximum unless the tile raises it by more than TAU
                 m_new = gl.where(m_new - m_i > RESCALE_TAU, m_new, m_i)
+            if OVERLAP == 2:
+                _pin(pin, C, gl.expand_dims(m_new, 1))
             p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY, s_layout)
             alpha = gl.exp2(m_i - m_new)
             l_part = l_part * gl.expand_dims(
@@ -475,7 +482,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                 + _quad_sums(p)
             m_i = m_new
 
-            if OVERLAP:
+            if OVERLAP == 1:
                 _pin(pin, C, l_part)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(v_empty.index(v_slot), count=1)
