@@ -182,8 +182,10 @@ def _coerce(key, value):
         if on is None:
             raise ConfigError(f"config: {key} expects true/false, got {value!r}")
         return on
-    if key in _LEVEL_KNOBS and _switch(value) is not None:
-        return int(_switch(value))
+    if key in _LEVEL_KNOBS:
+        on = _switch(value)
+        if on is not None:
+            return int(on)
     if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "")):
         if key in ("maxnreg", "waves_per_eu"):
             return None
