@@ -103,7 +103,10 @@ def main():
     for item in a.variants.split(";"):
         name, spec = item.split("=", 1)
         names.append(name.strip())
+        t0 = time.time()
         fns.append(checked(name.strip(), spec.strip(), q, k, v, a.causal, ref))
+        print(f"{name.strip()}: built and checked in {time.time() - t0:.1f} s", file=sys.stderr,
+              flush=True)
     times = interleaved(names, fns, a.rounds, a.reps)
     base = times[names[0]]
     rows = []

@@ -395,6 +395,50 @@ def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, j, n_tiles,
 
 
 @gluon.jit
+def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
+               BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """(key tiles, first masked key) of a consumer's own rows [row0, row0 + ROWS).
+
+    A causal work tile loads the key tiles its last row needs, cdiv(min(N_K, start_m +
+    BLOCK_M), BLOCK_N). A consumer whose rows end earlier needs cdiv(min(N_K, row0 +
+    ROWS), BLOCK_N) and starts masking at the tile holding key row0; rows all at or past
+    N_Q take one tile (its store is clipped). With BLOCK_M = 192 and BLOCK_N = 128 a
+    work tile holds 1.5 consumer tiles above the diagonal on average and the last one of
+    a head two consumers of padding: 23%, 8.2% and 2.3% of the consumer tiles at
+    N = 1024, 4096 and 16384, none with BLOCK_M = 128 (runs 70-71 of the performance
+    record: 5% and 2-3% less time at 4096 and 16384). Non-causal work tiles need every
+    key tile; only the padding rows of a last work tile could pass, and passing them
+    measured 5% slower than computing them at N = 1024 (run 70), so they compute."""
+    if IS_CAUSAL:
+        n_own = gl.cdiv(gl.minimum(N_K, row0 + ROWS), BLOCK_N)
+        n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
+        mask_own = gl.minimum((row0 // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
+    else:
+        n_own = n_tiles
+        mask_own = mask_from
+    return n_own, mask_own
+
+
+@gluon.jit
+def _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, slot, phase, j0, n_tiles, k,
+                C: gl.constexpr, CONSUMERS: gl.constexpr, STAGES: gl.constexpr,
+                K_EARLY: gl.constexpr, PINGPONG: gl.constexpr):
+    """Key tiles j0 .. n_tiles - 1, which consumer C's rows do not need (:func:`_own_tiles`):
+    each slot goes back once loaded (``ready`` waited first, so each release follows the
+    slot's previous phase) and, with PINGPONG, tile j's turn k + j + 1 is taken and passed
+    at once. ``slot``/``phase``: tile j0's."""
+    for j in range(j0, n_tiles):
+        mbarrier.wait(k_ready.index(slot), phase)
+        mbarrier.wait(v_ready.index(slot), phase)
+        if K_EARLY:
+            mbarrier.arrive(k_empty.index(slot), count=1)
+        mbarrier.arrive(v_empty.index(slot), count=1)
+        _take_turn(turn, C, k + j + 1, PINGPONG)
+        _pass_turn(turn, C, CONSUMERS, PINGPONG)
+        slot, phase = _next_slot(slot, phase, STAGES)
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
               N_Q, N_K, qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -412,6 +456,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     the next consumer once issued, so the tensor cores serve the warpgroups in turn and
     each one's softmax falls under the others' products."""
     ROWS: gl.constexpr = 64
+    CONSUMERS: gl.constexpr = BLOCK_M // 64
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
@@ -432,27 +477,29 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
             t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         row0 = start_m + ROWS * C
+        n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
+                                     IS_CAUSAL)
         mbarrier.wait(q_ready.index(C), i & 1)
-
-        # key tile 0: scores, then the first softmax (m starts at its row maximum)
         k_slot = g % STAGES
         k_phase = (g // STAGES) & 1
+        # key tile 0: scores, then the first softmax (m starts at its row maximum)
+        kk = k
         mbarrier.wait(k_ready.index(k_slot), k_phase)
         kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        _take_turn(turn, C, k, PINGPONG)
+        _take_turn(turn, C, kk, PINGPONG)
         s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
-        _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
-        k += 1
+        _pass_turn(turn, C, CONSUMERS, PINGPONG)
+        kk += 1
         s = warpgroup_mma_wait(0, deps=(s,))
-        _scores_done(k_empty, q_empty, k_slot, C, 0, n_tiles, K_EARLY, EARLY_Q)
-        s = _masked(s, 0, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
+        _scores_done(k_empty, q_empty, k_slot, C, 0, n_own, K_EARLY, EARLY_Q)
+        s = _masked(s, 0, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
         p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_i, 1), EXP2_POLY, s_layout)
         l_part = _quad_sums(p)
         p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
-        for j in range(1, n_tiles):
+        for j in range(1, n_own):
             v_slot = k_slot  # tile j - 1's V shares its K's slot number
             v_phase = k_phase
             k_slot, k_phase = _next_slot(k_slot, k_phase, STAGES)
@@ -460,22 +507,23 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             mbarrier.wait(v_ready.index(v_slot), v_phase)
             v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
-            _take_turn(turn, C, k, PINGPONG)
+            _take_turn(turn, C, kk, PINGPONG)
             s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v, acc, is_async=True)
-            _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
-            k += 1
-            s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may still run
-            _scores_done(k_empty, q_empty, k_slot, C, j, n_tiles, K_EARLY, EARLY_Q)
+            _pass_turn(turn, C, CONSUMERS, PINGPONG)
+            kk += 1
+            s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
+            _scores_done(k_empty, q_empty, k_slot, C, j, n_own, K_EARLY, EARLY_Q)
 
-            s = _masked(s, j, row0, N_K, mask_from, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
+            s = _masked(s, j, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             if RESCALE_TAU > 0:
                 # a row keeps its old maximum unless the tile raises it by more than TAU
                 m_new = gl.where(m_new - m_i > RESCALE_TAU, m_new, m_i)
             if OVERLAP == 2:
                 _pin(pin, C, gl.expand_dims(m_new, 1))
-            p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY, s_layout)
+            p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY,
+                              s_layout)
             alpha = gl.exp2(m_i - m_new)
             l_part = l_part * gl.expand_dims(
                 gl.convert_layout(alpha, gl.SliceLayout(1, l_part.type.layout)), 1) \
@@ -494,19 +542,23 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
 
         mbarrier.wait(v_ready.index(k_slot), k_phase)  # the last tile's V
         v = v_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM])
-        _take_turn(turn, C, k, PINGPONG)
+        _take_turn(turn, C, kk, PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
-        _pass_turn(turn, C, BLOCK_M // 64, PINGPONG)
-        k += 1
+        _pass_turn(turn, C, CONSUMERS, PINGPONG)
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         mbarrier.arrive(v_empty.index(k_slot), count=1)
+        # the tiles past this consumer's rows, after its last slot went back: passing them
+        # waits for their loads, which may need that slot
+        n_slot, n_phase = _next_slot(k_slot, k_phase, STAGES)
+        _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, n_slot, n_phase, n_own,
+                    n_tiles, k, C, CONSUMERS, STAGES, K_EARLY, PINGPONG)
 
         l_i = gl.sum(l_part, 1)  # the quad's shares, once per work tile
         out = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
         # Out is staged in shared memory for a TMA store: without EARLY_Q in this
-        # consumer's Q slot (its Q K^T products completed), handed back for the next Q once
-        # the store has read it; with EARLY_Q in a slot of its own, which only the previous
-        # work tile's store must have left
+        # consumer's Q slot (its Q K^T products completed), handed back for the next Q
+        # once the store has read it; with EARLY_Q in a slot of its own, which only the
+        # previous work tile's store must have left
         o_slot = o_smem.index(C)
         if EARLY_Q:
             tma.store_wait(0)
@@ -520,6 +572,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         if not EARLY_Q:
             tma.store_wait(0)
             mbarrier.arrive(q_empty.index(C), count=1)
+        k += n_tiles + 1  # wgmma turns: every consumer takes T + 1 per work tile
         g += n_tiles
         i += 1
     if EARLY_Q:  # the last work tile's output store was not waited for
