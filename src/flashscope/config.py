@@ -125,6 +125,11 @@ class AttentionConfig(_Knobs):
     K_EARLY (GLUON) hands each K slot back as soon as its Q K^T completes instead of
     with its V after the P V, so a ring of num_stages slots prefetches one K tile further
     (one mbarrier arrive more per key tile).
+    MASKED_FIRST (GLUON) loads and consumes each work tile's masked key tiles first (the
+    diagonal ones, or the partial last one), so each consumer masks only its first tile
+    and its loop carries no mask; a causal consumer's tiles past its own rows (which it
+    only passes on) then come first too. ptxas schedules the shorter loop differently:
+    +1-2% at D = 64 causal with BLOCK_M = 192, -1 to -3% on other entries (run 74).
     """
 
     BLOCK_M: int = 128
@@ -144,6 +149,7 @@ class AttentionConfig(_Knobs):
     LAZY_RESCALE: bool = False
     EARLY_Q: bool = False
     K_EARLY: bool = False
+    MASKED_FIRST: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -157,11 +163,12 @@ class AttentionConfig(_Knobs):
                 + ("p" if self.PERSISTENT else "")
                 + ("x" if self.PINGPONG else "")
                 + ("l" if self.LAZY_RESCALE else "")
-                + ("h" if self.EARLY_Q else "") + ("k" if self.K_EARLY else ""))
+                + ("h" if self.EARLY_Q else "") + ("k" if self.K_EARLY else "")
+                + ("f" if self.MASKED_FIRST else ""))
 
 
 _BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "GLUON", "PERSISTENT",
-               "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY")
+               "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY", "MASKED_FIRST")
 #: integer knobs that also take true/false (they were switches before they had levels)
 _LEVEL_KNOBS = ("OVERLAP",)
 
@@ -281,7 +288,8 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
     if cfg.GLUON:
         _check_gluon(cfg, t, head_dim)
     else:
-        for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY"):
+        for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY",
+                     "MASKED_FIRST"):
             if getattr(cfg, knob):
                 raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
     levels = (0, 1, 2) if cfg.GLUON else (0, 1)

@@ -356,7 +356,7 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
                       LPT=lpt, PINGPONG=bool(cfg.PINGPONG),
                       OVERLAP=int(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
                       RESCALE_TAU=8 if cfg.LAZY_RESCALE else 0,
-                      EARLY_Q=bool(cfg.EARLY_Q),
+                      EARLY_Q=bool(cfg.EARLY_Q), MASKED_FIRST=bool(cfg.MASKED_FIRST),
                       CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                       PRODUCER_REGS=SM90_PRODUCER_REGS)
         return grid, args, consts

@@ -76,7 +76,7 @@ def test_overlap_max_needs_gluon():
 
 @pytest.mark.parametrize("knob,suffix", [("PERSISTENT", "p"), ("PINGPONG", "x"),
                                          ("LAZY_RESCALE", "l"), ("EARLY_Q", "h"),
-                                         ("K_EARLY", "k")])
+                                         ("K_EARLY", "k"), ("MASKED_FIRST", "f")])
 def test_gluon_only_knobs(knob, suffix):
     assert G.replace(**{knob: True}).key == "m128n128w4s2q0tg" + suffix
     with pytest.raises(ConfigError, match=f"{knob}=1 .* needs GLUON=1"):
@@ -219,9 +219,11 @@ def test_overlap_keeps_exponentials_under_pv(D, causal, knobs):
 def test_overlap_max_keeps_only_the_row_max_under_pv(D, causal, knobs):
     """OVERLAP=2 pins the row maxima, not the sums: in every consumer's loop the row
     maximum's FMNMX (at least one per score a thread holds, 64 of the 64 x 128 tile) run
-    between the score wait and the P V wait, where without OVERLAP at most one does, and
-    fewer exponentials than the tile's 64 per thread (ptxas starts some early, as it does
-    in FlashAttention-4's kernel; OVERLAP=1 keeps all of them there)."""
+    between the score wait and the P V wait, where without OVERLAP ptxas hoists the wait
+    into the reduction (13 to 32 of its FMNMX before it) and puts no exponential there;
+    with OVERLAP=2 fewer exponentials than the tile's 64 per thread sit there (ptxas
+    starts some early, as it does in FlashAttention-4's kernel; OVERLAP=1 keeps all of
+    them there)."""
     from flashscope.isa.nvidia import disassemble
 
     cfg = G.replace(**{"BLOCK_M": 128, "BLOCK_N": 128, **knobs})
@@ -231,11 +233,32 @@ def test_overlap_max_keeps_only_the_row_max_under_pv(D, causal, knobs):
                                           causal=causal, return_lse=True).binary)
         under[level] = (_under_pv(sass, "FMNMX"), _under_pv(sass, "MUFU.EX2"))
     consumers = cfg.BLOCK_M // 64
-    fmnmx, ex2 = under[0]  # the masked-tile branch keeps one FMNMX there
-    assert all(n <= 1 for n in fmnmx) and ex2 == [0] * consumers, under
+    fmnmx, ex2 = under[0]
+    assert all(n < 64 for n in fmnmx) and ex2 == [0] * consumers, under
     fmnmx, ex2 = under[2]
     assert len(fmnmx) == consumers and all(n >= 64 for n in fmnmx), under
     assert len(ex2) == consumers and all(n < 64 for n in ex2), under
+
+
+@pytest.mark.parametrize("D,bm,stages", [(64, 192, 3), (128, 128, 2)])
+def test_masked_first_leaves_the_loop_without_mask(D, bm, stages):
+    """Causal, without MASKED_FIRST every consumer loop masks behind a branch between the
+    score wait and the P V wait: one BRA and a select per score a thread holds (64 x 128
+    scores over 128 threads, 64 FSEL with -INF, each counted twice). With it the masked
+    tile is each consumer's first, outside the loop: neither is left there."""
+    from flashscope.isa.nvidia import disassemble
+
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=128, num_stages=stages, PINGPONG=True,
+                    PERSISTENT=True)
+    under = {}
+    for first in (False, True):
+        sass = disassemble(fcompile.build(cfg.replace(MASKED_FIRST=first), "sm90",
+                                          head_dim=D, causal=True, return_lse=True).binary)
+        under[first] = (_under_pv(sass, "FSEL"), _under_pv(sass, "BRA"))
+    consumers = bm // 64
+    fsel, bra = under[False]
+    assert len(fsel) == consumers and all(n >= 64 for n in fsel) and bra == [1] * consumers
+    assert under[True] == ([0] * consumers, [0] * consumers), under
 
 
 @pytest.mark.parametrize("D,bm,knobs", [
@@ -269,12 +292,13 @@ def _needs_sm90(device):
 
 
 def _flags(flags: str) -> dict:
-    """x PINGPONG, o OVERLAP (o2: OVERLAP=2), l LAZY_RESCALE, h EARLY_Q, k K_EARLY, eN
-    EXP2_POLY=N (last)."""
+    """x PINGPONG, o OVERLAP (o2: OVERLAP=2), l LAZY_RESCALE, h EARLY_Q, k K_EARLY, f
+    MASKED_FIRST, eN EXP2_POLY=N (last)."""
     poly = flags.split("e")[1] if "e" in flags else "0"
     return {"PINGPONG": "x" in flags, "OVERLAP": 2 if "o2" in flags else int("o" in flags),
             "LAZY_RESCALE": "l" in flags,
-            "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "EXP2_POLY": int(poly)}
+            "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "MASKED_FIRST": "f" in flags,
+            "EXP2_POLY": int(poly)}
 
 
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
@@ -292,7 +316,8 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
                                    (128, 128, 3, "xol"), (128, 64, 2, "l"),
                                    (128, 128, 2, "xolhk"), (64, 64, 3, "h"),
                                    (128, 64, 2, "k"), (128, 128, 2, "o2lhk"),
-                                   (192, 128, 3, "xo2")],
+                                   (192, 128, 3, "xo2"), (192, 128, 3, "xlhkf"),
+                                   (128, 64, 2, "f"), (64, 64, 3, "hf")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
     """The tiles' last field: the flags of :func:`_flags`. A
@@ -317,7 +342,8 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
 @pytest.mark.parametrize("tiles", [(128, 128, 3, "o"), (192, 64, 2, ""), (128, 64, 2, "x"),
                                    (192, 128, 2, "x"), (128, 128, 3, "xo"),
                                    (192, 128, 2, "l"), (128, 128, 2, "xolhk"),
-                                   (192, 128, 2, "xhk"), (128, 64, 3, "h"), (128, 128, 3, "k")],
+                                   (192, 128, 2, "xhk"), (128, 64, 3, "h"), (128, 128, 3, "k"),
+                                   (192, 128, 2, "xlhkf"), (128, 128, 2, "hf")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,

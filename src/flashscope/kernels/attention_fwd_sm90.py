@@ -55,7 +55,10 @@ tile's last Q K^T, so the next Q arrives under the last P V and the epilogue.
 Descriptors are rank 4, over (B, H, N, D) with the caller's strides and block
 (1, 1, rows, D): TMA zero-fills rows past N of *this* head, so a partial tile never reads
 another head, and the output store clips rows past N_Q. Scores of keys >= N_K (and above
-the causal diagonal) are set to -inf; the zero-filled V rows there contribute 0.
+the causal diagonal) are set to -inf; the zero-filled V rows there contribute 0. A work
+tile's key tiles are loaded and consumed in order, or with MASKED_FIRST masked ones first
+(:func:`_key_tile`), so that each consumer masks at most its first tile and the loop body
+above carries no mask.
 
 Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D), H % Hkv == 0, D in {64, 128} (any
 power of two 16..256 compiles), Out (B, H, Nq, D), Lse (B, H, Nq) fp32.
@@ -144,6 +147,23 @@ def _work(t, n_m, BH, H, GROUP, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexp
 
 
 @gluon.jit
+def _key_tile(pos, n_tiles, mask_from, BLOCK_N: gl.constexpr, MASKED_FIRST: gl.constexpr):
+    """The key tile loaded and consumed pos-th in a work tile: pos itself, or with
+    MASKED_FIRST the masked ones first, the last first (n_tiles - 1, n_tiles - 2, ..
+    mask_from / BLOCK_N), then 0, 1, .. in order.
+
+    In that order each consumer meets the key tiles past its own rows
+    (:func:`_own_tiles`), which it passes, then the one tile it masks (at most one: its
+    diagonal tile, or the partial last tile), which the peeled first step of its loop
+    takes, then only whole tiles: the loop carries no mask and no branch around one."""
+    if MASKED_FIRST:
+        n_edge = n_tiles - mask_from // BLOCK_N
+        edge = (pos < n_edge).to(gl.int32)
+        pos = edge * (n_tiles - 1 - pos) + (1 - edge) * (pos - n_edge)
+    return pos
+
+
+@gluon.jit
 def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
              BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """Key (or value) tile j of this work tile into slot g % STAGES of its ring (g counts
@@ -163,7 +183,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_K,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              LPT: gl.constexpr):
+              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
@@ -173,22 +193,26 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     i = 0
     for r in range(0, _count(pid, nprog, total, Sched, LPT)):
         t = _tile(r, pid, nprog, Sched, LPT)
-        _, off_b, off_h, off_hkv, start_m, n_tiles, _ = _work(
+        _, off_b, off_h, off_hkv, start_m, n_tiles, mask_from = _work(
             t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
+        first = _key_tile(0, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
         if i > 0:
-            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
+                     STAGES)
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [off_b, off_h, start_m + 64 * c, 0],
                                             q_ready.index(c), q_smem.index(c))
         if i == 0:
-            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
-        _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, 0, g, BLOCK_N, STAGES)
-        for j in range(1, n_tiles):
-            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + j, BLOCK_N,
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
                      STAGES)
-            _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + j, BLOCK_N,
+        _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, BLOCK_N, STAGES)
+        for pos in range(1, n_tiles):
+            j = _key_tile(pos, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + pos, BLOCK_N,
+                     STAGES)
+            _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + pos, BLOCK_N,
                      STAGES)
         g += n_tiles
         i += 1
@@ -383,15 +407,16 @@ def _lazy_rescale(acc, alpha):
 
 
 @gluon.jit
-def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, j, n_tiles,
+def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, pos, n_tiles,
                  K_EARLY: gl.constexpr, EARLY_Q: gl.constexpr):
-    """Key tile j's Q K^T has completed: with K_EARLY its K slot goes back to the producer;
-    with EARLY_Q, on the work tile's last key tile, consumer C's Q slot too (the next Q
-    then loads under the last P V and the epilogue)."""
+    """The Q K^T of the pos-th key tile (in :func:`_key_tile` order) has completed: with
+    K_EARLY its K slot goes back to the producer; with EARLY_Q, on the work tile's last
+    key tile, consumer C's Q slot too (the next Q then loads under the last P V and the
+    epilogue)."""
     if K_EARLY:
         mbarrier.arrive(k_empty.index(k_slot), count=1)
     if EARLY_Q:
-        mbarrier.arrive(q_empty.index(C), count=1, pred=j == n_tiles - 1)
+        mbarrier.arrive(q_empty.index(C), count=1, pred=pos == n_tiles - 1)
 
 
 @gluon.jit
@@ -420,22 +445,24 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
 
 
 @gluon.jit
-def _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, slot, phase, j0, n_tiles, k,
+def _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, slot, phase, n_pass, k,
                 C: gl.constexpr, CONSUMERS: gl.constexpr, STAGES: gl.constexpr,
                 K_EARLY: gl.constexpr, PINGPONG: gl.constexpr):
-    """Key tiles j0 .. n_tiles - 1, which consumer C's rows do not need (:func:`_own_tiles`):
+    """n_pass key tiles in a row that consumer C's rows do not need (:func:`_own_tiles`):
     each slot goes back once loaded (``ready`` waited first, so each release follows the
-    slot's previous phase) and, with PINGPONG, tile j's turn k + j + 1 is taken and passed
-    at once. ``slot``/``phase``: tile j0's."""
-    for j in range(j0, n_tiles):
+    slot's previous phase) and, with PINGPONG, the turns k, k + 1, .. are taken and passed
+    at once. ``slot``/``phase``: the first tile's; returns those of the tile after the
+    last one passed."""
+    for pos in range(0, n_pass):
         mbarrier.wait(k_ready.index(slot), phase)
         mbarrier.wait(v_ready.index(slot), phase)
         if K_EARLY:
             mbarrier.arrive(k_empty.index(slot), count=1)
         mbarrier.arrive(v_empty.index(slot), count=1)
-        _take_turn(turn, C, k + j + 1, PINGPONG)
+        _take_turn(turn, C, k + pos, PINGPONG)
         _pass_turn(turn, C, CONSUMERS, PINGPONG)
         slot, phase = _next_slot(slot, phase, STAGES)
+    return slot, phase
 
 
 @gluon.jit
@@ -446,7 +473,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
               K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
-              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr):
+              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -482,8 +509,19 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         mbarrier.wait(q_ready.index(C), i & 1)
         k_slot = g % STAGES
         k_phase = (g // STAGES) & 1
-        # key tile 0: scores, then the first softmax (m starts at its row maximum)
-        kk = k
+        # the tiles this consumer processes are positions first .. end - 1 of the work
+        # tile's order; with MASKED_FIRST those past its rows come before them: pass them
+        first = 0
+        if MASKED_FIRST:
+            first = n_tiles - n_own
+            k_slot, k_phase = _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, k_slot,
+                                          k_phase, first, k, C, CONSUMERS, STAGES, K_EARLY,
+                                          PINGPONG)
+        end = first + n_own
+        # the first tile (with MASKED_FIRST the only one it may mask): scores, then the
+        # first softmax (m starts at its row maximum: a row's diagonal tile holds a key at
+        # or before it)
+        kk = k + first
         mbarrier.wait(k_ready.index(k_slot), k_phase)
         kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         _take_turn(turn, C, kk, PINGPONG)
@@ -491,16 +529,17 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _pass_turn(turn, C, CONSUMERS, PINGPONG)
         kk += 1
         s = warpgroup_mma_wait(0, deps=(s,))
-        _scores_done(k_empty, q_empty, k_slot, C, 0, n_own, K_EARLY, EARLY_Q)
-        s = _masked(s, 0, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
+        _scores_done(k_empty, q_empty, k_slot, C, first, end, K_EARLY, EARLY_Q)
+        s = _masked(s, _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST), row0,
+                    N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
         p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_i, 1), EXP2_POLY, s_layout)
         l_part = _quad_sums(p)
         p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
-        for j in range(1, n_own):
-            v_slot = k_slot  # tile j - 1's V shares its K's slot number
+        for pos in range(first + 1, end):
+            v_slot = k_slot  # the previous tile's V shares its K's slot number
             v_phase = k_phase
             k_slot, k_phase = _next_slot(k_slot, k_phase, STAGES)
             mbarrier.wait(k_ready.index(k_slot), k_phase)
@@ -513,9 +552,10 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             _pass_turn(turn, C, CONSUMERS, PINGPONG)
             kk += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
-            _scores_done(k_empty, q_empty, k_slot, C, j, n_own, K_EARLY, EARLY_Q)
+            _scores_done(k_empty, q_empty, k_slot, C, pos, end, K_EARLY, EARLY_Q)
 
-            s = _masked(s, j, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
+            if not MASKED_FIRST:  # positions are tiles
+                s = _masked(s, pos, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             if RESCALE_TAU > 0:
                 # a row keeps its old maximum unless the tile raises it by more than TAU
@@ -547,11 +587,13 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _pass_turn(turn, C, CONSUMERS, PINGPONG)
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         mbarrier.arrive(v_empty.index(k_slot), count=1)
-        # the tiles past this consumer's rows, after its last slot went back: passing them
-        # waits for their loads, which may need that slot
-        n_slot, n_phase = _next_slot(k_slot, k_phase, STAGES)
-        _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, n_slot, n_phase, n_own,
-                    n_tiles, k, C, CONSUMERS, STAGES, K_EARLY, PINGPONG)
+        if not MASKED_FIRST:
+            # the tiles past this consumer's rows, after its last slot went back: passing
+            # them waits for their loads, which may need that slot
+            n_slot, n_phase = _next_slot(k_slot, k_phase, STAGES)
+            _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, n_slot, n_phase,
+                        n_tiles - n_own, k + n_own + 1, C, CONSUMERS, STAGES, K_EARLY,
+                        PINGPONG)
 
         l_i = gl.sum(l_part, 1)  # the quad's shares, once per work tile
         out = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
@@ -589,6 +631,7 @@ def _attn_fwd_sm90(
     HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
     OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
     EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    MASKED_FIRST: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -604,7 +647,8 @@ def _attn_fwd_sm90(
     (:func:`_take_turn`); EXP2_POLY: one exponential in EXP2_POLY on the FMA pipe
     (:func:`_softmax_exp2`); RESCALE_TAU > 0: the row maximum moves only by more than
     that; EARLY_Q: Q handed back at its last use, the output staged in slots of its own;
-    K_EARLY: K slots handed back at their Q K^T (the module docstring)."""
+    K_EARLY: K slots handed back at their Q K^T (the module docstring); MASKED_FIRST: the
+    masked key tiles of each work tile first (:func:`_key_tile`)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -655,10 +699,11 @@ def _attn_fwd_sm90(
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
+                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
+                         MASKED_FIRST)),
         ], warps, regs)
     elif CONSUMERS == 2:
         gl.warp_specialize([
@@ -666,34 +711,36 @@ def _attn_fwd_sm90(
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
+                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
+                         MASKED_FIRST)),
         ], warps, regs)
     else:
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT)),
+                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
+                         MASKED_FIRST)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
         ], warps, regs)

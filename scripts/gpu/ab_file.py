@@ -1,0 +1,100 @@
+"""A/B timing of another copy of the sm90 kernel module against this tree's, on one shape.
+
+For changes that are not a knob: save the kernel file as it was (``git show
+REV:src/flashscope/kernels/attention_fwd_sm90.py > old.py``), edit, then time both with
+the same launch arguments (flashscope's default config for the shape, built by
+``launch.forward_call``) and cuDNN, in interleaved bursts as :mod:`ab` does. Both
+kernels go through Triton's ``kernel[grid]`` launch (the same host cost each); each
+output is poisoned with NaN, then checked against cuDNN's.
+
+Usage: PYTHONPATH=src python scripts/gpu/ab_file.py OLD.py --shape 1,32,16384,64
+       [--causal] [--rounds 12] [--reps 10] [--json OUT.json]
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ab import _provider, interleaved  # noqa: E402
+from fwd_hopper import tflops  # noqa: E402
+
+from flashscope import api, kernels, launch  # noqa: E402
+
+
+def _module(path):
+    import triton.experimental.gluon.language  # noqa: F401  (as kernels.load does)
+
+    spec = importlib.util.spec_from_file_location("flashscope_ab_old", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _runner(mod, q, k, v, causal, cfg, ref):
+    out = torch.empty_like(q)
+    grid, args, consts = launch.forward_call(q, k, v, out, None, causal=causal,
+                                             scale=q.shape[-1] ** -0.5, cfg=cfg)
+    opts = launch.launch_options(cfg, q.device)
+    fn = mod._attn_fwd_sm90
+    known = {p.name for p in fn.params}  # an older kernel may lack a newer knob
+    consts = {n: c for n, c in consts.items() if n in known}
+
+    def run():
+        fn[grid](*args, **consts, **opts)
+        return out
+    out.fill_(float("nan"))
+    run()
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    if not err < 1e-2:
+        sys.exit(f"relative error {err:.2e} against cuDNN ({mod.__name__})")
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("old")
+    ap.add_argument("--shape", required=True, help="B,H,N,D")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    B, H, N, D = map(int, a.shape.split(","))
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cfg = api._default_config(q, k, v, a.causal)
+    ref = _provider("cudnn", q, k, v, a.causal)().float()
+    names = ["new", "old", "cudnn"]
+    fns = [_runner(kernels.load("attention_fwd_sm90"), q, k, v, a.causal, cfg, ref),
+           _runner(_module(a.old), q, k, v, a.causal, cfg, ref),
+           _provider("cudnn", q, k, v, a.causal)]
+    times = interleaved(names, fns, a.rounds, a.reps)
+    rows = []
+    for n in names:
+        r = sorted(t / b for t, b in zip(times[n], times["new"]))
+        ms = statistics.median(times[n])
+        rows.append({"name": n, "ms": round(ms, 4),
+                     "tflops": round(tflops(B, H, N, D, a.causal, ms), 1),
+                     "ratio": round(statistics.median(r), 4), "ratio_q1": round(r[len(r) // 4], 4),
+                     "ratio_q3": round(r[(3 * len(r)) // 4], 4)})
+    print(f"{a.shape} causal={int(a.causal)} config {cfg.key}: time / new's, median of "
+          f"{a.rounds} rounds (IQR)")
+    for r in rows:
+        print(f"  {r['name']:>6} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s  "
+              f"{r['ratio']:.4f} ({r['ratio_q1']:.4f}-{r['ratio_q3']:.4f})")
+    if a.json:
+        meta = {"device": torch.cuda.get_device_name(), "shape": a.shape, "causal": a.causal,
+                "config": cfg.key, "old": a.old, "rounds": a.rounds, "reps": a.reps,
+                "date": time.strftime("%Y-%m-%d %H:%M")}
+        with open(a.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows, "times": times}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
