@@ -87,27 +87,19 @@ def interleaved(names, fns, rounds, reps):
     return times
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def shape_args(ap, rounds=20):
+    """The arguments every A/B script here takes: shape, causal, rounds, reps, JSON out."""
     ap.add_argument("--shape", required=True, help="B,H,N,D")
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--variants", required=True)
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", default=None)
-    a = ap.parse_args()
+
+
+def report(a, names, times, extra=None):
+    """Print and (with ``--json``) save each variant's median time, TFLOP/s and median
+    ratio to the first variant's time in the same round (with its interquartile range)."""
     B, H, N, D = map(int, a.shape.split(","))
-    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    ref = _provider("cudnn", q, k, v, a.causal)().float()
-    names, fns = [], []
-    for item in a.variants.split(";"):
-        name, spec = item.split("=", 1)
-        names.append(name.strip())
-        t0 = time.time()
-        fns.append(checked(name.strip(), spec.strip(), q, k, v, a.causal, ref))
-        print(f"{name.strip()}: built and checked in {time.time() - t0:.1f} s", file=sys.stderr,
-              flush=True)
-    times = interleaved(names, fns, a.rounds, a.reps)
     base = times[names[0]]
     rows = []
     for n in names:
@@ -120,7 +112,7 @@ def main():
                      "ratio_q3": round(ratios[(3 * len(ratios)) // 4], 4)})
     meta = {"device": torch.cuda.get_device_name(), "shape": a.shape, "causal": a.causal,
             "rounds": a.rounds, "reps": a.reps, "date": time.strftime("%Y-%m-%d %H:%M"),
-            "variants": a.variants}
+            **(extra or {})}
     print(f"{a.shape} causal={int(a.causal)}: time / {names[0]}'s, median of "
           f"{a.rounds} rounds (IQR)")
     for r in rows:
@@ -129,6 +121,25 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"meta": meta, "rows": rows, "times": times}, f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    shape_args(ap)
+    ap.add_argument("--variants", required=True)
+    a = ap.parse_args()
+    B, H, N, D = map(int, a.shape.split(","))
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    ref = _provider("cudnn", q, k, v, a.causal)().float()
+    names, fns = [], []
+    for item in a.variants.split(";"):
+        name, spec = item.split("=", 1)
+        names.append(name.strip())
+        t0 = time.time()
+        fns.append(checked(name.strip(), spec.strip(), q, k, v, a.causal, ref))
+        print(f"{name.strip()}: built and checked in {time.time() - t0:.1f} s", file=sys.stderr,
+              flush=True)
+    report(a, names, interleaved(names, fns, a.rounds, a.reps), {"variants": a.variants})
 
 
 if __name__ == "__main__":

@@ -13,17 +13,13 @@ Usage: PYTHONPATH=src python scripts/gpu/ab_file.py OLD.py --shape 1,32,16384,64
 
 import argparse
 import importlib.util
-import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab import _provider, interleaved  # noqa: E402
-from fwd_hopper import tflops  # noqa: E402
+from ab import _provider, interleaved, report, shape_args  # noqa: E402
 
 from flashscope import api, kernels, launch  # noqa: E402
 
@@ -60,11 +56,7 @@ def _runner(mod, q, k, v, causal, cfg, ref):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("old")
-    ap.add_argument("--shape", required=True, help="B,H,N,D")
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--rounds", type=int, default=12)
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--json", default=None)
+    shape_args(ap, rounds=12)
     a = ap.parse_args()
     B, H, N, D = map(int, a.shape.split(","))
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -74,26 +66,9 @@ def main():
     fns = [_runner(kernels.load("attention_fwd_sm90"), q, k, v, a.causal, cfg, ref),
            _runner(_module(a.old), q, k, v, a.causal, cfg, ref),
            _provider("cudnn", q, k, v, a.causal)]
-    times = interleaved(names, fns, a.rounds, a.reps)
-    rows = []
-    for n in names:
-        r = sorted(t / b for t, b in zip(times[n], times["new"]))
-        ms = statistics.median(times[n])
-        rows.append({"name": n, "ms": round(ms, 4),
-                     "tflops": round(tflops(B, H, N, D, a.causal, ms), 1),
-                     "ratio": round(statistics.median(r), 4), "ratio_q1": round(r[len(r) // 4], 4),
-                     "ratio_q3": round(r[(3 * len(r)) // 4], 4)})
-    print(f"{a.shape} causal={int(a.causal)} config {cfg.key}: time / new's, median of "
-          f"{a.rounds} rounds (IQR)")
-    for r in rows:
-        print(f"  {r['name']:>6} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s  "
-              f"{r['ratio']:.4f} ({r['ratio_q1']:.4f}-{r['ratio_q3']:.4f})")
-    if a.json:
-        meta = {"device": torch.cuda.get_device_name(), "shape": a.shape, "causal": a.causal,
-                "config": cfg.key, "old": a.old, "rounds": a.rounds, "reps": a.reps,
-                "date": time.strftime("%Y-%m-%d %H:%M")}
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows, "times": times}, f, indent=1)
+    print(f"config {cfg.key}")
+    report(a, names, interleaved(names, fns, a.rounds, a.reps),
+           {"config": cfg.key, "old": a.old})
 
 
 if __name__ == "__main__":
