@@ -61,17 +61,23 @@ def _burst(fn, reps):
     return start.elapsed_time(end) / reps
 
 
+def check_output(name, out, ref):
+    """Stop the script unless ``out`` is within a relative error of 1e-2 of ``ref``
+    (cuDNN's, fp32); NaN never passes."""
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    if not err < 1e-2:
+        sys.exit(f"{name}: relative error {err:.2e} against cuDNN")
+
+
 def checked(name, spec, q, k, v, causal, ref):
     """The provider of :func:`_provider`, run once and its output checked against ``ref``
-    (cuDNN's, fp32): the script stops on a relative error of 1e-2 or more, or NaN."""
+    (:func:`check_output`)."""
     fn = _provider(spec, q, k, v, causal)
     o = fn()
     out = o[0] if isinstance(o, tuple) else o
     if spec == "fa4":
         out = out.transpose(1, 2)
-    err = ((out.float() - ref).norm() / ref.norm()).item()
-    if not err < 1e-2:
-        sys.exit(f"{name}: relative error {err:.2e} against cuDNN")
+    check_output(name, out, ref)
     return fn
 
 

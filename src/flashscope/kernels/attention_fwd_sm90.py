@@ -62,6 +62,14 @@ above carries no mask.
 
 Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D), H % Hkv == 0, D in {64, 128} (any
 power of two 16..256 compiles), Out (B, H, Nq, D), Lse (B, H, Nq) fp32.
+
+The file reads top down: partition sizes and the work list (``_worker_*``, ``_count``,
+``_tile``, ``_work``, ``_key_tile``); the producer (``_load_kv``, ``_producer``); the
+consumer's pieces (masking and softmax: ``_masked`` .. ``_quad_sums``; ring and turns:
+``_next_slot``, ``_take_turn``, ``_pass_turn``; ``_pin``; the P operand; the lazy
+rescale; slot hand-backs and the tiles a consumer owns or passes: ``_scores_done``,
+``_own_tiles``, ``_pass_tiles``); then ``_consumer`` and the kernel ``_attn_fwd_sm90``,
+which allocates the shared memory and barriers and starts the partitions.
 """
 
 from triton.experimental import gluon
