@@ -130,12 +130,6 @@ class AttentionConfig(_Knobs):
     and its loop carries no mask; a causal consumer's tiles past its own rows (which it
     only passes on) then come first too. ptxas schedules the shorter loop differently:
     +1-2% at D = 64 causal with BLOCK_M = 192, -1 to -3% on other entries (run 74).
-    CROSS_TILE (GLUON, PERSISTENT, EARLY_Q; not PINGPONG or MASKED_FIRST) runs each
-    consumer's software pipeline across work tiles: the next work tile's first Q K^T is
-    issued with the previous one's last P V and its first softmax runs under that product,
-    so short rows stop paying a pipeline fill and drain per work tile. Each consumer then
-    double-buffers Q (BLOCK_M x D more shared memory) and computes all of its work tile's
-    key tiles.
     """
 
     BLOCK_M: int = 128
@@ -156,7 +150,6 @@ class AttentionConfig(_Knobs):
     EARLY_Q: bool = False
     K_EARLY: bool = False
     MASKED_FIRST: bool = False
-    CROSS_TILE: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -171,12 +164,11 @@ class AttentionConfig(_Knobs):
                 + ("x" if self.PINGPONG else "")
                 + ("l" if self.LAZY_RESCALE else "")
                 + ("h" if self.EARLY_Q else "") + ("k" if self.K_EARLY else "")
-                + ("f" if self.MASKED_FIRST else "") + ("c" if self.CROSS_TILE else ""))
+                + ("f" if self.MASKED_FIRST else ""))
 
 
 _BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "GLUON", "PERSISTENT",
-               "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY", "MASKED_FIRST",
-               "CROSS_TILE")
+               "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY", "MASKED_FIRST")
 #: integer knobs that also take true/false (they were switches before they had levels)
 _LEVEL_KNOBS = ("OVERLAP",)
 
@@ -241,8 +233,7 @@ def min_shared_bytes(cfg: AttentionConfig, head_dim: int, dtype: str = "bfloat16
     """
     elt = DTYPE_BYTES[dtype]
     if cfg.GLUON:  # Q (and O with EARLY_Q), a ring of K and V tiles (exact, less barriers)
-        q_rows = cfg.BLOCK_M * ((2 if cfg.EARLY_Q else 1) + (1 if cfg.CROSS_TILE else 0))
-        rows = q_rows + 2 * cfg.num_stages * cfg.BLOCK_N
+        rows = cfg.BLOCK_M * (2 if cfg.EARLY_Q else 1) + 2 * cfg.num_stages * cfg.BLOCK_N
         return rows * head_dim_pad(head_dim) * elt
     return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * elt * max(1, cfg.num_stages - 1)
 
@@ -298,7 +289,7 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
         _check_gluon(cfg, t, head_dim)
     else:
         for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY",
-                     "MASKED_FIRST", "CROSS_TILE"):
+                     "MASKED_FIRST"):
             if getattr(cfg, knob):
                 raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
     levels = (0, 1, 2) if cfg.GLUON else (0, 1)
@@ -375,19 +366,6 @@ def _check_gluon(cfg: AttentionConfig, t, head_dim: int) -> None:
     if cfg.PINGPONG and cfg.BLOCK_M < 128:
         raise ConfigError(f"PINGPONG=1 needs two or three consumer warpgroups to take turns "
                           f"(BLOCK_M=128 or 192), got BLOCK_M={cfg.BLOCK_M}")
-    if cfg.CROSS_TILE:
-        for knob, want, why in _CROSS_TILE_RULES:
-            if bool(getattr(cfg, knob)) != want:
-                raise ConfigError(f"CROSS_TILE=1 needs {knob}={int(want)} ({why})")
-
-
-#: (knob, required value, why) of CROSS_TILE (the consumer pipeline across work tiles).
-_CROSS_TILE_RULES = (
-    ("PERSISTENT", True, "work tiles follow one another only in a persistent program"),
-    ("EARLY_Q", True, "a work tile's output is staged while the next one's Q K^T runs"),
-    ("PINGPONG", False, "its turns are counted per work tile"),
-    ("MASKED_FIRST", False, "its consumers pass key tiles, which CROSS_TILE computes"),
-)
 
 
 # Defaults as data: (target name or family, largest head dim, causal or None for both)

@@ -293,15 +293,12 @@ def _needs_sm90(device):
 
 def _flags(flags: str) -> dict:
     """x PINGPONG, o OVERLAP (o2: OVERLAP=2), l LAZY_RESCALE, h EARLY_Q, k K_EARLY, f
-    MASKED_FIRST, c CROSS_TILE (and the PERSISTENT grid it needs), eN EXP2_POLY=N (last)."""
+    MASKED_FIRST, eN EXP2_POLY=N (last)."""
     poly = flags.split("e")[1] if "e" in flags else "0"
-    out = {"PINGPONG": "x" in flags, "OVERLAP": 2 if "o2" in flags else int("o" in flags),
-           "LAZY_RESCALE": "l" in flags,
-           "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "MASKED_FIRST": "f" in flags,
-           "CROSS_TILE": "c" in flags, "EXP2_POLY": int(poly)}
-    if out["CROSS_TILE"]:
-        out["PERSISTENT"] = True
-    return out
+    return {"PINGPONG": "x" in flags, "OVERLAP": 2 if "o2" in flags else int("o" in flags),
+            "LAZY_RESCALE": "l" in flags,
+            "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "MASKED_FIRST": "f" in flags,
+            "EXP2_POLY": int(poly)}
 
 
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
@@ -320,9 +317,7 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
                                    (128, 128, 2, "xolhk"), (64, 64, 3, "h"),
                                    (128, 64, 2, "k"), (128, 128, 2, "o2lhk"),
                                    (192, 128, 3, "xo2"), (192, 128, 3, "xlhkf"),
-                                   (128, 64, 2, "f"), (64, 64, 3, "hf"),
-                                   (128, 128, 3, "hkc"), (192, 128, 2, "lhc"),
-                                   (64, 64, 2, "o2hc")],
+                                   (128, 64, 2, "f"), (64, 64, 3, "hf")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
     """The tiles' last field: the flags of :func:`_flags`. A
@@ -348,20 +343,17 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
                                    (192, 128, 2, "x"), (128, 128, 3, "xo"),
                                    (192, 128, 2, "l"), (128, 128, 2, "xolhk"),
                                    (192, 128, 2, "xhk"), (128, 64, 3, "h"), (128, 128, 3, "k"),
-                                   (192, 128, 2, "xlhkf"), (128, 128, 2, "hf"),
-                                   (128, 128, 2, "hkc"), (128, 64, 2, "ohc"),
-                                   (192, 64, 2, "lhkc")],
+                                   (192, 128, 2, "xlhkf"), (128, 128, 2, "hf")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,
     Q-slot and turn (PINGPONG, x in the tiles' flags) barrier phases carry across work
     tiles of different lengths; causal grids deal the tiles out longest first, in a snake
-    whose last round is partial for 3 and 7 programs. With CROSS_TILE (c) each program's
-    pipeline runs on from one work tile into the next, through both of its Q slots."""
+    whose last round is partial for 3 and 7 programs."""
     _needs_sm90(device)
     monkeypatch.setattr(launch, "sm_count", lambda dev: programs)
     bm, bn, st, flags = tiles
-    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, **{**_flags(flags), "PERSISTENT": True})
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PERSISTENT=True, **_flags(flags))
     for Nq, Nk, Hkv, D in [(300, 333, 2, 128), (513, 257, 4, 64)]:
         run_case(device, B=2, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
                  dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)
@@ -370,8 +362,7 @@ def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, caus
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("D,tiles", [(64, (192, 128, 3, "ol")), (128, (128, 128, 3, "xol")),
-                                     (64, (128, 64, 2, "l")), (128, (64, 64, 3, "l")),
-                                     (64, (128, 128, 3, "lhkc"))],
+                                     (64, (128, 64, 2, "l")), (128, (64, 64, 3, "l"))],
                          ids=lambda t: t if isinstance(t, int) else "m{}n{}s{}{}".format(*t))
 def test_lazy_rescale_follows_rising_scores(device, causal, D, tiles):
     """LAZY_RESCALE where it must rescale: key norms grow 12-fold along the sequence and
@@ -381,7 +372,7 @@ def test_lazy_rescale_follows_rising_scores(device, causal, D, tiles):
     whose exponentials ran against a stale maximum beyond the threshold would overflow."""
     _needs_sm90(device)
     bm, bn, st, flags = tiles
-    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, **{**_flags(flags), "PERSISTENT": True})
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PERSISTENT=True, **_flags(flags))
     B, H, Hkv, Nq, Nk = 2, 4, 2, 300, 1000
     q, k, v = make_qkv(device, B, H, Nq, Nk, D, Hkv=Hkv, dtype=torch.bfloat16, bnhd=False)
     q = q * 3

@@ -68,8 +68,9 @@ The file reads top down: partition sizes and the work list (``_worker_*``, ``_co
 consumer's pieces (masking and softmax: ``_masked`` .. ``_quad_sums``; ring and turns:
 ``_next_slot``, ``_take_turn``, ``_pass_turn``; ``_pin``; the P operand; the lazy
 rescale; slot hand-backs and the tiles a consumer owns or passes: ``_scores_done``,
-``_own_tiles``, ``_pass_tiles``); then ``_consumer`` and the kernel ``_attn_fwd_sm90``,
-which allocates the shared memory and barriers and starts the partitions.
+``_own_tiles``, ``_pass_tiles``; the output, ``_store_out``); then ``_consumer`` and the
+kernel ``_attn_fwd_sm90``, which allocates the shared memory and barriers and starts the
+partitions.
 """
 
 from triton.experimental import gluon
@@ -191,13 +192,12 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_K,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr, CROSS_TILE: gl.constexpr):
+              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
     which frees while the consumers finish the previous tile, whereas Q's slot waits for
-    that tile's output store. With CROSS_TILE each consumer has two Q slots, used by
-    alternate work tiles (:func:`_consumer_flat`)."""
+    that tile's output store."""
     g = 0
     i = 0
     for r in range(0, _count(pid, nprog, total, Sched, LPT)):
@@ -209,15 +209,10 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
                      STAGES)
         for c in gl.static_range(CONSUMERS):
-            if CROSS_TILE:  # slot use i // 2 waits for release i // 2 - 1
-                qs = c + CONSUMERS * (i % 2)
-                mbarrier.wait(q_empty.index(qs), (i // 2 + 1) & 1, pred=i > 1)
-            else:
-                qs = c
-                mbarrier.wait(q_empty.index(qs), (i + 1) & 1, pred=i > 0)
-            mbarrier.expect(q_ready.index(qs), q_desc.block_type.nbytes)
+            mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
+            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [off_b, off_h, start_m + 64 * c, 0],
-                                            q_ready.index(qs), q_smem.index(qs))
+                                            q_ready.index(c), q_smem.index(c))
         if i == 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
                      STAGES)
@@ -421,21 +416,21 @@ def _lazy_rescale(acc, alpha):
 
 
 @gluon.jit
-def _scores_done(k_empty, q_empty, k_slot, q_slot, pos, n_tiles,
+def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, pos, n_tiles,
                  K_EARLY: gl.constexpr, EARLY_Q: gl.constexpr):
     """The Q K^T of the pos-th key tile (in :func:`_key_tile` order) has completed: with
     K_EARLY its K slot goes back to the producer; with EARLY_Q, on the work tile's last
-    key tile, the consumer's Q slot too (the next Q then loads under the last P V and the
+    key tile, consumer C's Q slot too (the next Q then loads under the last P V and the
     epilogue)."""
     if K_EARLY:
         mbarrier.arrive(k_empty.index(k_slot), count=1)
     if EARLY_Q:
-        mbarrier.arrive(q_empty.index(q_slot), count=1, pred=pos == n_tiles - 1)
+        mbarrier.arrive(q_empty.index(C), count=1, pred=pos == n_tiles - 1)
 
 
 @gluon.jit
 def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
-               BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, PASS: gl.constexpr):
+               BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """(key tiles, first masked key) of a consumer's own rows [row0, row0 + ROWS).
 
     A causal work tile loads the key tiles its last row needs, cdiv(min(N_K, start_m +
@@ -447,16 +442,13 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     N = 1024, 4096 and 16384, none with BLOCK_M = 128 (runs 70-71 of the performance
     record: 5% and 2-3% less time at 4096 and 16384). Non-causal work tiles need every
     key tile; only the padding rows of a last work tile could pass, and passing them
-    measured 5% slower than computing them at N = 1024 (run 70), so they compute.
-    Without PASS (:func:`_consumer_flat`) a consumer computes all n_tiles, masking from
-    its own diagonal."""
-    n_own = n_tiles
+    measured 5% slower than computing them at N = 1024 (run 70), so they compute."""
     if IS_CAUSAL:
-        if PASS:
-            n_own = gl.cdiv(gl.minimum(N_K, row0 + ROWS), BLOCK_N)
-            n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
+        n_own = gl.cdiv(gl.minimum(N_K, row0 + ROWS), BLOCK_N)
+        n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
         mask_own = gl.minimum((row0 // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
     else:
+        n_own = n_tiles
         mask_own = mask_from
     return n_own, mask_own
 
@@ -512,14 +504,14 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
 
 
 @gluon.jit
-def _consumer_tiled(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-                    v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                    N_Q, N_K, qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr,
-                    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                    K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                    RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
-                    PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
-                    RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr):
+def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
+              v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
+              N_Q, N_K, qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+              K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
+              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
+              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -551,7 +543,7 @@ def _consumer_tiled(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v
             t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
-                                     IS_CAUSAL, True)
+                                     IS_CAUSAL)
         mbarrier.wait(q_ready.index(C), i & 1)
         k_slot = g % STAGES
         k_phase = (g // STAGES) & 1
@@ -651,159 +643,6 @@ def _consumer_tiled(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v
 
 
 @gluon.jit
-def _consumer_flat(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                   k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
-                   BH, H, GROUP, N_Q, N_K, qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr,
-                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                   K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                   RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
-                   PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
-                   RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr,
-                   MASKED_FIRST: gl.constexpr):
-    """:func:`_consumer`'s loop with CROSS_TILE: one software pipeline over every key tile
-    of every work tile this program runs, so the seam between two work tiles costs what a
-    step inside one does. :func:`_consumer` starts each work tile with Q K_0^T and its
-    softmax while nothing else of this warpgroup runs, and ends it with the last P V alone;
-    at N = 1024 causal (4.5 key tiles per row block on average) that fill and drain came
-    to about two steps of each work tile's 6.9 (the performance record, run 77). Here the
-    step that issues work tile r's first Q K^T also issues r - 1's last P V: r's first
-    softmax runs under that product, r - 1's output is stored once it completes, and the
-    row state restarts through m_prev = -inf (alpha = 0 clears O and l).
-
-    Q alternates between two slots per consumer (index C + CONSUMERS (r % 2)), so r's Q
-    loads while r - 1 still computes. Every consumer computes every key tile of its work
-    tile (no passing, :func:`_own_tiles`), masking from the tile that holds its own first
-    row. Needs EARLY_Q's output slots; no PINGPONG and no MASKED_FIRST (``turn``,
-    PINGPONG, EARLY_Q and MASKED_FIRST are there for :func:`_consumer`'s signature)."""
-    ROWS: gl.constexpr = 64
-    CONSUMERS: gl.constexpr = BLOCK_M // 64
-    dtype: gl.constexpr = k_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-
-    n_work = _count(pid, nprog, total, Sched, LPT)
-    if n_work > 0:
-        # work tile 0's first key tile: scores and the first softmax (the pipeline's fill)
-        t = _tile(0, pid, nprog, Sched, LPT)
-        cur_bh, cur_b, cur_h, _, start_m, n_tiles, mask_from = _work(
-            t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
-        cur_row0 = start_m + ROWS * C
-        _, mask_own = _own_tiles(cur_row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
-                                 IS_CAUSAL, False)
-        k_slot = 0
-        k_phase = 0
-        mbarrier.wait(q_ready.index(C), 0)
-        q = q_smem.index(C).reshape([ROWS, HEAD_DIM])
-        mbarrier.wait(k_ready.index(k_slot), k_phase)
-        kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma_wait(0, deps=(s,))
-        _scores_done(k_empty, q_empty, k_slot, C, 0, n_tiles, K_EARLY, True)
-        s = _masked(s, 0, cur_row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
-        m_i = gl.max(s, 1) * qk_scale
-        p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_i, 1), EXP2_POLY, s_layout)
-        l_part = _quad_sums(p)
-        p_op = _p_operand(p, dtype, p_layout)
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-
-        for r in range(0, n_work):
-            # the work tile whose Q K^T this pass issues (r = 0: the one above)
-            t = _tile(r, pid, nprog, Sched, LPT)
-            pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
-                t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
-            row0 = start_m + ROWS * C
-            _, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
-                                     IS_CAUSAL, False)
-            qs = C + CONSUMERS * (r % 2)
-            mbarrier.wait(q_ready.index(qs), (r // 2) & 1, pred=r > 0)
-            q = q_smem.index(qs).reshape([ROWS, HEAD_DIM])
-            for pos in range((r == 0).to(gl.int32), n_tiles):
-                v_slot = k_slot  # the pending P's V shares its K's slot number
-                v_phase = k_phase
-                k_slot, k_phase = _next_slot(k_slot, k_phase, STAGES)
-                mbarrier.wait(k_ready.index(k_slot), k_phase)
-                kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-                mbarrier.wait(v_ready.index(v_slot), v_phase)
-                v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
-                s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
-                acc = warpgroup_mma(p_op, v, acc, is_async=True)
-                s = warpgroup_mma_wait(1, deps=(s,))
-                _scores_done(k_empty, q_empty, k_slot, qs, pos, n_tiles, K_EARLY, True)
-                s = _masked(s, pos, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
-                m_prev = gl.where(pos == 0, float("-inf"), m_i)  # a new work tile restarts
-                m_new = gl.maximum(m_prev, gl.max(s, 1) * qk_scale)
-                if RESCALE_TAU > 0:
-                    m_new = gl.where(m_new - m_prev > RESCALE_TAU, m_new, m_prev)
-                if OVERLAP == 2:
-                    _pin(pin, C, gl.expand_dims(m_new, 1))
-                p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY,
-                                  s_layout)
-                alpha = gl.exp2(m_prev - m_new)
-                l_new = l_part * gl.expand_dims(
-                    gl.convert_layout(alpha, gl.SliceLayout(1, l_part.type.layout)), 1) \
-                    + _quad_sums(p)
-                if OVERLAP == 1:
-                    _pin(pin, C, l_new)
-                acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-                mbarrier.arrive(v_empty.index(v_slot), count=1)
-                if pos == 0:  # that P V was the previous work tile's last
-                    _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, cur_b,
-                               cur_h, cur_row0, cur_bh, N_Q, RETURN_LSE, True, row_s)
-                    cur_bh = pid_bh
-                    cur_b = off_b
-                    cur_h = off_h
-                    cur_row0 = row0
-                if RESCALE_TAU > 0:
-                    acc = _lazy_rescale(acc, gl.convert_layout(alpha, row_o))
-                else:
-                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-                l_part = l_new
-                m_i = m_new
-                p_op = _p_operand(p, dtype, p_layout)
-
-        # the drain: the last work tile's last P V and its output
-        mbarrier.wait(v_ready.index(k_slot), k_phase)
-        v = v_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM])
-        acc = warpgroup_mma(p_op, v, acc, is_async=True)
-        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(v_empty.index(k_slot), count=1)
-        _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, cur_b, cur_h,
-                   cur_row0, cur_bh, N_Q, RETURN_LSE, True, row_s)
-        tma.store_wait(0)
-
-
-@gluon.jit
-def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-              v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-              N_Q, N_K, qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-              K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
-              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
-              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr,
-              CROSS_TILE: gl.constexpr):
-    """Consumer warpgroup C: :func:`_consumer_flat` with CROSS_TILE, else
-    :func:`_consumer_tiled` (one pipeline per work tile)."""
-    if CROSS_TILE:
-        _consumer_flat(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                       k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
-                       BH, H, GROUP, N_Q, N_K, qk_scale, C, BLOCK_M, BLOCK_N, HEAD_DIM,
-                       STAGES, K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG,
-                       OVERLAP, EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)
-    else:
-        _consumer_tiled(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                        k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total,
-                        n_m, BH, H, GROUP, N_Q, N_K, qk_scale, C, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        STAGES, K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG,
-                        OVERLAP, EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)
-
-@gluon.jit
 def _attn_fwd_sm90(
     q_desc, k_desc, v_desc, o_desc, Lse, Sched,
     H, GROUP, N_Q, N_K, BH, qk_scale,
@@ -813,7 +652,7 @@ def _attn_fwd_sm90(
     HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
     OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
     EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-    MASKED_FIRST: gl.constexpr, CROSS_TILE: gl.constexpr,
+    MASKED_FIRST: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -830,9 +669,7 @@ def _attn_fwd_sm90(
     (:func:`_softmax_exp2`); RESCALE_TAU > 0: the row maximum moves only by more than
     that; EARLY_Q: Q handed back at its last use, the output staged in slots of its own;
     K_EARLY: K slots handed back at their Q K^T (the module docstring); MASKED_FIRST: the
-    masked key tiles of each work tile first (:func:`_key_tile`); CROSS_TILE: one
-    software pipeline across work tiles, two Q slots per consumer
-    (:func:`_consumer_flat`)."""
+    masked key tiles of each work tile first (:func:`_key_tile`)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -842,8 +679,7 @@ def _attn_fwd_sm90(
     total = n_m * BH
 
     dtype: gl.constexpr = q_desc.dtype
-    Q_SLOTS: gl.constexpr = CONSUMERS * (2 if CROSS_TILE else 1)
-    q_smem = gl.allocate_shared_memory(dtype, [Q_SLOTS, 1, 1, 64, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, 64, HEAD_DIM], q_desc.layout)
     if EARLY_Q:
         o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, 64, HEAD_DIM],
                                            o_desc.layout)
@@ -851,8 +687,8 @@ def _attn_fwd_sm90(
         o_smem = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -867,9 +703,6 @@ def _attn_fwd_sm90(
         mbarrier.init(q_ready.index(c), count=1)
         mbarrier.init(q_empty.index(c), count=1)
         mbarrier.init(turn.index(c), count=1)
-    for c in gl.static_range(CONSUMERS, Q_SLOTS):  # CROSS_TILE's second Q slots
-        mbarrier.init(q_ready.index(c), count=1)
-        mbarrier.init(q_empty.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=CONSUMERS)
@@ -887,11 +720,11 @@ def _attn_fwd_sm90(
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, CROSS_TILE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
                          N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, CROSS_TILE)),
+                         MASKED_FIRST)),
         ], warps, regs)
     elif CONSUMERS == 2:
         gl.warp_specialize([
@@ -899,36 +732,36 @@ def _attn_fwd_sm90(
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, CROSS_TILE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, CROSS_TILE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
                          N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, CROSS_TILE)),
+                         MASKED_FIRST)),
         ], warps, regs)
     else:
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
                          N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, CROSS_TILE)),
+                         MASKED_FIRST)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, CROSS_TILE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, CROSS_TILE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          BH, H, GROUP, N_Q, N_K, qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, CROSS_TILE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
         ], warps, regs)
