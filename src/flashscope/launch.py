@@ -96,14 +96,18 @@ _COMPILED_MAX = 256
 LAUNCHES = {"jit": 0, "direct": 0}
 
 
-def _arg_spec(a):
+def _arg_spec(a, plain: bool = False):
     """What Triton's binder specializes an argument on: a tensor's dtype and 16-byte
-    alignment; an integer's == 1, % 16 == 0 and 32-bit range; a descriptor's type."""
+    alignment; an integer's == 1, % 16 == 0 and 32-bit range (only the range for a
+    ``plain`` one, a parameter the kernel declares ``do_not_specialize``); a
+    descriptor's type."""
     if isinstance(a, torch.Tensor):
         return (a.dtype, a.data_ptr() % 16 == 0)
     if isinstance(a, bool):
         return ("b", a)
     if isinstance(a, int):
+        if plain:
+            return ("i", -2 ** 31 <= a < 2 ** 31)
         return ("i", a == 1, a % 16 == 0, -2 ** 31 <= a < 2 ** 31)
     if isinstance(a, float):
         return ("f",)
@@ -112,13 +116,21 @@ def _arg_spec(a):
     raise TypeError(f"launch_key: no specialization rule for {type(a).__name__}")
 
 
-def launch_key(args, consts: dict, options: dict, device_index: int) -> tuple:
+def launch_key(args, consts: dict, options: dict, device_index: int,
+               plain: frozenset = frozenset()) -> tuple:
     """A key that changes whenever Triton 3.6's ``JITFunction.run`` would pick another
     compiled kernel for these launch arguments: the device, the constexprs and options,
-    and :func:`_arg_spec` of every runtime argument. Values inside a descriptor (base,
-    shape, strides) are launch arguments, not part of the type."""
-    return (device_index, tuple(map(_arg_spec, args)), tuple(consts.items()),
-            tuple(options.items()))
+    and :func:`_arg_spec` of every runtime argument (``plain``: the positions of those
+    the kernel does not specialize, :func:`plain_params`). Values inside a descriptor
+    (base, shape, strides) are launch arguments, not part of the type."""
+    return (device_index, tuple(_arg_spec(a, i in plain) for i, a in enumerate(args)),
+            tuple(consts.items()), tuple(options.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def plain_params(kernel) -> frozenset:
+    """Positions of a jitted kernel's parameters declared ``do_not_specialize``."""
+    return frozenset(i for i, p in enumerate(kernel.params) if p.do_not_specialize)
 
 
 def launch_compiled(kernel, grid, args, consts: dict, options: dict) -> None:
@@ -130,7 +142,7 @@ def launch_compiled(kernel, grid, args, consts: dict, options: dict) -> None:
     from triton import knobs
 
     index = torch.cuda.current_device()
-    key = launch_key(args, consts, options, index)
+    key = launch_key(args, consts, options, index, plain_params(kernel))
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = kernel[grid](*args, **consts, **options)
@@ -198,6 +210,19 @@ def _lpt_on_device(device, n_m, bh, block_m, block_n, n_k, programs, section):
     if device.type == "meta":
         return torch.empty(host.shape, dtype=torch.int32, device="meta")
     return torch.from_numpy(host.copy()).to(device)
+
+
+@functools.lru_cache(maxsize=1024)
+def divider(d: int) -> tuple:
+    """(m - 2^31, k) with n // d = (n m) >> k for every 0 <= n < 2^31: the Hopper
+    kernel's divisions of work-tile indices by values fixed per launch, as a multiply
+    (Granlund and Montgomery, 1994). With l = ceil(log2 d), m = floor(2^(31 + l) / d) + 1
+    and k = 31 + l: m d exceeds 2^k by at most d <= 2^l, which keeps the quotient exact
+    below 2^31, and 2^31 <= m < 2^32, so m - 2^31 is an int32 argument."""
+    if d < 1:
+        raise ValueError(f"divider: d must be >= 1, got {d}")
+    k = 31 + (d - 1).bit_length()
+    return (1 << k) // d + 1 - (1 << 31), k
 
 
 def forward_kernel(cfg: AttentionConfig) -> tuple:
@@ -348,7 +373,9 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
         sched = lpt_tensor(q, Nk, cfg, grid[0]) if lpt else lse_arg  # unread without LPT
         args = (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
                 tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64),
-                lse_arg, sched, H, H // Hkv, Nq, Nk, B * H, scale * LOG2E)
+                lse_arg, sched, H, H // Hkv, Nq, Nk, B * H, scale * LOG2E,
+                *divider(triton_cdiv(Nq, cfg.BLOCK_M)), *divider(H), *divider(H // Hkv),
+                sched)  # Trace: unread unless a TRACE build (scripts/gpu/trace_fwd.py)
         consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                       STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
                       IS_CAUSAL=bool(causal),
@@ -357,6 +384,7 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
                       OVERLAP=int(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
                       RESCALE_TAU=8 if cfg.LAZY_RESCALE else 0,
                       EARLY_Q=bool(cfg.EARLY_Q), MASKED_FIRST=bool(cfg.MASKED_FIRST),
+                      TRACE=0,
                       CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                       PRODUCER_REGS=SM90_PRODUCER_REGS)
         return grid, args, consts

@@ -381,6 +381,24 @@ def test_lazy_rescale_follows_rising_scores(device, causal, D, tiles):
                tag=f"rising scores D={D} causal={causal} {cfg.key}")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("programs", [None, 7])
+def test_divisors_that_are_not_powers_of_two(device, monkeypatch, programs, causal):
+    """The kernel divides each work-tile index by the row blocks per head, the heads and
+    the query heads per key head, with multipliers from the host
+    (:func:`flashscope.launch.divider`); every test shape above has powers of two there.
+    Here 6 row blocks (Nq = 700), H = 6 and a group of 3 (Hkv = 2), with a program per
+    tile and with 7 persistent programs."""
+    _needs_sm90(device)
+    if programs:
+        monkeypatch.setattr(launch, "sm_count", lambda dev: programs)
+    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, num_stages=2, PERSISTENT=bool(programs),
+                    **_flags("xolhk"))
+    run_case(device, B=3, H=6, Hkv=2, Nq=700, Nk=650, D=64, causal=causal,
+             dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)
+
+
 # lengths inside each class of the tuned file, none a tile multiple
 _CLASS_SHAPES = {"le1k": (1000, 777), "le4k": (2049, 3001), "le16k": (4500, 9001)}
 

@@ -48,22 +48,26 @@ def test_key_changes_exactly_when_the_binder_specializes_differently():
     binder = _binder()
     extra = {"debug": False, "instrumentation_mode": triton.knobs.compilation.instrumentation_mode}
     seen = {}
+    plain = launch.plain_params(kernels.load("attention_fwd_sm90")._attn_fwd_sm90)
+    assert plain, "the division multipliers are declared do_not_specialize"
     problems = itertools.product(
-        [(1, 1, 1), (2, 4, 2), (3, 16, 16)],        # B, H, Hkv: == 1, % 16 == 0, GQA
-        [(1, 1), (16, 32), (48, 64), (100, 77), (90, 77)],  # Nq, Nk
+        # B, H, Hkv: == 1, % 16 == 0, GQA; H and the group not powers of two
+        [(1, 1, 1), (2, 4, 2), (3, 16, 16), (2, 6, 2), (1, 12, 4)],
+        # Nq, Nk; the last two give 3 and 5 row blocks of 128, 2 and 4 of 192
+        [(1, 1), (16, 32), (48, 64), (100, 77), (90, 77), (300, 200), (560, 333)],
         [64, 128], [torch.float16, torch.bfloat16], [False, True],
         [None, 0, 1],                                # no lse, aligned lse, 4-byte offset
         [G, G.replace(BLOCK_M=192, BLOCK_N=64, PINGPONG=True)])
     for (B, H, Hkv), (Nq, Nk), D, dtype, causal, lse_offset, cfg in problems:
         args, consts, opts = _launch_args(B, H, Hkv, Nq, Nk, D, dtype, causal, lse_offset,
                                           cfg)
-        key = launch.launch_key(args, consts, opts, 0)
+        key = launch.launch_key(args, consts, opts, 0, plain)
         _, spec, options = binder(*args, **consts, **opts, **extra)
         spec = (tuple(spec), tuple(sorted(options.items())))
         assert seen.setdefault(key, spec) == spec, (B, H, Hkv, Nq, Nk, D, dtype, causal)
     specs = set(seen.values())
     assert len(specs) == len(seen), "two keys for one specialization: needless compiles"
-    assert len(seen) < 3 * 5 * 2 * 2 * 2 * 3 * 2, "every problem its own key: a vacuous test"
+    assert len(seen) < 5 * 7 * 2 * 2 * 2 * 3 * 2, "every problem its own key: a vacuous test"
 
 
 def test_key_refuses_an_argument_it_cannot_specialize():
@@ -171,3 +175,22 @@ def test_direct_launches_match_float64_reference(device):
         run_case(device, B=2, H=4, Hkv=2, Nq=130, Nk=Nk, D=64, causal=True,
                  dtype=torch.bfloat16, bnhd=True, cfg=G, with_lse=True)
     assert launch.LAUNCHES["direct"] - before["direct"] >= 3
+
+
+def test_divider_is_exact_below_2_31():
+    """n // d = (n (m + 2^31)) >> k for the Hopper kernel's work-tile divisions: every
+    divisor up to 4096 and random ones to 2^31 - 1, at the ends of the range and at
+    random numerators; m + 2^31 must fit 32 bits (the kernel's 32 x 32 -> 64 multiply)."""
+    import random
+
+    rng = random.Random()
+    divisors = list(range(1, 4097)) + [rng.randrange(1, 2 ** 31) for _ in range(500)]
+    for d in divisors:
+        m, k = launch.divider(d)
+        assert 0 <= m < 2 ** 31 and 31 <= k <= 62, d
+        for n in [0, 1, d - 1, d, d + 1, 2 * d - 1, 2 ** 31 - 1, 2 ** 31 - 1 - d] + \
+                [rng.randrange(0, 2 ** 31) for _ in range(50)]:
+            if 0 <= n < 2 ** 31:
+                assert (n * (m + 2 ** 31)) >> k == n // d, (n, d)
+    with pytest.raises(ValueError, match="divider: d must be >= 1"):
+        launch.divider(0)

@@ -63,8 +63,16 @@ above carries no mask.
 Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D), H % Hkv == 0, D in {64, 128} (any
 power of two 16..256 compiles), Out (B, H, Nq, D), Lse (B, H, Nq) fp32.
 
-The file reads top down: partition sizes and the work list (``_worker_*``, ``_count``,
-``_tile``, ``_work``, ``_key_tile``); the producer (``_load_kv``, ``_producer``); the
+Each program reads its work list one tile ahead and divides tile indices by multipliers
+the host computed (``_divmod``): at N = 1024 the list's global loads and two integer
+divisions otherwise sat between one work tile's output and the next one's first product.
+A ``TRACE = R`` build stamps the SM clock at fixed points of each work tile (``_stamp``;
+:mod:`flashscope.profile.timeline` reads them, ``scripts/gpu/trace_fwd.py`` runs them);
+with TRACE = 0 the stamps compile away.
+
+The file reads top down: partition sizes and the work list (``_worker_*``, ``_share``,
+``_tile``, ``_divmod``, ``_work``, ``_key_tile``), the clock stamps (``_stamp``); the
+producer (``_load_kv``, ``_producer``); the
 consumer's pieces (masking and softmax: ``_masked`` .. ``_quad_sums``; ring and turns:
 ``_next_slot``, ``_take_turn``, ``_pass_turn``; ``_pin``; the P operand; the lazy
 rescale; slot hand-backs and the tiles a consumer owns or passes: ``_scores_done``,
@@ -105,31 +113,56 @@ def _worker_regs(consumers, consumer_regs, producer_regs):
 
 
 @gluon.jit
-def _count(pid, nprog, total, Sched, LPT: gl.constexpr):
-    """How many work tiles program ``pid`` takes: with LPT, its share of the host's list
-    (:mod:`flashscope.schedule`), else every nprog-th tile from pid."""
+def _share(pid, nprog, total, Sched, LPT: gl.constexpr):
+    """(n, base): how many work tiles program ``pid`` takes and where :func:`_tile` finds
+    them: with LPT its share of the host's list (:mod:`flashscope.schedule`), else every
+    nprog-th tile from pid."""
     if LPT:
-        n = gl.load(Sched + pid + 1) - gl.load(Sched + pid)
+        start = gl.load(Sched + pid)
+        n = gl.load(Sched + pid + 1) - start
+        base = start + nprog + 1
     else:
         n = total // nprog + (pid < total % nprog).to(gl.int32)
-    return n
+        base = pid
+    return n, base
 
 
 @gluon.jit
-def _tile(r, pid, nprog, Sched, LPT: gl.constexpr):
-    """Program ``pid``'s r-th work tile, pid_bh * n_m + pid_m."""
+def _tile(r, n, base, nprog, Sched, LPT: gl.constexpr):
+    """The program's r-th work tile, pid_bh * n_m + pid_m (r past its last tile: the last
+    one). The loops read each tile's index one work tile ahead, so the list's global load
+    is not waited for where the tile starts."""
     if LPT:
-        t = gl.load(Sched + nprog + 1 + gl.load(Sched + pid) + r)
+        t = gl.load(Sched + base + gl.minimum(r, n - 1))
     else:
-        t = r * nprog + pid
+        t = r * nprog + base
     return t
 
 
 @gluon.jit
-def _work(t, n_m, BH, H, GROUP, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def _divmod(n, d, m, k):
+    """(n // d, n % d) for 0 <= n < 2^31 and a d >= 1 that is the same for every work
+    tile: n // d = (n (m + 2^31)) >> k with (m, k) from
+    :func:`flashscope.launch.divider`, kernel arguments that stay in the constant bank.
+    A division by a value the compiler does not know costs a reciprocal on MUFU and about
+    twenty dependent integer instructions, redone for every work tile: two of them took
+    most of the 470 clocks between one work tile's output and the next one's start at
+    N = 1024 (run 81 of the performance record); computed in the kernel once, the
+    multipliers take registers the D = 128 consumers do not have (spills). One asm block
+    keeps the 64-bit steps on the per-tile value: widened in Triton, the arguments' 64-bit
+    copies are hoisted to the kernel's start and spilled on the way into the partitions."""
+    q = gl.inline_asm_elementwise(
+        "{ .reg .u64 p, s; mul.wide.u32 p, $1, $2; cvt.u64.u32 s, $1; shl.b64 s, s, 31; "
+        "add.u64 p, p, s; shr.u64 p, p, $3; cvt.u32.u64 $0, p; }",
+        "=r,r,r,r", [n, m, k], dtype=gl.int32, is_pure=True, pack=1)
+    return q, n - q * d
+
+
+@gluon.jit
+def _work(t, n_m, H, GROUP, N_K, Div, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr):
     """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, key
-    tiles, first masked key).
+    tiles, first masked key). Div: (m, k) of n_m, H and GROUP for :func:`_divmod`.
 
     Tiles run in index order on each program, so the order is the schedule. The row
     blocks of one head are adjacent: programs running together share K and V in L2.
@@ -138,12 +171,11 @@ def _work(t, n_m, BH, H, GROUP, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexp
     persistent): the host's list already orders and places the tiles
     (:mod:`flashscope.schedule`: sections of heads that fit in L2, longest first,
     assigned greedily)."""
-    pid_bh = t // n_m
-    pid_m = t % n_m
+    pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
     if HEAVY_FIRST and not LPT:
         pid_m = n_m - 1 - pid_m
-    off_b = pid_bh // H
-    off_h = pid_bh % H
+    off_b, off_h = _divmod(pid_bh, H, Div[2], Div[3])
+    off_hkv, _ = _divmod(off_h, GROUP, Div[4], Div[5])
     start_m = pid_m * BLOCK_M
     if IS_CAUSAL:
         hi = gl.minimum(N_K, start_m + BLOCK_M)
@@ -152,7 +184,7 @@ def _work(t, n_m, BH, H, GROUP, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexp
     else:
         hi = N_K
         mask_from = (N_K // BLOCK_N) * BLOCK_N
-    return pid_bh, off_b, off_h, off_h // GROUP, start_m, gl.cdiv(hi, BLOCK_N), mask_from
+    return pid_bh, off_b, off_h, off_hkv, start_m, gl.cdiv(hi, BLOCK_N), mask_from
 
 
 @gluon.jit
@@ -173,6 +205,21 @@ def _key_tile(pos, n_tiles, mask_from, BLOCK_N: gl.constexpr, MASKED_FIRST: gl.c
 
 
 @gluon.jit
+def _stamp(Trace, pid, part: gl.constexpr, r, slot: gl.constexpr, TRACE: gl.constexpr,
+           value=None):
+    """With TRACE = R > 0, Trace[pid, part, r, slot] (int64 [P, 4, R, 8]) = the SM's
+    clock64 now, or ``value``; work tiles r >= R are not recorded. part: the consumer,
+    3 the producer. The clock read is volatile, so ptxas keeps it in program order; the
+    stores are fire-and-forget. :mod:`flashscope.profile.timeline` reads the buffer."""
+    if TRACE > 0:
+        if value is None:
+            value = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [pid],
+                                              dtype=gl.int64, is_pure=False, pack=1)
+        at = ((pid * 4 + part) * TRACE + r) * 8 + slot
+        gl.store(Trace + at, value.to(gl.int64), mask=r < TRACE)
+
+
+@gluon.jit
 def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
              BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """Key (or value) tile j of this work tile into slot g % STAGES of its ring (g counts
@@ -189,10 +236,10 @@ def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-              v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_K,
+              v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP, N_K, Div,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr):
+              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr, Trace, TRACE: gl.constexpr):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
@@ -200,29 +247,39 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     that tile's output store."""
     g = 0
     i = 0
-    for r in range(0, _count(pid, nprog, total, Sched, LPT)):
-        t = _tile(r, pid, nprog, Sched, LPT)
+    n_work, base = _share(pid, nprog, total, Sched, LPT)
+    t_next = _tile(0, n_work, base, nprog, Sched, LPT)
+    for r in range(0, n_work):
+        t = t_next
+        t_next = _tile(r + 1, n_work, base, nprog, Sched, LPT)
         _, off_b, off_h, off_hkv, start_m, n_tiles, mask_from = _work(
-            t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
+            t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         first = _key_tile(0, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
+        _stamp(Trace, pid, 3, r, 0, TRACE)
+        _stamp(Trace, pid, 3, r, 5, TRACE, t)
+        _stamp(Trace, pid, 3, r, 6, TRACE, n_tiles)
         if i > 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
                      STAGES)
+            _stamp(Trace, pid, 3, r, 4, TRACE)
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [off_b, off_h, start_m + 64 * c, 0],
                                             q_ready.index(c), q_smem.index(c))
+        _stamp(Trace, pid, 3, r, 1, TRACE)
         if i == 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
                      STAGES)
         _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, BLOCK_N, STAGES)
+        _stamp(Trace, pid, 3, r, 2, TRACE)
         for pos in range(1, n_tiles):
             j = _key_tile(pos, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + pos, BLOCK_N,
                      STAGES)
             _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + pos, BLOCK_N,
                      STAGES)
+        _stamp(Trace, pid, 3, r, 3, TRACE)
         g += n_tiles
         i += 1
 
@@ -506,12 +563,13 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-              N_Q, N_K, qk_scale, C: gl.constexpr, BLOCK_M: gl.constexpr,
+              N_Q, N_K, qk_scale, Div, C: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
               K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
-              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr):
+              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr,
+              Trace, TRACE: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -537,14 +595,20 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     g = 0
     i = 0
     k = 0  # wgmma issue turns taken (counted always, waited on with PINGPONG)
-    for r in range(0, _count(pid, nprog, total, Sched, LPT)):
-        t = _tile(r, pid, nprog, Sched, LPT)
+    n_work, base = _share(pid, nprog, total, Sched, LPT)
+    t_next = _tile(0, n_work, base, nprog, Sched, LPT)
+    for r in range(0, n_work):
+        t = t_next
+        t_next = _tile(r + 1, n_work, base, nprog, Sched, LPT)
         pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
-            t, n_m, BH, H, GROUP, N_K, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
+            t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
                                      IS_CAUSAL)
+        _stamp(Trace, pid, C, r, 0, TRACE)
+        _stamp(Trace, pid, C, r, 7, TRACE, n_own)
         mbarrier.wait(q_ready.index(C), i & 1)
+        _stamp(Trace, pid, C, r, 1, TRACE)
         k_slot = g % STAGES
         k_phase = (g // STAGES) & 1
         # the tiles this consumer processes are positions first .. end - 1 of the work
@@ -561,12 +625,14 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         # or before it)
         kk = k + first
         mbarrier.wait(k_ready.index(k_slot), k_phase)
+        _stamp(Trace, pid, C, r, 2, TRACE)
         kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         _take_turn(turn, C, kk, PINGPONG)
         s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
         _pass_turn(turn, C, CONSUMERS, PINGPONG)
         kk += 1
         s = warpgroup_mma_wait(0, deps=(s,))
+        _stamp(Trace, pid, C, r, 3, TRACE)
         _scores_done(k_empty, q_empty, k_slot, C, first, end, K_EARLY, EARLY_Q)
         s = _masked(s, _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST), row0,
                     N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
@@ -618,12 +684,14 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             p_op = _p_operand(p, dtype, p_layout)
 
+        _stamp(Trace, pid, C, r, 4, TRACE)
         mbarrier.wait(v_ready.index(k_slot), k_phase)  # the last tile's V
         v = v_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM])
         _take_turn(turn, C, kk, PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
         _pass_turn(turn, C, CONSUMERS, PINGPONG)
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        _stamp(Trace, pid, C, r, 5, TRACE)
         mbarrier.arrive(v_empty.index(k_slot), count=1)
         if not MASKED_FIRST:
             # the tiles past this consumer's rows, after its last slot went back: passing
@@ -635,6 +703,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
 
         _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
                    pid_bh, N_Q, RETURN_LSE, EARLY_Q, row_s)
+        _stamp(Trace, pid, C, r, 6, TRACE)
         k += n_tiles + 1  # wgmma turns: every consumer takes T + 1 per work tile
         g += n_tiles
         i += 1
@@ -642,17 +711,17 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         tma.store_wait(0)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["DIV_M", "SHIFT_M", "DIV_H", "SHIFT_H", "DIV_G", "SHIFT_G"])
 def _attn_fwd_sm90(
     q_desc, k_desc, v_desc, o_desc, Lse, Sched,
-    H, GROUP, N_Q, N_K, BH, qk_scale,
+    H, GROUP, N_Q, N_K, BH, qk_scale, DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G, Trace,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
     RETURN_LSE: gl.constexpr,
     HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
     OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
     EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-    MASKED_FIRST: gl.constexpr,
+    MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -710,6 +779,7 @@ def _attn_fwd_sm90(
         if K_EARLY:
             mbarrier.init(v_empty.index(i), count=CONSUMERS)
 
+    Div = (DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G)
     # Partition arguments are spelled out in place: a tuple bound to a name first would
     # turn its constexprs into tensors.
     warps: gl.constexpr = _worker_warps(CONSUMERS)
@@ -718,50 +788,56 @@ def _attn_fwd_sm90(
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
-                         BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, Div,
+                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST)),
+                         N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
+                         MASKED_FIRST, Trace, TRACE)),
         ], warps, regs)
     elif CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
-                         BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, Div,
+                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
-                         BH, H, GROUP, N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, Div,
+                         1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST)),
+                         N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
+                         MASKED_FIRST, Trace, TRACE)),
         ], warps, regs)
     else:
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, BH, H, GROUP,
-                         N_K, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST)),
+                         N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
+                         MASKED_FIRST, Trace, TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
-                         BH, H, GROUP, N_Q, N_K, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, Div,
+                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
-                         BH, H, GROUP, N_Q, N_K, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, Div,
+                         1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
-                         BH, H, GROUP, N_Q, N_K, qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                         BH, H, GROUP, N_Q, N_K, qk_scale, Div,
+                         2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
         ], warps, regs)

@@ -6,6 +6,8 @@ well each counter predicts measured speed (Spearman rank correlation).
 - :mod:`.gates`: ``metric>=value`` acceptance gates, pass/fail per kernel.
 - :mod:`.rank`: Spearman's rho with average ranks for ties.
 - :mod:`.runner`: builds and runs the ncu command on a short child program (GPU only).
+- :mod:`.timeline`: per-phase cycles of each work tile from the sm90 kernel's clock
+  stamps (a ``TRACE`` build, ``scripts/gpu/trace_fwd.py``).
 """
 
 from .gates import DEFAULT_GATES, Gate, evaluate_gates, parse_gate
