@@ -130,7 +130,8 @@ def launch_key(args, consts: dict, options: dict, device_index: int,
 @functools.lru_cache(maxsize=None)
 def plain_params(kernel) -> frozenset:
     """Positions of a jitted kernel's parameters declared ``do_not_specialize``."""
-    return frozenset(i for i, p in enumerate(kernel.params) if p.do_not_specialize)
+    return frozenset(i for i, p in enumerate(kernel.params)
+                     if getattr(p, "do_not_specialize", False))
 
 
 def launch_compiled(kernel, grid, args, consts: dict, options: dict) -> None:
