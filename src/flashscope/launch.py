@@ -367,7 +367,8 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
     Hkv, Nk = k.shape[1], k.shape[2]
     grid = (triton_cdiv(Nq, cfg.BLOCK_M), B * H)
     if cfg.GLUON:
-        tiles = triton_cdiv(Nq, cfg.BLOCK_M) * B * H
+        n_m = triton_cdiv(Nq, cfg.BLOCK_M)
+        tiles = n_m * B * H
         grid = (min(tiles, sm_count(q.device)) if cfg.PERSISTENT else tiles,)
         lpt = bool(causal and cfg.PERSISTENT)
         lse_arg = lse if lse is not None else out
@@ -375,7 +376,7 @@ def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attentio
         args = (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
                 tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64),
                 lse_arg, sched, H, H // Hkv, Nq, Nk, B * H, scale * LOG2E,
-                *divider(triton_cdiv(Nq, cfg.BLOCK_M)), *divider(H), *divider(H // Hkv),
+                *divider(n_m), *divider(H), *divider(H // Hkv),
                 sched)  # Trace: unread unless a TRACE build (scripts/gpu/trace_fwd.py)
         consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                       STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
