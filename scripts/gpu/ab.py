@@ -15,6 +15,7 @@ in ``fwd_hopper.py``). Every flashscope output is checked against cuDNN's first.
 
 Usage: PYTHONPATH=src python scripts/gpu/ab.py --shape 1,32,16384,64 [--causal]
        --variants "a=+;b=+LAZY_RESCALE=1" [--rounds 20] [--reps 10] [--json OUT.json]
+       [--flush]
 """
 
 import argparse
@@ -50,15 +51,28 @@ def _provider(spec, q, k, v, causal):
     return lambda: _run(q, k, v, causal, cfg, over)
 
 
-def _burst(fn, reps):
+def _burst(fn, reps, flush=None):
+    """Milliseconds per launch of ``reps`` launches after one warm-up. With ``flush`` (a
+    large buffer), each launch is preceded by zeroing it, which evicts the inputs from L2
+    as the bench harness's timer does, and is timed by events of its own."""
     fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
+    if flush is None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / reps
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for start, end in events:
+        flush.zero_()
+        start.record()
         fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
+        end.record()
+    events[-1][1].synchronize()
+    return sum(s.elapsed_time(e) for s, e in events) / reps
 
 
 def check_output(name, out, ref):
@@ -81,15 +95,17 @@ def checked(name, spec, q, k, v, causal, ref):
     return fn
 
 
-def interleaved(names, fns, rounds, reps):
+def interleaved(names, fns, rounds, reps, flush=False):
     """{name: [ms per launch, one per round]}: each round runs every provider's burst of
-    ``reps`` launches, the order rotated by one each round."""
+    ``reps`` launches, the order rotated by one each round; ``flush``: L2 evicted before
+    every launch (:func:`_burst`)."""
+    buf = torch.empty(256 << 20, dtype=torch.int8, device="cuda") if flush else None
     times = {n: [] for n in names}
     for r in range(rounds):
         order = list(range(len(fns)))
         order = order[r % len(order):] + order[:r % len(order)]
         for i in order:
-            times[names[i]].append(_burst(fns[i], reps))
+            times[names[i]].append(_burst(fns[i], reps, buf))
     return times
 
 
@@ -100,6 +116,8 @@ def shape_args(ap, rounds=20):
     ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--flush", action="store_true",
+                    help="evict L2 before every launch (256 MB zeroed), as the bench does")
 
 
 def report(a, names, times, extra=None):
@@ -117,10 +135,10 @@ def report(a, names, times, extra=None):
                      "ratio_q1": round(ratios[len(ratios) // 4], 4),
                      "ratio_q3": round(ratios[(3 * len(ratios)) // 4], 4)})
     meta = {"device": torch.cuda.get_device_name(), "shape": a.shape, "causal": a.causal,
-            "rounds": a.rounds, "reps": a.reps, "date": time.strftime("%Y-%m-%d %H:%M"),
-            **(extra or {})}
-    print(f"{a.shape} causal={int(a.causal)}: time / {names[0]}'s, median of "
-          f"{a.rounds} rounds (IQR)")
+            "rounds": a.rounds, "reps": a.reps, "flush": a.flush,
+            "date": time.strftime("%Y-%m-%d %H:%M"), **(extra or {})}
+    print(f"{a.shape} causal={int(a.causal)}{' L2 flushed' if a.flush else ''}: time / "
+          f"{names[0]}'s, median of {a.rounds} rounds (IQR)")
     for r in rows:
         print(f"  {r['name']:>12} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s  "
               f"{r['ratio']:.4f} ({r['ratio_q1']:.4f}-{r['ratio_q3']:.4f})")
@@ -145,7 +163,8 @@ def main():
         fns.append(checked(name.strip(), spec.strip(), q, k, v, a.causal, ref))
         print(f"{name.strip()}: built and checked in {time.time() - t0:.1f} s", file=sys.stderr,
               flush=True)
-    report(a, names, interleaved(names, fns, a.rounds, a.reps), {"variants": a.variants})
+    report(a, names, interleaved(names, fns, a.rounds, a.reps, a.flush),
+           {"variants": a.variants})
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def main():
            _runner(_module(a.old), q, k, v, a.causal, cfg, ref),
            _provider("cudnn", q, k, v, a.causal)]
     print(f"config {cfg.key}")
-    report(a, names, interleaved(names, fns, a.rounds, a.reps),
+    report(a, names, interleaved(names, fns, a.rounds, a.reps, a.flush),
            {"config": cfg.key, "old": a.old})
 
 

@@ -6,8 +6,9 @@ of back-to-back calls queued behind that sleep (no host gaps, inputs warm in L2)
 ``bench_us``, the harness's timing (``triton.testing.do_bench``, L2 flushed before each
 call), which adds the host time wherever it exceeds the flush. Callers: flashscope's
 public API with its default config, the same call forced through Triton's
-``kernel[grid]`` every time (``fs-api-jit``: what the direct launch of
-:func:`flashscope.launch.launch_compiled` saves, Gluon defaults only), with the config
+``kernel[grid]`` every time, its launch plan rebuilt (``fs-api-jit``: what the plans of
+:func:`flashscope.launch.gluon_plan` and the direct launch of
+:func:`flashscope.launch.launch_compiled` save, Gluon defaults only), with the config
 given, the launcher alone, cuDNN (SDPA) and FlashAttention-4 when importable. A cProfile of the API default's calls goes to
 OUTDIR/host_profile_*.txt.
 
@@ -109,7 +110,8 @@ def main():
 
 
 class _NeverHit(dict):
-    """Stands in for launch._COMPILED: no compiled handle is ever found or kept."""
+    """Stands in for launch._PLANS: no plan (and so no compiled handle) is ever found or
+    kept."""
 
     def get(self, key, default=None):
         return None
@@ -119,11 +121,11 @@ class _NeverHit(dict):
 
 
 def _jit_path(q, k, v, causal):
-    saved, launch._COMPILED = launch._COMPILED, _NeverHit()
+    saved, launch._PLANS = launch._PLANS, _NeverHit()
     try:
         return flashscope.attention(q, k, v, is_causal=causal)
     finally:
-        launch._COMPILED = saved
+        launch._PLANS = saved
 
 
 def _cudnn(q, k, v, causal):

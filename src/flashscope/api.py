@@ -122,11 +122,30 @@ def resolve_config(config: Optional[AttentionConfig], head_dim: int, dtype: str,
     return config
 
 
+#: Default configs by everything :func:`_default_config` reads: the target's tuned file
+#: (its stamp), dtype, shapes, strides, alignment, mask and the scale's sign.
+_DEFAULTS: dict = {}
+_DEFAULTS_MAX = 256
+
+
 def _default_config(q, k, v, causal: bool, scale: Optional[float] = None) -> AttentionConfig:
     """The default for these tensors: a Gluon default falls back to the target's built-in
     default where the Gluon variant cannot run (:func:`flashscope.launch.gluon_ok`), and a
     TMA default to pointer loads for layouts that have no TMA view
-    (:func:`flashscope.launch.tma_view`)."""
+    (:func:`flashscope.launch.tma_view`). Remembered per geometry (``_DEFAULTS``)."""
+    target = device_target(q.device)
+    key = (q.device, target and tuned.file_stamp(target), q.dtype, q.shape, k.shape,
+           q.stride(), k.stride(), v.stride(), q.data_ptr() % 16, k.data_ptr() % 16,
+           v.data_ptr() % 16, bool(causal), scale is None or scale > 0)
+    cfg = _DEFAULTS.get(key)
+    if cfg is None:
+        if len(_DEFAULTS) >= _DEFAULTS_MAX:
+            _DEFAULTS.clear()
+        cfg = _DEFAULTS[key] = _choose_default(q, k, v, causal, scale)
+    return cfg
+
+
+def _choose_default(q, k, v, causal: bool, scale: Optional[float]) -> AttentionConfig:
     D, dtype = q.shape[-1], _DTYPES[q.dtype]
     cfg = resolve_config(None, D, dtype, causal, q.device, k.shape[2])
     if cfg.GLUON and not launch.gluon_ok(q, k, v, scale):

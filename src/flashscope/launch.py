@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -75,20 +76,24 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
     if cfg.GLUON and scale <= 0:
         raise ConfigError(f"GLUON=1 needs scale > 0 (it folds the scale into the row "
                           f"maximum), got {scale} (use GLUON=0)")
-    grid, args, consts = forward_call(q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg)
     module, function = forward_kernel(cfg)
-    if cfg.TMA and not cfg.GLUON and q.device.type == "cuda":
+    if cfg.GLUON:
+        plan = gluon_plan(q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg)
+        kernel = getattr(kernels.load(module), function)
+        launch_compiled(kernel, plan.grid, plan.args(q, k, v, out, lse), plan.consts,
+                        launch_options(cfg, q.device), cache=plan.compiled)
+        return out, lse
+    grid, args, consts = forward_call(q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg)
+    if cfg.TMA and q.device.type == "cuda":
         ensure_allocator()
     kernel = getattr(kernels.load(module, interpret=interpreting()), function)
-    if cfg.GLUON:
-        launch_compiled(kernel, grid, args, consts, launch_options(cfg, q.device))
-    else:
-        kernel[grid](*args, **consts, **launch_options(cfg, q.device))
+    kernel[grid](*args, **consts, **launch_options(cfg, q.device))
     return out, lse
 
 
-#: Compiled kernels by :func:`launch_key`, filled by the first launch of each
-#: specialization; emptied when it reaches :data:`_COMPILED_MAX` keys.
+#: Compiled kernels (with the constexprs that follow the arguments) by :func:`launch_key`,
+#: filled by the first launch of each specialization; emptied when it reaches
+#: :data:`_COMPILED_MAX` keys. Gluon forward plans keep their own (:class:`GluonPlan`).
 _COMPILED: dict = {}
 _COMPILED_MAX = 256
 #: How :func:`launch_compiled` launched: ``jit`` through Triton's ``kernel[grid]``,
@@ -134,27 +139,35 @@ def plain_params(kernel) -> frozenset:
                      if getattr(p, "do_not_specialize", False))
 
 
-def launch_compiled(kernel, grid, args, consts: dict, options: dict) -> None:
+def launch_compiled(kernel, grid, args, consts: dict, options: dict, cache=None) -> None:
     """Launch a Gluon kernel: the first time for a :func:`launch_key`, through
     ``kernel[grid]`` (Triton binds, specializes, compiles or loads the kernel); then as
     ``JITFunction.run`` ends, straight through the compiled kernel's launcher, with the
     launch metadata and hooks that profilers read. The binding and specialization skipped
-    cost 30-45 us per call on an H100 host (docs/performance.md, run 30)."""
+    cost 30-45 us per call on an H100 host (docs/performance.md, run 30).
+
+    ``cache``: a dict the caller keeps for launches that share one specialization (a
+    :class:`GluonPlan`'s, whose key is finer than :func:`launch_key`); it then holds the
+    compiled kernel per device, and no key is built per call. Else :data:`_COMPILED`."""
     from triton import knobs
 
     index = torch.cuda.current_device()
-    key = launch_key(args, consts, options, index, plain_params(kernel))
-    compiled = _COMPILED.get(key)
-    if compiled is None:
+    if cache is None:
+        cache, key = _COMPILED, launch_key(args, consts, options, index, plain_params(kernel))
+    else:
+        key = index
+    hit = cache.get(key)
+    if hit is None:
         compiled = kernel[grid](*args, **consts, **options)
         LAUNCHES["jit"] += 1
         if compiled is not None and not hasattr(compiled, "result"):  # not an async future
-            if len(_COMPILED) >= _COMPILED_MAX:
-                _COMPILED.clear()
-            _COMPILED[key] = compiled
+            if len(cache) >= _COMPILED_MAX:
+                cache.clear()
+            # every parameter in signature order: the constexprs follow the arguments
+            cache[key] = (compiled, tuple(consts[p.name] for p in kernel.params[len(args):]))
         return
-    # every parameter in signature order, constexprs included (the launcher skips them)
-    call = (*args, *(consts[p.name] for p in kernel.params[len(args):]))
+    compiled, tail = hit
+    call = (*args, *tail)  # the launcher takes the constexprs too, and skips them
     grid = tuple(grid) + (1, 1)
     stream = _current_stream(index)
     compiled.run(grid[0], grid[1], grid[2], stream, compiled.function,
@@ -356,40 +369,105 @@ def ensure_allocator() -> None:
         triton.set_allocator(_scratch)
 
 
+class GluonPlan(NamedTuple):
+    """Everything of a Gluon forward launch but the tensors' addresses: the grid, the
+    descriptors' fields but their base (q, k, v, out), the scalar arguments, the
+    persistent causal work list (or None), the constexprs and, once launched, the
+    compiled kernel."""
+    grid: tuple
+    fields: tuple
+    scalars: tuple
+    sched: "torch.Tensor | None"
+    consts: dict
+    compiled: dict  #: :func:`launch_compiled`'s cache: the compiled kernel by device
+
+    def args(self, q, k, v, out, lse) -> tuple:
+        """The positional arguments for these tensors (``lse=None``: ``out`` in its slot)."""
+        cls = _descriptor_class()
+        descs = []
+        for x, fields in zip((q, k, v, out), self.fields):
+            desc = object.__new__(cls)
+            desc.__dict__.update(fields, base=x)
+            descs.append(desc)
+        lse_arg = lse if lse is not None else out
+        sched = self.sched if self.sched is not None else lse_arg  # unread without LPT
+        # Trace (last): unread unless a TRACE build (scripts/gpu/trace_fwd.py)
+        return (*descs, lse_arg, sched, *self.scalars, sched)
+
+
+#: Gluon forward plans by :func:`plan_key`; emptied when it reaches :data:`_PLANS_MAX`.
+_PLANS: dict = {}
+_PLANS_MAX = 256
+
+
+def plan_key(q, k, v, out, lse, causal: bool, scale: float, cfg: AttentionConfig) -> tuple:
+    """What a Gluon forward launch depends on besides data addresses: the device, dtype,
+    shapes and strides, each tensor's 16-byte alignment, the mask, scale and config. It
+    determines every runtime argument's specialization (:func:`launch_key`: integers
+    are values here, a finer key) and every constexpr, so it also keys compiled kernels."""
+    return (q.device, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(),
+            out.stride(), q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
+            out.data_ptr() % 16, None if lse is None else lse.data_ptr() % 16,
+            bool(causal), float(scale), cfg)
+
+
+def gluon_plan(q, k, v, out, lse, *, causal: bool, scale: float,
+               cfg: AttentionConfig) -> GluonPlan:
+    """The :class:`GluonPlan` of a Gluon forward launch, built on the first call of its
+    :func:`plan_key` and then looked up: on short rows the host builds a launch in about
+    the time the GPU runs it (docs/performance.md, runs 90-95), and the descriptor checks,
+    divisions and argument lists are the same every time."""
+    key = plan_key(q, k, v, out, lse, causal, scale, cfg)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        plan = _PLANS[key] = _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg)
+    return plan
+
+
+def _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg) -> GluonPlan:
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    n_m = triton_cdiv(Nq, cfg.BLOCK_M)
+    tiles = n_m * B * H
+    grid = (min(tiles, sm_count(q.device)) if cfg.PERSISTENT else tiles,)
+    lpt = bool(causal and cfg.PERSISTENT)
+    fields = tuple(
+        {n: getattr(d, n) for n in ("shape", "strides", "block_shape", "layout", "padding")}
+        for d in (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
+                  tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64)))
+    scalars = (H, H // Hkv, Nq, Nk, B * H, scale * LOG2E,
+               *divider(n_m), *divider(H), *divider(H // Hkv))
+    consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+                  STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
+                  IS_CAUSAL=bool(causal),
+                  RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
+                  LPT=lpt, PINGPONG=bool(cfg.PINGPONG),
+                  OVERLAP=int(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
+                  RESCALE_TAU=8 if cfg.LAZY_RESCALE else 0,
+                  EARLY_Q=bool(cfg.EARLY_Q), MASKED_FIRST=bool(cfg.MASKED_FIRST),
+                  TRACE=0, OUT_RCP=bool(cfg.OUT_RCP),
+                  CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
+                  PRODUCER_REGS=SM90_PRODUCER_REGS)
+    sched = lpt_tensor(q, Nk, cfg, grid[0]) if lpt else None
+    return GluonPlan(grid, fields, scalars, sched, consts, {})
+
+
 def forward_call(q, k, v, out, lse, *, causal: bool, scale: float, cfg: AttentionConfig):
     """(grid, positional args, constexpr keywords) of one ``_attn_fwd`` launch.
 
-    The one place the forward's argument list is built: :func:`forward` launches with it
-    and :mod:`flashscope.compile` binds it (on meta tensors) to compile offline exactly
-    what a launch would. ``lse=None``: no log-sum-exp (``out`` is passed in its slot).
-    With ``cfg.TMA``, the kernel reads Q, K and V through the views of :func:`tma_view`."""
+    The one place the forward's argument list is built (for ``cfg.GLUON``, through
+    :func:`gluon_plan`): :func:`forward` launches with it and :mod:`flashscope.compile`
+    binds it (on meta tensors) to compile offline exactly what a launch would.
+    ``lse=None``: no log-sum-exp (``out`` is passed in its slot). With ``cfg.TMA``, the
+    kernel reads Q, K and V through the views of :func:`tma_view`."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     grid = (triton_cdiv(Nq, cfg.BLOCK_M), B * H)
     if cfg.GLUON:
-        n_m = triton_cdiv(Nq, cfg.BLOCK_M)
-        tiles = n_m * B * H
-        grid = (min(tiles, sm_count(q.device)) if cfg.PERSISTENT else tiles,)
-        lpt = bool(causal and cfg.PERSISTENT)
-        lse_arg = lse if lse is not None else out
-        sched = lpt_tensor(q, Nk, cfg, grid[0]) if lpt else lse_arg  # unread without LPT
-        args = (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
-                tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64),
-                lse_arg, sched, H, H // Hkv, Nq, Nk, B * H, scale * LOG2E,
-                *divider(n_m), *divider(H), *divider(H // Hkv),
-                sched)  # Trace: unread unless a TRACE build (scripts/gpu/trace_fwd.py)
-        consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                      STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
-                      IS_CAUSAL=bool(causal),
-                      RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
-                      LPT=lpt, PINGPONG=bool(cfg.PINGPONG),
-                      OVERLAP=int(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
-                      RESCALE_TAU=8 if cfg.LAZY_RESCALE else 0,
-                      EARLY_Q=bool(cfg.EARLY_Q), MASKED_FIRST=bool(cfg.MASKED_FIRST),
-                      TRACE=0,
-                      CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
-                      PRODUCER_REGS=SM90_PRODUCER_REGS)
-        return grid, args, consts
+        plan = gluon_plan(q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg)
+        return plan.grid, plan.args(q, k, v, out, lse), dict(plan.consts)
     if cfg.TMA:
         views = [tma_view(x, name) for x, name in ((q, "query"), (k, "key"), (v, "value"))]
         places = tuple(x for w in views for x in w[2:])

@@ -117,15 +117,22 @@ def _load(path: str, mtime_ns: int, size: int, target: str) -> dict:
     return parse_tuned(data, target, path)
 
 
-def load_tuned(target, data_dir=None) -> dict:
-    """The parsed entries of a target's file ({} when it has none)."""
-    name = get_target(target).name
-    path = _tuned_path(name, data_dir or DATA_DIR)
-    try:  # every default-config call stats the file: os.stat, not Path.stat's extra layer
+def file_stamp(target, data_dir=None) -> "tuple | None":
+    """(path, mtime in ns, size) of a target's file, None when it has none: what the
+    entries read from it depend on (a default-config call stats the file every time, so
+    an edited file takes effect at once; os.stat, not Path.stat's extra layer)."""
+    path = _tuned_path(get_target(target).name, data_dir or DATA_DIR)
+    try:
         st = os.stat(path)
     except FileNotFoundError:
-        return {}
-    return _load(str(path), st.st_mtime_ns, st.st_size, name)
+        return None
+    return str(path), st.st_mtime_ns, st.st_size
+
+
+def load_tuned(target, data_dir=None) -> dict:
+    """The parsed entries of a target's file ({} when it has none)."""
+    stamp = file_stamp(target, data_dir)
+    return {} if stamp is None else _load(*stamp, get_target(target).name)
 
 
 def lookup(target, dtype: str, head_dim: int, causal: bool, seq_len: int,

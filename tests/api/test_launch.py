@@ -150,7 +150,8 @@ def test_first_launch_compiles_then_calls_the_launcher(monkeypatch):
     x = torch.zeros(4)
     launch.launch_compiled(kernel, (7,), (x, 32), {"A": 1, "B": True}, {"num_warps": 4})
     assert len(kernel.jit_calls) == 1
-    (compiled,) = launch._COMPILED.values()
+    ((compiled, tail),) = launch._COMPILED.values()
+    assert tail == (1, True)
     launch.launch_compiled(kernel, (5,), (x, 48), {"A": 1, "B": True}, {"num_warps": 4})
     assert len(kernel.jit_calls) == 1
     # as JITFunction.run: grid, stream, handle, metadata, hooks, then every parameter in
@@ -162,6 +163,75 @@ def test_first_launch_compiles_then_calls_the_launcher(monkeypatch):
     launch.launch_compiled(kernel, (5,), (x, 40), {"A": 1, "B": True}, {"num_warps": 4})
     assert len(kernel.jit_calls) == 2  # 40 % 16 != 0: another specialization
     assert len(launch._COMPILED) == 2
+
+
+def test_a_plan_cache_keeps_the_compiled_kernel_per_device(monkeypatch):
+    """With a caller's cache (a GluonPlan's), no key is built: the compiled kernel and the
+    constexprs that follow the arguments are kept per device, and the global cache is
+    left alone."""
+    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_current_stream", lambda index: "stream")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(launch, "launch_key", None)  # would fail if called
+    kernel = _Kernel(["x", "n", "A"])
+    cache = {}
+    for n in (32, 40):  # the plan's key decides what may share it, not this function
+        launch.launch_compiled(kernel, (3,), (torch.zeros(2), n), {"A": 7}, {}, cache=cache)
+    assert len(kernel.jit_calls) == 1 and list(cache) == [0] and launch._COMPILED == {}
+    compiled, tail = cache[0]
+    assert tail == (7,) and compiled.calls[0][-2:] == (40, 7)
+
+
+def test_plan_key_is_finer_than_the_launch_key():
+    """Gluon forward plans (and the compiled kernels they keep) are looked up by
+    :func:`flashscope.launch.plan_key`. Two launches with one plan key must have one
+    :func:`flashscope.launch.launch_key` (which the test above holds to Triton's binder),
+    else a plan would run a kernel specialized for another problem."""
+    plain = launch.plain_params(kernels.load("attention_fwd_sm90")._attn_fwd_sm90)
+    seen = {}
+    problems = itertools.product(
+        [(1, 1, 1), (2, 4, 2), (3, 16, 16), (2, 6, 2)],
+        [(1, 1), (16, 32), (100, 77), (90, 77), (300, 200)],
+        [64, 128], [torch.float16, torch.bfloat16], [False, True], [None, 0, 1],
+        [0.125, 0.3], [G, G.replace(BLOCK_M=192, BLOCK_N=64, PINGPONG=True)])
+    for (B, H, Hkv), (Nq, Nk), D, dtype, causal, lse_offset, scale, cfg in problems:
+        q = torch.randn(B, H, Nq, D, dtype=dtype)
+        k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype) for _ in range(2))
+        out = torch.empty_like(q)
+        lse = None
+        if lse_offset is not None:
+            lse = torch.empty(B * H * Nq + 4)[lse_offset:lse_offset + B * H * Nq].view(
+                B, H, Nq)
+        grid, args, consts = launch.forward_call(q, k, v, out, lse, causal=causal,
+                                                 scale=scale, cfg=cfg)
+        key = launch.launch_key(args, consts, launch.vendor_options(cfg, "nvidia"), 0, plain)
+        pkey = launch.plan_key(q, k, v, out, lse, causal, scale, cfg)
+        assert seen.setdefault(pkey, key) == key, (B, H, Hkv, Nq, Nk, D, dtype, causal)
+    assert len(set(seen.values())) > 1
+
+
+def test_plans_are_built_once_per_geometry(monkeypatch):
+    """The second launch of a geometry reuses its plan: new tensors only change the
+    descriptors' bases and the log-sum-exp slot; another stride or alignment is another
+    plan."""
+    monkeypatch.setattr(launch, "_PLANS", {})
+    q, k, v = (torch.randn(2, 4, 100, 64, dtype=torch.bfloat16) for _ in range(3))
+    first = launch.forward_call(q, k, v, torch.empty_like(q), None, causal=True,
+                                scale=0.125, cfg=G)
+    q2, k2, v2 = (torch.randn(2, 4, 100, 64, dtype=torch.bfloat16) for _ in range(3))
+    out2, lse2 = torch.empty_like(q2), torch.empty(2, 4, 100)
+    grid, args, consts = launch.forward_call(q2, k2, v2, out2, lse2, causal=True,
+                                             scale=0.125, cfg=G)
+    assert len(launch._PLANS) == 2  # lse given: RETURN_LSE differs
+    launch.forward_call(q2, k2, v2, out2, None, causal=True, scale=0.125, cfg=G)
+    assert len(launch._PLANS) == 2
+    assert [d.base for d in args[:4]] == [q2, k2, v2, out2] and args[4] is lse2
+    assert [d.strides for d in args[:4]] == [d.strides for d in first[1][:4]]
+    assert grid == first[0] and consts == dict(first[2], RETURN_LSE=True)
+    bnhd = torch.randn(2, 100, 4, 64, dtype=torch.bfloat16).transpose(1, 2)
+    launch.forward_call(bnhd, k, v, torch.empty_like(bnhd), None, causal=True, scale=0.125,
+                        cfg=G)
+    assert len(launch._PLANS) == 3
 
 
 @pytest.mark.gpu

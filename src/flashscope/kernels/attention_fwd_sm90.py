@@ -534,17 +534,23 @@ def _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, slot, phase, n_pass, k
 @gluon.jit
 def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, off_b,
                off_h, row0, pid_bh, N_Q, RETURN_LSE: gl.constexpr, EARLY_Q: gl.constexpr,
-               row_s: gl.constexpr):
+               OUT_RCP: gl.constexpr, row_s: gl.constexpr):
     """Consumer C's output rows [row0, row0 + 64) of head (off_b, off_h): O / l (acc
     [64, D] fp32, l_part its rows' quad shares of l, summed here once per work tile) and,
-    with RETURN_LSE, (m + log2 l) ln 2. Out is staged in shared memory for a TMA store:
+    with RETURN_LSE, (m + log2 l) ln 2. O / l divides each of a thread's D / 2 values,
+    and ptxas wraps every IEEE division in a range fix-up; OUT_RCP takes one reciprocal
+    per row and multiplies (within an ulp of the quotient, far below bf16's rounding). Out is staged in shared memory for a TMA store:
     without EARLY_Q in this consumer's Q slot (its Q K^T products completed), handed back
     for the next Q once the store has read it; with EARLY_Q in a slot of its own, which
     only the previous work tile's store must have left."""
     ROWS: gl.constexpr = acc.shape[0]
     HEAD_DIM: gl.constexpr = acc.shape[1]
     l_i = gl.sum(l_part, 1)
-    out = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout)), 1)
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
+    if OUT_RCP:
+        out = acc * gl.expand_dims(1.0 / l_o, 1)
+    else:
+        out = acc / gl.expand_dims(l_o, 1)
     o_slot = o_smem.index(C)
     if EARLY_Q:
         tma.store_wait(0)
@@ -569,7 +575,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
               RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr,
-              Trace, TRACE: gl.constexpr):
+              OUT_RCP: gl.constexpr, Trace, TRACE: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -702,7 +708,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                         PINGPONG)
 
         _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
-                   pid_bh, N_Q, RETURN_LSE, EARLY_Q, row_s)
+                   pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s)
         _stamp(Trace, pid, C, r, 6, TRACE)
         k += n_tiles + 1  # wgmma turns: every consumer takes T + 1 per work tile
         g += n_tiles
@@ -721,7 +727,7 @@ def _attn_fwd_sm90(
     HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
     OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
     EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-    MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr,
+    MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr, OUT_RCP: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -738,7 +744,8 @@ def _attn_fwd_sm90(
     (:func:`_softmax_exp2`); RESCALE_TAU > 0: the row maximum moves only by more than
     that; EARLY_Q: Q handed back at its last use, the output staged in slots of its own;
     K_EARLY: K slots handed back at their Q K^T (the module docstring); MASKED_FIRST: the
-    masked key tiles of each work tile first (:func:`_key_tile`)."""
+    masked key tiles of each work tile first (:func:`_key_tile`); OUT_RCP: the output
+    scaled by one reciprocal of l per row (:func:`_store_out`)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -791,7 +798,8 @@ def _attn_fwd_sm90(
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
                          N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
@@ -804,13 +812,15 @@ def _attn_fwd_sm90(
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
                          N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
@@ -827,17 +837,20 @@ def _attn_fwd_sm90(
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, Trace, TRACE)),
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         TRACE)),
         ], warps, regs)
