@@ -72,3 +72,30 @@ def test_one_round_keeps_one_timing():
     res, _ = run_bench([CASE], list(_registry(calls).values()), device="cpu",
                        odd_shapes=False, timer=Timer(device="cpu", cpu_reps=1))
     assert all(len(r.ms_rounds) == 1 and r.ms == r.ms_rounds[0] for r in res)
+
+
+def test_markdown_gives_the_per_round_ratio_to_the_faster_peer():
+    """With rounds, bench.md adds flashscope's time against the faster of cuDNN and FA4
+    within each round (median and range): drift between rounds cancels there, where the
+    ratio of two medians keeps it."""
+    from flashscope.bench.harness import Result
+    from flashscope.bench.output import markdown, round_ratios
+
+    def res(name, rounds):
+        return Result(name, CASE, "ok", ms=statistics.median(rounds), tflops=1 / rounds[1],
+                      ms_rounds=rounds)
+
+    fs = res("flashscope", [1.0, 2.0, 1.0])
+    cudnn = res("sdpa-cudnn", [1.1, 1.9, 1.2])   # the faster peer in round 2
+    fa4 = res("fa4", [0.9, 2.4, 1.5])            # ... in round 1
+    # rounds: 0.9 / 1.0, 1.9 / 2.0, 1.2 / 1.0
+    assert round_ratios(fs, [cudnn, fa4]) == pytest.approx((0.95, 0.9, 1.2))
+    assert round_ratios(fs, [res("fa4", [1.0, 1.0])]) is None  # rounds differ
+    assert round_ratios(fs, [Result("fa4", CASE, "failed")]) is None
+    text = markdown([fs, cudnn, fa4], {"date": "d", "device": "x", "command": "c"})
+    head, sep, row = [ln for ln in text.splitlines() if ln.startswith("|")]
+    assert head.endswith("| flashscope / faster peer, per round: median (range) |")
+    assert row.endswith("| 0.950 (0.900-1.200) |")
+    single = [Result(r.provider, CASE, "ok", ms=r.ms, tflops=r.tflops, ms_rounds=[r.ms])
+              for r in (fs, cudnn, fa4)]
+    assert "per round" not in markdown(single, {})
