@@ -9,7 +9,11 @@ Its entry replaces the one the default came from (same dtype, head dim, mask and
 key-length class), with the measurement as its ``source``. Prints one line per cell.
 
 Usage: python scripts/gpu/adopt_ab.py AB_DIR [--tuned PATH] [--max-ratio 0.995]
-       [--run "run 90"] [--dry-run]
+       [--run "run 90"] [--dry-run] [--recheck FILE]
+
+``--recheck FILE`` writes each replaced entry as ``CELL:old=CONFIG`` items for
+``ab_cells.py --extra``, so a second run can time every change against what it replaced
+(with the new file in place, ``d`` is the new entry).
 """
 
 import argparse
@@ -55,8 +59,10 @@ def resolve(spec: str, base: AttentionConfig) -> AttentionConfig:
     return AttentionConfig.parse(spec)
 
 
-def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool) -> list:
-    """Apply the rule to every cell in ``ab_dir``; returns the printed lines."""
+def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
+          replaced: "dict | None" = None) -> list:
+    """Apply the rule to every cell in ``ab_dir``; returns the printed lines. ``replaced``
+    (a dict) receives {cell: the replaced entry's config as K=V text}."""
     data = json.load(open(tuned_file))
     lines = []
     for path in sorted(glob.glob(os.path.join(ab_dir, "*.json"))):
@@ -82,6 +88,8 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool) -
             base = AttentionConfig.from_dict(entry["config"])
         cfg = check_config(resolve(spec, base), "sm90", D)
         old = base.key
+        if replaced is not None:
+            replaced[cell] = ",".join(f"{k}={v}" for k, v in base.as_dict().items())
         entry.update({
             "config": cfg.as_dict(), "ms": best["ms"], "tflops": best["tflops"],
             "shape": meta["shape"], "search": "ab",
@@ -108,9 +116,16 @@ def main():
     ap.add_argument("--max-ratio", type=float, default=0.995)
     ap.add_argument("--run", default="")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--recheck", default=None, metavar="FILE",
+                    help="write CELL:old=CONFIG;... for ab_cells.py --extra: each replaced "
+                         "entry, to time against its successor again")
     a = ap.parse_args()
-    for line in adopt(a.ab_dir, a.tuned, a.max_ratio, a.run, a.dry_run):
+    replaced = {}
+    for line in adopt(a.ab_dir, a.tuned, a.max_ratio, a.run, a.dry_run, replaced):
         print(line)
+    if a.recheck:
+        with open(a.recheck, "w") as f:
+            f.write(";".join(f"{c}:old={t}" for c, t in replaced.items()))
 
 
 if __name__ == "__main__":
