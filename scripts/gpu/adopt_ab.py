@@ -94,7 +94,9 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
             "config": cfg.as_dict(), "ms": best["ms"], "tflops": best["tflops"],
             "shape": meta["shape"], "search": "ab",
             "source": (f"scripts/gpu/ab_cells.py {run} ({meta['rounds']} interleaved rounds "
-                       f"of {meta['reps']} launches, no L2 flush): {spec} at "
+                       f"of {meta['reps']} launches, "
+                       f"{'L2 flushed before each' if meta.get('flush') else 'no L2 flush'}"
+                       f"): {spec} at "
                        f"{best['ratio']:.3f} (IQR {best['ratio_q1']:.3f}-"
                        f"{best['ratio_q3']:.3f}) of the time of {old}, "
                        f"{meta['device']}, {meta['date'][:10]}")})

@@ -278,12 +278,17 @@ def tma_desc4(x, name: str, rows: int):
     why = _desc4_problem(x)
     if why:
         raise ConfigError(f"{name}: GLUON=1 needs {why} (pass .contiguous())")
-    # TensorDescriptor's constructor re-checks in Python what is checked above and by the
-    # config rules (rank, alignment, block shape): a few microseconds per descriptor, four
-    # per launch. The fields depend only on the geometry: fill them directly.
+    return _descriptor(x, _desc4_fields(x.shape, x.stride(), x.element_size(),
+                                        x.dtype == torch.bfloat16, rows))
+
+
+def _descriptor(base, fields: dict):
+    """A TensorDescriptor over ``base`` with the other fields given. Its constructor
+    re-checks in Python what :func:`tma_desc4` and the config rules check (rank,
+    alignment, block shape): a few microseconds per descriptor, four per launch. The
+    fields depend only on the geometry: they are filled directly."""
     desc = object.__new__(_descriptor_class())
-    desc.__dict__.update(_desc4_fields(x.shape, x.stride(), x.element_size(),
-                                       x.dtype == torch.bfloat16, rows), base=x)
+    desc.__dict__.update(fields, base=base)
     return desc
 
 
@@ -383,12 +388,7 @@ class GluonPlan(NamedTuple):
 
     def args(self, q, k, v, out, lse) -> tuple:
         """The positional arguments for these tensors (``lse=None``: ``out`` in its slot)."""
-        cls = _descriptor_class()
-        descs = []
-        for x, fields in zip((q, k, v, out), self.fields):
-            desc = object.__new__(cls)
-            desc.__dict__.update(fields, base=x)
-            descs.append(desc)
+        descs = [_descriptor(x, f) for x, f in zip((q, k, v, out), self.fields)]
         lse_arg = lse if lse is not None else out
         sched = self.sched if self.sched is not None else lse_arg  # unread without LPT
         # Trace (last): unread unless a TRACE build (scripts/gpu/trace_fwd.py)
@@ -433,10 +433,9 @@ def _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg) -> GluonPlan:
     tiles = n_m * B * H
     grid = (min(tiles, sm_count(q.device)) if cfg.PERSISTENT else tiles,)
     lpt = bool(causal and cfg.PERSISTENT)
-    fields = tuple(
-        {n: getattr(d, n) for n in ("shape", "strides", "block_shape", "layout", "padding")}
-        for d in (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
-                  tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64)))
+    fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
+                   for d in (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
+                             tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64)))
     scalars = (H, H // Hkv, Nq, Nk, B * H, scale * LOG2E,
                *divider(n_m), *divider(H), *divider(H // Hkv))
     consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,

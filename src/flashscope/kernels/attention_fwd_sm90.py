@@ -539,10 +539,11 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
     [64, D] fp32, l_part its rows' quad shares of l, summed here once per work tile) and,
     with RETURN_LSE, (m + log2 l) ln 2. O / l divides each of a thread's D / 2 values,
     and ptxas wraps every IEEE division in a range fix-up; OUT_RCP takes one reciprocal
-    per row and multiplies (within an ulp of the quotient, far below bf16's rounding). Out is staged in shared memory for a TMA store:
-    without EARLY_Q in this consumer's Q slot (its Q K^T products completed), handed back
-    for the next Q once the store has read it; with EARLY_Q in a slot of its own, which
-    only the previous work tile's store must have left."""
+    per row and multiplies (within an ulp of the quotient, far below bf16's rounding).
+    Out is staged in shared memory for a TMA store: without EARLY_Q in this consumer's Q
+    slot (its Q K^T products completed), handed back for the next Q once the store has
+    read it; with EARLY_Q in a slot of its own, which only the previous work tile's store
+    must have left."""
     ROWS: gl.constexpr = acc.shape[0]
     HEAD_DIM: gl.constexpr = acc.shape[1]
     l_i = gl.sum(l_part, 1)
