@@ -29,11 +29,13 @@ from flashscope.config import AttentionConfig, check_config  # noqa: E402
 from flashscope.tuned import lookup, seq_class, tuned_path  # noqa: E402
 
 
-def winner(rows: list, max_ratio: float):
-    """The adopted row of one cell, or None (module docstring)."""
+def winner(rows: list, max_ratio: float, specs: "dict | None" = None):
+    """The adopted row of one cell, or None (module docstring). Peers (``cudnn``, ``fa4``,
+    under any name given in ``specs``) and the default are never adopted."""
     best = None
+    specs = specs or {}
     for r in rows:
-        if r["name"] in ("d", "n", "fa4", "cudnn"):
+        if r["name"] in ("d", "n", "fa4", "cudnn") or specs.get(r["name"]) in ("cudnn", "fa4"):
             continue
         if r["ratio"] <= max_ratio and r["ratio_q3"] < 1.0:
             if best is None or r["ratio"] < best["ratio"]:
@@ -71,11 +73,12 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
         B, H, N, D = map(int, meta["shape"].split(","))
         causal = bool(meta["causal"])
         cell = os.path.basename(path)[:-5]
-        best = winner(rows, max_ratio)
+        specs = variant_specs(meta["variants"])
+        best = winner(rows, max_ratio, specs)
         if best is None:
             lines.append(f"{cell}: kept the default (no variant <= {max_ratio} with Q3 < 1)")
             continue
-        spec = variant_specs(meta["variants"])[best["name"]]
+        spec = specs[best["name"]]
         cls = seq_class(N)
         key = ("bfloat16", D, causal, cls)
         entry = next((e for e in data["entries"]

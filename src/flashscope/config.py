@@ -100,10 +100,14 @@ class AttentionConfig(_Knobs):
     (:mod:`flashscope.kernels.attention_fwd_sm90`): a TMA producer (one warp, or the default
     warpgroup with BLOCK_M=192) and one consumer warpgroup per 64 query rows, each
     overlapping its softmax with its own P V wgmma.
-    num_stages is its K/V ring depth. Its rules: sm_90, head dim 64 or 128, TMA=1 and
-    Q_IN_REGS=0 (wgmma reads Q from shared memory), num_warps=4 (per warpgroup), BLOCK_M
-    64, 128 or 192, BLOCK_N 64 or 128, 2..4 stages, no maxnreg (setmaxnreg budgets are set per
-    partition), and no WARP_SPEC. Its loop already issues the next
+    num_stages is its K/V ring depth. Its rules: sm_90, head dim 64 or 128, TMA=1,
+    num_warps=4 (per warpgroup), BLOCK_M 64, 128 or 192, BLOCK_N 64 or 128, 2..4 stages,
+    no maxnreg (setmaxnreg budgets are set per partition), and no WARP_SPEC. There
+    Q_IN_REGS=1 loads each consumer's Q slot into registers once per work tile and feeds
+    Q K^T from them (wgmma's register A operand): each key tile then reads K from shared
+    memory but not Q (at D = 128, 16 of the 80 KB a consumer reads per key tile), for D / 4
+    more registers per thread (too many for three consumers at 160); with EARLY_Q the Q
+    slot goes back after the first Q K^T instead of the last. Its loop already issues the next
     tile's Q K^T with this tile's P V; OVERLAP says how much of the softmax runs under
     that product, since ptxas would otherwise hoist the P V wait above all of it: 1 pins
     the exponentials ahead of the wait (FlashAttention-3's intra-warpgroup overlap), 2 only
@@ -349,7 +353,6 @@ _GLUON_RULES = (
     ("num_warps", (4,), "the warps of one consumer warpgroup"),
     ("num_stages", (2, 3, 4), "the depth of the K/V ring"),
     ("TMA", (True,), "every load is a TMA copy"),
-    ("Q_IN_REGS", (False,), "wgmma reads Q from shared memory"),
     ("maxnreg", (None,), "register budgets are set per partition with setmaxnreg"),
     ("WARP_SPEC", (False,), "it is warp-specialized by hand"),
 )

@@ -43,7 +43,6 @@ def test_key_and_round_trip():
     ({"num_warps": 8}, "sm90", 64, "num_warps=4"),
     ({"num_stages": 1}, "sm90", 64, "num_stages=2 or 3 or 4"),
     ({"TMA": False}, "sm90", 64, "TMA=1"),
-    ({"Q_IN_REGS": True}, "sm90", 64, "Q_IN_REGS=0"),
     ({"maxnreg": 128}, "sm90", 64, "maxnreg=None"),
     ({"EXP2_POLY": 3}, "sm90", 64, "one of 2, 4, 8"),
     ({"num_stages": 4}, "sm90", 128, "shared memory"),  # 32 + 4 x 64 KB > 227 KB
@@ -309,6 +308,36 @@ def test_out_rcp_drops_the_per_element_division(D, bm, causal, knobs):
     assert counts[True][0] <= counts[False][0] - (bm // 64) * D // 2, counts
 
 
+@pytest.mark.parametrize("D,causal,knobs", [
+    (128, False, {"num_stages": 3, "OVERLAP": 1, "PINGPONG": True, "LAZY_RESCALE": True}),
+    (128, True, {"OVERLAP": 2, "EARLY_Q": True, "K_EARLY": True, "MASKED_FIRST": True}),
+    (64, True, {"num_stages": 3, "OVERLAP": 2, "EARLY_Q": True, "K_EARLY": True})])
+def test_q_in_regs_feeds_the_score_product_from_registers(D, causal, knobs):
+    """Q_IN_REGS=1: every Q K^T wgmma takes Q from registers (``HGMMA .. R<a>, gdesc``,
+    D / 16 per score tile, as the P V products already do) after one ``LDSM`` load of the
+    slot per work tile, so the SS form is gone; the wgmma count is unchanged and the
+    128 x 128 tiles fit without spills. With EARLY_Q the Q slot goes back after the first
+    Q K^T, outside the loop: no Q arrival is left between the loop's score and P V waits."""
+    from flashscope.isa.nvidia import disassemble
+
+    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, PERSISTENT=True, **knobs)
+    seen = {}
+    for q_regs in (False, True):
+        art = fcompile.build(cfg.replace(Q_IN_REGS=q_regs), "sm90", head_dim=D,
+                             causal=causal, return_lse=True)
+        sass = disassemble(art.binary)
+        hgmma = [ln.split("HGMMA", 1)[1] for ln in sass.splitlines() if "HGMMA" in ln]
+        ss = sum(1 for h in hgmma if h.split(",")[1].strip().startswith("gdesc"))
+        (rec,) = records_for([art])
+        seen[q_regs] = (len(hgmma), ss, sass.count("LDSM"), rec.spill_stores,
+                        _under_pv(sass, "SYNCS.ARRIVE"))
+    n, ss, ldsm, spills, arrivals = seen[True]
+    assert n == seen[False][0] and ss == 0 and ldsm > 0 and spills == 0, seen
+    assert seen[False][1] > 0, seen
+    if knobs.get("EARLY_Q"):
+        assert [a - b for a, b in zip(seen[False][4], arrivals)] == [1, 1], seen
+
+
 def _needs_sm90(device):
     if device != "cuda":
         pytest.skip("Gluon kernels run on an sm_90 GPU only")
@@ -318,12 +347,12 @@ def _needs_sm90(device):
 
 def _flags(flags: str) -> dict:
     """x PINGPONG, o OVERLAP (o2: OVERLAP=2), l LAZY_RESCALE, h EARLY_Q, k K_EARLY, f
-    MASKED_FIRST, i OUT_RCP, eN EXP2_POLY=N (last)."""
+    MASKED_FIRST, i OUT_RCP, q Q_IN_REGS, eN EXP2_POLY=N (last)."""
     poly = flags.split("e")[1] if "e" in flags else "0"
     return {"PINGPONG": "x" in flags, "OVERLAP": 2 if "o2" in flags else int("o" in flags),
             "LAZY_RESCALE": "l" in flags,
             "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "MASKED_FIRST": "f" in flags,
-            "OUT_RCP": "i" in flags, "EXP2_POLY": int(poly)}
+            "OUT_RCP": "i" in flags, "Q_IN_REGS": "q" in flags, "EXP2_POLY": int(poly)}
 
 
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
@@ -343,7 +372,9 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
                                    (128, 64, 2, "k"), (128, 128, 2, "o2lhk"),
                                    (192, 128, 3, "xo2"), (192, 128, 3, "xlhkf"),
                                    (128, 64, 2, "f"), (64, 64, 3, "hf"),
-                                   (128, 128, 2, "hki"), (192, 128, 3, "xlhkfi")],
+                                   (128, 128, 2, "hki"), (192, 128, 3, "xlhkfi"),
+                                   (128, 128, 3, "xolq"), (128, 128, 2, "o2lhkiq"),
+                                   (64, 64, 3, "hfq")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
     """The tiles' last field: the flags of :func:`_flags`. A
@@ -369,7 +400,8 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
                                    (192, 128, 2, "x"), (128, 128, 3, "xo"),
                                    (192, 128, 2, "l"), (128, 128, 2, "xolhk"),
                                    (192, 128, 2, "xhk"), (128, 64, 3, "h"), (128, 128, 3, "k"),
-                                   (192, 128, 2, "xlhkf"), (128, 128, 2, "hf")],
+                                   (192, 128, 2, "xlhkf"), (128, 128, 2, "hf"),
+                                   (128, 128, 2, "xolhkq"), (128, 64, 3, "q")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,

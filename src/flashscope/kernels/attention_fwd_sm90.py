@@ -51,6 +51,12 @@ output for its TMA store, so the next Q can load only after that store has read 
 short rows (4.5 key tiles per causal row block at N = 1024) that Q load is exposed once
 per work tile. EARLY_Q gives the output a slot of its own and hands Q back at the work
 tile's last Q K^T, so the next Q arrives under the last P V and the epilogue.
+With Q_REGS (``AttentionConfig.Q_IN_REGS``) each consumer loads its Q slot into
+registers once per work tile (the wgmma A-operand layout, D / 4 registers per thread)
+and every Q K^T takes Q from there: a key tile then reads only K and V from shared
+memory (at D = 128, 192 instead of 224 KB per SM and key tile, TMA writes included,
+against the 128 bytes a clock shared memory delivers), and with EARLY_Q the slot goes
+back after the first Q K^T.
 
 Descriptors are rank 4, over (B, H, N, D) with the caller's strides and block
 (1, 1, rows, D): TMA zero-fills rows past N of *this* head, so a partial tile never reads
@@ -473,16 +479,16 @@ def _lazy_rescale(acc, alpha):
 
 
 @gluon.jit
-def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, pos, n_tiles,
+def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, q_last,
                  K_EARLY: gl.constexpr, EARLY_Q: gl.constexpr):
-    """The Q K^T of the pos-th key tile (in :func:`_key_tile` order) has completed: with
-    K_EARLY its K slot goes back to the producer; with EARLY_Q, on the work tile's last
-    key tile, consumer C's Q slot too (the next Q then loads under the last P V and the
-    epilogue)."""
+    """A Q K^T has completed: with K_EARLY its K slot goes back to the producer; with
+    EARLY_Q, where ``q_last`` (the work tile's last Q K^T, or with Q_IN_REGS its first,
+    whose operand came from registers loaded before it), consumer C's Q slot too (the
+    next Q then loads under the remaining products and the epilogue)."""
     if K_EARLY:
         mbarrier.arrive(k_empty.index(k_slot), count=1)
     if EARLY_Q:
-        mbarrier.arrive(q_empty.index(C), count=1, pred=pos == n_tiles - 1)
+        mbarrier.arrive(q_empty.index(C), count=1, pred=q_last)
 
 
 @gluon.jit
@@ -576,7 +582,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
               RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr,
-              OUT_RCP: gl.constexpr, Trace, TRACE: gl.constexpr):
+              OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, Trace, TRACE: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -593,11 +599,13 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
     q_slot = q_smem.index(C)
-    q = q_slot.reshape([ROWS, HEAD_DIM])
+    if not Q_REGS:
+        q = q_slot.reshape([ROWS, HEAD_DIM])
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     g = 0
     i = 0
@@ -616,6 +624,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _stamp(Trace, pid, C, r, 7, TRACE, n_own)
         mbarrier.wait(q_ready.index(C), i & 1)
         _stamp(Trace, pid, C, r, 1, TRACE)
+        if Q_REGS:
+            q = q_slot.reshape([ROWS, HEAD_DIM]).load(q_layout)
         k_slot = g % STAGES
         k_phase = (g // STAGES) & 1
         # the tiles this consumer processes are positions first .. end - 1 of the work
@@ -640,7 +650,10 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         kk += 1
         s = warpgroup_mma_wait(0, deps=(s,))
         _stamp(Trace, pid, C, r, 3, TRACE)
-        _scores_done(k_empty, q_empty, k_slot, C, first, end, K_EARLY, EARLY_Q)
+        if Q_REGS:
+            _scores_done(k_empty, q_empty, k_slot, C, True, K_EARLY, EARLY_Q)
+        else:
+            _scores_done(k_empty, q_empty, k_slot, C, first == end - 1, K_EARLY, EARLY_Q)
         s = _masked(s, _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST), row0,
                     N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
@@ -663,7 +676,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             _pass_turn(turn, C, CONSUMERS, PINGPONG)
             kk += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
-            _scores_done(k_empty, q_empty, k_slot, C, pos, end, K_EARLY, EARLY_Q)
+            _scores_done(k_empty, q_empty, k_slot, C, pos == end - 1, K_EARLY,
+                         EARLY_Q and not Q_REGS)
 
             if not MASKED_FIRST:  # positions are tiles
                 s = _masked(s, pos, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
@@ -729,6 +743,7 @@ def _attn_fwd_sm90(
     OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
     EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr, OUT_RCP: gl.constexpr,
+    Q_REGS: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -746,7 +761,8 @@ def _attn_fwd_sm90(
     that; EARLY_Q: Q handed back at its last use, the output staged in slots of its own;
     K_EARLY: K slots handed back at their Q K^T (the module docstring); MASKED_FIRST: the
     masked key tiles of each work tile first (:func:`_key_tile`); OUT_RCP: the output
-    scaled by one reciprocal of l per row (:func:`_store_out`)."""
+    scaled by one reciprocal of l per row (:func:`_store_out`); Q_REGS: each consumer's Q
+    in registers, the A operand of its Q K^T (the module docstring)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -799,7 +815,7 @@ def _attn_fwd_sm90(
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
                          TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
@@ -813,14 +829,14 @@ def _attn_fwd_sm90(
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
                          TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
                          TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
@@ -838,20 +854,20 @@ def _attn_fwd_sm90(
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
                          TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
                          TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
                          TRACE)),
         ], warps, regs)
