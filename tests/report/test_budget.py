@@ -16,6 +16,20 @@ def test_sm90_wgmma_by_hand():
     assert b.total == 164.0 and b.dominant == "acc"
 
 
+@pytest.mark.parametrize("bm", [128, 192])
+def test_gluon_counts_one_consumer_warpgroup(bm):
+    # GLUON: each consumer warpgroup holds 64 of the BLOCK_M rows over 128 threads, so the
+    # budget is one consumer's, whatever BLOCK_M: D = 128, BN = 128, Q in registers:
+    # acc 64, S 64, P 32, Q 32, 2 rows per lane -> stats 4; 212 against the 240 that
+    # setmaxnreg gives a consumer of a 128-row block.
+    cfg = AttentionConfig(bm, 128, 4, 2, TMA=True, GLUON=True)
+    b = budget(cfg, "sm90", 128)
+    assert b.threads == 128 and b.rows_per_thread == 2
+    assert b.parts == {"acc": 64.0, "scores": 64.0, "p": 32.0, "q": 32.0, "stats": 4.0,
+                       "kv": 0.0, "rest": float(REST)}
+    assert budget(cfg.replace(Q_IN_REGS=False), "sm90", 128).total == b.total - 32
+
+
 def test_cdna_wavefront64_by_hand():
     # T = 8 x 64 = 512; 16 rows per wave < one 32-row MFMA slab -> 16 rows per lane;
     # the whole 64 x 128 K tile per wave: 64 * 128 * 2 / 4 / 64 = 64 VGPRs.
