@@ -134,15 +134,10 @@ def _default_config(q, k, v, causal: bool, scale: Optional[float] = None) -> Att
     TMA default to pointer loads for layouts that have no TMA view
     (:func:`flashscope.launch.tma_view`). Remembered per geometry (``_DEFAULTS``)."""
     target = device_target(q.device)
-    key = (q.device, target and tuned.file_stamp(target), q.dtype, q.shape, k.shape,
-           q.stride(), k.stride(), v.stride(), q.data_ptr() % 16, k.data_ptr() % 16,
-           v.data_ptr() % 16, bool(causal), scale is None or scale > 0)
-    cfg = _DEFAULTS.get(key)
-    if cfg is None:
-        if len(_DEFAULTS) >= _DEFAULTS_MAX:
-            _DEFAULTS.clear()
-        cfg = _DEFAULTS[key] = _choose_default(q, k, v, causal, scale)
-    return cfg
+    key = (target and tuned.file_stamp(target), launch.geometry_key(q, k, v), bool(causal),
+           scale is None or scale > 0)
+    return launch.remembered(_DEFAULTS, key, lambda: _choose_default(q, k, v, causal, scale),
+                             _DEFAULTS_MAX)
 
 
 def _choose_default(q, k, v, causal: bool, scale: Optional[float]) -> AttentionConfig:

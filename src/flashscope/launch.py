@@ -400,15 +400,31 @@ _PLANS: dict = {}
 _PLANS_MAX = 256
 
 
+def geometry_key(q, k, v) -> tuple:
+    """The device, dtype, shapes, strides and 16-byte alignments of Q, K and V: what the
+    kernel choice and a launch's specialization read of them besides values."""
+    return (q.device, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(),
+            q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16)
+
+
+def remembered(cache: dict, key, build, most: int = 256):
+    """``cache[key]``, built by ``build()`` on a miss; the cache is emptied when it holds
+    ``most`` keys (a long-running process meets few geometries, a sweep many)."""
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) >= most:
+            cache.clear()
+        hit = cache[key] = build()
+    return hit
+
+
 def plan_key(q, k, v, out, lse, causal: bool, scale: float, cfg: AttentionConfig) -> tuple:
     """What a Gluon forward launch depends on besides data addresses: the device, dtype,
     shapes and strides, each tensor's 16-byte alignment, the mask, scale and config. It
     determines every runtime argument's specialization (:func:`launch_key`: integers
     are values here, a finer key) and every constexpr, so it also keys compiled kernels."""
-    return (q.device, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(),
-            out.stride(), q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
-            out.data_ptr() % 16, None if lse is None else lse.data_ptr() % 16,
-            bool(causal), float(scale), cfg)
+    return (geometry_key(q, k, v), out.stride(), out.data_ptr() % 16,
+            None if lse is None else lse.data_ptr() % 16, bool(causal), float(scale), cfg)
 
 
 def gluon_plan(q, k, v, out, lse, *, causal: bool, scale: float,
@@ -417,13 +433,9 @@ def gluon_plan(q, k, v, out, lse, *, causal: bool, scale: float,
     :func:`plan_key` and then looked up: on short rows the host builds a launch in about
     the time the GPU runs it (docs/performance.md, runs 90-95), and the descriptor checks,
     divisions and argument lists are the same every time."""
-    key = plan_key(q, k, v, out, lse, causal, scale, cfg)
-    plan = _PLANS.get(key)
-    if plan is None:
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        plan = _PLANS[key] = _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg)
-    return plan
+    return remembered(_PLANS, plan_key(q, k, v, out, lse, causal, scale, cfg),
+                      lambda: _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg),
+                      _PLANS_MAX)
 
 
 def _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg) -> GluonPlan:
