@@ -31,6 +31,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fwd_hopper import _run, fa4, tflops, variant  # noqa: E402
 
 
+def variant_specs(text: str) -> dict:
+    """``NAME=SPEC;...`` (``--variants``) -> {name: spec}, in the order given."""
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(";"))):
+        name, spec = item.split("=", 1)
+        out[name.strip()] = spec.strip()
+    return out
+
+
 def _provider(spec, q, k, v, causal):
     """A zero-argument callable running one variant."""
     if spec == "cudnn":
@@ -156,12 +165,11 @@ def main():
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     ref = _provider("cudnn", q, k, v, a.causal)().float()
     names, fns = [], []
-    for item in a.variants.split(";"):
-        name, spec = item.split("=", 1)
-        names.append(name.strip())
+    for name, spec in variant_specs(a.variants).items():
+        names.append(name)
         t0 = time.time()
-        fns.append(checked(name.strip(), spec.strip(), q, k, v, a.causal, ref))
-        print(f"{name.strip()}: built and checked in {time.time() - t0:.1f} s", file=sys.stderr,
+        fns.append(checked(name, spec, q, k, v, a.causal, ref))
+        print(f"{name}: built and checked in {time.time() - t0:.1f} s", file=sys.stderr,
               flush=True)
     report(a, names, interleaved(names, fns, a.rounds, a.reps, a.flush),
            {"variants": a.variants})

@@ -22,9 +22,10 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "src"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "..", "src"), HERE]
 
+from ab import variant_specs  # noqa: E402
 from flashscope.config import AttentionConfig, check_config  # noqa: E402
 from flashscope.tuned import lookup, seq_class, tuned_path  # noqa: E402
 
@@ -41,15 +42,6 @@ def winner(rows: list, max_ratio: float, specs: "dict | None" = None):
             if best is None or r["ratio"] < best["ratio"]:
                 best = r
     return best
-
-
-def variant_specs(text: str) -> dict:
-    """``name=spec;...`` -> {name: spec}."""
-    out = {}
-    for item in filter(None, (x.strip() for x in text.split(";"))):
-        name, spec = item.split("=", 1)
-        out[name.strip()] = spec.strip()
-    return out
 
 
 def resolve(spec: str, base: AttentionConfig) -> AttentionConfig:
