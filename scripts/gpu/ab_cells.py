@@ -11,10 +11,13 @@ of each variant's time over the default's (median of rounds).
 
 Usage: PYTHONPATH=src python scripts/gpu/ab_cells.py OUTDIR --cells d64c1k,d128n16k
        [--variants "i=+OUT_RCP=1"] [--extra "d128n16k:np=+PERSISTENT=0"] [--rounds 12]
-       [--reps 10] [--jobs 8] [--flush] [--neighbours]
+       [--reps 10] [--jobs 8] [--flush] [--neighbours] [--transplants]
 
 ``--neighbours`` adds, per cell, every valid config one knob away from its tuned default
 (:func:`neighbours`); with :mod:`adopt_ab` that is one step of a coordinate search.
+``--transplants`` adds the tuned entries of the cell's head dim at the other masks and
+lengths (:func:`transplants`): whole recipes, several knobs away, that such a step does
+not reach.
 """
 
 import argparse
@@ -69,6 +72,37 @@ def neighbours(cell: str) -> list:
     return out
 
 
+def transplants(cell: str) -> list:
+    """``x<c|n><class>=CONFIG`` (``xn4k``: the non-causal ``le4k`` entry) for each sm90
+    bf16 entry with the cell's head dim whose config differs from the cell's default,
+    first occurrence of each config only.
+
+    A coordinate search moves one knob at a time, so it stops where every single change
+    loses even if a combination wins: the D = 128 non-causal 16k entry sat at 0.96 of
+    FlashAttention-4 through five one-knob searches while the 4k entry's recipe (five knobs
+    away) ran it in 0.955 of the time (run 113)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
+    from flashscope.config import check_config
+    from flashscope.errors import ConfigError
+    from flashscope.tuned import load_tuned, lookup
+
+    shape, causal = cell_shape(cell)
+    N, D = (int(x) for x in shape.split(",")[2:])
+    seen = {lookup("sm90", "bfloat16", D, causal, N)[0].key}
+    out = []
+    for (dtype, head_dim, c, cls), (cfg, _) in sorted(load_tuned("sm90").items()):
+        if dtype != "bfloat16" or head_dim != D or cfg.key in seen:
+            continue
+        try:
+            check_config(cfg, "sm90", D)
+        except ConfigError:
+            continue
+        seen.add(cfg.key)
+        spec = ",".join(f"{k}={v}" for k, v in cfg.as_dict().items())
+        out.append(f"x{'c' if c else 'n'}{cls.removeprefix('le')}={spec}")
+    return out
+
+
 def _command(cell, variants, rounds, reps, out, flush=False):
     shape, causal = cell_shape(cell)
     cmd = [sys.executable, os.path.join(HERE, "ab.py"), "--shape", shape, "--variants",
@@ -95,6 +129,9 @@ def main():
                     "every launch, as the bench harness's timer does")
     ap.add_argument("--neighbours", action="store_true",
                     help="also every config one knob away from each cell's default")
+    ap.add_argument("--transplants", action="store_true",
+                    help="also the tuned entries of the same head dim at the other masks "
+                         "and lengths")
     a = ap.parse_args()
     os.makedirs(a.outdir, exist_ok=True)
     cells = [c.strip() for c in a.cells.split(",") if c.strip()]
@@ -103,7 +140,8 @@ def main():
         cell, spec = item.split(":", 1)
         extra.setdefault(cell, []).append(spec)
     specs = {c: ";".join(["d=+", *filter(None, a.variants.split(";")), *extra[c],
-                          *(neighbours(c) if a.neighbours else []), "n=cudnn"])
+                          *(neighbours(c) if a.neighbours else []),
+                          *(transplants(c) if a.transplants else []), "n=cudnn"])
              for c in cells}
     t0 = time.time()
     running, failed = [], {}
