@@ -40,6 +40,16 @@ def cell_shape(name: str) -> tuple:
     return f"{16384 // N},{2048 // D},{N},{D}", causal
 
 
+def cell_default(cell: str) -> tuple:
+    """(the sm90 bf16 tuned default of the cell's shape, its head dim D)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
+    from flashscope.tuned import lookup
+
+    shape, causal = cell_shape(cell)
+    N, D = (int(x) for x in shape.split(",")[2:])
+    return lookup("sm90", "bfloat16", D, causal, N)[0], D
+
+
 #: --neighbours: one knob of the cell's default changed at a time (name, knob, values)
 NEIGHBOURS = (("pp", "PINGPONG", (False, True)), ("o", "OVERLAP", (0, 1, 2)),
               ("lz", "LAZY_RESCALE", (False, True)), ("eq", "EARLY_Q", (False, True)),
@@ -51,14 +61,10 @@ NEIGHBOURS = (("pp", "PINGPONG", (False, True)), ("o", "OVERLAP", (0, 1, 2)),
 def neighbours(cell: str) -> list:
     """``name=+KNOB=V`` for every valid config one knob away from the cell's tuned default
     (``ppN``: PINGPONG=N, ``oN``: OVERLAP=N, ``sN``: N stages, ...)."""
-    sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
     from flashscope.config import check_config
     from flashscope.errors import ConfigError
-    from flashscope.tuned import lookup
 
-    shape, causal = cell_shape(cell)
-    N, D = (int(x) for x in shape.split(",")[2:])
-    base = lookup("sm90", "bfloat16", D, causal, N)[0]
+    base, D = cell_default(cell)
     out = []
     for short, knob, values in NEIGHBOURS:
         for value in values:
@@ -81,25 +87,18 @@ def transplants(cell: str) -> list:
     loses even if a combination wins: the D = 128 non-causal 16k entry sat at 0.96 of
     FlashAttention-4 through five one-knob searches while the 4k entry's recipe (five knobs
     away) ran it in 0.955 of the time (run 113)."""
-    sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
-    from flashscope.config import check_config
-    from flashscope.errors import ConfigError
-    from flashscope.tuned import load_tuned, lookup
+    from flashscope.api import config_text
+    from flashscope.tuned import load_tuned
 
-    shape, causal = cell_shape(cell)
-    N, D = (int(x) for x in shape.split(",")[2:])
-    seen = {lookup("sm90", "bfloat16", D, causal, N)[0].key}
+    base, D = cell_default(cell)
+    seen = {base.key}
     out = []
+    # the reader has checked every entry for its own head dim, which is D here
     for (dtype, head_dim, c, cls), (cfg, _) in sorted(load_tuned("sm90").items()):
         if dtype != "bfloat16" or head_dim != D or cfg.key in seen:
             continue
-        try:
-            check_config(cfg, "sm90", D)
-        except ConfigError:
-            continue
         seen.add(cfg.key)
-        spec = ",".join(f"{k}={v}" for k, v in cfg.as_dict().items())
-        out.append(f"x{'c' if c else 'n'}{cls.removeprefix('le')}={spec}")
+        out.append(f"x{'c' if c else 'n'}{cls.removeprefix('le')}={config_text(cfg)}")
     return out
 
 

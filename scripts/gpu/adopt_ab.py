@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "..", "src"), HERE]
 
 from ab import variant_specs  # noqa: E402
+from flashscope.api import config_text  # noqa: E402
 from flashscope.config import AttentionConfig, check_config  # noqa: E402
 from flashscope.tuned import lookup, seq_class, tuned_path  # noqa: E402
 
@@ -84,7 +85,7 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
         cfg = check_config(resolve(spec, base), "sm90", D)
         old = base.key
         if replaced is not None:
-            replaced[cell] = ",".join(f"{k}={v}" for k, v in base.as_dict().items())
+            replaced[cell] = config_text(base)
         entry.update({
             "config": cfg.as_dict(), "ms": best["ms"], "tflops": best["tflops"],
             "shape": meta["shape"], "search": "ab",

@@ -9,18 +9,12 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "scripts", "gpu")]
 
-from ab_cells import cell_shape, neighbours, transplants  # noqa: E402
+from ab_cells import cell_default, cell_shape, neighbours, transplants  # noqa: E402
 from adopt_ab import resolve  # noqa: E402
 from flashscope.config import check_config  # noqa: E402
-from flashscope.tuned import load_tuned, lookup  # noqa: E402
+from flashscope.tuned import load_tuned  # noqa: E402
 
 CELLS = [f"d{d}{m}{n}k" for d in (64, 128) for m in "nc" for n in (1, 4, 16)]
-
-
-def _default(cell):
-    shape, causal = cell_shape(cell)
-    n, d = (int(x) for x in shape.split(",")[2:])
-    return lookup("sm90", "bfloat16", d, causal, n)[0], d
 
 
 def _config(spec, base):
@@ -38,7 +32,7 @@ def test_cell_shape_is_the_suite_and_rejects_bad_names():
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_neighbours_change_exactly_one_knob(cell):
-    base, d = _default(cell)
+    base, d = cell_default(cell)
     specs = neighbours(cell)
     assert specs and len({s.split("=")[0] for s in specs}) == len(specs)
     for spec in specs:
@@ -50,7 +44,7 @@ def test_neighbours_change_exactly_one_knob(cell):
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_transplants_are_the_other_entries_of_the_head_dim(cell):
-    base, d = _default(cell)
+    base, d = cell_default(cell)
     specs = transplants(cell)
     got = [_config(s, base)[1] for s in specs]
     keys = [c.key for c in got]
@@ -58,7 +52,7 @@ def test_transplants_are_the_other_entries_of_the_head_dim(cell):
     want = {cfg.key for (dt, hd, _, _), (cfg, _) in load_tuned("sm90").items()
             if dt == "bfloat16" and hd == d} - {base.key}
     assert set(keys) == want
-    for cfg in got:  # each one exactly the entry it names, not a mix with the default
+    for cfg in got:
         check_config(cfg, "sm90", d)
     names = [s.split("=")[0] for s in specs]
     assert all(n[0] == "x" and n[1] in "cn" and n.endswith("k") for n in names)
