@@ -32,11 +32,17 @@ from fwd_hopper import _run, fa4, tflops, variant  # noqa: E402
 
 
 def variant_specs(text: str) -> dict:
-    """``NAME=SPEC;...`` (``--variants``) -> {name: spec}, in the order given."""
+    """``NAME=SPEC;...`` (``--variants``) -> {name: spec}, in the order given. A name
+    given twice is refused: the later spec would replace the earlier one unseen."""
     out = {}
     for item in filter(None, (x.strip() for x in text.split(";"))):
-        name, spec = item.split("=", 1)
-        out[name.strip()] = spec.strip()
+        if "=" not in item:
+            raise SystemExit(f"--variants: expected NAME=SPEC, got {item!r}")
+        name, spec = (x.strip() for x in item.split("=", 1))
+        if name in out:
+            raise SystemExit(f"--variants: {name!r} names two variants ({out[name]!r} and "
+                             f"{spec!r})")
+        out[name] = spec
     return out
 
 

@@ -102,6 +102,18 @@ def transplants(cell: str) -> list:
     return out
 
 
+def check_names(specs: dict) -> None:
+    """Refuse a cell whose variant list names one variant twice (``d`` is the cell's
+    default and ``n`` cuDNN): ab.py would time only the later one, under the name the
+    report reads as the earlier."""
+    for c, spec in specs.items():
+        names = [item.split("=", 1)[0].strip() for item in spec.split(";") if item.strip()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise SystemExit(f"{c}: variant name(s) {', '.join(twice)} given twice (d is the "
+                             "cell's default, n cuDNN)")
+
+
 def _command(cell, variants, rounds, reps, out, flush=False):
     shape, causal = cell_shape(cell)
     cmd = [sys.executable, os.path.join(HERE, "ab.py"), "--shape", shape, "--variants",
@@ -142,6 +154,7 @@ def main():
                           *(neighbours(c) if a.neighbours else []),
                           *(transplants(c) if a.transplants else []), "n=cudnn"])
              for c in cells}
+    check_names(specs)
     t0 = time.time()
     running, failed = [], {}
     for c in cells:  # warm-up: compile and check every variant, --jobs at a time

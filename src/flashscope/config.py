@@ -240,9 +240,10 @@ def min_shared_bytes(cfg: AttentionConfig, head_dim: int, dtype: str = "bfloat16
     certainly cannot launch.
     """
     elt = DTYPE_BYTES[dtype]
-    if cfg.GLUON:  # Q (and O with EARLY_Q), a ring of K and V tiles (exact, less barriers)
+    if cfg.GLUON:  # Q (and O with EARLY_Q), the K/V ring (exact, but for the barriers)
         rows = cfg.BLOCK_M * (2 if cfg.EARLY_Q else 1) + 2 * cfg.num_stages * cfg.BLOCK_N
-        return rows * head_dim_pad(head_dim) * elt
+        pin = 16 * cfg.BLOCK_M if cfg.OVERLAP else 0  # 4 fp32 a row, stored to with OVERLAP
+        return rows * head_dim_pad(head_dim) * elt + pin
     return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * elt * max(1, cfg.num_stages - 1)
 
 

@@ -118,6 +118,24 @@ def test_sm90_binary(D, causal, bm, bn, knobs):
     assert rec.dynamic_shared_bytes >= (bm + 2 * 2 * bn) * D * 2
 
 
+@pytest.mark.parametrize("D,bm,bn,knobs", [
+    (64, 192, 128, {"num_stages": 3}), (64, 192, 128, {"num_stages": 3, "OVERLAP": 2}),
+    (128, 128, 128, {"EARLY_Q": True, "OVERLAP": 1}),
+    (128, 192, 64, {"num_stages": 3, "EARLY_Q": True, "OVERLAP": 2, "Q_IN_REGS": True}),
+    (64, 64, 64, {})])
+def test_shared_bound_is_within_the_barriers_of_the_binary(D, bm, bn, knobs):
+    """The config check's bound for the Gluon kernel (Q, O with EARLY_Q, the K/V ring and,
+    with OVERLAP, the 4 fp32 a row that _pin stores) is what the binary allocates but its
+    mbarriers (8 bytes each) and their alignment: never more, within 1 KB. A bound lower
+    than that lets configs through that fail only at launch."""
+    from flashscope.config import min_shared_bytes
+
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, **knobs)
+    (rec,) = records_for([fcompile.build(cfg, "sm90", head_dim=D, causal=False)])
+    bound = min_shared_bytes(cfg, D)
+    assert bound <= rec.dynamic_shared_bytes < bound + 1024, (bound, rec.dynamic_shared_bytes)
+
+
 @pytest.mark.parametrize("poly", [2, 4, 8])
 @pytest.mark.parametrize("bm,causal", [(192, False), (128, True)])
 def test_exp2_poly_moves_exponentials_off_mufu(bm, causal, poly):

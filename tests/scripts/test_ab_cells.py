@@ -9,7 +9,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "scripts", "gpu")]
 
-from ab_cells import cell_default, cell_shape, neighbours, transplants  # noqa: E402
+from ab_cells import cell_default, cell_shape, check_names, neighbours, transplants  # noqa: E402,E501
 from adopt_ab import resolve  # noqa: E402
 from flashscope.config import check_config  # noqa: E402
 from flashscope.tuned import load_tuned  # noqa: E402
@@ -28,6 +28,12 @@ def test_cell_shape_is_the_suite_and_rejects_bad_names():
     assert cell_shape("d128n16k") == ("1,16,16384,128", False)
     with pytest.raises(SystemExit, match="expected d<D><c|n><N>k"):
         cell_shape("64c1k")
+
+
+def test_a_variant_name_given_twice_is_refused():
+    check_names({"d64n4k": "d=+;f=fa4;ni=+OUT_RCP=1;n=cudnn"})
+    with pytest.raises(SystemExit, match="d64n4k: variant name.s. d given twice"):
+        check_names({"d64n4k": "d=+;f=fa4;d=+OUT_RCP=1;n=cudnn"})
 
 
 @pytest.mark.parametrize("cell", CELLS)
