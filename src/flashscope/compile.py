@@ -270,6 +270,12 @@ def compile_failure(message: str, cfg, t, native: str = "") -> str:
     cause = next((ln.strip() for ln in native.splitlines()
                   if any(c in ln for c in _NATIVE_CAUSES)
                   and not any(n in ln for n in _NATIVE_NOISE)), None)
+    if cause:
+        # "python: /path/File.cpp:1200: <signature>: Assertion `...' failed." -> its place
+        # and the assertion, which the signature would push past the line's end
+        m = re.match(r"(?:\S+: )?(\S+\.\w+):(\d+): .*?: (Assertion .*)$", cause)
+        if m:
+            cause = f"{os.path.basename(m.group(1))}:{m.group(2)}: {m.group(3)}"
     if cause and cause not in diag:
         diag = f"{diag}: {cause}"
     limit = next((name for pat, name in _LIMIT_MESSAGES if pat in message), None)
@@ -287,6 +293,11 @@ def _plain(v):
     return v if isinstance(v, (bool, int, float, str, type(None))) else str(v)
 
 
+#: set in a forked compile (:func:`_forked`): the folder where :func:`_native_stderr`
+#: keeps its text under a name the parent can read should the child die
+_native_dir: Optional[str] = None
+
+
 @contextlib.contextmanager
 def _native_stderr():
     """Hold what native code (MLIR, LLVM) writes to file descriptor 2 during the block: a
@@ -297,7 +308,8 @@ def _native_stderr():
     sys.stderr.flush()
     saved = os.dup(2)
     held = []
-    with tempfile.TemporaryFile() as f:
+    with (open(os.path.join(_native_dir, "native.txt"), "w+b") if _native_dir
+          else tempfile.TemporaryFile()) as f:
         os.dup2(f.fileno(), 2)
         try:
             yield held
@@ -324,11 +336,77 @@ def _compiler_mode():
         knobs.interpret = saved
 
 
-def _compile(spec, cfg, t, head_dim, dtype, causal, problem, extra, key) -> Artifact:
-    import triton
+def _forked(fn, cfg, t):
+    """``fn()`` in a forked child process: its result, or the exception it raised, pickled
+    back. An MLIR or LLVM assertion inside the compiler ends its process with SIGABRT,
+    which Python cannot catch: here it ends the child, and becomes a ConfigError naming the
+    config, the signal and the assertion the compiler printed (instead of this process
+    dying without a word, its stderr held by :func:`_native_stderr`). Where ``os.fork``
+    is missing, ``fn()`` runs in this process."""
+    global _native_dir
+    if not hasattr(os, "fork"):
+        return fn()
+    import pickle
+    import signal
+    import sys
+    import traceback
 
+    with tempfile.TemporaryDirectory(prefix="flashscope-compile-") as d:
+        result = os.path.join(d, "result.pickle")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: reports through ``result`` and never returns
+            code = 1
+            try:
+                import faulthandler
+
+                faulthandler.disable()  # an abort here is the parent's to report
+                _native_dir = d
+                try:
+                    out = (True, fn())
+                except BaseException as e:  # noqa: BLE001 (all of it goes to the parent)
+                    out = (False, e)
+                try:
+                    data = pickle.dumps(out)
+                except Exception:  # an exception that does not pickle: its text does
+                    data = pickle.dumps((False, FlashscopeError(
+                        "".join(traceback.format_exception(out[1])).strip())))
+                with open(result, "wb") as f:
+                    f.write(data)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            with open(result, "rb") as f:
+                ok, value = pickle.load(f)
+            if ok:
+                return value
+            raise value
+        native_path = os.path.join(d, "native.txt")
+        native = ""
+        if os.path.exists(native_path):
+            with open(native_path, "rb") as f:
+                native = f.read().decode("utf-8", "replace")
+        how = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+               else f"exit status {os.WEXITSTATUS(status)}")
+        raise ConfigError(compile_failure(f"the compiler's process ended ({how})", cfg, t,
+                                          native))
+
+
+def _compile(spec, cfg, t, head_dim, dtype, causal, problem, extra, key) -> Artifact:
     src, target, options, constants = _bind(spec, cfg, t, head_dim, dtype, causal, problem,
                                             extra)
+    return _forked(lambda: _run_compiler(spec, cfg, t, head_dim, dtype, causal, extra, key,
+                                         src, target, options, constants), cfg, t)
+
+
+def _run_compiler(spec, cfg, t, head_dim, dtype, causal, extra, key, src, target, options,
+                  constants) -> Artifact:
+    """``triton.compile`` of what :func:`_bind` made, and the Artifact of its binary."""
+    import triton
+
     native = []
     try:
         # Triton prints a whole PTX reproducer on stdout when ptxas fails, MLIR an IR one on

@@ -126,3 +126,55 @@ def test_register_kernel_extends_the_registry():
         assert fcompile.kernel_spec("fwd_copy") is spec
     finally:
         del fcompile.KERNELS["fwd_copy"]
+
+
+def _slices_across_buffers():
+    """A Gluon kernel that Triton 3.6's layout code asserts on (``slice`` of a 5-D buffer
+    whose 4-D layout it cannot rank), built for sm90 the way _compile builds: stderr held."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    @gluon.jit
+    def kernel(out_ptr):
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,
+                                                    element_bitwidth=16, rank=4)
+        buf = gl.allocate_shared_memory(gl.bfloat16, [3, 1, 1, 64, 64], layout)
+        buf.slice(0, 2)
+
+    src = gluon._runtime.GluonASTSource(fn=kernel, signature={"out_ptr": "*fp32"},
+                                        constexprs={})
+    with fcompile._native_stderr():
+        triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
+def test_compiler_abort_is_an_error_not_the_end_of_the_process():
+    """An MLIR assertion aborts the compiling process (SIGABRT, past Python's reach); the
+    compile runs in a forked child, so the caller gets a ConfigError with the signal and
+    the assertion, and goes on."""
+    with pytest.raises(ConfigError, match=r"process ended \(signal SIGABRT\): "
+                                          r"LinearLayoutConversions\.cpp:\d+: Assertion"):
+        fcompile._forked(_slices_across_buffers, AttentionConfig(), get_target("sm90"))
+    assert fcompile._forked(lambda: 6 * 7, AttentionConfig(), get_target("sm90")) == 42
+
+
+def test_errors_of_the_compiling_child_come_back():
+    """What the child raises is raised here: its own type when it pickles, else a
+    FlashscopeError with its traceback's text."""
+    from flashscope.errors import FlashscopeError
+
+    def config_error():
+        raise ConfigError("over the shared memory limit")
+
+    class Local(Exception):  # a class pickle cannot find by name
+        pass
+
+    def local_error():
+        raise Local("from a local class")
+
+    t = get_target("sm90")
+    with pytest.raises(ConfigError, match="over the shared memory limit"):
+        fcompile._forked(config_error, AttentionConfig(), t)
+    with pytest.raises(FlashscopeError, match="(?s)Local: from a local class"):
+        fcompile._forked(local_error, AttentionConfig(), t)
