@@ -377,7 +377,12 @@ def _forked(fn, cfg, t):
                 code = 0
             finally:
                 os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except BaseException:  # interrupted (Ctrl-C): the child goes too
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
             with open(result, "rb") as f:
                 ok, value = pickle.load(f)

@@ -178,3 +178,26 @@ def test_errors_of_the_compiling_child_come_back():
         fcompile._forked(config_error, AttentionConfig(), t)
     with pytest.raises(FlashscopeError, match="(?s)Local: from a local class"):
         fcompile._forked(local_error, AttentionConfig(), t)
+
+
+def test_an_interrupted_compile_takes_its_child_along(monkeypatch):
+    """Ctrl-C while the child compiles: the child is killed and reaped, the interrupt
+    goes on to the caller."""
+    import os
+    import time
+
+    children = []
+    real_waitpid = os.waitpid
+
+    def interrupted(pid, flags):
+        if not children:
+            children.append(pid)
+            raise KeyboardInterrupt
+        return real_waitpid(pid, flags)
+
+    monkeypatch.setattr(os, "waitpid", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fcompile._forked(lambda: time.sleep(60), AttentionConfig(), get_target("sm90"))
+    monkeypatch.undo()
+    with pytest.raises(ChildProcessError):  # already reaped: no such child left
+        os.waitpid(children[0], os.WNOHANG)
