@@ -13,7 +13,9 @@ derives the compile options from the config). The cache lives
 in ``$FLASHSCOPE_CACHE`` or ``~/.cache/flashscope``; a hit needs neither torch nor a compile.
 
 Kernels are looked up in :data:`KERNELS`; :func:`register_kernel` adds more (the backward
-kernels register theirs the same way).
+kernels register theirs the same way). Each compile runs in a forked child
+(:func:`_forked`), so that an assertion in Triton's native code, which aborts the process
+that meets it, is reported as a failed config instead of ending the caller.
 """
 
 from __future__ import annotations
