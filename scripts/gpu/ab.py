@@ -28,22 +28,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ab_cells import variant_specs  # noqa: E402
 from fwd_hopper import _run, fa4, tflops, variant  # noqa: E402
-
-
-def variant_specs(text: str) -> dict:
-    """``NAME=SPEC;...`` (``--variants``) -> {name: spec}, in the order given. A name
-    given twice is refused: the later spec would replace the earlier one unseen."""
-    out = {}
-    for item in filter(None, (x.strip() for x in text.split(";"))):
-        if "=" not in item:
-            raise SystemExit(f"--variants: expected NAME=SPEC, got {item!r}")
-        name, spec = (x.strip() for x in item.split("=", 1))
-        if name in out:
-            raise SystemExit(f"--variants: {name!r} names two variants ({out[name]!r} and "
-                             f"{spec!r})")
-        out[name] = spec
-    return out
 
 
 def _provider(spec, q, k, v, causal):

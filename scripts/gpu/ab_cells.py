@@ -40,6 +40,21 @@ def cell_shape(name: str) -> tuple:
     return f"{16384 // N},{2048 // D},{N},{D}", causal
 
 
+def variant_specs(text: str) -> dict:
+    """``NAME=SPEC;...`` (``--variants``) -> {name: spec}, in the order given. A name
+    given twice is refused: the later spec would replace the earlier one unseen."""
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(";"))):
+        if "=" not in item:
+            raise SystemExit(f"--variants: expected NAME=SPEC, got {item!r}")
+        name, spec = (x.strip() for x in item.split("=", 1))
+        if name in out:
+            raise SystemExit(f"--variants: {name!r} names two variants ({out[name]!r} and "
+                             f"{spec!r})")
+        out[name] = spec
+    return out
+
+
 def cell_default(cell: str) -> tuple:
     """(the sm90 bf16 tuned default of the cell's shape, its head dim D)."""
     sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
@@ -103,15 +118,14 @@ def transplants(cell: str) -> list:
 
 
 def check_names(specs: dict) -> None:
-    """Refuse a cell whose variant list names one variant twice (``d`` is the cell's
-    default and ``n`` cuDNN): ab.py would time only the later one, under the name the
-    report reads as the earlier."""
+    """Refuse a cell whose variant list :func:`variant_specs` refuses (``d`` is the cell's
+    default and ``n`` cuDNN, so a variant of either name would replace them), before any
+    cell runs."""
     for c, spec in specs.items():
-        names = [item.split("=", 1)[0].strip() for item in spec.split(";") if item.strip()]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise SystemExit(f"{c}: variant name(s) {', '.join(twice)} given twice (d is the "
-                             "cell's default, n cuDNN)")
+        try:
+            variant_specs(spec)
+        except SystemExit as e:
+            raise SystemExit(f"{c}: {e} (d is the cell's default, n cuDNN)") from None
 
 
 def _command(cell, variants, rounds, reps, out, flush=False):

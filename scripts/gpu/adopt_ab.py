@@ -25,7 +25,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "..", "src"), HERE]
 
-from ab import variant_specs  # noqa: E402
+from ab_cells import variant_specs  # noqa: E402
 from flashscope.api import config_text  # noqa: E402
 from flashscope.config import AttentionConfig, check_config  # noqa: E402
 from flashscope.tuned import lookup, seq_class, tuned_path  # noqa: E402

@@ -32,7 +32,7 @@ def test_cell_shape_is_the_suite_and_rejects_bad_names():
 
 def test_a_variant_name_given_twice_is_refused():
     check_names({"d64n4k": "d=+;f=fa4;ni=+OUT_RCP=1;n=cudnn"})
-    with pytest.raises(SystemExit, match="d64n4k: variant name.s. d given twice"):
+    with pytest.raises(SystemExit, match="d64n4k: --variants: 'd' names two variants"):
         check_names({"d64n4k": "d=+;f=fa4;d=+OUT_RCP=1;n=cudnn"})
 
 
