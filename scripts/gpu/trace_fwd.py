@@ -3,8 +3,9 @@
 Builds flashscope's default config for the shape (or ``--config``, ``+K=V`` on top of
 it), launches its ``TRACE = --tiles`` build with a zeroed stamp buffer after a warm-up,
 checks the output against cuDNN's, and prints each consumer's phases per work tile
-(:mod:`flashscope.profile.timeline`) and its fixed cost per work tile (the intercept of
-work-tile time against key tiles). The untraced and traced builds are timed in
+(:mod:`flashscope.profile.timeline`), its fixed cost per work tile (the intercept of
+work-tile time against key tiles), the programs' spans grouped by work tiles, and what
+a head's last row block costs beside a whole one. The untraced and traced builds are timed in
 alternation, so the stamps' own cost is on the record. ``--npz`` keeps the raw buffer.
 
 Usage: PYTHONPATH=src python scripts/gpu/trace_fwd.py --shape 16,32,1024,64 --causal
@@ -102,6 +103,14 @@ def main():
             print(e)
         print("  by key tiles:", {n: f"{w}x{d:.0f}" for n, (w, d) in
                                   timeline.by_key_tiles(trace, c).items()})
+    n_m = -(-N // cfg.BLOCK_M)
+    try:
+        print(timeline.format_spans(timeline.program_spans(trace, consumers, n_m)))
+        whole, last = timeline.block_cycles(trace, consumers, n_m)
+        print(f"work tile: {whole:.0f} cycles, a head's last row block {last:.0f} "
+              f"({last / whole:.3f} of it)")
+    except ValueError as e:
+        print(f"spans: {e} (--tiles below the longest program's work tiles?)")
 
 
 if __name__ == "__main__":

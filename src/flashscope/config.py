@@ -137,6 +137,13 @@ class AttentionConfig(_Knobs):
     OUT_RCP (GLUON) scales each output row by one reciprocal of its sum l instead of
     dividing each of its values by l (each division carries ptxas's range fix-up): a
     shorter epilogue, which counts where work tiles are short.
+    BALANCE (GLUON, PERSISTENT) prices a head's last row block by the consumers that
+    hold real rows (those whose rows are all past Nq pass its key tiles on) and splits
+    the heads into sections of nearly equal size in the host's work list
+    (:mod:`flashscope.schedule`), so the cheap blocks fill the programs' ragged last
+    round. A non-causal grid runs that list only with BALANCE (else round-robin, every
+    consumer computing); a causal grid always runs a list, without BALANCE one that
+    prices every block whole and leaves a small last section.
     """
 
     BLOCK_M: int = 128
@@ -158,6 +165,7 @@ class AttentionConfig(_Knobs):
     K_EARLY: bool = False
     MASKED_FIRST: bool = False
     OUT_RCP: bool = False
+    BALANCE: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -172,11 +180,13 @@ class AttentionConfig(_Knobs):
                 + ("x" if self.PINGPONG else "")
                 + ("l" if self.LAZY_RESCALE else "")
                 + ("h" if self.EARLY_Q else "") + ("k" if self.K_EARLY else "")
-                + ("f" if self.MASKED_FIRST else "") + ("i" if self.OUT_RCP else ""))
+                + ("f" if self.MASKED_FIRST else "") + ("i" if self.OUT_RCP else "")
+                + ("b" if self.BALANCE else ""))
 
 
 _BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "GLUON", "PERSISTENT",
-               "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY", "MASKED_FIRST", "OUT_RCP")
+               "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY", "MASKED_FIRST", "OUT_RCP",
+               "BALANCE")
 #: integer knobs that also take true/false (they were switches before they had levels)
 _LEVEL_KNOBS = ("OVERLAP",)
 
@@ -298,7 +308,7 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
         _check_gluon(cfg, t, head_dim)
     else:
         for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY",
-                     "MASKED_FIRST", "OUT_RCP"):
+                     "MASKED_FIRST", "OUT_RCP", "BALANCE"):
             if getattr(cfg, knob):
                 raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
     levels = (0, 1, 2) if cfg.GLUON else (0, 1)
@@ -374,6 +384,9 @@ def _check_gluon(cfg: AttentionConfig, t, head_dim: int) -> None:
     if cfg.PINGPONG and cfg.BLOCK_M < 128:
         raise ConfigError(f"PINGPONG=1 needs two or three consumer warpgroups to take turns "
                           f"(BLOCK_M=128 or 192), got BLOCK_M={cfg.BLOCK_M}")
+    if cfg.BALANCE and not cfg.PERSISTENT:
+        raise ConfigError("BALANCE=1 places work tiles on the programs of a persistent grid: "
+                          "it needs PERSISTENT=1")
 
 
 # Defaults as data: (target name or family, largest head dim, causal or None for both)

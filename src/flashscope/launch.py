@@ -209,18 +209,19 @@ def l2_bytes(device) -> int:
     return _properties(device_index(device)).L2_cache_size
 
 
-def lpt_tensor(q, n_k: int, cfg: AttentionConfig, programs: int):
-    """The persistent causal work list (:func:`flashscope.schedule.lpt_schedule`) for q's
+def lpt_tensor(q, n_k: int, cfg: AttentionConfig, programs: int, causal: bool = True):
+    """The persistent grid's work list (:func:`flashscope.schedule.lpt_schedule`) for q's
     shape on q's device, built once per shape and device and kept there."""
     B, H, Nq, D = q.shape
     section = section_heads(n_k, D, q.element_size(), l2_bytes(q.device), B * H)
     return _lpt_on_device(q.device, triton_cdiv(Nq, cfg.BLOCK_M), B * H, cfg.BLOCK_M,
-                          cfg.BLOCK_N, n_k, programs, section)
+                          cfg.BLOCK_N, n_k, programs, section, causal,
+                          Nq if cfg.BALANCE else None)
 
 
 @functools.lru_cache(maxsize=256)
-def _lpt_on_device(device, n_m, bh, block_m, block_n, n_k, programs, section):
-    host = lpt_schedule(n_m, bh, block_m, block_n, n_k, programs, section)
+def _lpt_on_device(device, n_m, bh, block_m, block_n, n_k, programs, section, causal, n_q):
+    host = lpt_schedule(n_m, bh, block_m, block_n, n_k, programs, section, causal, n_q)
     if device.type == "meta":
         return torch.empty(host.shape, dtype=torch.int32, device="meta")
     return torch.from_numpy(host.copy()).to(device)
@@ -444,7 +445,8 @@ def _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg) -> GluonPlan:
     n_m = triton_cdiv(Nq, cfg.BLOCK_M)
     tiles = n_m * B * H
     grid = (min(tiles, sm_count(q.device)) if cfg.PERSISTENT else tiles,)
-    lpt = bool(causal and cfg.PERSISTENT)
+    # a host work list: persistent causal grids, and non-causal ones with BALANCE
+    lpt = bool(cfg.PERSISTENT and (causal or cfg.BALANCE))
     fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
                    for d in (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
                              tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64)))
@@ -461,7 +463,7 @@ def _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg) -> GluonPlan:
                   TRACE=0, OUT_RCP=bool(cfg.OUT_RCP), Q_REGS=bool(cfg.Q_IN_REGS),
                   CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                   PRODUCER_REGS=SM90_PRODUCER_REGS)
-    sched = lpt_tensor(q, Nk, cfg, grid[0]) if lpt else None
+    sched = lpt_tensor(q, Nk, cfg, grid[0], causal) if lpt else None
     return GluonPlan(grid, fields, scalars, sched, consts, {})
 
 

@@ -1,5 +1,5 @@
-"""The persistent causal grid's work list: which program runs which (head, row block), in
-what order.
+"""The persistent grid's work list: which program runs which (head, row block), in what
+order.
 
 Two things pull against each other. Balance: causal row blocks differ in length (block m
 of BLOCK_M rows reads ceil(min(Nk, (m + 1) BLOCK_M) / BLOCK_N) key tiles), so programs
@@ -18,6 +18,20 @@ dynamic scheduler with an atomic counter would do if the cost model held. The pr
 then move through the list together (locality), and greedy longest-first list
 scheduling ends within one block of the best balance.
 
+With ``BALANCE`` (:class:`flashscope.config.AttentionConfig`) the list knows the
+padding. When BLOCK_M does not divide Nq, a head's last row block holds ``Nq mod
+BLOCK_M`` real rows, and its consumers whose rows are all padding pass their key tiles
+on, so the block costs less than a whole one (:func:`block_cost`, :data:`LONE_SHARE`);
+and the heads are split into sections of nearly equal size (:func:`_sections`). A
+non-causal grid has a list only with BALANCE. Its blocks all read every key tile, so
+dealt round-robin they leave the programs a ragged last round: at Nq = 4096 and BLOCK_M
+= 192, 2816 blocks over 132 programs take 22 rounds, where the last block of each head
+costs about two thirds of a whole one and the work is 21.0. The list deals the whole
+blocks head by head, as round-robin would (the programs of one moment then read the K
+and V of one or two heads), then the cheap ones greedily, where the others' last round
+leaves room; each program runs a cheap block after its whole blocks of the same
+section, while that head's K and V may still be in L2.
+
 The result is a CSR array of int32: ``offsets[P + 1]`` then the blocks of program 0,
 program 1, ..., each ``pid_bh * n_m + pid_m``. Program p runs
 ``blocks[offsets[p]:offsets[p + 1]]`` in order.
@@ -28,6 +42,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+from typing import Optional
 
 import numpy as np
 
@@ -38,9 +53,35 @@ TILE_OVERHEAD = 2.0
 L2_SHARE = 0.5
 
 
-def key_tiles(m: int, block_m: int, block_n: int, n_k: int) -> int:
-    """Key tiles of causal row block m (rows m*block_m ..; keys up to the block's last row)."""
-    return math.ceil(min(n_k, (m + 1) * block_m) / block_n)
+#: query rows of one consumer warpgroup: the unit a row block's padding is passed in.
+CONSUMER_ROWS = 64
+#: time per key tile of a block with one consumer of real rows, as a share of a whole
+#: block's: 0.63 at D = 64, 192 x 128, three consumers (run 130 of the performance
+#: record, clock stamps: 0.635 of a whole block's time at Nq = 16384, 0.70 at 1024 where
+#: the fixed cost per block weighs more). The lone consumer's chain is latency-bound, so
+#: far from the third its rows are. Two of three: interpolated.
+LONE_SHARE = 0.63
+
+
+def key_tiles(m: int, block_m: int, block_n: int, n_k: int, causal: bool = True) -> int:
+    """Key tiles of row block m (rows m*block_m ..): causal, keys up to the block's last
+    row; else all of them."""
+    return math.ceil((min(n_k, (m + 1) * block_m) if causal else n_k) / block_n)
+
+
+def block_cost(m: int, block_m: int, block_n: int, n_k: int, causal: bool = True,
+               n_q: Optional[int] = None) -> float:
+    """Cost of row block m in key tiles: its key tiles + ``TILE_OVERHEAD``. Given the
+    query rows ``n_q``, a block whose k of C consumers (64 rows each) hold a row below
+    it (the others pass) costs its key tiles times ``LONE_SHARE`` for k = 1, rising
+    linearly to 1 at k = C; without, every block is costed whole."""
+    tiles = key_tiles(m, block_m, block_n, n_k, causal)
+    if n_q is not None:
+        consumers = math.ceil(block_m / CONSUMER_ROWS)
+        k = max(1, math.ceil(min(block_m, n_q - m * block_m) / CONSUMER_ROWS))
+        if k < consumers:
+            tiles *= LONE_SHARE + (1 - LONE_SHARE) * (k - 1) / (consumers - 1)
+    return tiles + TILE_OVERHEAD
 
 
 def section_heads(n_k: int, head_dim: int, elt_bytes: int, l2_bytes: int, bh: int) -> int:
@@ -50,25 +91,53 @@ def section_heads(n_k: int, head_dim: int, elt_bytes: int, l2_bytes: int, bh: in
     return max(1, min(bh, int(l2_bytes * L2_SHARE) // per_head))
 
 
+def _sections(bh: int, section: int, even: bool) -> list:
+    """Section boundaries [0, .., bh]: ``section`` heads each and the rest last, or with
+    ``even`` as many sections, of sizes that differ by at most one head. A last section
+    of one or two heads has too few blocks to even out the programs' last round: at
+    N = 4096, D = 64, 128 heads in sections of 25 leave 3 heads (66 blocks) for 132
+    programs, and the list's cost model puts the longest program 5.6% over the mean
+    where six sections of 21-22 heads leave it 0.6% over."""
+    n = -(-bh // section)
+    if not even:
+        return [min(bh, i * section) for i in range(n + 1)]
+    return [i * (bh // n) + min(i, bh % n) for i in range(n + 1)]
+
+
 @functools.lru_cache(maxsize=256)
 def lpt_schedule(n_m: int, bh: int, block_m: int, block_n: int, n_k: int, programs: int,
-                 section: int) -> np.ndarray:
+                 section: int, causal: bool = True, n_q: Optional[int] = None) -> np.ndarray:
     """The CSR work list of the module docstring, for ``programs`` programs over n_m row
-    blocks of each of bh heads, sections of ``section`` heads. Read-only (cached)."""
+    blocks of each of bh heads, sections of ``section`` heads. ``n_q`` (query rows,
+    ``n_m = ceil(n_q / block_m)``; needed non-causal): blocks are costed by the
+    consumers that hold real rows (:func:`block_cost`), else whole. Read-only (cached)."""
     if min(n_m, bh, block_m, block_n, n_k, programs, section) < 1:
         raise ValueError(f"lpt_schedule: every argument must be >= 1, got n_m={n_m}, "
                          f"bh={bh}, block_m={block_m}, block_n={block_n}, n_k={n_k}, "
                          f"programs={programs}, section={section}")
+    if (n_q is not None or not causal) and math.ceil((n_q or 0) / block_m) != n_m:
+        raise ValueError(f"lpt_schedule: n_q must have ceil(n_q / block_m) = n_m = {n_m} "
+                         f"(and is needed non-causal), got n_q={n_q}")
+    costs = [block_cost(m, block_m, block_n, n_k, causal, n_q) for m in range(n_m)]
+    bounds = _sections(bh, section, even=n_q is not None)
+    sec = np.searchsorted(bounds, np.arange(bh), side="right") - 1  # each head's section
+    if causal:  # by section: the dearest first (among equals the later block), each
+        # across the section's heads
+        order = sorted(range(n_m - 1, -1, -1), key=lambda m: -costs[m])
+        items = [(h, m) for a, b in zip(bounds[:-1], bounds[1:])
+                 for m in order for h in range(a, b)]
+    else:  # whole blocks head by head (round-robin, as without a list), then the rest
+        items = sorted(((h, m) for h in range(bh) for m in range(n_m)),
+                       key=lambda hm: -costs[hm[1]])
     heap = [(0.0, p) for p in range(programs)]
     lists = [[] for _ in range(programs)]
-    for first in range(0, bh, section):
-        heads = range(first, min(bh, first + section))
-        for m in range(n_m - 1, -1, -1):
-            cost = key_tiles(m, block_m, block_n, n_k) + TILE_OVERHEAD
-            for h in heads:
-                load, p = heapq.heappop(heap)
-                lists[p].append(h * n_m + m)
-                heapq.heappush(heap, (load + cost, p))
+    for h, m in items:
+        load, p = heapq.heappop(heap)
+        lists[p].append((h, m))
+        heapq.heappush(heap, (load + costs[m], p))
+    if not causal:  # each cheap block runs after its program's whole ones of its section
+        lists = [sorted(x, key=lambda hm: (sec[hm[0]], -costs[hm[1]], hm)) for x in lists]
+    lists = [[h * n_m + m for h, m in x] for x in lists]
     offsets = np.zeros(programs + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(x) for x in lists])
     flat = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=n_m * bh)
@@ -78,9 +147,10 @@ def lpt_schedule(n_m: int, bh: int, block_m: int, block_n: int, n_k: int, progra
 
 
 def makespan(schedule: np.ndarray, programs: int, n_m: int, block_m: int, block_n: int,
-             n_k: int) -> tuple:
-    """(largest, mean) per-program cost of a schedule under the cost model."""
+             n_k: int, causal: bool = True, n_q: Optional[int] = None) -> tuple:
+    """(largest, mean) per-program cost of a schedule under the cost model
+    (:func:`block_cost`)."""
     offsets, blocks = schedule[:programs + 1], schedule[programs + 1:]
-    loads = [sum(key_tiles(int(t) % n_m, block_m, block_n, n_k) + TILE_OVERHEAD
+    loads = [sum(block_cost(int(t) % n_m, block_m, block_n, n_k, causal, n_q)
                  for t in blocks[offsets[p]:offsets[p + 1]]) for p in range(programs)]
     return max(loads), sum(loads) / programs

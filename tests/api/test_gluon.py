@@ -49,6 +49,7 @@ def test_key_and_round_trip():
     ({"num_stages": 3, "EARLY_Q": True}, "sm90", 128, "shared memory"),  # 2 x 32 + 192 KB
     ({"BLOCK_M": 64, "PINGPONG": True}, "sm90", 64, "PINGPONG=1 needs two or three"),
     ({"OVERLAP": 3}, "sm90", 128, "OVERLAP=3: expected one of 0, 1, 2"),
+    ({"BALANCE": True}, "sm90", 64, "BALANCE=1 .* needs PERSISTENT=1"),
 ])
 def test_config_rules(change, target, D, match):
     with pytest.raises(ConfigError, match=match):
@@ -76,7 +77,7 @@ def test_overlap_max_needs_gluon():
 @pytest.mark.parametrize("knob,suffix", [("PERSISTENT", "p"), ("PINGPONG", "x"),
                                          ("LAZY_RESCALE", "l"), ("EARLY_Q", "h"),
                                          ("K_EARLY", "k"), ("MASKED_FIRST", "f"),
-                                         ("OUT_RCP", "i")])
+                                         ("OUT_RCP", "i"), ("BALANCE", "b")])
 def test_gluon_only_knobs(knob, suffix):
     assert G.replace(**{knob: True}).key == "m128n128w4s2q0tg" + suffix
     with pytest.raises(ConfigError, match=f"{knob}=1 .* needs GLUON=1"):
@@ -99,7 +100,9 @@ def test_cpu_tensors_are_refused():
     (64, False, 128, 128, {"OVERLAP": True, "num_stages": 3}),
     (128, False, 128, 128, {"OVERLAP": True, "num_stages": 3, "PINGPONG": True}),
     (64, True, 128, 128, {"EARLY_Q": True, "num_stages": 3, "PERSISTENT": True}),
-    (128, True, 128, 128, {"EARLY_Q": True, "PINGPONG": True, "PERSISTENT": True})])
+    (128, True, 128, 128, {"EARLY_Q": True, "PINGPONG": True, "PERSISTENT": True}),
+    (64, False, 192, 128, {"OVERLAP": 2, "num_stages": 3, "PERSISTENT": True,
+                           "PINGPONG": True, "BALANCE": True})])
 def test_sm90_binary(D, causal, bm, bn, knobs):
     """What the schedule needs, read from the cubin: 64 x N wgmma, 4-D TMA loads and the
     TMA store, setmaxnreg moving registers between partitions, one warpgroup per 64 rows
@@ -365,12 +368,13 @@ def _needs_sm90(device):
 
 def _flags(flags: str) -> dict:
     """x PINGPONG, o OVERLAP (o2: OVERLAP=2), l LAZY_RESCALE, h EARLY_Q, k K_EARLY, f
-    MASKED_FIRST, i OUT_RCP, q Q_IN_REGS, eN EXP2_POLY=N (last)."""
+    MASKED_FIRST, i OUT_RCP, q Q_IN_REGS, b BALANCE, eN EXP2_POLY=N (last)."""
     poly = flags.split("e")[1] if "e" in flags else "0"
     return {"PINGPONG": "x" in flags, "OVERLAP": 2 if "o2" in flags else int("o" in flags),
             "LAZY_RESCALE": "l" in flags,
             "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "MASKED_FIRST": "f" in flags,
-            "OUT_RCP": "i" in flags, "Q_IN_REGS": "q" in flags, "EXP2_POLY": int(poly)}
+            "OUT_RCP": "i" in flags, "Q_IN_REGS": "q" in flags, "BALANCE": "b" in flags,
+            "EXP2_POLY": int(poly)}
 
 
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
@@ -419,18 +423,22 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
                                    (192, 128, 2, "l"), (128, 128, 2, "xolhk"),
                                    (192, 128, 2, "xhk"), (128, 64, 3, "h"), (128, 128, 3, "k"),
                                    (192, 128, 2, "xlhkf"), (128, 128, 2, "hf"),
-                                   (128, 128, 2, "xolhkq"), (128, 64, 3, "q")],
+                                   (128, 128, 2, "xolhkq"), (128, 64, 3, "q"),
+                                   (192, 128, 2, "xo2b"), (192, 128, 2, "xhib"),
+                                   (192, 128, 2, "xlhkfb")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,
     Q-slot and turn (PINGPONG, x in the tiles' flags) barrier phases carry across work
-    tiles of different lengths; causal grids deal the tiles out longest first, in a snake
-    whose last round is partial for 3 and 7 programs."""
+    tiles of different lengths; causal grids (and non-causal ones with BALANCE, b) run
+    the host's list, whose last round is partial for 3 and 7 programs. Nq = 200 and 300
+    leave two and one consumers of a 192-row block with padding rows only, which pass
+    their key tiles with the list."""
     _needs_sm90(device)
     monkeypatch.setattr(launch, "sm_count", lambda dev: programs)
     bm, bn, st, flags = tiles
     cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, PERSISTENT=True, **_flags(flags))
-    for Nq, Nk, Hkv, D in [(300, 333, 2, 128), (513, 257, 4, 64)]:
+    for Nq, Nk, Hkv, D in [(300, 333, 2, 128), (513, 257, 4, 64), (200, 450, 2, 64)]:
         run_case(device, B=2, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
                  dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)
 

@@ -75,3 +75,39 @@ def test_table_names_every_phase():
     for name, _, _ in timeline.CONSUMER_PHASES:
         assert name in text
     assert "consumer 1" in text and "per_key_tile" in text
+
+
+def _grid(n_m=3, lone=0.6, whole=1000):
+    """Two programs of two consumers: program 0 runs blocks 0, 1, 2 (2 is a head's last,
+    lone-consumer block, ``lone`` of a whole one's time), program 1 blocks 3, 4."""
+    tr = np.zeros((2, 4, 4, timeline.SLOTS), dtype=np.int64)
+    for p, blocks in enumerate([(0, 1, 2), (3, 4)]):
+        t = 5000 + 333 * p  # each SM its own clock
+        for r, b in enumerate(blocks):
+            d = int(whole * (lone if b % n_m == n_m - 1 else 1.0))
+            tr[p, timeline.PRODUCER, r, [0, 3, 5]] = [t, t + d // 2, b]
+            for c in range(2):
+                tr[p, c, r, :7] = np.linspace(t, t + d - 10, 7).astype(np.int64)
+                tr[p, c, r, 7] = 4
+            t += d
+    return tr
+
+
+def test_program_spans_and_last_block_cost():
+    tr = _grid()
+    spans = timeline.program_spans(tr, 2, 3)
+    assert [(s.program, s.tiles, s.last_blocks) for s in spans] == [(0, 3, 1), (1, 2, 0)]
+    assert spans[0].cycles == 1000 + 1000 + 600 - 10 and spans[1].cycles == 2000 - 10
+    whole, last = timeline.block_cycles(tr, 2, 3)
+    assert whole == pytest.approx(1000, abs=10) and last == pytest.approx(590)
+    text = timeline.format_spans(spans)
+    assert "last blocks" in text and text.count("\n") == 2
+
+
+def test_spans_refuse_gaps_and_empty_buffers():
+    tr = _grid()
+    tr[0, 1, 1, 6] = 0  # the middle tile of program 0 lost its end stamp
+    with pytest.raises(ValueError, match="program 0 has a gap"):
+        timeline.program_spans(tr, 2, 3)
+    with pytest.raises(ValueError, match="no program recorded"):
+        timeline.program_spans(np.zeros((2, 4, 3, 8), dtype=np.int64), 2, 3)

@@ -173,8 +173,8 @@ def _work(t, n_m, H, GROUP, N_K, Div, BLOCK_M: gl.constexpr, BLOCK_N: gl.constex
     Tiles run in index order on each program, so the order is the schedule. The row
     blocks of one head are adjacent: programs running together share K and V in L2.
     HEAVY_FIRST (causal) reverses them within the head, so the longest blocks start first
-    (longest-processing-time first) and the grid ends on short ones. LPT (causal,
-    persistent): the host's list already orders and places the tiles
+    (longest-processing-time first) and the grid ends on short ones. LPT (persistent:
+    causal, or non-causal with BALANCE): the host's list already orders and places the tiles
     (:mod:`flashscope.schedule`: sections of heads that fit in L2, longest first,
     assigned greedily)."""
     pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
@@ -493,7 +493,7 @@ def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, q_last,
 
 @gluon.jit
 def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
-               BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+               BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, LPT: gl.constexpr):
     """(key tiles, first masked key) of a consumer's own rows [row0, row0 + ROWS).
 
     A causal work tile loads the key tiles its last row needs, cdiv(min(N_K, start_m +
@@ -504,14 +504,18 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     a head two consumers of padding: 23%, 8.2% and 2.3% of the consumer tiles at
     N = 1024, 4096 and 16384, none with BLOCK_M = 128 (runs 70-71 of the performance
     record: 5% and 2-3% less time at 4096 and 16384). Non-causal work tiles need every
-    key tile; only the padding rows of a last work tile could pass, and passing them
-    measured 5% slower than computing them at N = 1024 (run 70), so they compute."""
+    key tile; only the padding rows of a last work tile can pass. Dealt round-robin that
+    saves nothing (the programs holding those tiles are not the last to finish) and
+    measured 5% slower than computing them at N = 1024 (run 70), so they pass only with
+    LPT, whose list (BALANCE) puts the cheaper tiles where they shorten the grid."""
     if IS_CAUSAL:
         n_own = gl.cdiv(gl.minimum(N_K, row0 + ROWS), BLOCK_N)
         n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
         mask_own = gl.minimum((row0 // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
     else:
         n_own = n_tiles
+        if LPT:
+            n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
         mask_own = mask_from
     return n_own, mask_own
 
@@ -619,7 +623,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
-                                     IS_CAUSAL)
+                                     IS_CAUSAL, LPT)
         _stamp(Trace, pid, C, r, 0, TRACE)
         _stamp(Trace, pid, C, r, 7, TRACE, n_own)
         mbarrier.wait(q_ready.index(C), i & 1)
@@ -753,9 +757,10 @@ def _attn_fwd_sm90(
     1-warp worker with PRODUCER_REGS. Three: the producer in the default partition (it
     keeps what the workers leave, 32 registers), the consumers 4-warp workers.
     qk_scale = scale * log2(e) > 0. Q/O descriptors have block (1, 1, 64, D); K/V
-    (1, 1, BLOCK_N, D). LPT (persistent causal grids): each program runs its share of the
-    host's work list ``Sched`` (int32, :func:`flashscope.schedule.lpt_schedule`; unread
-    otherwise); PINGPONG (2-3 consumers): the consumers issue their wgmma in turn
+    (1, 1, BLOCK_N, D). LPT (persistent grids, causal or with BALANCE): each program runs
+    its share of the host's work list ``Sched`` (int32,
+    :func:`flashscope.schedule.lpt_schedule`; unread otherwise), and consumers whose rows
+    are all past N_Q pass their key tiles (:func:`_own_tiles`); PINGPONG (2-3 consumers): the consumers issue their wgmma in turn
     (:func:`_take_turn`); EXP2_POLY: one exponential in EXP2_POLY on the FMA pipe
     (:func:`_softmax_exp2`); RESCALE_TAU > 0: the row maximum moves only by more than
     that; EARLY_Q: Q handed back at its last use, the output staged in slots of its own;

@@ -136,3 +136,73 @@ def format_phases(rows: list[PhaseRow]) -> str:
             line += text.rjust(20)
         out.append(line)
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class ProgramSpan:
+    """One program of a persistent grid: its work tiles and how long it ran."""
+
+    program: int
+    cycles: int  # first consumer's first tile start to the last output issued
+    tiles: int  # work tiles recorded
+    last_blocks: int  # of them, a head's last row block (index mod n_m = n_m - 1)
+
+
+def _tile_times(trace: np.ndarray, consumers: int, p: int):
+    """(work tile indices, start cycles, end cycles) of program p's tiles recorded by the
+    producer and every consumer, in run order."""
+    ok = tiles_recorded(trace, PRODUCER)[p]
+    for c in range(consumers):
+        ok &= tiles_recorded(trace, c)[p]
+    r = np.flatnonzero(ok)
+    if r.size and r[-1] != r.size - 1:
+        raise ValueError(f"trace: program {p} has a gap in its recorded work tiles")
+    cons = trace[p, :consumers][:, r]
+    return trace[p, PRODUCER, r, 5], cons[..., 0].min(0), cons[..., 6].max(0)
+
+
+def program_spans(trace: np.ndarray, consumers: int, n_m: int) -> list[ProgramSpan]:
+    """Each program's span and work tiles; the spans of programs with as many tiles set
+    the grid's end (all programs start together on a persistent grid; each span is read
+    on its own SM's clock, so spans compare and end times would not). n_m: row blocks
+    per head. The buffer must hold every tile (TRACE >= the longest program's count)."""
+    trace = _check(trace)
+    out = []
+    for p in range(trace.shape[0]):
+        t, start, end = _tile_times(trace, consumers, p)
+        if t.size:
+            out.append(ProgramSpan(p, int(end[-1] - start[0]), int(t.size),
+                                   int((t % n_m == n_m - 1).sum())))
+    if not out:
+        raise ValueError("trace: no program recorded a work tile")
+    return out
+
+
+def block_cycles(trace: np.ndarray, consumers: int, n_m: int) -> tuple[float, float]:
+    """(median cycles of a work tile that is not a head's last row block, median cycles of
+    one that is; nan where none ran). A tile's time runs from its start to the next
+    one's, or to its output for a program's last: with the next tile's loads under way
+    in its epilogue, this is what it adds to the program's span. Non-causal, their ratio
+    is the cost of a last block whose padding consumers pass (``LONE_SHARE`` in
+    :mod:`flashscope.schedule`)."""
+    trace = _check(trace)
+    whole, last = [], []
+    for p in range(trace.shape[0]):
+        t, start, end = _tile_times(trace, consumers, p)
+        dur = np.append(start[1:], end[-1:]) - start if t.size else start
+        for ti, d in zip(t, dur):
+            (last if ti % n_m == n_m - 1 else whole).append(float(d))
+    med = lambda x: float(np.median(x)) if x else float("nan")  # noqa: E731
+    return med(whole), med(last)
+
+
+def format_spans(spans: list[ProgramSpan]) -> str:
+    """Programs grouped by (work tiles, last blocks): count, mean and longest span."""
+    groups = {}
+    for s in spans:
+        groups.setdefault((s.tiles, s.last_blocks), []).append(s.cycles)
+    out = ["tiles  last blocks  programs   mean span  longest span"]
+    for (n, k), c in sorted(groups.items()):
+        out.append(f"{n:5d}  {k:11d}  {len(c):8d}  {np.mean(c):10.0f}  {max(c):12.0f}")
+    return "\n".join(out)
+
