@@ -8,8 +8,15 @@ and its third quartile is below 1 (it beat the default in at least three rounds 
 Its entry replaces the one the default came from (same dtype, head dim, mask and
 key-length class), with the measurement as its ``source``. Prints one line per cell.
 
-Usage: python scripts/gpu/adopt_ab.py AB_DIR [--tuned PATH] [--max-ratio 0.995]
-       [--run "run 90"] [--dry-run] [--recheck FILE]
+``--confirm DIR`` (repeatable): other A/B runs of the same cells. A variant is then
+adopted only if the rule holds for it in every one of them too (the same spec, under
+any name), and the best of those is the one with the lowest median in AB_DIR. One
+12-round reading of a noisy cell passes the rule by chance: D = 64 non-causal 16k +
+BALANCE read 0.958 once between readings of 1.018 and 1.022 (runs 132, 139, 140 of the
+performance record); a second A/B of 30 rounds is the confirmation.
+
+Usage: python scripts/gpu/adopt_ab.py AB_DIR [--confirm DIR ..] [--tuned PATH]
+       [--max-ratio 0.995] [--run "run 90"] [--dry-run] [--recheck FILE]
 
 ``--recheck FILE`` writes each replaced entry as ``CELL:old=CONFIG`` items for
 ``ab_cells.py --extra``, so a second run can time every change against what it replaced
@@ -31,18 +38,46 @@ from flashscope.config import AttentionConfig, check_config  # noqa: E402
 from flashscope.tuned import lookup, seq_class, tuned_path  # noqa: E402
 
 
-def winner(rows: list, max_ratio: float, specs: "dict | None" = None):
+def passes(row: dict, max_ratio: float) -> bool:
+    """The rule for one reading: median ratio to ``d`` at most max_ratio, third quartile
+    below 1."""
+    return row["ratio"] <= max_ratio and row["ratio_q3"] < 1.0
+
+
+def winner(rows: list, max_ratio: float, specs: "dict | None" = None,
+           confirms: "list | None" = None):
     """The adopted row of one cell, or None (module docstring). Peers (``cudnn``, ``fa4``,
-    under any name given in ``specs``) and the default are never adopted."""
+    under any name given in ``specs``) and the default are never adopted. ``confirms``:
+    (rows, specs) of the cell in other A/B runs, each of which must pass the variant
+    (found by its spec) as well."""
     best = None
     specs = specs or {}
     for r in rows:
         if r["name"] in ("d", "n", "fa4", "cudnn") or specs.get(r["name"]) in ("cudnn", "fa4"):
             continue
-        if r["ratio"] <= max_ratio and r["ratio_q3"] < 1.0:
-            if best is None or r["ratio"] < best["ratio"]:
-                best = r
+        if not passes(r, max_ratio):
+            continue
+        spec = specs.get(r["name"])
+        if not all(any(passes(o, max_ratio) for o in other_rows
+                       if other_specs.get(o["name"]) == spec and o["name"] != "d")
+                   for other_rows, other_specs in confirms or []):
+            continue
+        if best is None or r["ratio"] < best["ratio"]:
+            best = r
     return best
+
+
+def _cell_runs(dirs: list, cell: str) -> "list | None":
+    """(rows, specs) of ``cell`` in each of ``dirs``, or None if one of them has no A/B
+    of it (then nothing of the cell is confirmed)."""
+    out = []
+    for d in dirs:
+        path = os.path.join(d, cell + ".json")
+        if not os.path.exists(path):
+            return None
+        res = json.load(open(path))
+        out.append((res["rows"], variant_specs(res["meta"]["variants"])))
+    return out
 
 
 def resolve(spec: str, base: AttentionConfig) -> AttentionConfig:
@@ -55,9 +90,10 @@ def resolve(spec: str, base: AttentionConfig) -> AttentionConfig:
 
 
 def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
-          replaced: "dict | None" = None) -> list:
-    """Apply the rule to every cell in ``ab_dir``; returns the printed lines. ``replaced``
-    (a dict) receives {cell: the replaced entry's config as K=V text}."""
+          replaced: "dict | None" = None, confirm: "list | None" = None) -> list:
+    """Apply the rule to every cell in ``ab_dir`` (and, with ``confirm``, in each of those
+    runs too); returns the printed lines. ``replaced`` (a dict) receives {cell: the
+    replaced entry's config as K=V text}."""
     data = json.load(open(tuned_file))
     lines = []
     for path in sorted(glob.glob(os.path.join(ab_dir, "*.json"))):
@@ -67,9 +103,15 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
         causal = bool(meta["causal"])
         cell = os.path.basename(path)[:-5]
         specs = variant_specs(meta["variants"])
-        best = winner(rows, max_ratio, specs)
+        runs = _cell_runs(confirm or [], cell)
+        if runs is None:
+            lines.append(f"{cell}: kept the default (not in every --confirm run)")
+            continue
+        best = winner(rows, max_ratio, specs, runs)
         if best is None:
-            lines.append(f"{cell}: kept the default (no variant <= {max_ratio} with Q3 < 1)")
+            also = f" here and in the {len(confirm)} --confirm run(s)" if confirm else ""
+            lines.append(f"{cell}: kept the default (no variant <= {max_ratio} with Q3 < 1"
+                         f"{also})")
             continue
         spec = specs[best["name"]]
         cls = seq_class(N)
@@ -94,8 +136,9 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
                        f"{'L2 flushed before each' if meta.get('flush') else 'no L2 flush'}"
                        f"): {spec} at "
                        f"{best['ratio']:.3f} (IQR {best['ratio_q1']:.3f}-"
-                       f"{best['ratio_q3']:.3f}) of the time of {old}, "
-                       f"{meta['device']}, {meta['date'][:10]}")})
+                       f"{best['ratio_q3']:.3f}) of the time of {old}"
+                       + (f", confirmed by {len(confirm)} more A/B run(s)" if confirm else "")
+                       + f", {meta['device']}, {meta['date'][:10]}")})
         lines.append(f"{cell}: {old} -> {cfg.key} ({best['name']} {spec}: "
                      f"{best['ratio']:.3f}, IQR {best['ratio_q1']:.3f}-{best['ratio_q3']:.3f})")
     if not dry:
@@ -114,12 +157,16 @@ def main():
     ap.add_argument("--max-ratio", type=float, default=0.995)
     ap.add_argument("--run", default="")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--confirm", action="append", default=[], metavar="DIR",
+                    help="another A/B run of the same cells that must pass the variant too "
+                         "(repeatable)")
     ap.add_argument("--recheck", default=None, metavar="FILE",
                     help="write CELL:old=CONFIG;... for ab_cells.py --extra: each replaced "
                          "entry, to time against its successor again")
     a = ap.parse_args()
     replaced = {}
-    for line in adopt(a.ab_dir, a.tuned, a.max_ratio, a.run, a.dry_run, replaced):
+    for line in adopt(a.ab_dir, a.tuned, a.max_ratio, a.run, a.dry_run, replaced,
+                      a.confirm):
         print(line)
     if a.recheck:
         with open(a.recheck, "w") as f:

@@ -1,0 +1,62 @@
+"""The adoption rule of scripts/gpu/adopt_ab.py on recorded A/B runs (no GPU): one reading,
+and one confirmed by a second run."""
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path[:0] = [os.path.join(ROOT, "scripts", "gpu")]
+
+from adopt_ab import adopt, passes, winner  # noqa: E402
+from flashscope.tuned import tuned_path  # noqa: E402
+
+RESULTS = os.path.join(ROOT, "docs", "results", "h100-2026-11-24")
+
+
+def _row(name, ratio, q3):
+    return {"name": name, "ratio": ratio, "ratio_q1": ratio - 0.01, "ratio_q3": q3,
+            "ms": 1.0, "tflops": 1.0}
+
+
+def test_one_reading_must_clear_the_ratio_and_the_third_quartile():
+    assert passes(_row("b", 0.98, 0.99), 0.99)
+    assert not passes(_row("b", 0.98, 1.0), 0.99)
+    assert not passes(_row("b", 0.991, 0.995), 0.99)
+    rows = [_row("d", 1.0, 1.0), _row("f", 0.9, 0.95), _row("b", 0.97, 0.99),
+            _row("c", 0.95, 0.98)]
+    specs = {"d": "+", "f": "fa4", "b": "+BALANCE=1", "c": "+OUT_RCP=1"}
+    assert winner(rows, 0.99, specs)["name"] == "c"  # FA4 is never adopted
+
+
+def test_confirmation_needs_the_same_spec_to_pass_in_every_run():
+    rows = [_row("d", 1.0, 1.0), _row("b", 0.95, 0.99), _row("c", 0.97, 0.99)]
+    specs = {"d": "+", "b": "+BALANCE=1", "c": "+OUT_RCP=1"}
+    # the second run names them differently; b's spec fails there, c's passes
+    other = ([_row("d", 1.0, 1.0), _row("x", 1.02, 1.04), _row("y", 0.98, 0.995)],
+             {"d": "+", "x": "+BALANCE=1", "y": "+OUT_RCP=1"})
+    assert winner(rows, 0.99, specs, [other])["name"] == "c"
+    missing = ([_row("d", 1.0, 1.0)], {"d": "+"})
+    assert winner(rows, 0.99, specs, [other, missing]) is None
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(RESULTS, "ab_run140")),
+                    reason="recorded A/B runs not in this checkout")
+def test_recorded_16k_reading_is_refused_once_confirmation_is_asked(tmp_path):
+    """Run 139 read D = 64 non-causal 16k + BALANCE at 0.958 in 12 rounds; run 140, 30
+    rounds, at 1.022. Alone the first is adopted; confirmed by the second it is not, and
+    the tuned file is left as it was."""
+    tuned = tmp_path / "sm90.json"
+    shutil.copy(tuned_path("sm90"), tuned)
+    before = tuned.read_text()
+    one = os.path.join(RESULTS, "ab_run139")
+    lines = adopt(one, str(tuned), 0.99, "test", dry=True)
+    assert any(ln.startswith("d64n16k:") and "->" in ln for ln in lines), lines
+    lines = adopt(one, str(tuned), 0.99, "test", dry=False,
+                  confirm=[os.path.join(RESULTS, "ab_run140")])
+    assert "d64n16k: kept the default" in "\n".join(lines)
+    assert "d64c16k: kept the default (not in every --confirm run)" in lines
+    assert json.loads(tuned.read_text()) == json.loads(before)
