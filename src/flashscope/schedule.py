@@ -58,8 +58,9 @@ CONSUMER_ROWS = 64
 #: time per key tile of a block with one consumer of real rows, as a share of a whole
 #: block's: 0.63 at D = 64, 192 x 128, three consumers (run 130 of the performance
 #: record, clock stamps: 0.635 of a whole block's time at Nq = 16384, 0.70 at 1024 where
-#: the fixed cost per block weighs more). The lone consumer's chain is latency-bound, so
-#: far from the third its rows are. Two of three: interpolated.
+#: the fixed cost per block weighs more; 0.63 too for the padded last block of a causal
+#: head at 16384, run 136). The lone consumer's chain is latency-bound, so it takes far
+#: more than the third of the block its rows are. Two of three: interpolated.
 LONE_SHARE = 0.63
 
 
