@@ -121,7 +121,6 @@ def lpt_schedule(n_m: int, bh: int, block_m: int, block_n: int, n_k: int, progra
                          f"(and is needed non-causal), got n_q={n_q}")
     costs = [block_cost(m, block_m, block_n, n_k, causal, n_q) for m in range(n_m)]
     bounds = _sections(bh, section, even=n_q is not None)
-    sec = np.searchsorted(bounds, np.arange(bh), side="right") - 1  # each head's section
     if causal:  # by section: the dearest first (among equals the later block), each
         # across the section's heads
         order = sorted(range(n_m - 1, -1, -1), key=lambda m: -costs[m])
@@ -137,6 +136,7 @@ def lpt_schedule(n_m: int, bh: int, block_m: int, block_n: int, n_k: int, progra
         lists[p].append((h, m))
         heapq.heappush(heap, (load + costs[m], p))
     if not causal:  # each cheap block runs after its program's whole ones of its section
+        sec = np.searchsorted(bounds, np.arange(bh), side="right") - 1  # each head's
         lists = [sorted(x, key=lambda hm: (sec[hm[0]], -costs[hm[1]], hm)) for x in lists]
     lists = [[h * n_m + m for h, m in x] for x in lists]
     offsets = np.zeros(programs + 1, dtype=np.int64)

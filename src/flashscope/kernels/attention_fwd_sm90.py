@@ -174,8 +174,8 @@ def _work(t, n_m, H, GROUP, N_K, Div, BLOCK_M: gl.constexpr, BLOCK_N: gl.constex
     blocks of one head are adjacent: programs running together share K and V in L2.
     HEAVY_FIRST (causal) reverses them within the head, so the longest blocks start first
     (longest-processing-time first) and the grid ends on short ones. LPT (persistent:
-    causal, or non-causal with BALANCE): the host's list already orders and places the tiles
-    (:mod:`flashscope.schedule`: sections of heads that fit in L2, longest first,
+    causal, or non-causal with BALANCE): the host's list already orders and places the
+    tiles (:mod:`flashscope.schedule`: sections of heads that fit in L2, longest first,
     assigned greedily)."""
     pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
     if HEAVY_FIRST and not LPT:
@@ -510,13 +510,12 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     LPT, whose list (BALANCE) puts the cheaper tiles where they shorten the grid."""
     if IS_CAUSAL:
         n_own = gl.cdiv(gl.minimum(N_K, row0 + ROWS), BLOCK_N)
-        n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
         mask_own = gl.minimum((row0 // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
     else:
         n_own = n_tiles
-        if LPT:
-            n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
         mask_own = mask_from
+    if IS_CAUSAL or LPT:  # rows all at or past N_Q: one tile, the rest passed
+        n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
     return n_own, mask_own
 
 
@@ -760,8 +759,8 @@ def _attn_fwd_sm90(
     (1, 1, BLOCK_N, D). LPT (persistent grids, causal or with BALANCE): each program runs
     its share of the host's work list ``Sched`` (int32,
     :func:`flashscope.schedule.lpt_schedule`; unread otherwise), and consumers whose rows
-    are all past N_Q pass their key tiles (:func:`_own_tiles`); PINGPONG (2-3 consumers): the consumers issue their wgmma in turn
-    (:func:`_take_turn`); EXP2_POLY: one exponential in EXP2_POLY on the FMA pipe
+    are all past N_Q pass their key tiles (:func:`_own_tiles`); PINGPONG (2-3
+    consumers): the consumers issue their wgmma in turn (:func:`_take_turn`); EXP2_POLY: one exponential in EXP2_POLY on the FMA pipe
     (:func:`_softmax_exp2`); RESCALE_TAU > 0: the row maximum moves only by more than
     that; EARLY_Q: Q handed back at its last use, the output staged in slots of its own;
     K_EARLY: K slots handed back at their Q K^T (the module docstring); MASKED_FIRST: the

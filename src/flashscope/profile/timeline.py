@@ -148,17 +148,21 @@ class ProgramSpan:
     last_blocks: int  # of them, a head's last row block (index mod n_m = n_m - 1)
 
 
-def _tile_times(trace: np.ndarray, consumers: int, p: int):
-    """(work tile indices, start cycles, end cycles) of program p's tiles recorded by the
-    producer and every consumer, in run order."""
-    ok = tiles_recorded(trace, PRODUCER)[p]
+def _program_tiles(trace: np.ndarray, consumers: int):
+    """(program, work tile indices, start cycles, end cycles) of each program that
+    recorded a tile, its tiles in run order: those the producer and every consumer
+    recorded (start: the earliest consumer's, end: the latest consumer's output)."""
+    ok = tiles_recorded(trace, PRODUCER)
     for c in range(consumers):
-        ok &= tiles_recorded(trace, c)[p]
-    r = np.flatnonzero(ok)
-    if r.size and r[-1] != r.size - 1:
-        raise ValueError(f"trace: program {p} has a gap in its recorded work tiles")
-    cons = trace[p, :consumers][:, r]
-    return trace[p, PRODUCER, r, 5], cons[..., 0].min(0), cons[..., 6].max(0)
+        ok &= tiles_recorded(trace, c)
+    for p in range(trace.shape[0]):
+        r = np.flatnonzero(ok[p])
+        if not r.size:
+            continue
+        if r[-1] != r.size - 1:
+            raise ValueError(f"trace: program {p} has a gap in its recorded work tiles")
+        cons = trace[p, :consumers][:, r]
+        yield p, trace[p, PRODUCER, r, 5], cons[..., 0].min(0), cons[..., 6].max(0)
 
 
 def program_spans(trace: np.ndarray, consumers: int, n_m: int) -> list[ProgramSpan]:
@@ -166,13 +170,9 @@ def program_spans(trace: np.ndarray, consumers: int, n_m: int) -> list[ProgramSp
     the grid's end (all programs start together on a persistent grid; each span is read
     on its own SM's clock, so spans compare and end times would not). n_m: row blocks
     per head. The buffer must hold every tile (TRACE >= the longest program's count)."""
-    trace = _check(trace)
-    out = []
-    for p in range(trace.shape[0]):
-        t, start, end = _tile_times(trace, consumers, p)
-        if t.size:
-            out.append(ProgramSpan(p, int(end[-1] - start[0]), int(t.size),
-                                   int((t % n_m == n_m - 1).sum())))
+    out = [ProgramSpan(p, int(end[-1] - start[0]), int(t.size),
+                       int((t % n_m == n_m - 1).sum()))
+           for p, t, start, end in _program_tiles(_check(trace), consumers)]
     if not out:
         raise ValueError("trace: no program recorded a work tile")
     return out
@@ -185,12 +185,9 @@ def block_cycles(trace: np.ndarray, consumers: int, n_m: int) -> tuple[float, fl
     in its epilogue, this is what it adds to the program's span. Non-causal, their ratio
     is the cost of a last block whose padding consumers pass (``LONE_SHARE`` in
     :mod:`flashscope.schedule`)."""
-    trace = _check(trace)
     whole, last = [], []
-    for p in range(trace.shape[0]):
-        t, start, end = _tile_times(trace, consumers, p)
-        dur = np.append(start[1:], end[-1:]) - start if t.size else start
-        for ti, d in zip(t, dur):
+    for _, t, start, end in _program_tiles(_check(trace), consumers):
+        for ti, d in zip(t, np.append(start[1:], end[-1:]) - start):
             (last if ti % n_m == n_m - 1 else whole).append(float(d))
     med = lambda x: float(np.median(x)) if x else float("nan")  # noqa: E731
     return med(whole), med(last)
