@@ -77,7 +77,8 @@ def test_overlap_max_needs_gluon():
 @pytest.mark.parametrize("knob,suffix", [("PERSISTENT", "p"), ("PINGPONG", "x"),
                                          ("LAZY_RESCALE", "l"), ("EARLY_Q", "h"),
                                          ("K_EARLY", "k"), ("MASKED_FIRST", "f"),
-                                         ("OUT_RCP", "i"), ("BALANCE", "b")])
+                                         ("OUT_RCP", "i"), ("BALANCE", "b"),
+                                         ("JOINT_KV", "j")])
 def test_gluon_only_knobs(knob, suffix):
     assert G.replace(**{knob: True}).key == "m128n128w4s2q0tg" + suffix
     with pytest.raises(ConfigError, match=f"{knob}=1 .* needs GLUON=1"):
@@ -283,6 +284,28 @@ def test_masked_first_leaves_the_loop_without_mask(D, bm, stages):
 
 
 @pytest.mark.parametrize("D,bm,knobs", [
+    (64, 192, {"num_stages": 3, "OVERLAP": 2, "PINGPONG": True}),
+    (128, 128, {"K_EARLY": True, "EARLY_Q": True, "Q_IN_REGS": True})])
+def test_joint_kv_waits_once_a_key_tile(D, bm, knobs):
+    """JOINT_KV: K and V of a slot land on one mbarrier, so each consumer's loop and its
+    last P V lose their V wait: at least two mbarrier waits (TRYWAIT) fewer per consumer
+    in the binary, the same wgmma, no spills."""
+    from flashscope.isa.nvidia import disassemble
+
+    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
+    waits, mma = {}, {}
+    for joint in (False, True):
+        art = fcompile.build(cfg.replace(JOINT_KV=joint), "sm90", head_dim=D,
+                             return_lse=True)
+        (rec,) = records_for([art])
+        assert rec.spill_stores == 0 and rec.spill_loads == 0
+        waits[joint] = disassemble(art.binary).count("TRYWAIT")
+        mma[joint] = rec.opcodes.get("HGMMA")
+    assert waits[True] <= waits[False] - 2 * (bm // 64), waits
+    assert mma[True] == mma[False] > 0
+
+
+@pytest.mark.parametrize("D,bm,knobs", [
     (128, 128, {}), (64, 128, {"OVERLAP": True, "num_stages": 3}),
     (64, 192, {"PINGPONG": True, "num_stages": 3})])
 def test_early_releases_sit_before_the_pv_wait(D, bm, knobs):
@@ -368,12 +391,13 @@ def _needs_sm90(device):
 
 def _flags(flags: str) -> dict:
     """x PINGPONG, o OVERLAP (o2: OVERLAP=2), l LAZY_RESCALE, h EARLY_Q, k K_EARLY, f
-    MASKED_FIRST, i OUT_RCP, q Q_IN_REGS, b BALANCE, eN EXP2_POLY=N (last)."""
+    MASKED_FIRST, i OUT_RCP, q Q_IN_REGS, b BALANCE, j JOINT_KV, eN EXP2_POLY=N (last)."""
     poly = flags.split("e")[1] if "e" in flags else "0"
     return {"PINGPONG": "x" in flags, "OVERLAP": 2 if "o2" in flags else int("o" in flags),
             "LAZY_RESCALE": "l" in flags,
             "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "MASKED_FIRST": "f" in flags,
             "OUT_RCP": "i" in flags, "Q_IN_REGS": "q" in flags, "BALANCE": "b" in flags,
+            "JOINT_KV": "j" in flags,
             "EXP2_POLY": int(poly)}
 
 
@@ -396,7 +420,8 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
                                    (128, 64, 2, "f"), (64, 64, 3, "hf"),
                                    (128, 128, 2, "hki"), (192, 128, 3, "xlhkfi"),
                                    (128, 128, 3, "xolq"), (128, 128, 2, "o2lhkiq"),
-                                   (64, 64, 3, "hfq")],
+                                   (64, 64, 3, "hfq"), (192, 128, 3, "xo2j"),
+                                   (128, 128, 2, "o2lhkiqj"), (64, 64, 2, "j")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
     """The tiles' last field: the flags of :func:`_flags`. A
@@ -425,7 +450,8 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
                                    (192, 128, 2, "xlhkf"), (128, 128, 2, "hf"),
                                    (128, 128, 2, "xolhkq"), (128, 64, 3, "q"),
                                    (192, 128, 2, "xo2b"), (192, 128, 2, "xhib"),
-                                   (192, 128, 2, "xlhkfb")],
+                                   (192, 128, 2, "xlhkfb"), (192, 128, 2, "xo2bj"),
+                                   (192, 128, 2, "xlhkfj"), (128, 128, 2, "hkj")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,

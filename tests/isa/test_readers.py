@@ -99,6 +99,57 @@ def test_sass_parsing_keeps_mufu_function():
     assert nvidia.split_sass(sass) == {"k": ["MUFU.EX2", "MUFU.RCP", "STL", "LDL"]}
 
 
+_CHAIN = """
+        .section	.text.k,"ax",@progbits
+        /*0000*/                   WARPGROUP.ARRIVE ;
+        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, R96, gdesc[UR8], RZ, !UPT, gsb0 ;
+        /*0020*/                   UIADD3 UR10, UP1, UR10, 0x2, URZ ;
+        /*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0040*/                   WARPGROUP.ARRIVE ;
+        /*0050*/                   HGMMA.64x128x16.F32.BF16 R24, R92, gdesc[UR8], R24, gsb0 ;
+        /*0060*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0070*/                   {between}
+        /*0080*/                   WARPGROUP.ARRIVE ;
+        /*0090*/                   HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR20], R24, gsb0 ;
+        /*00a0*/                   HGMMA.64x64x16.F32.BF16 R88, gdesc[UR4], RZ, !UPT ;
+        /*00b0*/                   HGMMA.64x64x16.F32.BF16 R88, gdesc[UR6], R88 ;
+        /*00c0*/                   HGMMA.64x64x16.F32.BF16 R88, gdesc[UR8], R88, gsb0 ;
+        /*00d0*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*00e0*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24, gsb0 ;
+"""
+
+
+@pytest.mark.parametrize("between,count", [
+    ("IADD3 R2, R3, 0x1, RZ ;", 2),  # a register outside the accumulator
+    ("FMUL R30, R30, R3 ;", 1),  # the accumulator (R24..R87) rescaled in between
+    ("FMUL R87, R87, R3 ;", 1),  # its last register
+    ("FMUL R88, R88, R3 ;", 2)])  # the register after it
+def test_serialized_wgmma_chains(between, count):
+    """The k-steps of the 64 x 128 product wait for each other (each closes its group and
+    a wait-all follows): the second and third count, unless the accumulator is written in
+    between (then the third is a new product on purpose). The streaming 64 x 64 chain
+    (no gsb0 until its last step) counts nothing, nor does a wgmma into another
+    accumulator after a wait."""
+    sass = _CHAIN.replace("{between}", between)
+    assert nvidia.serialized_wgmma(sass) == {"k": count}
+
+
+def test_serialized_wgmma_in_a_build():
+    """Q_IN_REGS at D = 64 with three 192 x 128 consumers needs more registers than 160:
+    ptxas serializes every wgmma after the first of each product (C7512), all 72 but
+    one a group; the tuned entry without it streams them."""
+    from flashscope import compile as fcompile
+
+    cfg = ("BLOCK_M=192,BLOCK_N=128,num_warps=4,num_stages=3,TMA=1,OVERLAP=2,GLUON=1,"
+           "PERSISTENT=1,PINGPONG=1,Q_IN_REGS={}")
+    recs = {q: record_for(fcompile.build(cfg.format(q), "sm90", head_dim=64,
+                                         return_lse=True)) for q in (0, 1)}
+    assert recs[0].wgmma_serialized == 0 and "wgmma_serialized" not in recs[0].features
+    hgmma = recs[1].opcodes["HGMMA"]
+    assert recs[1].wgmma_serialized == hgmma - 12 > 0, (recs[1].wgmma_serialized, hgmma)
+    assert "wgmma_serialized" in recs[1].features
+
+
 def test_triton_cache_dir_and_bare_files(tmp_path, artifacts):
     """A Triton-style cache: <hash>/<name>.json + binary (+ .amdgcn)."""
     for i, art in enumerate(artifacts.values()):

@@ -267,6 +267,59 @@ def split_sass(sass: str) -> dict:
     return out
 
 
+_WGMMA_LINE = re.compile(r"\b(?:HGMMA|QGMMA|IGMMA|BGMMA)((?:\.[A-Za-z0-9_]+)+)\s+R(\d+),(.*);")
+_WGMMA_WAIT_ALL = re.compile(r"\bWARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b")
+_DEST_REG = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?[A-Z][A-Z0-9_.]*\s+R(\d+)\b")
+
+
+def _acc_regs(mods: str) -> int:
+    """Registers per thread of a wgmma accumulator: 64 x N values over 128 threads, one
+    register each (F32/S32) or two a register (F16)."""
+    parts = mods.split(".")[1:]  # 64xNxK, the accumulator's type, the inputs' type
+    n = int(parts[0].split("x")[1])
+    return n // 4 if len(parts) > 1 and parts[1] == "F16" else n // 2
+
+
+def serialized_wgmma(sass: str) -> dict:
+    """{kernel: wgmma instructions ptxas serialized}, read from the SASS alone.
+
+    A wgmma that accumulates (C operand = its destination) into the registers its
+    predecessor wrote, where that predecessor closed its own group (``gsb0``), a
+    ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` sits between the two and nothing in between writes
+    the accumulator: the k-steps of one product run one at a time instead of streaming
+    through the tensor cores. It is what ptxas reports as C7512 ("wgmma.mma_async
+    instructions are serialized due to ...", e.g. too few registers for the pipeline),
+    which Triton does not show. A chain that waits on purpose between two products, to
+    rescale the accumulator, writes it in between and is not counted."""
+    out, cur = {}, None
+    prev, gap = None, []
+    for line in sass.splitlines():
+        m = _TEXT_HEADER.match(line)
+        if m:
+            cur = m.group(1)
+            out.setdefault(cur, 0)
+            prev, gap = None, []
+            continue
+        if cur is None or not _SASS_LINE.match(line):
+            continue
+        w = _WGMMA_LINE.search(line)
+        if w is None:
+            gap.append(line)
+            continue
+        mods, dest, rest = w.group(1), int(w.group(2)), w.group(3)
+        ops = [o.strip() for o in rest.split(",")]
+        desc = next((i for i, o in enumerate(ops) if o.startswith("gdesc[")), None)
+        acc = desc is not None and desc + 1 < len(ops) and ops[desc + 1] == f"R{dest}"
+        if acc and prev is not None and prev[0] == dest and prev[1] \
+                and any(_WGMMA_WAIT_ALL.search(g) for g in gap):
+            top = dest + _acc_regs(mods)
+            written = (_DEST_REG.match(g) for g in gap)
+            if not any(d and dest <= int(d.group(1)) < top for d in written):
+                out[cur] += 1
+        prev, gap = (dest, "gsb0" in ops), []
+    return out
+
+
 def mix_of(opcodes: Counter) -> tuple:
     """(class -> count, features) from opcode counts; every class present, zeros included."""
     mix = {c: 0 for c in CLASSES}
@@ -336,14 +389,18 @@ def cubin_parts(cubin: bytes, what: str = "cubin") -> tuple:
 
 def with_mix(rows: list, sass: str) -> list:
     """``rows`` of :func:`cubin_parts` completed from the SASS text: spill stores/loads
-    (STL/LDL), instruction count, mix, opcodes, features."""
+    (STL/LDL), instruction count, mix, opcodes, features, serialized wgmma."""
     ops_by_kernel = split_sass(sass)
+    serial = serialized_wgmma(sass)
     for r in rows:
         ops = Counter(ops_by_kernel.get(r["kernel"], []))
         mix, feats = mix_of(ops)
+        n_serial = serial.get(r["kernel"], 0)
+        if n_serial:
+            feats.append("wgmma_serialized")
         r.update(spill_stores=ops.get("STL", 0), spill_loads=ops.get("LDL", 0),
                  instructions=sum(ops.values()), mix=mix, opcodes=dict(sorted(ops.items())),
-                 features=feats)
+                 features=feats, wgmma_serialized=n_serial)
     return rows
 
 

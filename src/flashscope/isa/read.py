@@ -43,7 +43,8 @@ def _record(d: dict, vendor: str, target: str, meta: "dict | None") -> KernelRec
         shared_bytes=(static or 0) + (dyn or 0) if static is not None or dyn is not None
         else None,
         threads=threads, num_warps=num_warps, wave_size=wave, barriers=d.get("barriers"),
-        instructions=d.get("instructions"), mix=d.get("mix"), opcodes=d.get("opcodes"),
+        instructions=d.get("instructions"), wgmma_serialized=d.get("wgmma_serialized"),
+        mix=d.get("mix"), opcodes=d.get("opcodes"),
         features=list(d.get("features") or []), num_stages=meta.get("num_stages"))
     return rec
 

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 #: Bumped whenever a reader changes what it extracts, so cached records are re-read.
-READER_VERSION = 2
+READER_VERSION = 3
 
 #: Keys compared by ``inspect --diff`` (numeric fields; ``mix`` is compared per class).
 DIFF_FIELDS = ("registers", "agprs", "sgprs", "spill_stores", "spill_loads", "vgpr_spills",
                "sgpr_spills", "local_bytes", "shared_bytes", "static_shared_bytes",
-               "dynamic_shared_bytes", "reserved_shared_bytes", "threads", "barriers", "instructions")
+               "dynamic_shared_bytes", "reserved_shared_bytes", "threads", "barriers", "instructions",
+               "wgmma_serialized")
 
 
 @dataclass
@@ -34,6 +35,8 @@ class KernelRecord:
     shared_bytes. local_bytes: the
     per-thread stack frame (NVIDIA) or ``.private_segment_fixed_size`` (AMD scratch).
     spill_stores/spill_loads count STL/LDL instructions in SASS, not bytes.
+    wgmma_serialized: wgmma that ptxas made wait for the one before them
+    (:func:`flashscope.isa.nvidia.serialized_wgmma`; None on AMD).
     """
 
     kernel: str
@@ -56,6 +59,7 @@ class KernelRecord:
     wave_size: Optional[int] = None
     barriers: Optional[int] = None
     instructions: Optional[int] = None
+    wgmma_serialized: Optional[int] = None
     mix: Optional[dict] = None
     opcodes: Optional[dict] = None
     features: list = field(default_factory=list)

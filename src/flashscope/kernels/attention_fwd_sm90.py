@@ -245,12 +245,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_K, Div,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr, Trace, TRACE: gl.constexpr):
+              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr, JOINT_KV: gl.constexpr, Trace,
+              TRACE: gl.constexpr):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
-    K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
-    which frees while the consumers finish the previous tile, whereas Q's slot waits for
-    that tile's output store."""
+    K1, ... From the second work tile on, K0 goes before Q (with JOINT_KV, V0 too, since
+    the first Q K^T then waits for both): it needs only a ring slot, which frees while the
+    consumers finish the previous tile, whereas Q's slot waits for that tile's output
+    store."""
     g = 0
     i = 0
     n_work, base = _share(pid, nprog, total, Sched, LPT)
@@ -267,6 +269,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         if i > 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
                      STAGES)
+            if JOINT_KV:
+                _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g,
+                         BLOCK_N, STAGES)
             _stamp(Trace, pid, 3, r, 4, TRACE)
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
@@ -277,7 +282,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         if i == 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
                      STAGES)
-        _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, BLOCK_N, STAGES)
+        if i == 0 or not JOINT_KV:
+            _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, BLOCK_N,
+                     STAGES)
         _stamp(Trace, pid, 3, r, 2, TRACE)
         for pos in range(1, n_tiles):
             j = _key_tile(pos, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
@@ -585,7 +592,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
               RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr,
-              OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, Trace, TRACE: gl.constexpr):
+              OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr, Trace,
+              TRACE: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -671,7 +679,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             k_slot, k_phase = _next_slot(k_slot, k_phase, STAGES)
             mbarrier.wait(k_ready.index(k_slot), k_phase)
             kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            mbarrier.wait(v_ready.index(v_slot), v_phase)
+            if not JOINT_KV:  # else V_{j-1} came with K_{j-1}
+                mbarrier.wait(v_ready.index(v_slot), v_phase)
             v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
             _take_turn(turn, C, kk, PINGPONG)
             s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
@@ -709,7 +718,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             p_op = _p_operand(p, dtype, p_layout)
 
         _stamp(Trace, pid, C, r, 4, TRACE)
-        mbarrier.wait(v_ready.index(k_slot), k_phase)  # the last tile's V
+        if not JOINT_KV:  # the last tile's V
+            mbarrier.wait(v_ready.index(k_slot), k_phase)
         v = v_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM])
         _take_turn(turn, C, kk, PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
@@ -746,7 +756,7 @@ def _attn_fwd_sm90(
     OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
     EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr, OUT_RCP: gl.constexpr,
-    Q_REGS: gl.constexpr,
+    Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -766,7 +776,9 @@ def _attn_fwd_sm90(
     K_EARLY: K slots handed back at their Q K^T (the module docstring); MASKED_FIRST: the
     masked key tiles of each work tile first (:func:`_key_tile`); OUT_RCP: the output
     scaled by one reciprocal of l per row (:func:`_store_out`); Q_REGS: each consumer's Q
-    in registers, the A operand of its Q K^T (the module docstring)."""
+    in registers, the A operand of its Q K^T (the module docstring); JOINT_KV: a slot's K
+    and V land on one mbarrier (``v_ready`` is ``k_ready``, two expects a phase), so a
+    consumer waits once per key tile, not twice."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -788,7 +800,10 @@ def _attn_fwd_sm90(
     q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if JOINT_KV:
+        v_ready = k_ready
+    else:
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     if K_EARLY:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     else:  # slot j's K and V go back together, after its P V
@@ -801,9 +816,10 @@ def _attn_fwd_sm90(
         mbarrier.init(q_empty.index(c), count=1)
         mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(k_ready.index(i), count=2 if JOINT_KV else 1)
         mbarrier.init(k_empty.index(i), count=CONSUMERS)
-        mbarrier.init(v_ready.index(i), count=1)
+        if not JOINT_KV:
+            mbarrier.init(v_ready.index(i), count=1)
         if K_EARLY:
             mbarrier.init(v_empty.index(i), count=CONSUMERS)
 
@@ -819,12 +835,12 @@ def _attn_fwd_sm90(
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
                          TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
                          N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, Trace, TRACE)),
+                         MASKED_FIRST, JOINT_KV, Trace, TRACE)),
         ], warps, regs)
     elif CONSUMERS == 2:
         gl.warp_specialize([
@@ -833,45 +849,45 @@ def _attn_fwd_sm90(
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
                          TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
                          TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
                          N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, Trace, TRACE)),
+                         MASKED_FIRST, JOINT_KV, Trace, TRACE)),
         ], warps, regs)
     else:
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
                          N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, Trace, TRACE)),
+                         MASKED_FIRST, JOINT_KV, Trace, TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
                          TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
                          TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                          k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
                          TRACE)),
         ], warps, regs)
