@@ -78,9 +78,12 @@ CLASSES = {
 }
 _CLASS_OF = {op: c for c, ops in CLASSES.items() for op in ops}
 
+#: Hopper's warpgroup MMA opcodes (wgmma.mma_async in PTX).
+WGMMA_OPS = ("HGMMA", "QGMMA", "IGMMA", "BGMMA")
+
 #: Feature flag -> the classes/opcodes whose presence sets it.
 FEATURES = (
-    ("uses_wgmma", ("HGMMA", "QGMMA", "IGMMA", "BGMMA")),
+    ("uses_wgmma", WGMMA_OPS),
     ("uses_tma", CLASSES["tma"]),
     ("uses_cp_async", ("LDGSTS",)),
     ("uses_ldmatrix", CLASSES["ldmatrix"]),
@@ -250,8 +253,9 @@ def _per_symbol(entries, syms, what) -> dict:
     return out
 
 
-def split_sass(sass: str) -> dict:
-    """{kernel: [opcode, ...]} in program order; opcode = base mnemonic (MUFU.<fn>)."""
+def sass_lines(sass: str) -> dict:
+    """{kernel: [(opcode, line), ...]}: each kernel's instruction lines in program order,
+    with the base mnemonic of each (MUFU keeps its function: MUFU.EX2)."""
     out, cur = {}, None
     for line in sass.splitlines():
         m = _TEXT_HEADER.match(line)
@@ -263,11 +267,16 @@ def split_sass(sass: str) -> dict:
             op, mods = m.group(1), m.group(2)
             if op == "MUFU" and mods:
                 op += "." + mods[1:].split(".")[0]
-            cur.append(op)
+            cur.append((op, line))
     return out
 
 
-_WGMMA_LINE = re.compile(r"\b(?:HGMMA|QGMMA|IGMMA|BGMMA)((?:\.[A-Za-z0-9_]+)+)\s+R(\d+),(.*);")
+def split_sass(sass: str) -> dict:
+    """{kernel: [opcode, ...]} in program order; opcode = base mnemonic (MUFU.<fn>)."""
+    return {k: [op for op, _ in lines] for k, lines in sass_lines(sass).items()}
+
+
+_WGMMA_SHAPE = re.compile(r"GMMA((?:\.[A-Za-z0-9_]+)+)\s+R(\d+),(.*);")
 _WGMMA_WAIT_ALL = re.compile(r"\bWARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b")
 _DEST_REG = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?[A-Z][A-Z0-9_.]*\s+R(\d+)\b")
 
@@ -278,6 +287,28 @@ def _acc_regs(mods: str) -> int:
     parts = mods.split(".")[1:]  # 64xNxK, the accumulator's type, the inputs' type
     n = int(parts[0].split("x")[1])
     return n // 4 if len(parts) > 1 and parts[1] == "F16" else n // 2
+
+
+def _serialized(lines: list) -> int:
+    """Serialized wgmma among one kernel's ``(opcode, line)`` (:func:`serialized_wgmma`)."""
+    count, prev, gap = 0, None, []
+    for op, line in lines:
+        w = _WGMMA_SHAPE.search(line) if op in WGMMA_OPS else None
+        if w is None:
+            gap.append(line)
+            continue
+        mods, dest, rest = w.group(1), int(w.group(2)), w.group(3)
+        ops = [o.strip() for o in rest.split(",")]
+        desc = next((i for i, o in enumerate(ops) if o.startswith("gdesc[")), None)
+        acc = desc is not None and desc + 1 < len(ops) and ops[desc + 1] == f"R{dest}"
+        if acc and prev is not None and prev[0] == dest and prev[1] \
+                and any(_WGMMA_WAIT_ALL.search(g) for g in gap):
+            top = dest + _acc_regs(mods)
+            written = (_DEST_REG.match(g) for g in gap)
+            if not any(d and dest <= int(d.group(1)) < top for d in written):
+                count += 1
+        prev, gap = (dest, "gsb0" in ops), []
+    return count
 
 
 def serialized_wgmma(sass: str) -> dict:
@@ -291,33 +322,7 @@ def serialized_wgmma(sass: str) -> dict:
     instructions are serialized due to ...", e.g. too few registers for the pipeline),
     which Triton does not show. A chain that waits on purpose between two products, to
     rescale the accumulator, writes it in between and is not counted."""
-    out, cur = {}, None
-    prev, gap = None, []
-    for line in sass.splitlines():
-        m = _TEXT_HEADER.match(line)
-        if m:
-            cur = m.group(1)
-            out.setdefault(cur, 0)
-            prev, gap = None, []
-            continue
-        if cur is None or not _SASS_LINE.match(line):
-            continue
-        w = _WGMMA_LINE.search(line)
-        if w is None:
-            gap.append(line)
-            continue
-        mods, dest, rest = w.group(1), int(w.group(2)), w.group(3)
-        ops = [o.strip() for o in rest.split(",")]
-        desc = next((i for i, o in enumerate(ops) if o.startswith("gdesc[")), None)
-        acc = desc is not None and desc + 1 < len(ops) and ops[desc + 1] == f"R{dest}"
-        if acc and prev is not None and prev[0] == dest and prev[1] \
-                and any(_WGMMA_WAIT_ALL.search(g) for g in gap):
-            top = dest + _acc_regs(mods)
-            written = (_DEST_REG.match(g) for g in gap)
-            if not any(d and dest <= int(d.group(1)) < top for d in written):
-                out[cur] += 1
-        prev, gap = (dest, "gsb0" in ops), []
-    return out
+    return {k: _serialized(lines) for k, lines in sass_lines(sass).items()}
 
 
 def mix_of(opcodes: Counter) -> tuple:
@@ -390,12 +395,12 @@ def cubin_parts(cubin: bytes, what: str = "cubin") -> tuple:
 def with_mix(rows: list, sass: str) -> list:
     """``rows`` of :func:`cubin_parts` completed from the SASS text: spill stores/loads
     (STL/LDL), instruction count, mix, opcodes, features, serialized wgmma."""
-    ops_by_kernel = split_sass(sass)
-    serial = serialized_wgmma(sass)
+    by_kernel = sass_lines(sass)
     for r in rows:
-        ops = Counter(ops_by_kernel.get(r["kernel"], []))
+        lines = by_kernel.get(r["kernel"], [])
+        ops = Counter(op for op, _ in lines)
         mix, feats = mix_of(ops)
-        n_serial = serial.get(r["kernel"], 0)
+        n_serial = _serialized(lines)
         if n_serial:
             feats.append("wgmma_serialized")
         r.update(spill_stores=ops.get("STL", 0), spill_loads=ops.get("LDL", 0),

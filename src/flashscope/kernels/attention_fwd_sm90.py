@@ -36,7 +36,8 @@ exponentials after its wait, the order FlashAttention-4's Hopper kernel compiles
 Warps: a producer partition issues TMA copies of K and V tiles into a ring of STAGES
 shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in, ``v_empty``
 hands a slot back once its P V has completed; with K_EARLY, ``k_empty`` hands back the
-K half as soon as its Q K^T has, so a 2-stage ring prefetches like a deeper one); one
+K half as soon as its Q K^T has, so a 2-stage ring prefetches like a deeper one; with
+JOINT_KV one mbarrier carries a slot's K and V, ``v_ready`` being ``k_ready``); one
 consumer warpgroup per 64 query rows runs the loop above. Each
 warpgroup issues its own wgmma on its 64 rows, so the warpgroups interleave on the tensor
 cores without any barrier. Where they sit (:func:`_attn_fwd_sm90`): with one or two
