@@ -6,8 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from flashscope.schedule import (LONE_SHARE, TILE_OVERHEAD, block_cost, key_tiles,
-                                 lpt_schedule, makespan, section_heads)
+from flashscope.schedule import (LONE_SHARE, MIN_PIECE, TILE_OVERHEAD, block_cost,
+                                 key_tiles, lpt_schedule, makespan, section_heads,
+                                 split_points, split_schedule)
 
 
 def _split(s, programs):
@@ -143,3 +144,86 @@ def test_sections_even_or_fixed():
     assert _sections(128, 25, even=True) == [0, 22, 44, 65, 86, 107, 128]
     assert _sections(32, 6, even=True) == [0, 6, 12, 17, 22, 27, 32]
     assert _sections(5, 8, even=True) == [0, 5]
+
+
+def _entries(s, programs):
+    """[(program, tile, lo, hi, slot)] of a split_schedule list."""
+    offsets = s[:programs + 1]
+    n = int(offsets[-1])
+    cols = s[programs + 1:].reshape(3, n)
+    return [(p, int(cols[0, e]), int(cols[1, e]) & 0xFFFF, int(cols[1, e]) >> 16,
+             int(cols[2, e])) for p in range(programs) for e in range(offsets[p], offsets[p + 1])]
+
+
+SPLIT_CASES = [  # (n_q, n_k, bh, block_m, causal, masked_first, programs)
+    (16384, 16384, 32, 192, False, False, 132), (16384, 16384, 32, 192, True, True, 132),
+    (16384, 16384, 16, 128, False, True, 132), (16384, 16384, 16, 128, True, False, 132),
+    (128, 16384, 32, 128, False, False, 132), (200, 4097, 8, 192, True, True, 13),
+    (300, 333, 8, 192, False, False, 7), (513, 2000, 8, 128, True, False, 7),
+    (4096, 4096, 128, 192, False, False, 132)]
+
+
+@pytest.mark.parametrize("n_q,n_k,bh,bm,causal,mf,programs", SPLIT_CASES)
+def test_split_list_covers_every_key_tile_once(n_q, n_k, bh, bm, causal, mf, programs):
+    """Every (block, key position) in exactly one entry; a cut block's pieces are
+    contiguous, at least MIN_PIECE long, cut only at its split points, in consecutive
+    slots that the merge table names; whole blocks have slot -1."""
+    bn = 128
+    n_m = math.ceil(n_q / bm)
+    section = section_heads(n_k, 64, 2, 50 << 20, bh)
+    s, merges, slots = split_schedule(n_m, bh, bm, bn, n_k, programs, section, causal, n_q,
+                                      not causal, mf)
+    assert s.dtype == np.int32 and merges.dtype == np.int32
+    pieces = {}
+    for _, t, lo, hi, slot in _entries(s, programs):
+        pieces.setdefault(t, []).append((lo, hi, slot))
+    assert sorted(pieces) == list(range(n_m * bh))
+    table = {int(t): (int(a), int(n)) for t, a, n in merges}
+    assert sum(n for _, n in table.values()) == slots
+    for t, ps in pieces.items():
+        m = t % n_m
+        tiles = key_tiles(m, bm, bn, n_k, causal)
+        ps.sort()
+        assert ps[0][0] == 0 and ps[-1][1] == tiles
+        assert all(a[1] == b[0] for a, b in zip(ps, ps[1:]))
+        if len(ps) == 1:
+            assert ps[0][2] == -1 and t not in table
+            continue
+        lo, hi = split_points(m, bm, bn, n_k, n_q, causal, mf)
+        assert all(lo <= a[1] <= hi for a in ps[:-1])
+        assert all(b - a >= MIN_PIECE for a, b, _ in ps)
+        first, n = table[t]
+        assert [slot for _, _, slot in ps] == list(range(first, first + n))
+
+
+@pytest.mark.parametrize("n_q,n_k,bh,bm,causal,mf,base_over,split_over", [
+    (16384, 16384, 32, 192, False, False, 1.011, 1.002),
+    (16384, 16384, 32, 192, True, True, 1.03, 1.003),
+    (16384, 16384, 16, 128, False, True, 1.03, 1.002),
+    (128, 16384, 32, 128, False, False, 4.0, 1.08)])
+def test_split_list_ends_near_the_mean(n_q, n_k, bh, bm, causal, mf, base_over, split_over):
+    """Under the cost model, cut blocks bring the longest program to the mean: D = 64
+    16k (2752 blocks of 192 rows, 21 rounds for 20.76 of work) from 1.1% over it to
+    0.2%, causal (an unpriced list) from 3.4%, D = 128 non-causal 16k (2048 blocks, 16
+    rounds for 15.5) from 3.1%; 32 heads of 128 queries and 16k keys (one block each on
+    132 programs) from 4.1x to 8% (each piece pays the fixed cost again)."""
+    n_m = math.ceil(n_q / bm)
+    section = section_heads(n_k, 64, 2, 50 << 20, bh)
+    base = lpt_schedule(n_m, bh, bm, 128, n_k, 132, section, causal,
+                        None if causal else n_q)
+    s, _, _ = split_schedule(n_m, bh, bm, 128, n_k, 132, section, causal, n_q, not causal,
+                             mf)
+    largest, mean = makespan(base, 132, n_m, bm, 128, n_k, causal, n_q)
+    cut, _ = makespan(s, 132, n_m, bm, 128, n_k, causal, n_q, split=True)
+    assert largest / mean > base_over
+    assert cut / mean < split_over
+
+
+@pytest.mark.parametrize("m,n_q,n_k,causal,mf,points", [
+    (0, 16384, 16384, False, False, (1, 127)),  # any cut of 128 key tiles
+    (85, 16384, 16384, False, False, None),  # 64 real rows of 192: never cut
+    (5, 16384, 16384, True, False, (1, 7)),  # consumer 0 owns tiles 0..7 of 0..8
+    (5, 16384, 16384, True, True, (2, 8)),  # order 8, 7, 0..6: it owns positions 1..8
+    (0, 16384, 16384, True, True, None)])  # one key tile for consumer 0
+def test_split_points_leave_every_consumer_a_tile(m, n_q, n_k, causal, mf, points):
+    assert split_points(m, 192, 128, n_k, n_q, causal, mf) == points

@@ -130,15 +130,17 @@ def report(a, names, times, extra=None):
     for n in names:
         ratios = sorted(t / b for t, b in zip(times[n], base))
         ms = statistics.median(times[n])
+        nk = getattr(a, "nk", None) or N  # Nq != Nk: non-causal, 4 B H Nq Nk D flops
         rows.append({"name": n, "ms": round(ms, 4),
-                     "tflops": round(tflops(B, H, N, D, a.causal, ms), 1),
+                     "tflops": round(tflops(B, H, N, D, a.causal, ms) * nk / N, 1),
                      "ratio": round(statistics.median(ratios), 4),
                      "ratio_q1": round(ratios[len(ratios) // 4], 4),
                      "ratio_q3": round(ratios[(3 * len(ratios)) // 4], 4)})
     meta = {"device": torch.cuda.get_device_name(), "shape": a.shape, "causal": a.causal,
             "rounds": a.rounds, "reps": a.reps, "flush": a.flush,
             "date": time.strftime("%Y-%m-%d %H:%M"), **(extra or {})}
-    print(f"{a.shape} causal={int(a.causal)}{' L2 flushed' if a.flush else ''}: time / "
+    keys = f" Nk={a.nk}" if getattr(a, "nk", None) else ""
+    print(f"{a.shape}{keys} causal={int(a.causal)}{' L2 flushed' if a.flush else ''}: time / "
           f"{names[0]}'s, median of {a.rounds} rounds (IQR)")
     for r in rows:
         print(f"  {r['name']:>12} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s  "
@@ -152,9 +154,15 @@ def main():
     ap = argparse.ArgumentParser()
     shape_args(ap)
     ap.add_argument("--variants", required=True)
+    ap.add_argument("--nk", type=int, default=None,
+                    help="keys (and values) per head, if not N: Nq = N != Nk (non-causal)")
     a = ap.parse_args()
     B, H, N, D = map(int, a.shape.split(","))
-    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    nk = a.nk or N
+    if nk != N and a.causal:
+        sys.exit("--nk: Nq != Nk is timed non-causal only")
+    q = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(B, H, nk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     ref = _provider("cudnn", q, k, v, a.causal)().float()
     names, fns = [], []
     for name, spec in variant_specs(a.variants).items():
@@ -164,7 +172,7 @@ def main():
         print(f"{name}: built and checked in {time.time() - t0:.1f} s", file=sys.stderr,
               flush=True)
     report(a, names, interleaved(names, fns, a.rounds, a.reps, a.flush),
-           {"variants": a.variants})
+           {"variants": a.variants, "nk": nk})
 
 
 if __name__ == "__main__":

@@ -65,12 +65,17 @@ def main():
     buf = torch.zeros(grid[0] * 4 * a.tiles * timeline.SLOTS, dtype=torch.int64,
                       device="cuda")
     traced = dict(consts, TRACE=a.tiles)
+    # SPLIT_KV: the cut blocks' pieces are merged after each launch (a no-op otherwise)
+    plan = launch.gluon_plan(q, k, v, out, None, causal=a.causal, scale=D ** -0.5, cfg=cfg)
+    part = args[6]
 
     def plain():
         fn[grid](*args, **consts, **opts)
+        plan.merge(part, out, None)
 
     def stamped():
         fn[grid](*args[:-1], buf, **traced, **opts)
+        plan.merge(part, out, None)
 
     for name, run in (("plain", plain), ("traced", stamped)):
         out.fill_(float("nan"))

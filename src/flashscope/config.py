@@ -151,6 +151,14 @@ class AttentionConfig(_Knobs):
     tile's Q K^T then waits for its V as well, a tile of V prefetch less: 0.99 of the
     time at D = 64 with N = 1024-4096 and three stages, 1.5-1.7x with K_EARLY and two
     stages (D = 128), where the ring has no slack left (runs 143-144).
+    SPLIT_KV (GLUON, PERSISTENT) evens out the programs' ends by cutting row blocks
+    along the keys: the host's work list (:func:`flashscope.schedule.split_schedule`,
+    causal or not) takes the last blocks off the programs over a target load and places
+    them again where there is room, cut where that room ends; each piece writes its
+    unnormalized output and softmax state to a float32 workspace and a second kernel
+    (:mod:`flashscope.kernels.attention_merge`) combines a block's pieces. Non-causal,
+    its consumers whose rows are all past Nq pass their key tiles as with BALANCE. It
+    also spreads few long row blocks (short Nq, long Nk) over every SM.
     """
 
     BLOCK_M: int = 128
@@ -174,6 +182,7 @@ class AttentionConfig(_Knobs):
     OUT_RCP: bool = False
     BALANCE: bool = False
     JOINT_KV: bool = False
+    SPLIT_KV: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -189,12 +198,13 @@ class AttentionConfig(_Knobs):
                 + ("l" if self.LAZY_RESCALE else "")
                 + ("h" if self.EARLY_Q else "") + ("k" if self.K_EARLY else "")
                 + ("f" if self.MASKED_FIRST else "") + ("i" if self.OUT_RCP else "")
-                + ("b" if self.BALANCE else "") + ("j" if self.JOINT_KV else ""))
+                + ("b" if self.BALANCE else "") + ("j" if self.JOINT_KV else "")
+                + ("v" if self.SPLIT_KV else ""))
 
 
 _BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "GLUON", "PERSISTENT",
                "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY", "MASKED_FIRST", "OUT_RCP",
-               "BALANCE", "JOINT_KV")
+               "BALANCE", "JOINT_KV", "SPLIT_KV")
 #: integer knobs that also take true/false (they were switches before they had levels)
 _LEVEL_KNOBS = ("OVERLAP",)
 
@@ -316,7 +326,7 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
         _check_gluon(cfg, t, head_dim)
     else:
         for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY",
-                     "MASKED_FIRST", "OUT_RCP", "BALANCE", "JOINT_KV"):
+                     "MASKED_FIRST", "OUT_RCP", "BALANCE", "JOINT_KV", "SPLIT_KV"):
             if getattr(cfg, knob):
                 raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
     levels = (0, 1, 2) if cfg.GLUON else (0, 1)
@@ -392,9 +402,10 @@ def _check_gluon(cfg: AttentionConfig, t, head_dim: int) -> None:
     if cfg.PINGPONG and cfg.BLOCK_M < 128:
         raise ConfigError(f"PINGPONG=1 needs two or three consumer warpgroups to take turns "
                           f"(BLOCK_M=128 or 192), got BLOCK_M={cfg.BLOCK_M}")
-    if cfg.BALANCE and not cfg.PERSISTENT:
-        raise ConfigError("BALANCE=1 places work tiles on the programs of a persistent grid: "
-                          "it needs PERSISTENT=1")
+    for knob in ("BALANCE", "SPLIT_KV"):
+        if getattr(cfg, knob) and not cfg.PERSISTENT:
+            raise ConfigError(f"{knob}=1 places work tiles on the programs of a persistent "
+                              "grid: it needs PERSISTENT=1")
 
 
 # Defaults as data: (target name or family, largest head dim, causal or None for both)

@@ -17,7 +17,7 @@ import torch
 from . import kernels
 from .config import AttentionBwdConfig, AttentionConfig, head_dim_pad
 from .errors import ConfigError
-from .schedule import lpt_schedule, section_heads
+from .schedule import lpt_schedule, section_heads, split_schedule
 
 LOG2E = 1.4426950408889634
 #: setmaxnreg budgets of the Gluon Hopper variant by consumer warpgroups: with a
@@ -80,8 +80,10 @@ def forward(q, k, v, *, causal: bool, scale: float, cfg: AttentionConfig,
     if cfg.GLUON:
         plan = gluon_plan(q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg)
         kernel = getattr(kernels.load(module), function)
-        launch_compiled(kernel, plan.grid, plan.args(q, k, v, out, lse), plan.consts,
+        part = plan.workspace(q)
+        launch_compiled(kernel, plan.grid, plan.args(q, k, v, out, lse, part), plan.consts,
                         launch_options(cfg, q.device), cache=plan.compiled)
+        plan.merge(part, out, lse)
         return out, lse
     grid, args, consts = forward_call(q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg)
     if cfg.TMA and q.device.type == "cuda":
@@ -222,9 +224,37 @@ def lpt_tensor(q, n_k: int, cfg: AttentionConfig, programs: int, causal: bool = 
 @functools.lru_cache(maxsize=256)
 def _lpt_on_device(device, n_m, bh, block_m, block_n, n_k, programs, section, causal, n_q):
     host = lpt_schedule(n_m, bh, block_m, block_n, n_k, programs, section, causal, n_q)
+    return _on_device(host, device)
+
+
+def _on_device(host, device):
     if device.type == "meta":
         return torch.empty(host.shape, dtype=torch.int32, device="meta")
     return torch.from_numpy(host.copy()).to(device)
+
+
+class SplitList(NamedTuple):
+    """A SPLIT_KV work list on a device: the kernel's list, the merge table (one row per
+    cut block) and the number of workspace slots."""
+    sched: "torch.Tensor"
+    merges: "torch.Tensor"
+    slots: int
+
+
+def split_tensors(q, n_k: int, cfg: AttentionConfig, programs: int, causal: bool) -> SplitList:
+    """The SPLIT_KV work list (:func:`flashscope.schedule.split_schedule`) for q's shape
+    on q's device, built once per shape and device."""
+    B, H, Nq, D = q.shape
+    section = section_heads(n_k, D, q.element_size(), l2_bytes(q.device), B * H)
+    return _split_on_device(q.device, triton_cdiv(Nq, cfg.BLOCK_M), B * H, cfg.BLOCK_M,
+                            cfg.BLOCK_N, n_k, programs, section, causal, Nq,
+                            bool(cfg.BALANCE), bool(cfg.MASKED_FIRST))
+
+
+@functools.lru_cache(maxsize=256)
+def _split_on_device(device, *args) -> SplitList:
+    sched, merges, slots = split_schedule(*args)
+    return SplitList(_on_device(sched, device), _on_device(merges, device), slots)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -386,14 +416,42 @@ class GluonPlan(NamedTuple):
     sched: "torch.Tensor | None"
     consts: dict
     compiled: dict  #: :func:`launch_compiled`'s cache: the compiled kernel by device
+    split: "SplitList | None" = None  #: SPLIT_KV: the merge table and workspace size
+    merge_compiled: "dict | None" = None  #: the merge kernel's :func:`launch_compiled` cache
 
-    def args(self, q, k, v, out, lse) -> tuple:
-        """The positional arguments for these tensors (``lse=None``: ``out`` in its slot)."""
+    def workspace(self, q) -> "torch.Tensor | None":
+        """A float32 workspace for the pieces of cut blocks (SPLIT_KV), else None."""
+        if self.split is None:
+            return None
+        rec = self.consts["BLOCK_M"] * (self.consts["HEAD_DIM"] + 2)
+        return torch.empty(max(1, self.split.slots) * rec, dtype=torch.float32,
+                           device=q.device)
+
+    def args(self, q, k, v, out, lse, part=None) -> tuple:
+        """The positional arguments for these tensors (``lse=None``: ``out`` in its slot;
+        ``part``: the workspace of :meth:`workspace`, unread without SPLIT_KV)."""
         descs = [_descriptor(x, f) for x, f in zip((q, k, v, out), self.fields)]
         lse_arg = lse if lse is not None else out
         sched = self.sched if self.sched is not None else lse_arg  # unread without LPT
+        if part is None:
+            part = self.workspace(q) if self.split is not None else lse_arg
         # Trace (last): unread unless a TRACE build (scripts/gpu/trace_fwd.py)
-        return (*descs, lse_arg, sched, *self.scalars, sched)
+        return (*descs, lse_arg, sched, part, *self.scalars, sched)
+
+    def merge(self, part, out, lse) -> None:
+        """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
+        second kernel of a SPLIT_KV forward (:mod:`flashscope.kernels.attention_merge`)."""
+        if self.split is None or self.split.slots == 0:
+            return
+        H, N_Q = self.scalars[0], self.scalars[2]
+        block_m, d = self.consts["BLOCK_M"], self.consts["HEAD_DIM"]
+        kernel = kernels.load("attention_merge")._merge_parts
+        grid = (self.split.merges.shape[0], block_m // 64)
+        args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
+                triton_cdiv(N_Q, block_m), *out.stride())
+        consts = dict(HEAD_DIM=d, BLOCK_M=block_m, ROWS=64, RETURN_LSE=lse is not None)
+        launch_compiled(kernel, grid, args, consts, {"num_warps": 4},
+                        cache=self.merge_compiled)
 
 
 #: Gluon forward plans by :func:`plan_key`; emptied when it reaches :data:`_PLANS_MAX`.
@@ -444,9 +502,12 @@ def _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg) -> GluonPlan:
     Hkv, Nk = k.shape[1], k.shape[2]
     n_m = triton_cdiv(Nq, cfg.BLOCK_M)
     tiles = n_m * B * H
-    grid = (min(tiles, sm_count(q.device)) if cfg.PERSISTENT else tiles,)
-    # a host work list: persistent causal grids, and non-causal ones with BALANCE
-    lpt = bool(cfg.PERSISTENT and (causal or cfg.BALANCE))
+    # a host work list: persistent causal grids, and non-causal ones with BALANCE or
+    # SPLIT_KV (whose pieces may outnumber the blocks: one program per SM)
+    lpt = bool(cfg.PERSISTENT and (causal or cfg.BALANCE or cfg.SPLIT_KV))
+    split = bool(lpt and cfg.SPLIT_KV)
+    programs = sm_count(q.device) if split else min(tiles, sm_count(q.device))
+    grid = (programs if cfg.PERSISTENT else tiles,)
     fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
                    for d in (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
                              tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64)))
@@ -456,14 +517,18 @@ def _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg) -> GluonPlan:
                   STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
                   IS_CAUSAL=bool(causal),
                   RETURN_LSE=lse is not None, HEAVY_FIRST=bool(causal),
-                  LPT=lpt, PINGPONG=bool(cfg.PINGPONG),
+                  LPT=(2 if causal or cfg.BALANCE else 1) if lpt else 0,
+                  PINGPONG=bool(cfg.PINGPONG),
                   OVERLAP=int(cfg.OVERLAP), EXP2_POLY=int(cfg.EXP2_POLY),
                   RESCALE_TAU=8 if cfg.LAZY_RESCALE else 0,
                   EARLY_Q=bool(cfg.EARLY_Q), MASKED_FIRST=bool(cfg.MASKED_FIRST),
                   TRACE=0, OUT_RCP=bool(cfg.OUT_RCP), Q_REGS=bool(cfg.Q_IN_REGS),
-                  JOINT_KV=bool(cfg.JOINT_KV),
+                  JOINT_KV=bool(cfg.JOINT_KV), SPLIT=split,
                   CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                   PRODUCER_REGS=SM90_PRODUCER_REGS)
+    if split:
+        lists = split_tensors(q, Nk, cfg, grid[0], causal)
+        return GluonPlan(grid, fields, scalars, lists.sched, consts, {}, lists, {})
     sched = lpt_tensor(q, Nk, cfg, grid[0], causal) if lpt else None
     return GluonPlan(grid, fields, scalars, sched, consts, {})
 

@@ -78,7 +78,7 @@ def test_overlap_max_needs_gluon():
                                          ("LAZY_RESCALE", "l"), ("EARLY_Q", "h"),
                                          ("K_EARLY", "k"), ("MASKED_FIRST", "f"),
                                          ("OUT_RCP", "i"), ("BALANCE", "b"),
-                                         ("JOINT_KV", "j")])
+                                         ("JOINT_KV", "j"), ("SPLIT_KV", "v")])
 def test_gluon_only_knobs(knob, suffix):
     assert G.replace(**{knob: True}).key == "m128n128w4s2q0tg" + suffix
     with pytest.raises(ConfigError, match=f"{knob}=1 .* needs GLUON=1"):
@@ -103,7 +103,12 @@ def test_cpu_tensors_are_refused():
     (64, True, 128, 128, {"EARLY_Q": True, "num_stages": 3, "PERSISTENT": True}),
     (128, True, 128, 128, {"EARLY_Q": True, "PINGPONG": True, "PERSISTENT": True}),
     (64, False, 192, 128, {"OVERLAP": 2, "num_stages": 3, "PERSISTENT": True,
-                           "PINGPONG": True, "BALANCE": True})])
+                           "PINGPONG": True, "BALANCE": True}),
+    (64, False, 192, 128, {"OVERLAP": 2, "num_stages": 3, "PERSISTENT": True,
+                           "PINGPONG": True, "SPLIT_KV": True}),
+    (128, True, 128, 128, {"OVERLAP": 2, "Q_IN_REGS": True, "LAZY_RESCALE": True,
+                           "EARLY_Q": True, "K_EARLY": True, "MASKED_FIRST": True,
+                           "PERSISTENT": True, "SPLIT_KV": True})])
 def test_sm90_binary(D, causal, bm, bn, knobs):
     """What the schedule needs, read from the cubin: 64 x N wgmma, 4-D TMA loads and the
     TMA store, setmaxnreg moving registers between partitions, one warpgroup per 64 rows
@@ -391,13 +396,14 @@ def _needs_sm90(device):
 
 def _flags(flags: str) -> dict:
     """x PINGPONG, o OVERLAP (o2: OVERLAP=2), l LAZY_RESCALE, h EARLY_Q, k K_EARLY, f
-    MASKED_FIRST, i OUT_RCP, q Q_IN_REGS, b BALANCE, j JOINT_KV, eN EXP2_POLY=N (last)."""
+    MASKED_FIRST, i OUT_RCP, q Q_IN_REGS, b BALANCE, j JOINT_KV, v SPLIT_KV, eN
+    EXP2_POLY=N (last)."""
     poly = flags.split("e")[1] if "e" in flags else "0"
     return {"PINGPONG": "x" in flags, "OVERLAP": 2 if "o2" in flags else int("o" in flags),
             "LAZY_RESCALE": "l" in flags,
             "EARLY_Q": "h" in flags, "K_EARLY": "k" in flags, "MASKED_FIRST": "f" in flags,
             "OUT_RCP": "i" in flags, "Q_IN_REGS": "q" in flags, "BALANCE": "b" in flags,
-            "JOINT_KV": "j" in flags,
+            "JOINT_KV": "j" in flags, "SPLIT_KV": "v" in flags,
             "EXP2_POLY": int(poly)}
 
 
@@ -451,13 +457,16 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
                                    (128, 128, 2, "xolhkq"), (128, 64, 3, "q"),
                                    (192, 128, 2, "xo2b"), (192, 128, 2, "xhib"),
                                    (192, 128, 2, "xlhkfb"), (192, 128, 2, "xo2bj"),
-                                   (192, 128, 2, "xlhkfj"), (128, 128, 2, "hkj")],
+                                   (192, 128, 2, "xlhkfj"), (128, 128, 2, "hkj"),
+                                   (192, 128, 2, "xo2v"), (192, 128, 2, "xlhkfv"),
+                                   (128, 128, 2, "xolhkqv"), (128, 64, 3, "hfiv")],
                          ids=lambda t: "m{}n{}s{}{}".format(*t))
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,
     Q-slot and turn (PINGPONG, x in the tiles' flags) barrier phases carry across work
-    tiles of different lengths; causal grids (and non-causal ones with BALANCE, b) run
-    the host's list, whose last round is partial for 3 and 7 programs. Nq = 200 and 300
+    tiles of different lengths; causal grids (and non-causal ones with BALANCE, b, or
+    SPLIT_KV, v, whose lists also cut blocks along the keys) run the host's list,
+    whose last round is partial for 3 and 7 programs. Nq = 200 and 300
     leave two and one consumers of a 192-row block with padding rows only, which pass
     their key tiles with the list."""
     _needs_sm90(device)

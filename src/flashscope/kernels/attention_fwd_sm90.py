@@ -120,30 +120,55 @@ def _worker_regs(consumers, consumer_regs, producer_regs):
 
 
 @gluon.jit
-def _share(pid, nprog, total, Sched, LPT: gl.constexpr):
-    """(n, base): how many work tiles program ``pid`` takes and where :func:`_tile` finds
-    them: with LPT its share of the host's list (:mod:`flashscope.schedule`), else every
-    nprog-th tile from pid."""
+def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
+    """(n, base, L): how many work tiles program ``pid`` takes and where :func:`_tile`
+    finds them: with LPT its share of the host's list (:mod:`flashscope.schedule`), else
+    every nprog-th tile from pid; with SPLIT, L = the list's length (its key ranges and
+    slots follow its tiles, L entries each)."""
+    L = 0
     if LPT:
         start = gl.load(Sched + pid)
         n = gl.load(Sched + pid + 1) - start
         base = start + nprog + 1
+        if SPLIT:
+            L = gl.load(Sched + nprog)
     else:
         n = total // nprog + (pid < total % nprog).to(gl.int32)
         base = pid
-    return n, base
+    return n, base, L
 
 
 @gluon.jit
-def _tile(r, n, base, nprog, Sched, LPT: gl.constexpr):
-    """The program's r-th work tile, pid_bh * n_m + pid_m (r past its last tile: the last
-    one). The loops read each tile's index one work tile ahead, so the list's global load
-    is not waited for where the tile starts."""
+def _tile(r, n, base, L, nprog, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
+    """(t, key range, slot) of the program's r-th work tile, t = pid_bh * n_m + pid_m (r
+    past its last tile: the last one). Without SPLIT the range is 0 (the whole block,
+    :func:`_range`) and the slot -1 (written out). The loops read each tile one work tile
+    ahead, so the list's global loads are not waited for where the tile starts."""
+    kr = 0
+    slot = -1
     if LPT:
         t = gl.load(Sched + base + gl.minimum(r, n - 1))
+        if SPLIT:
+            kr = gl.load(Sched + base + gl.minimum(r, n - 1) + L)
+            slot = gl.load(Sched + base + gl.minimum(r, n - 1) + 2 * L)
     else:
         t = r * nprog + base
-    return t
+    return t, kr, slot
+
+
+@gluon.jit
+def _range(kr, n_tiles, SPLIT: gl.constexpr):
+    """(lo, hi): the positions of a work tile's order of key tiles (:func:`_key_tile`)
+    it runs: all of them, or with SPLIT those of its list entry (``lo | hi << 16``;
+    :func:`flashscope.schedule.split_schedule` cuts a block only where every consumer
+    keeps a tile of its own on each side)."""
+    if SPLIT:
+        lo = kr & 0xFFFF
+        hi = kr >> 16
+    else:
+        lo = 0
+        hi = n_tiles
+    return lo, hi
 
 
 @gluon.jit
@@ -246,24 +271,26 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_K, Div,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr, JOINT_KV: gl.constexpr, Trace,
-              TRACE: gl.constexpr):
+              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr, JOINT_KV: gl.constexpr,
+              SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q (with JOINT_KV, V0 too, since
     the first Q K^T then waits for both): it needs only a ring slot, which frees while the
     consumers finish the previous tile, whereas Q's slot waits for that tile's output
-    store."""
+    store. With SPLIT a work tile loads the positions of its key range only."""
     g = 0
     i = 0
-    n_work, base = _share(pid, nprog, total, Sched, LPT)
-    t_next = _tile(0, n_work, base, nprog, Sched, LPT)
+    n_work, base, L = _share(pid, nprog, total, Sched, LPT, SPLIT)
+    t_next, kr_next, _ = _tile(0, n_work, base, L, nprog, Sched, LPT, SPLIT)
     for r in range(0, n_work):
         t = t_next
-        t_next = _tile(r + 1, n_work, base, nprog, Sched, LPT)
+        kr = kr_next
+        t_next, kr_next, _ = _tile(r + 1, n_work, base, L, nprog, Sched, LPT, SPLIT)
         _, off_b, off_h, off_hkv, start_m, n_tiles, mask_from = _work(
             t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
-        first = _key_tile(0, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
+        lo, hi = _range(kr, n_tiles, SPLIT)
+        first = _key_tile(lo, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
         _stamp(Trace, pid, 3, r, 0, TRACE)
         _stamp(Trace, pid, 3, r, 5, TRACE, t)
         _stamp(Trace, pid, 3, r, 6, TRACE, n_tiles)
@@ -287,14 +314,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, BLOCK_N,
                      STAGES)
         _stamp(Trace, pid, 3, r, 2, TRACE)
-        for pos in range(1, n_tiles):
+        for pos in range(lo + 1, hi):
             j = _key_tile(pos, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
-            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + pos, BLOCK_N,
-                     STAGES)
-            _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + pos, BLOCK_N,
-                     STAGES)
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + pos - lo,
+                     BLOCK_N, STAGES)
+            _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + pos - lo,
+                     BLOCK_N, STAGES)
         _stamp(Trace, pid, 3, r, 3, TRACE)
-        g += n_tiles
+        g += hi - lo
         i += 1
 
 
@@ -515,14 +542,14 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     key tile; only the padding rows of a last work tile can pass. Dealt round-robin that
     saves nothing (the programs holding those tiles are not the last to finish) and
     measured 5% slower than computing them at N = 1024 (run 70), so they pass only with
-    LPT, whose list (BALANCE) puts the cheaper tiles where they shorten the grid."""
+    LPT = 2, whose list (BALANCE) puts the cheaper tiles where they shorten the grid."""
     if IS_CAUSAL:
         n_own = gl.cdiv(gl.minimum(N_K, row0 + ROWS), BLOCK_N)
         mask_own = gl.minimum((row0 // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
     else:
         n_own = n_tiles
         mask_own = mask_from
-    if IS_CAUSAL or LPT:  # rows all at or past N_Q: one tile, the rest passed
+    if IS_CAUSAL or LPT == 2:  # rows all at or past N_Q: one tile, the rest passed
         n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
     return n_own, mask_own
 
@@ -585,16 +612,35 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
 
 
 @gluon.jit
+def _store_part(acc, l_part, m_i, Part, slot, C: gl.constexpr, BLOCK_M: gl.constexpr,
+                row_s: gl.constexpr):
+    """Consumer C's rows of one piece of a cut row block (SPLIT): O unnormalized (acc
+    [64, D] fp32, relative to the rows' running maximum m, base 2, scaled) and (m, l),
+    to workspace slot ``slot``: BLOCK_M x D floats of O, then BLOCK_M (m, l) pairs.
+    :func:`flashscope.kernels.attention_merge._merge_parts` combines a block's pieces."""
+    ROWS: gl.constexpr = acc.shape[0]
+    HEAD_DIM: gl.constexpr = acc.shape[1]
+    layout: gl.constexpr = acc.type.layout
+    rec = Part + slot.to(gl.int64) * (BLOCK_M * (HEAD_DIM + 2))
+    rows = C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    gl.store(rec + gl.expand_dims(rows, 1) * HEAD_DIM + gl.expand_dims(cols, 0), acc)
+    ml = rec + BLOCK_M * HEAD_DIM + 2 * (C * ROWS + gl.arange(0, ROWS, layout=row_s))
+    gl.store(ml, m_i)
+    gl.store(ml + 1, gl.convert_layout(gl.sum(l_part, 1), row_s))
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-              v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m, H, GROUP,
-              N_Q, N_K, qk_scale, Div, C: gl.constexpr, BLOCK_M: gl.constexpr,
+              v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m, H,
+              GROUP, N_Q, N_K, qk_scale, Div, C: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
               K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
               RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
               RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr,
-              OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr, Trace,
-              TRACE: gl.constexpr):
+              OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr,
+              SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -602,7 +648,9 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     the other's wgmma. PINGPONG orders that instead (FlashAttention-3's warpgroup
     ping-pong): each issue of wgmma is a turn (:func:`_take_turn`), passed round-robin to
     the next consumer once issued, so the tensor cores serve the warpgroups in turn and
-    each one's softmax falls under the others' products."""
+    each one's softmax falls under the others' products. With SPLIT a work tile runs the
+    positions [lo, hi) of its key range, and a piece of a cut block (slot >= 0) writes
+    its partial O, m and l (:func:`_store_part`) instead of the output."""
     ROWS: gl.constexpr = 64
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     dtype: gl.constexpr = k_smem.dtype
@@ -622,13 +670,16 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     g = 0
     i = 0
     k = 0  # wgmma issue turns taken (counted always, waited on with PINGPONG)
-    n_work, base = _share(pid, nprog, total, Sched, LPT)
-    t_next = _tile(0, n_work, base, nprog, Sched, LPT)
+    n_work, base, L = _share(pid, nprog, total, Sched, LPT, SPLIT)
+    t_next, kr_next, slot_next = _tile(0, n_work, base, L, nprog, Sched, LPT, SPLIT)
     for r in range(0, n_work):
         t = t_next
-        t_next = _tile(r + 1, n_work, base, nprog, Sched, LPT)
+        kr = kr_next
+        part = slot_next
+        t_next, kr_next, slot_next = _tile(r + 1, n_work, base, L, nprog, Sched, LPT, SPLIT)
         pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
             t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
+        lo, hi = _range(kr, n_tiles, SPLIT)
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
                                      IS_CAUSAL, LPT)
@@ -641,18 +692,28 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         k_slot = g % STAGES
         k_phase = (g // STAGES) & 1
         # the tiles this consumer processes are positions first .. end - 1 of the work
-        # tile's order; with MASKED_FIRST those past its rows come before them: pass them
-        first = 0
+        # tile's order (within [lo, hi)); with MASKED_FIRST those past its rows come
+        # before them: pass them
         if MASKED_FIRST:
             first = n_tiles - n_own
+            if SPLIT:
+                first = gl.maximum(first, lo)
             k_slot, k_phase = _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, k_slot,
-                                          k_phase, first, k, C, CONSUMERS, STAGES, K_EARLY,
-                                          PINGPONG)
-        end = first + n_own
+                                          k_phase, first - lo, k, C, CONSUMERS, STAGES,
+                                          K_EARLY, PINGPONG)
+            end = hi
+        elif IS_CAUSAL or LPT == 2:
+            first = lo
+            end = n_own
+            if SPLIT:
+                end = gl.minimum(end, hi)
+        else:  # every consumer takes every key tile
+            first = lo
+            end = hi
         # the first tile (with MASKED_FIRST the only one it may mask): scores, then the
         # first softmax (m starts at its row maximum: a row's diagonal tile holds a key at
-        # or before it)
-        kk = k + first
+        # or before it, and so does every other tile it owns)
+        kk = k + first - lo
         mbarrier.wait(k_ready.index(k_slot), k_phase)
         _stamp(Trace, pid, C, r, 2, TRACE)
         kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
@@ -728,19 +789,28 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         _stamp(Trace, pid, C, r, 5, TRACE)
         mbarrier.arrive(v_empty.index(k_slot), count=1)
-        if not MASKED_FIRST:
+        if not MASKED_FIRST and (IS_CAUSAL or LPT == 2):
             # the tiles past this consumer's rows, after its last slot went back: passing
             # them waits for their loads, which may need that slot
             n_slot, n_phase = _next_slot(k_slot, k_phase, STAGES)
             _pass_tiles(k_ready, v_ready, k_empty, v_empty, turn, n_slot, n_phase,
-                        n_tiles - n_own, k + n_own + 1, C, CONSUMERS, STAGES, K_EARLY,
+                        hi - end, k + end - lo + 1, C, CONSUMERS, STAGES, K_EARLY,
                         PINGPONG)
 
-        _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
-                   pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s)
+        if SPLIT:
+            if part >= 0:
+                _store_part(acc, l_part, m_i, Part, part, C, BLOCK_M, row_s)
+                if not EARLY_Q:  # the Q slot did not stage this output
+                    mbarrier.arrive(q_empty.index(C), count=1)
+            else:
+                _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h,
+                           row0, pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s)
+        else:
+            _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
+                       pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s)
         _stamp(Trace, pid, C, r, 6, TRACE)
-        k += n_tiles + 1  # wgmma turns: every consumer takes T + 1 per work tile
-        g += n_tiles
+        k += hi - lo + 1  # wgmma turns: every consumer takes T + 1 per work tile
+        g += hi - lo
         i += 1
     if EARLY_Q:  # the last work tile's output store was not waited for
         tma.store_wait(0)
@@ -748,7 +818,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
 
 @gluon.jit(do_not_specialize=["DIV_M", "SHIFT_M", "DIV_H", "SHIFT_H", "DIV_G", "SHIFT_G"])
 def _attn_fwd_sm90(
-    q_desc, k_desc, v_desc, o_desc, Lse, Sched,
+    q_desc, k_desc, v_desc, o_desc, Lse, Sched, Part,
     H, GROUP, N_Q, N_K, BH, qk_scale, DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G, Trace,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
@@ -757,7 +827,7 @@ def _attn_fwd_sm90(
     OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
     EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr, OUT_RCP: gl.constexpr,
-    Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr,
+    Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr, SPLIT: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -767,10 +837,12 @@ def _attn_fwd_sm90(
     1-warp worker with PRODUCER_REGS. Three: the producer in the default partition (it
     keeps what the workers leave, 32 registers), the consumers 4-warp workers.
     qk_scale = scale * log2(e) > 0. Q/O descriptors have block (1, 1, 64, D); K/V
-    (1, 1, BLOCK_N, D). LPT (persistent grids, causal or with BALANCE): each program runs
-    its share of the host's work list ``Sched`` (int32,
-    :func:`flashscope.schedule.lpt_schedule`; unread otherwise), and consumers whose rows
-    are all past N_Q pass their key tiles (:func:`_own_tiles`); PINGPONG (2-3
+    (1, 1, BLOCK_N, D). LPT (persistent grids, causal or with BALANCE or SPLIT): each
+    program runs its share of the host's work list ``Sched`` (int32,
+    :func:`flashscope.schedule.lpt_schedule`; unread otherwise), and with LPT = 2
+    (causal, or BALANCE) consumers whose rows are all past N_Q pass their key tiles
+    (:func:`_own_tiles`); LPT = 1 (SPLIT alone, non-causal) computes them, so the
+    consumer's loop has no passing after it, as without a list; PINGPONG (2-3
     consumers): the consumers issue their wgmma in turn (:func:`_take_turn`); EXP2_POLY: one exponential in EXP2_POLY on the FMA pipe
     (:func:`_softmax_exp2`); RESCALE_TAU > 0: the row maximum moves only by more than
     that; EARLY_Q: Q handed back at its last use, the output staged in slots of its own;
@@ -779,7 +851,9 @@ def _attn_fwd_sm90(
     scaled by one reciprocal of l per row (:func:`_store_out`); Q_REGS: each consumer's Q
     in registers, the A operand of its Q K^T (the module docstring); JOINT_KV: a slot's K
     and V land on one mbarrier (``v_ready`` is ``k_ready``, two expects a phase), so a
-    consumer waits once per key tile, not twice."""
+    consumer waits once per key tile, not twice; SPLIT (with LPT): the list's entries
+    carry key ranges, and pieces of cut blocks write fp32 partials to ``Part``
+    (:func:`_store_part`; unread otherwise), which a second kernel merges."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -832,63 +906,63 @@ def _attn_fwd_sm90(
     if CONSUMERS == 1:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
                          TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
                          N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, JOINT_KV, Trace, TRACE)),
+                         MASKED_FIRST, JOINT_KV, SPLIT, Trace, TRACE)),
         ], warps, regs)
     elif CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
                          TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
                          TRACE)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
                          N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, JOINT_KV, Trace, TRACE)),
+                         MASKED_FIRST, JOINT_KV, SPLIT, Trace, TRACE)),
         ], warps, regs)
     else:
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                          v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
                          N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, JOINT_KV, Trace, TRACE)),
+                         MASKED_FIRST, JOINT_KV, SPLIT, Trace, TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
                          TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
                          TRACE)),
             (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, pid, nprog, total, n_m,
+                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
                          H, GROUP, N_Q, N_K, qk_scale, Div,
                          2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
                          K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, Trace,
+                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
                          TRACE)),
         ], warps, regs)

@@ -1,0 +1,68 @@
+"""The merge of a cut row block's pieces (the forward's SPLIT work lists).
+
+A piece covers key tiles [lo, hi) of a row block and leaves, per row, its unnormalized
+output and softmax state in base 2 (scores scaled by ``scale * log2(e)``):
+
+    m_p = max_j s_j,   l_p = sum_j 2^(s_j - m_p),   O_p = sum_j 2^(s_j - m_p) v_j
+
+over its keys j. The block's rows are then
+
+    M = max_p m_p,   L = sum_p 2^(m_p - M) l_p,   out = sum_p 2^(m_p - M) O_p / L,
+    lse = (M + log2 L) ln 2,
+
+which is the online softmax's own update, taken once per piece instead of once per key
+tile. Every piece holds at least one unmasked key of every row
+(:func:`flashscope.schedule.split_points`), so m_p is finite and L >= 1.
+
+Workspace slot s (float32): BLOCK_M x D values of O_p, then BLOCK_M (m_p, l_p) pairs; a
+block's pieces sit in consecutive slots. This module imports Triton only.
+"""
+
+import triton
+import triton.language as tl
+
+LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m,
+                 stride_ob, stride_oh, stride_om, stride_od,
+                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr,
+                 RETURN_LSE: tl.constexpr):
+    """Grid (cut blocks, BLOCK_M / ROWS). Merge (int32 [M, 3]): per cut block (work tile
+    t = pid_bh * n_m + pid_m, first slot, pieces). Out (B, H, N_Q, D), any strides; Lse
+    (B, H, N_Q) fp32, contiguous. Rows at or past N_Q are not written."""
+    i = tl.program_id(0)
+    c = tl.program_id(1)
+    t = tl.load(Merge + 3 * i)
+    first = tl.load(Merge + 3 * i + 1)
+    pieces = tl.load(Merge + 3 * i + 2)
+    pid_bh = t // n_m
+    pid_m = t % n_m
+    rows = c * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, HEAD_DIM)
+    rec: tl.constexpr = BLOCK_M * (HEAD_DIM + 2)
+    big = tl.full([ROWS], float("-inf"), tl.float32)
+    for p in range(0, pieces):
+        ml = Part + (first + p).to(tl.int64) * rec + BLOCK_M * HEAD_DIM + 2 * rows
+        big = tl.maximum(big, tl.load(ml))
+    total = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, HEAD_DIM], tl.float32)
+    for p in range(0, pieces):
+        slot = Part + (first + p).to(tl.int64) * rec
+        ml = slot + BLOCK_M * HEAD_DIM + 2 * rows
+        w = tl.math.exp2(tl.load(ml) - big)
+        total += w * tl.load(ml + 1)
+        o = tl.load(slot + rows[:, None] * HEAD_DIM + cols[None, :])
+        acc += w[:, None] * o
+    out = acc / total[:, None]
+    q_rows = pid_m * BLOCK_M + rows
+    keep = q_rows < N_Q
+    b = pid_bh // H
+    h = pid_bh % H
+    dst = (Out + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+           + q_rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_od)
+    tl.store(dst, out.to(Out.dtype.element_ty), mask=keep[:, None])
+    if RETURN_LSE:
+        lse = (big + tl.math.log2(total)) * LN2
+        tl.store(Lse + pid_bh.to(tl.int64) * N_Q + q_rows, lse, mask=keep)

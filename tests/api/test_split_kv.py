@@ -1,0 +1,148 @@
+"""SPLIT_KV: the merge of a cut block's pieces (any device: Triton's interpreter on CPU),
+the plan a SPLIT_KV launch builds, and on an sm_90 GPU the whole forward against the
+float64 reference on shapes whose lists cut blocks."""
+
+import math
+
+import pytest
+import torch
+
+from flashscope import AttentionConfig, kernels, launch
+from flashscope.config import check_config
+from flashscope.errors import ConfigError
+
+from .test_forward import run_case
+
+G = AttentionConfig(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, Q_IN_REGS=False,
+                    TMA=True, GLUON=True, PERSISTENT=True, SPLIT_KV=True)
+
+
+def _pieces(s, v, cuts, block_m):
+    """(O, m, l) of each key range [cuts[i], cuts[i+1]) of float64 scores s [R, N]
+    (base 2, scaled) and values v [N, D], rows padded to block_m."""
+    out = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        m = s[:, lo:hi].max(dim=1).values
+        p = torch.exp2(s[:, lo:hi] - m[:, None])
+        o = torch.zeros(block_m, v.shape[1], dtype=torch.float64)
+        ml = torch.zeros(block_m, 2, dtype=torch.float64)
+        o[:s.shape[0]] = p @ v[lo:hi]
+        ml[:s.shape[0], 0] = m
+        ml[:s.shape[0], 1] = p.sum(dim=1)
+        out.append(torch.cat([o.flatten(), ml.flatten()]))
+    return out
+
+
+@pytest.mark.parametrize("block_m,D", [(128, 64), (192, 128)])
+def test_merge_matches_float64(device, block_m, D):
+    """Two cut blocks of a (B=2, H=3, Nq=200) output, 3 and 2 pieces with uneven ranges,
+    merged into a NaN-poisoned, non-contiguous output: the cut rows match the float64
+    softmax of all keys (and its log-sum-exp), rows past Nq are not written, and every
+    other row is left as it was."""
+    B, H, n_q, n_k = 2, 3, 200, 300
+    n_m = math.ceil(n_q / block_m)
+    gen = torch.Generator().manual_seed(torch.seed() % 2 ** 31)
+    blocks = [(4 * n_m + n_m - 1, [0, 37, 38, 300]), (0, [0, 150, 300])]
+    parts, merges, refs = [], [], []
+    for t, cuts in blocks:
+        rows = min(block_m, n_q - (t % n_m) * block_m)
+        s = torch.randn(rows, n_k, generator=gen, dtype=torch.float64) * 3
+        v = torch.randn(n_k, D, generator=gen, dtype=torch.float64)
+        merges.append((t, len(parts), len(cuts) - 1))
+        parts += _pieces(s, v, cuts, block_m)
+        p = torch.softmax(s * math.log(2), dim=1)
+        refs.append((t, rows, p @ v, torch.logsumexp(s * math.log(2), dim=1)))
+    part = torch.cat(parts).float().to(device)
+    table = torch.tensor(merges, dtype=torch.int32, device=device)
+    out = torch.full((B, n_q, H, D), float("nan"), device=device,
+                     dtype=torch.float16).transpose(1, 2)
+    lse = torch.full((B, H, n_q), float("nan"), device=device)
+    merge = kernels.load("attention_merge", interpret=device == "cpu")._merge_parts
+    merge[(len(blocks), block_m // 64)](part, table, out, lse, H, n_q, n_m, *out.stride(),
+                                        HEAD_DIM=D, BLOCK_M=block_m, ROWS=64,
+                                        RETURN_LSE=True)
+    written = torch.zeros(B, H, n_q, dtype=torch.bool)
+    for t, rows, ref_o, ref_lse in refs:
+        bh, m = divmod(t, n_m)
+        b, h = divmod(bh, H)
+        r0 = m * block_m
+        got = out[b, h, r0:r0 + rows].double().cpu()
+        assert not torch.isnan(got).any()
+        err = ((got - ref_o).norm() / ref_o.norm()).item()
+        assert err < 2e-3, err
+        lse_err = (lse[b, h, r0:r0 + rows].double().cpu() - ref_lse).abs().max().item()
+        assert lse_err < 1e-4, lse_err
+        written[b, h, r0:r0 + rows] = True
+    assert torch.isnan(out.cpu()[~written]).all() and torch.isnan(lse.cpu()[~written]).all()
+
+
+def test_plan_cuts_and_sizes_its_workspace():
+    """A SPLIT_KV plan (meta tensors: the list is built, nothing runs) for 32 heads of
+    128 queries over 16k keys: one block per head on 132 programs, so every block is cut;
+    its workspace holds BLOCK_M x (D + 2) floats per slot; the same config without
+    SPLIT_KV has no merge."""
+    q = torch.empty(1, 32, 128, 64, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(1, 32, 16384, 64, device="meta", dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+    plan = launch.gluon_plan(q, k, k, out, None, causal=False, scale=0.125, cfg=G)
+    assert plan.consts["SPLIT"] and plan.consts["LPT"]
+    assert plan.split.merges.shape == (32, 3) and plan.split.slots >= 64
+    assert plan.workspace(q).numel() == plan.split.slots * 128 * 66
+    plain = launch.gluon_plan(q, k, k, out, None, causal=False, scale=0.125,
+                              cfg=G.replace(SPLIT_KV=False))
+    assert plain.split is None and not plain.consts["SPLIT"] and plain.workspace(q) is None
+
+
+def test_split_needs_a_persistent_grid():
+    with pytest.raises(ConfigError, match="SPLIT_KV=1 places work tiles .* PERSISTENT=1"):
+        check_config(G.replace(PERSISTENT=False), "sm90", 64)
+
+
+def _needs_sm90(device):
+    if device != "cuda":
+        pytest.skip("Gluon kernels run on an sm_90 GPU only")
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an sm_90 GPU")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tiles", [(128, 128, 2, {}), (192, 128, 3, {"PINGPONG": True,
+                                                                     "OVERLAP": 2}),
+                                   (192, 128, 3, {"LAZY_RESCALE": True, "EARLY_Q": True,
+                                                  "K_EARLY": True, "MASKED_FIRST": True}),
+                                   (128, 128, 2, {"Q_IN_REGS": True, "LAZY_RESCALE": True,
+                                                  "EARLY_Q": True, "K_EARLY": True,
+                                                  "MASKED_FIRST": True, "OUT_RCP": True}),
+                                   (192, 128, 3, {"PINGPONG": True, "EARLY_Q": True,
+                                                  "OUT_RCP": True, "BALANCE": True}),
+                                   (128, 64, 2, {"PINGPONG": True, "JOINT_KV": True})],
+                         ids=lambda t: "m{}n{}s{}".format(*t[:3]) + "".join(
+                             k[0].lower() for k in t[3]))
+@pytest.mark.parametrize("programs", [7, 13, None])
+def test_split_forward_matches_float64_reference(device, monkeypatch, causal, tiles,
+                                                 programs):
+    """Shapes whose lists cut blocks (checked: the plans' merge tables are not all empty;
+    causal, only on all SMs) on 7, 13 or all SMs: few long rows (Nq = 130 over 4097 keys), Nq != Nk, GQA, a last
+    block of padding rows (Nq = 200 with 192-row blocks: never cut, passed)."""
+    _needs_sm90(device)
+    if programs is not None:
+        monkeypatch.setattr(launch, "sm_count", lambda dev: programs)
+    bm, bn, st, knobs = tiles
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, **knobs)
+    cut = 0
+    for B, H, Hkv, Nq, Nk, D in [(2, 4, 2, 130, 4097, 64), (1, 6, 6, 200, 2000, 128),
+                                 (2, 4, 1, 1000, 1000, 64), (1, 2, 2, 3000, 3000, 128)]:
+        try:
+            check_config(cfg, "sm90", D)
+        except ConfigError as e:
+            assert "shared memory" in str(e), e
+            continue
+        run_case(device, B=B, H=H, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
+                 dtype=torch.bfloat16, bnhd=Nq % 2 == 0, cfg=cfg, with_lse=True)
+        q = torch.empty(B, H, Nq, D, device="meta", dtype=torch.bfloat16)
+        k = torch.empty(B, Hkv, Nk, D, device="meta", dtype=torch.bfloat16)
+        n_prog = programs or launch.sm_count(torch.device(device))
+        cut += launch.split_tensors(q, Nk, cfg, n_prog, causal).slots
+    # causal lists on 7 or 13 programs already end within a piece of even: nothing cut
+    assert cut > 0 or (causal and programs is not None)
