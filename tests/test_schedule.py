@@ -163,16 +163,19 @@ SPLIT_CASES = [  # (n_q, n_k, bh, block_m, causal, masked_first, programs)
     (4096, 4096, 128, 192, False, False, 132)]
 
 
+@pytest.mark.parametrize("priced", [False, True])
 @pytest.mark.parametrize("n_q,n_k,bh,bm,causal,mf,programs", SPLIT_CASES)
-def test_split_list_covers_every_key_tile_once(n_q, n_k, bh, bm, causal, mf, programs):
+def test_split_list_covers_every_key_tile_once(n_q, n_k, bh, bm, causal, mf, programs,
+                                               priced):
     """Every (block, key position) in exactly one entry; a cut block's pieces are
     contiguous, at least MIN_PIECE long, cut only at its split points, in consecutive
-    slots that the merge table names; whole blocks have slot -1."""
+    slots that the merge table names; whole blocks have slot -1. ``priced`` (BALANCE):
+    padded blocks are never cut where their padding consumers pass."""
     bn = 128
     n_m = math.ceil(n_q / bm)
     section = section_heads(n_k, 64, 2, 50 << 20, bh)
     s, merges, slots = split_schedule(n_m, bh, bm, bn, n_k, programs, section, causal, n_q,
-                                      not causal, mf)
+                                      priced, mf)
     assert s.dtype == np.int32 and merges.dtype == np.int32
     pieces = {}
     for _, t, lo, hi, slot in _entries(s, programs):
@@ -189,7 +192,7 @@ def test_split_list_covers_every_key_tile_once(n_q, n_k, bh, bm, causal, mf, pro
         if len(ps) == 1:
             assert ps[0][2] == -1 and t not in table
             continue
-        lo, hi = split_points(m, bm, bn, n_k, n_q, causal, mf)
+        lo, hi = split_points(m, bm, bn, n_k, n_q, causal, mf, causal or priced)
         assert all(lo <= a[1] <= hi for a in ps[:-1])
         assert all(b - a >= MIN_PIECE for a, b, _ in ps)
         first, n = table[t]
@@ -227,3 +230,8 @@ def test_split_list_ends_near_the_mean(n_q, n_k, bh, bm, causal, mf, base_over, 
     (0, 16384, 16384, True, True, None)])  # one key tile for consumer 0
 def test_split_points_leave_every_consumer_a_tile(m, n_q, n_k, causal, mf, points):
     assert split_points(m, 192, 128, n_k, n_q, causal, mf) == points
+
+
+def test_split_list_refuses_key_ranges_past_16_bits():
+    with pytest.raises(ValueError, match="16 bits"):
+        split_schedule(1, 1, 128, 128, 128 * 0x10000, 132, 1, False, 128)

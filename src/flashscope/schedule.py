@@ -226,10 +226,10 @@ def _place(pool, loads, cap):
 
 @functools.lru_cache(maxsize=256)
 def split_schedule(n_m: int, bh: int, block_m: int, block_n: int, n_k: int, programs: int,
-                   section: int, causal: bool, n_q: int, priced: bool = True,
+                   section: int, causal: bool, n_q: int, priced: bool = False,
                    masked_first: bool = False) -> tuple:
-    """The work list of :func:`lpt_schedule` with its ragged end cut along the keys:
-    (schedule, merges, slots).
+    """A persistent grid's work list (:func:`lpt_schedule`'s, or round-robin) with its
+    ragged end cut along the keys: (schedule, merges, slots).
 
     Blocks dealt whole leave the programs' loads up to a block apart: at Nq = 16384,
     D = 64, 192 x 128, 2752 blocks over 132 programs run 21 rounds where the work is
@@ -249,6 +249,9 @@ def split_schedule(n_m: int, bh: int, block_m: int, block_n: int, n_k: int, prog
     consumers, whose padding ones pass (causal lists always pass them); non-causal
     without it, the blocks start round-robin and every consumer computes, so any block
     may be cut. ``masked_first``: the order of MASKED_FIRST."""
+    if key_tiles(n_m - 1, block_m, block_n, n_k, causal) > 0xFFFF:
+        raise ValueError(f"split_schedule: a key range is packed in 16 bits, so at most "
+                         f"{0xFFFF} key tiles of {block_n}; got n_k={n_k}")
     passing = causal or priced
     if passing:
         base = lpt_schedule(n_m, bh, block_m, block_n, n_k, programs, section, causal,
