@@ -156,9 +156,10 @@ class AttentionConfig(_Knobs):
     causal or not) takes the last blocks off the programs over a target load and places
     them again where there is room, cut where that room ends; each piece writes its
     unnormalized output and softmax state to a float32 workspace and a second kernel
-    (:mod:`flashscope.kernels.attention_merge`) combines a block's pieces. Non-causal,
-    its consumers whose rows are all past Nq pass their key tiles as with BALANCE. It
-    also spreads few long row blocks (short Nq, long Nk) over every SM.
+    (:mod:`flashscope.kernels.attention_merge`) combines a block's pieces. Non-causal
+    without BALANCE the list starts round-robin and every consumer computes, padding
+    rows too (so any block may be cut); with BALANCE it starts from that list. It also
+    spreads few long row blocks (short Nq, long Nk) over every SM.
     """
 
     BLOCK_M: int = 128

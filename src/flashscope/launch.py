@@ -211,14 +211,20 @@ def l2_bytes(device) -> int:
     return _properties(device_index(device)).L2_cache_size
 
 
+def _list_args(q, n_k: int, cfg: AttentionConfig, programs: int) -> tuple:
+    """(n_m, bh, block_m, block_n, n_k, programs, section): the arguments every work
+    list of :mod:`flashscope.schedule` starts with, for q's shape and device."""
+    B, H, Nq, D = q.shape
+    section = section_heads(n_k, D, q.element_size(), l2_bytes(q.device), B * H)
+    return (triton_cdiv(Nq, cfg.BLOCK_M), B * H, cfg.BLOCK_M, cfg.BLOCK_N, n_k, programs,
+            section)
+
+
 def lpt_tensor(q, n_k: int, cfg: AttentionConfig, programs: int, causal: bool = True):
     """The persistent grid's work list (:func:`flashscope.schedule.lpt_schedule`) for q's
     shape on q's device, built once per shape and device and kept there."""
-    B, H, Nq, D = q.shape
-    section = section_heads(n_k, D, q.element_size(), l2_bytes(q.device), B * H)
-    return _lpt_on_device(q.device, triton_cdiv(Nq, cfg.BLOCK_M), B * H, cfg.BLOCK_M,
-                          cfg.BLOCK_N, n_k, programs, section, causal,
-                          Nq if cfg.BALANCE else None)
+    return _lpt_on_device(q.device, *_list_args(q, n_k, cfg, programs), causal,
+                          q.shape[2] if cfg.BALANCE else None)
 
 
 @functools.lru_cache(maxsize=256)
@@ -244,11 +250,8 @@ class SplitList(NamedTuple):
 def split_tensors(q, n_k: int, cfg: AttentionConfig, programs: int, causal: bool) -> SplitList:
     """The SPLIT_KV work list (:func:`flashscope.schedule.split_schedule`) for q's shape
     on q's device, built once per shape and device."""
-    B, H, Nq, D = q.shape
-    section = section_heads(n_k, D, q.element_size(), l2_bytes(q.device), B * H)
-    return _split_on_device(q.device, triton_cdiv(Nq, cfg.BLOCK_M), B * H, cfg.BLOCK_M,
-                            cfg.BLOCK_N, n_k, programs, section, causal, Nq,
-                            bool(cfg.BALANCE), bool(cfg.MASKED_FIRST))
+    return _split_on_device(q.device, *_list_args(q, n_k, cfg, programs), causal,
+                            q.shape[2], bool(cfg.BALANCE), bool(cfg.MASKED_FIRST))
 
 
 @functools.lru_cache(maxsize=256)

@@ -407,6 +407,11 @@ def _flags(flags: str) -> dict:
             "EXP2_POLY": int(poly)}
 
 
+def _tile_id(tiles) -> str:
+    """(BLOCK_M, BLOCK_N, stages, flags) -> ``m128n64s2xo``."""
+    return "m{}n{}s{}{}".format(*tiles)
+
+
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
           (257, 513, 1, 64), (64, 1, 4, 128)]
 
@@ -428,7 +433,7 @@ SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128
                                    (128, 128, 3, "xolq"), (128, 128, 2, "o2lhkiq"),
                                    (64, 64, 3, "hfq"), (192, 128, 3, "xo2j"),
                                    (128, 128, 2, "o2lhkiqj"), (64, 64, 2, "j")],
-                         ids=lambda t: "m{}n{}s{}{}".format(*t))
+                         ids=_tile_id)
 def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
     """The tiles' last field: the flags of :func:`_flags`. A
     tile too large for the head dim (192 x 128 with 3 stages needs 240 KB at D = 128) is
@@ -460,7 +465,7 @@ def test_matches_float64_reference(device, tiles, causal, Nq, Nk, Hkv, D):
                                    (192, 128, 2, "xlhkfj"), (128, 128, 2, "hkj"),
                                    (192, 128, 2, "xo2v"), (192, 128, 2, "xlhkfv"),
                                    (128, 128, 2, "xolhkqv"), (128, 64, 3, "hfiv")],
-                         ids=lambda t: "m{}n{}s{}{}".format(*t))
+                         ids=_tile_id)
 def test_persistent_programs_loop_over_tiles(device, monkeypatch, programs, causal, tiles):
     """A grid of 1, 3 or 7 programs over 2 x 4 x cdiv(Nq, BLOCK_M) work tiles: the ring,
     Q-slot and turn (PINGPONG, x in the tiles' flags) barrier phases carry across work

@@ -78,12 +78,13 @@ A ``TRACE = R`` build stamps the SM clock at fixed points of each work tile (``_
 with TRACE = 0 the stamps compile away.
 
 The file reads top down: partition sizes and the work list (``_worker_*``, ``_share``,
-``_tile``, ``_divmod``, ``_work``, ``_key_tile``), the clock stamps (``_stamp``); the
-producer (``_load_kv``, ``_producer``); the
+``_tile``, ``_range``, ``_divmod``, ``_work``, ``_key_tile``), the clock stamps
+(``_stamp``); the producer (``_load_kv``, ``_producer``); the
 consumer's pieces (masking and softmax: ``_masked`` .. ``_quad_sums``; ring and turns:
 ``_next_slot``, ``_take_turn``, ``_pass_turn``; ``_pin``; the P operand; the lazy
 rescale; slot hand-backs and the tiles a consumer owns or passes: ``_scores_done``,
-``_own_tiles``, ``_pass_tiles``; the output, ``_store_out``); then ``_consumer`` and the
+``_own_tiles``, ``_pass_tiles``; the output, ``_store_out``, or with SPLIT a cut block's
+partial, ``_store_part``); then ``_consumer`` and the
 kernel ``_attn_fwd_sm90``, which allocates the shared memory and barriers and starts the
 partitions.
 """
