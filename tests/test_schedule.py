@@ -223,7 +223,8 @@ def test_split_list_ends_near_the_mean(n_q, n_k, bh, bm, causal, mf, base_over, 
 
 
 @pytest.mark.parametrize("m,n_q,n_k,causal,mf,points", [
-    (0, 16384, 16384, False, False, (1, 127)),  # any cut of 128 key tiles
+    (0, 16384, 16384, False, False, (1, 126)),  # 128 key tiles, no piece of the last alone
+    (0, 16384, 256, False, False, None),  # two key tiles: the second may mask
     (85, 16384, 16384, False, False, None),  # 64 real rows of 192: never cut
     (5, 16384, 16384, True, False, (1, 7)),  # consumer 0 owns tiles 0..7 of 0..8
     (5, 16384, 16384, True, True, (2, 8)),  # order 8, 7, 0..6: it owns positions 1..8

@@ -4,10 +4,11 @@ The H100's clock follows its power and temperature, so one kernel reads several 
 apart between passes a few seconds apart (run 45 of the performance record saw -11% to
 +16% between two identical configs). Here every variant runs a burst of ``--reps``
 launches (CUDA events around the burst, after one warm-up launch), the variants take turns
-burst by burst in a rotating order, and this repeats ``--rounds`` times, so all of them
-sample the same drift. Printed per variant: the median burst time, TFLOP/s, and the
-median over rounds of its time divided by the first variant's time in the same round
-(with the interquartile range of that ratio).
+burst by burst, and this repeats ``--rounds`` times, so all of them sample the same
+drift; each round's order is a fresh permutation, so no variant always follows the same
+one (the clock also follows the previous burst's power). Printed per variant: the median
+burst time, TFLOP/s, and the median over rounds of its time divided by the first
+variant's time in the same round (with the interquartile range of that ratio).
 
 A VARIANT is ``NAME=SPEC``: ``cudnn``, ``fa4``, a config ``K=V,...``, or ``+K=V,...`` on
 top of flashscope's default for the shape (``@CONST=V`` overrides a kernel constant, as
@@ -30,6 +31,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ab_cells import variant_specs  # noqa: E402
 from fwd_hopper import _run, fa4, tflops, variant  # noqa: E402
+
+from flashscope.bench.timing import round_orders  # noqa: E402
 
 
 def _provider(spec, q, k, v, causal):
@@ -98,13 +101,11 @@ def checked(name, spec, q, k, v, causal, ref):
 
 def interleaved(names, fns, rounds, reps, flush=False):
     """{name: [ms per launch, one per round]}: each round runs every provider's burst of
-    ``reps`` launches, the order rotated by one each round; ``flush``: L2 evicted before
+    ``reps`` launches in the order of :func:`round_orders`; ``flush``: L2 evicted before
     every launch (:func:`_burst`)."""
     buf = torch.empty(256 << 20, dtype=torch.int8, device="cuda") if flush else None
     times = {n: [] for n in names}
-    for r in range(rounds):
-        order = list(range(len(fns)))
-        order = order[r % len(order):] + order[:r % len(order)]
+    for order in round_orders(len(fns), rounds):
         for i in order:
             times[names[i]].append(_burst(fns[i], reps, buf))
     return times

@@ -189,13 +189,15 @@ def split_points(m: int, block_m: int, block_n: int, n_k: int, n_q: int, causal:
     up to its last row's diagonal), or with MASKED_FIRST the last ``own`` positions.
     Where consumers of padding only (rows at or past Nq) pass their tiles (``passing``:
     causal, or BALANCE) a block holding one is never cut; else they compute like the
-    others."""
+    others. Non-causal without MASKED_FIRST no piece starts at the last key tile, the only
+    one that may mask: the kernel masks a piece's first tile as key tile 0."""
     consumers = math.ceil(block_m / CONSUMER_ROWS)
     if passing and math.ceil(min(block_m, n_q - m * block_m) / CONSUMER_ROWS) < consumers:
         return None
     tiles = key_tiles(m, block_m, block_n, n_k, causal)
     own = math.ceil(min(n_k, m * block_m + CONSUMER_ROWS) / block_n) if causal else tiles
-    lo, hi = (tiles - own + 1, tiles - 1) if masked_first else (1, own - 1)
+    lo, hi = ((tiles - own + 1, tiles - 1) if masked_first else
+              (1, own - 1) if causal else (1, tiles - 2))
     return (lo, hi) if lo <= hi else None
 
 

@@ -1,5 +1,6 @@
-"""Timer.rounds: providers of a case timed round-robin, the order reversed every other
-round, each ms the median of its rounds, and every extra timed call checked too."""
+"""Timer.rounds: providers of a case timed in interleaved rounds of shuffled order, each
+ms the median of its rounds, and every extra timed call checked too; the round orders
+themselves (:func:`flashscope.bench.timing.round_orders`)."""
 
 import statistics
 
@@ -9,7 +10,7 @@ import torch
 from flashscope.bench.harness import run_bench
 from flashscope.bench.providers import provider
 from flashscope.bench.suite import Case
-from flashscope.bench.timing import Timer
+from flashscope.bench.timing import Timer, round_orders
 
 from .test_cheats import honest
 
@@ -49,8 +50,9 @@ def test_rounds_interleave_and_take_the_median():
         assert r.ms == pytest.approx(statistics.median(r.ms_rounds))
         assert r.tflops > 0
     # the timed calls of rounds 2 and 3 (one per round and provider with cpu_reps=1),
-    # after each provider's validation calls and first timing
-    assert calls[-6:] == ["late", "b", "a", "a", "b", "late"]
+    # after each provider's validation calls and first timing, in round_orders' order
+    names = ["a", "b", "late"]
+    assert calls[-6:] == [names[i] for order in round_orders(3, 2) for i in order]
 
 
 def test_a_cheat_in_a_later_round_fails_the_case():
@@ -99,3 +101,28 @@ def test_markdown_gives_the_per_round_ratio_to_the_faster_peer():
     single = [Result(r.provider, CASE, "ok", ms=r.ms, tflops=r.tflops, ms_rounds=[r.ms])
               for r in (fs, cudnn, fa4)]
     assert "per round" not in markdown(single, {})
+
+
+def _top_share(orders):
+    """The largest share of one provider's turns that follow one same provider."""
+    seq = [i for order in orders for i in order]
+    counts = {}
+    for a, b in zip(seq, seq[1:]):
+        counts.setdefault(b, {}).setdefault(a, 0)
+        counts[b][a] += 1
+    return max(max(c.values()) / sum(c.values()) for c in counts.values())
+
+
+def test_round_orders_are_permutations_and_repeatable():
+    for order in round_orders(5, 30):
+        assert sorted(order) == list(range(5))
+    assert round_orders(4, 10) == round_orders(4, 10)
+    assert round_orders(4, 10, seed=1) != round_orders(4, 10)
+
+
+def test_no_provider_mostly_follows_the_same_one():
+    # a rotation (d f v n, f v n d, ...) put v right after f in 3 rounds of 4
+    rotated = [list(range(4))[r % 4:] + list(range(4))[:r % 4] for r in range(40)]
+    assert _top_share(rotated) >= 0.75
+    for n in (3, 4, 6):
+        assert _top_share(round_orders(n, 40)) < 0.6

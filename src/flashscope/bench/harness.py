@@ -8,12 +8,14 @@ memory of one call, the median time of the validated step, and a check of the la
 call's output. Any failure leaves the case without a speed number and with the reason.
 
 With ``Timer.rounds = R > 1``, every provider that passed a case is timed R - 1 more times
-once all have had their first, round-robin, the order reversed every other round, and
-its ``ms`` is the median of the R (all kept in ``ms_rounds``). A GPU's clock drifts with
-its temperature and power over a suite (in one H100 measurement the same kernel read
-3.83 ms first and 4.16 ms twenty seconds later), so providers timed one after the other
-once each inherit the drift as a bias; interleaved rounds spread it over all of them.
-Each extra timing's output is checked like the first.
+once all have had their first, in rounds whose order is a fresh (seeded) permutation
+(:func:`flashscope.bench.timing.round_orders`), and its ``ms`` is the median of the R
+(all kept in ``ms_rounds``). A GPU's clock drifts with its temperature and power over
+a suite (in one H100 measurement the same kernel read 3.83 ms first and 4.16 ms twenty
+seconds later), so providers timed one after the other once each inherit the drift as a
+bias; interleaved rounds spread it over all of them, and the shuffled order keeps any
+provider from mostly following the same one. Each extra timing's output is checked like
+the first.
 
 FLOPs (:func:`flashscope.roofline.attention_flops`): 4 B H Nq Nk D, x0.5 when causal,
 x2.5 for the backward, x3.5 for forward+backward. Percent of the copy ceiling uses the
@@ -28,7 +30,7 @@ from typing import Callable, Optional
 from ..errors import FlashscopeError
 from ..roofline import attention_flops, attention_min_bytes
 from .suite import Case, odd_cases, validation_key
-from .timing import Timer, peak_memory_mib
+from .timing import Timer, peak_memory_mib, round_orders
 
 STATUSES = ("ok", "failed", "error", "unsupported", "unavailable")
 BASELINE_ORDER = ("sdpa-cudnn", "fa4", "sdpa-flash", "fa2", "sdpa-efficient", "sdpa-math")
@@ -174,8 +176,8 @@ class _Runner:
 
         ok = [r for r in results if r.status == "ok" and r.provider in self.kept]
         try:
-            for k in range(1, self.timer.rounds):
-                for r in (ok[::-1] if k % 2 else ok):
+            for k, order in enumerate(round_orders(len(ok), self.timer.rounds - 1), 1):
+                for r in (ok[i] for i in order):
                     if r.status != "ok":
                         continue
                     step, ref, inp = self.kept[r.provider]

@@ -10,6 +10,7 @@ last call in ``last`` so the harness can validate it.
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -70,3 +71,19 @@ def peak_memory_mib(step: Callable, device: str) -> Optional[float]:
     peak = torch.cuda.max_memory_allocated() - base
     del result
     return peak / 2 ** 20
+
+
+def round_orders(n: int, rounds: int, seed: int = 0) -> list:
+    """The order of n providers in each of ``rounds`` interleaved rounds: a fresh
+    permutation per round (seeded, so a run is repeatable), so that no provider mostly
+    runs right after the same one. A GPU's clock follows the power of the burst before:
+    in a rotation (d f v n, f v n d, ...) the variant after FlashAttention-4 ran right
+    after it in three rounds of four and read 1.4% slower against the same config than
+    when timed without it (runs 154-156 of docs/performance.md)."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(rounds):
+        order = list(range(n))
+        rng.shuffle(order)
+        orders.append(order)
+    return orders

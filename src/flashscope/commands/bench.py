@@ -61,10 +61,10 @@ def register(sub):
     p.add_argument("--warmup-ms", type=float, default=25.0)
     p.add_argument("--rep-ms", type=float, default=100.0)
     p.add_argument("--rounds", type=int, default=1,
-                   help="time every provider of a case this many times, round-robin with "
-                        "the order reversed every other round, and keep the median (the "
-                        "GPU's clock drifts over a run; one pass in a fixed order biases "
-                        "the comparison)")
+                   help="time every provider of a case this many times, in rounds of "
+                        "shuffled (seeded) order, and keep the median (the GPU's clock "
+                        "drifts over a run and follows the previous burst's power; a "
+                        "fixed order biases the comparison)")
     p.add_argument("--no-ceilings", action="store_true",
                    help="skip measuring the GEMM and copy ceilings")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,

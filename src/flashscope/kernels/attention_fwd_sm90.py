@@ -651,7 +651,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     the next consumer once issued, so the tensor cores serve the warpgroups in turn and
     each one's softmax falls under the others' products. With SPLIT a work tile runs the
     positions [lo, hi) of its key range, and a piece of a cut block (slot >= 0) writes
-    its partial O, m and l (:func:`_store_part`) instead of the output."""
+    its partial O, m and l (:func:`_store_part`) after its output rows (which the merge
+    overwrites)."""
     ROWS: gl.constexpr = 64
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     dtype: gl.constexpr = k_smem.dtype
@@ -728,15 +729,26 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             _scores_done(k_empty, q_empty, k_slot, C, True, K_EARLY, EARLY_Q)
         else:
             _scores_done(k_empty, q_empty, k_slot, C, first == end - 1, K_EARLY, EARLY_Q)
-        s = _masked(s, _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST), row0,
-                    N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
+        if IS_CAUSAL or MASKED_FIRST:
+            p0 = _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
+        else:  # only the last key tile masks, and no piece starts there (split_points);
+            p0 = 0  # a position read from the list here cost the loop 0.3% (run 151)
+        s = _masked(s, p0, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
         p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_i, 1), EXP2_POLY, s_layout)
         l_part = _quad_sums(p)
         p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
-        for pos in range(first + 1, end):
+        # Without MASKED_FIRST the loop counts from the first position and the mask's
+        # bounds move with it, so LLVM keeps one induction variable (the key offset) for
+        # the mask and the exit test; a start read from the list (SPLIT) gave it two.
+        # MASKED_FIRST's loop carries no mask.
+        origin = first
+        if MASKED_FIRST:
+            origin = 0
+        shift = origin * BLOCK_N
+        for it in range(first + 1 - origin, end - origin):
             v_slot = k_slot  # the previous tile's V shares its K's slot number
             v_phase = k_phase
             k_slot, k_phase = _next_slot(k_slot, k_phase, STAGES)
@@ -751,11 +763,12 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             _pass_turn(turn, C, CONSUMERS, PINGPONG)
             kk += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
-            _scores_done(k_empty, q_empty, k_slot, C, pos == end - 1, K_EARLY,
+            _scores_done(k_empty, q_empty, k_slot, C, it == end - origin - 1, K_EARLY,
                          EARLY_Q and not Q_REGS)
 
             if not MASKED_FIRST:  # positions are tiles
-                s = _masked(s, pos, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
+                s = _masked(s, it, row0 - shift, N_K - shift, mask_own - shift, ROWS,
+                            BLOCK_N, IS_CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             if RESCALE_TAU > 0:
                 # a row keeps its old maximum unless the tile raises it by more than TAU
@@ -798,17 +811,14 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                         hi - end, k + end - lo + 1, C, CONSUMERS, STAGES, K_EARLY,
                         PINGPONG)
 
+        # a piece of a cut block writes its rows too (the merge overwrites them), so the
+        # epilogue is the one without SPLIT: a branch choosing between the two stores
+        # moved ptxas's loop schedule, 0.5-1% a key tile (runs 149-151)
+        _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
+                   pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s)
         if SPLIT:
             if part >= 0:
                 _store_part(acc, l_part, m_i, Part, part, C, BLOCK_M, row_s)
-                if not EARLY_Q:  # the Q slot did not stage this output
-                    mbarrier.arrive(q_empty.index(C), count=1)
-            else:
-                _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h,
-                           row0, pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s)
-        else:
-            _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
-                       pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s)
         _stamp(Trace, pid, C, r, 6, TRACE)
         k += hi - lo + 1  # wgmma turns: every consumer takes T + 1 per work tile
         g += hi - lo
