@@ -15,9 +15,10 @@ picks what is timed:
 - otherwise the kernel, then the merge (as the library launches them).
 
 Every variant's output is compared with cuDNN's (relative error printed; U and N
-variants are expected to differ). Bursts of ``--reps`` launches take turns in the
-shuffled order of :func:`flashscope.bench.timing.round_orders`; printed: median ms and
-the median (IQR) of each round's time over the first variant's.
+variants are expected to differ). Timed and printed as :mod:`ab` does
+(:func:`ab.interleaved`, :func:`ab.report`): bursts of ``--reps`` launches in shuffled
+rounds; median ms, TFLOP/s and the median (IQR) of each round's time over the first
+variant's.
 
 Usage: PYTHONPATH=src python scripts/gpu/ab_kernels.py --shape 1,44,576,131072,64
        [--rounds 160] [--reps 10] [--flush] E=-: V=-:SPLIT_KV=1 O=old.py:SPLIT_KV=1
@@ -25,36 +26,29 @@ Usage: PYTHONPATH=src python scripts/gpu/ab_kernels.py --shape 1,44,576,131072,6
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab import _burst  # noqa: E402
+from ab import _provider, interleaved, report  # noqa: E402
 from ab_file import _module  # noqa: E402
 
 import flashscope  # noqa: E402
 from flashscope import api, kernels, launch  # noqa: E402
-from flashscope.bench.timing import round_orders  # noqa: E402
 from flashscope.config import AttentionConfig  # noqa: E402
+from flashscope.schedule import pack_entries  # noqa: E402
 
 ENTRY = ("BLOCK_M=192,BLOCK_N=128,num_warps=4,num_stages=3,Q_IN_REGS=0,TMA=1,OVERLAP=2,"
          "GLUON=1,PERSISTENT=1,PINGPONG=1")
 
 
 def _uncut(plan, cfg, n_q, n_k, programs):
-    """A SPLIT_KV work list of whole blocks dealt round-robin (offsets, tiles, ranges
-    0 | n_tiles << 16, slots -1)."""
+    """A SPLIT_KV work list of whole blocks dealt round-robin, no piece cut."""
     tiles = plan.scalars[4] * -(-n_q // cfg.BLOCK_M)
-    lists = [list(range(p, tiles, programs)) for p in range(programs)]
-    offsets = [0]
-    for x in lists:
-        offsets.append(offsets[-1] + len(x))
-    n = offsets[-1]
-    whole = -(-n_k // cfg.BLOCK_N) << 16
-    return torch.tensor(offsets + [t for x in lists for t in x] + [whole] * n + [-1] * n,
-                        dtype=torch.int32, device="cuda")
+    whole = -(-n_k // cfg.BLOCK_N)
+    entries = [[(t, 0, whole) for t in range(p, tiles, programs)] for p in range(programs)]
+    return torch.from_numpy(pack_entries(entries, {})).to("cuda")
 
 
 def _variant(name, spec, q, k, v, causal, base, entry):
@@ -99,13 +93,11 @@ def main():
     ap.add_argument("variants", nargs="+", help="NAME=FILE:CONFIG (module docstring)")
     a = ap.parse_args()
     B, H, n_q, n_k, D = map(int, a.shape.split(","))
+    if n_q != n_k and a.causal:
+        sys.exit("--shape: Nq != Nk is timed non-causal only (as ab.py --nk)")
     q = torch.randn(B, H, n_q, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(B, H, n_k, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v,
-                                                               is_causal=a.causal).float()
+    ref = _provider("cudnn", q, k, v, a.causal)().float()
     base = api._default_config(q, k, v, a.causal)
     names, fns = [], []
     for item in a.variants:
@@ -117,18 +109,9 @@ def main():
         print(f"{name}: {cfg.key}, relative error {err:.2e}", flush=True)
         names.append(name)
         fns.append(run)
-    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda") if a.flush else None
-    times = {n: [] for n in names}
-    for order in round_orders(len(fns), a.rounds):
-        for i in order:
-            times[names[i]].append(_burst(fns[i], a.reps, flush))
-    print(f"shape {a.shape} causal={a.causal} rounds {a.rounds}"
-          f"{' L2 flushed' if a.flush else ''}")
-    for n in names:
-        ratios = sorted(t / b for t, b in zip(times[n], times[names[0]]))
-        q1, _, q3 = statistics.quantiles(ratios, n=4)
-        print(f"{n:>8} {statistics.median(times[n]):.4f} ms  {statistics.median(ratios):.4f} "
-              f"({q1:.4f}-{q3:.4f})")
+    times = interleaved(names, fns, a.rounds, a.reps, a.flush)
+    a.shape, a.nk, a.json = f"{B},{H},{n_q},{D}", n_k, None
+    report(a, names, times)
 
 
 if __name__ == "__main__":

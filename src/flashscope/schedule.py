@@ -226,6 +226,18 @@ def _place(pool, loads, cap):
     return [load for load, _ in heap], placed
 
 
+def pack_entries(entries: list, slot_of: dict) -> np.ndarray:
+    """The kernel's SPLIT_KV list (int32) of each program's entries [(tile, lo, hi)]:
+    offsets[P + 1], then the L tiles, key ranges ``lo | hi << 16`` and workspace slots
+    (``slot_of[tile, lo]``, -1 for a whole block written out directly)."""
+    flat = [e for x in entries for e in x]
+    offs = np.zeros(len(entries) + 1, dtype=np.int64)
+    offs[1:] = np.cumsum([len(x) for x in entries])
+    cols = np.array([(t, lo | hi << 16, slot_of.get((t, lo), -1)) for t, lo, hi in flat],
+                    dtype=np.int64).reshape(-1, 3)
+    return np.concatenate([offs, cols[:, 0], cols[:, 1], cols[:, 2]]).astype(np.int32)
+
+
 @functools.lru_cache(maxsize=256)
 def split_schedule(n_m: int, bh: int, block_m: int, block_n: int, n_k: int, programs: int,
                    section: int, causal: bool, n_q: int, priced: bool = False,
@@ -313,12 +325,7 @@ def split_schedule(n_m: int, bh: int, block_m: int, block_n: int, n_k: int, prog
         for lo in sorted(pieces[t]):
             slot_of[t, lo] = slots
             slots += 1
-    flat = [e for x in entries for e in x]
-    offs = np.zeros(programs + 1, dtype=np.int64)
-    offs[1:] = np.cumsum([len(x) for x in entries])
-    cols = np.array([(t, lo | hi << 16, slot_of.get((t, lo), -1)) for t, lo, hi in flat],
-                    dtype=np.int64).reshape(-1, 3)
-    sched = np.concatenate([offs, cols[:, 0], cols[:, 1], cols[:, 2]]).astype(np.int32)
+    sched = pack_entries(entries, slot_of)
     merge = np.array(merges, dtype=np.int32).reshape(-1, 3)
     for a in (sched, merge):
         a.setflags(write=False)
