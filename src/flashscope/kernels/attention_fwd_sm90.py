@@ -910,70 +910,20 @@ def _attn_fwd_sm90(
             mbarrier.init(v_empty.index(i), count=CONSUMERS)
 
     Div = (DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G)
-    # Partition arguments are spelled out in place: a tuple bound to a name first would
-    # turn its constexprs into tensors.
-    warps: gl.constexpr = _worker_warps(CONSUMERS)
-    regs: gl.constexpr = _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS)
-    if CONSUMERS == 1:
-        gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
-                         H, GROUP, N_Q, N_K, qk_scale, Div,
-                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
-                         TRACE)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-                         v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
-                         N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, JOINT_KV, SPLIT, Trace, TRACE)),
-        ], warps, regs)
-    elif CONSUMERS == 2:
-        gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
-                         H, GROUP, N_Q, N_K, qk_scale, Div,
-                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
-                         TRACE)),
-            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
-                         H, GROUP, N_Q, N_K, qk_scale, Div,
-                         1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
-                         TRACE)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-                         v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
-                         N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, JOINT_KV, SPLIT, Trace, TRACE)),
-        ], warps, regs)
-    else:
-        gl.warp_specialize([
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-                         v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP,
-                         N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, HEAVY_FIRST, LPT,
-                         MASKED_FIRST, JOINT_KV, SPLIT, Trace, TRACE)),
-            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
-                         H, GROUP, N_Q, N_K, qk_scale, Div,
-                         0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
-                         TRACE)),
-            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
-                         H, GROUP, N_Q, N_K, qk_scale, Div,
-                         1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
-                         TRACE)),
-            (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m,
-                         H, GROUP, N_Q, N_K, qk_scale, Div,
-                         2, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                         K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT, PINGPONG, OVERLAP,
-                         EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace,
-                         TRACE)),
-        ], warps, regs)
+    # One list, in partition order (_worker_warps): consumer c, or the producer where c is
+    # -1. The arguments are spelled out in place: a tuple bound to a name first would turn
+    # its constexprs into tensors; a comprehension over a tuple of constexprs does not.
+    gl.warp_specialize(
+        [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
+                      k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
+                      GROUP, N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
+                      HEAVY_FIRST, LPT, MASKED_FIRST, JOINT_KV, SPLIT, Trace, TRACE))
+         if c < 0 else
+         (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
+                      k_empty, v_empty, turn, pin, o_desc, Lse, Sched, Part, pid, nprog,
+                      total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, c, BLOCK_M, BLOCK_N,
+                      HEAD_DIM, STAGES, K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT,
+                      PINGPONG, OVERLAP, EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST,
+                      OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace, TRACE))
+         for c in ((0, -1), (0, 1, -1), (-1, 0, 1, 2))[CONSUMERS - 1]],
+        _worker_warps(CONSUMERS), _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS))
