@@ -15,7 +15,8 @@ meaning the whole warpgroup's product has read it. Triton's cache key does not s
 hook: use a TRITON_CACHE_DIR of its own.
 
 Usage: TRITON_CACHE_DIR=/tmp/tc_bars PYTHONPATH=src python scripts/gpu/ab_bars.py
-       --shape 1,44,576,131072,64 --drop w,a,s,was [--rounds 120] [--flush] [CONFIG]
+       --drop w,a,s,was [--config CONFIG] --shape 1,44,576,131072,64 --rounds 120 [...]
+(every option but ``--drop`` and ``--config`` goes to ``ab_kernels.py`` as it is).
 """
 
 import argparse
@@ -64,7 +65,8 @@ def hook(backend, stages, options, language, capability):
 
 
 def copies(drops, where) -> list:
-    """ab_kernels variants NB<FLAGS>=<copy>:CONFIG, one renamed kernel copy each."""
+    """ab_kernels variant heads NB<FLAGS>=<copy> (the CONFIG follows), one renamed kernel
+    copy each."""
     src = open(KERNEL).read()
     out = []
     for flags in drops:
@@ -80,25 +82,17 @@ def copies(drops, where) -> list:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", required=True, help="B,H,Nq,Nk,D (as ab_kernels.py)")
     ap.add_argument("--drop", default="w,a,s,was", help="comma-separated flag sets")
-    ap.add_argument("--rounds", default="120")
-    ap.add_argument("--flush", action="store_true")
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("config", nargs="?", default="",
+    ap.add_argument("--config", default="",
                     help="CONFIG as ab_kernels.py takes it (default: its entry)")
-    a = ap.parse_args()
+    a, rest = ap.parse_known_args()
     triton.knobs.runtime.add_stages_inspection_hook = hook
     sys.path.insert(0, HERE)
     import ab_kernels
 
     where = tempfile.mkdtemp(prefix="ab_bars_")
-    variants = [f"E=-:{a.config}"] + [f"{v}:{a.config}" for v in copies(a.drop.split(","),
-                                                                          where)]
-    sys.argv = [sys.argv[0], "--shape", a.shape, "--rounds", a.rounds,
-                *(["--flush"] if a.flush else []), *(["--causal"] if a.causal else []),
-                *variants]
-    ab_kernels.main()
+    names = ["E=-"] + copies(a.drop.split(","), where)
+    ab_kernels.main(rest + [f"{v}:{a.config}" for v in names])
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ def _variant(name, spec, q, k, v, causal, base, entry):
     return cfg, run
 
 
-def main():
+def main(argv=None):
+    """``argv``: the arguments (sys.argv[1:] when None)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", required=True, help="B,H,Nq,Nk,D")
     ap.add_argument("--causal", action="store_true")
@@ -91,7 +92,7 @@ def main():
     ap.add_argument("--flush", action="store_true", help="evict L2 before every launch")
     ap.add_argument("--entry", default=ENTRY, help="the config plain CONFIGs build on")
     ap.add_argument("variants", nargs="+", help="NAME=FILE:CONFIG (module docstring)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     B, H, n_q, n_k, D = map(int, a.shape.split(","))
     if n_q != n_k and a.causal:
         sys.exit("--shape: Nq != Nk is timed non-causal only (as ab.py --nk)")

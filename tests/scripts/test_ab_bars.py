@@ -3,7 +3,6 @@ entry compiled for sm_90 here (no GPU)."""
 
 import importlib.util
 import os
-import re
 import sys
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "scripts", "gpu")]
 
-from ab_bars import copies, strip  # noqa: E402
+from ab_bars import _BAR, copies, strip  # noqa: E402
 from flashscope import compile as fcompile  # noqa: E402
 from flashscope.tuned import lookup  # noqa: E402
 
@@ -24,7 +23,7 @@ def ptx():
 
 
 def _bars(text):
-    return len(re.findall(r"bar\.sync\s+\d+,\s*128;", text))
+    return sum(1 for line in text.split("\n") if _BAR.match(line))
 
 
 def test_each_flag_drops_only_the_barriers_it_names(ptx):
@@ -41,7 +40,7 @@ def _before_copy(text):
     """bar.sync lines followed within four instructions by a TMA copy."""
     lines = [x.strip() for x in text.split("\n")
              if x.strip() and not x.strip().startswith(("//", ".loc"))]
-    return sum(1 for i, x in enumerate(lines) if re.match(r"bar\.sync\s+\d+,\s*128;", x)
+    return sum(1 for i, x in enumerate(lines) if _BAR.match(x)
                and any("cp.async.bulk" in y for y in lines[i + 1:i + 5]))
 
 
