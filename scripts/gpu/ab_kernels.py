@@ -40,7 +40,7 @@ from flashscope.config import AttentionConfig  # noqa: E402
 from flashscope.schedule import pack_entries  # noqa: E402
 
 ENTRY = ("BLOCK_M=192,BLOCK_N=128,num_warps=4,num_stages=3,Q_IN_REGS=0,TMA=1,OVERLAP=2,"
-         "GLUON=1,PERSISTENT=1,PINGPONG=1")
+         "GLUON=1,PERSISTENT=1,PINGPONG=1,MASKED_FIRST=1")
 
 
 def _uncut(plan, cfg, n_q, n_k, programs):

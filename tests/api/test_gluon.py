@@ -523,6 +523,21 @@ def test_divisors_that_are_not_powers_of_two(device, monkeypatch, programs, caus
              dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tiles", [(128, 128, 2, "x"), (192, 128, 3, "xo2")], ids=_tile_id)
+def test_pingpong_turns_over_more_programs_than_sms(device, tiles, causal):
+    """PINGPONG's turns are hardware named barriers, which belong to the CTA: with one
+    program per work tile (not persistent), 2 x 16 x 12-24 programs run several to an SM
+    one after another, each starting from consumer 0's open first turn. A barrier left
+    half-arrived by one program would shift the next one's turns (or hang it)."""
+    _needs_sm90(device)
+    bm, bn, st, flags = tiles
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, **_flags(flags))
+    run_case(device, B=2, H=16, Hkv=8, Nq=2300, Nk=1100, D=64, causal=causal,
+             dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)
+
+
 # lengths inside each class of the tuned file, none a tile multiple
 _CLASS_SHAPES = {"le1k": (1000, 777), "le4k": (2049, 3001), "le16k": (4500, 9001)}
 

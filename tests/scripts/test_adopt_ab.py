@@ -60,3 +60,35 @@ def test_recorded_16k_reading_is_refused_once_confirmation_is_asked(tmp_path):
     assert "d64n16k: kept the default" in "\n".join(lines)
     assert "d64c16k: kept the default (not in every --confirm run)" in lines
     assert json.loads(tuned.read_text()) == json.loads(before)
+
+
+def test_third_quartile_bound_is_a_parameter():
+    row = _row("b", 0.988, 1.012)
+    assert not passes(row, 0.995)
+    assert passes(row, 0.995, q3_below=1.02)
+    assert not passes(_row("b", 0.988, 1.021), 0.995, q3_below=1.02)
+
+
+RESULTS_25 = os.path.join(ROOT, "docs", "results", "h100-2026-11-25")
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(RESULTS_25, "ab_run173")),
+                    reason="recorded A/B runs not in this checkout")
+def test_recorded_wide_cell_is_adopted_only_with_the_relaxed_quartile(tmp_path):
+    """Runs 170-173, D = 64 causal 16k: +PINGPONG=1,OVERLAP=2 at medians 0.988-0.993 of
+    the entry's time with third quartiles 1.006-1.016. The default rule keeps the entry;
+    Q3 < 1.02 over four runs adopts that variant (not the same with K_EARLY=0, whose
+    median in run 171 is 0.9952)."""
+    tuned = tmp_path / "sm90.json"
+    shutil.copy(tuned_path("sm90"), tuned)
+    runs = [os.path.join(RESULTS_25, f"ab_run{r}") for r in (170, 171, 173)]
+    main = os.path.join(RESULTS_25, "ab_run172")
+    lines = adopt(main, str(tuned), 0.995, "test", dry=True, confirm=runs)
+    assert lines == ["d64c16k: kept the default (no variant <= 0.995 with Q3 < 1 here and "
+                     "in the 3 --confirm run(s))"]
+    lines = adopt(main, str(tuned), 0.995, "test", dry=False, confirm=runs, q3_below=1.02)
+    assert len(lines) == 1 and "->" in lines[0] and "+PINGPONG=1,OVERLAP=2:" in lines[0], lines
+    entry = next(e for e in json.loads(tuned.read_text())["entries"]
+                 if e["head_dim"] == 64 and e["causal"] and e["seq_class"] == "le16k")
+    assert entry["config"]["PINGPONG"] and entry["config"]["OVERLAP"] == 2
+    assert entry["config"]["SPLIT_KV"] and entry["config"]["K_EARLY"]
