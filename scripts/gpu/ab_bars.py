@@ -68,6 +68,7 @@ def producer_in_one_warp(ptx: str) -> tuple:
     barrier.sync 1``; its final join is the block holding the last ``barrier.sync 1;
     setmaxnreg.inc``. Warps 1-3 (``tid & 96`` != 0) branch there at once."""
     lines = ptx.split("\n")
+    missing = ValueError("no default-partition producer (three consumers) in this PTX")
     try:
         i = next(k for k, x in enumerate(lines) if _DISPATCH.match(x))
         rest = next(m.group(1) for x in lines[i:i + 20]
@@ -80,10 +81,10 @@ def producer_in_one_warp(ptx: str) -> tuple:
         label = next(_LABEL.match(lines[k]).group(1) for k in range(join, 0, -1)
                      if _LABEL.match(lines[k]))
     except StopIteration:
-        start = end = 0
+        raise missing from None
     body = "\n".join(lines[start:end])
-    if "cp.async.bulk.tensor" not in body or "wgmma" in body:
-        raise ValueError("no default-partition producer (three consumers) in this PTX")
+    if "cp.async.bulk.tensor" not in body or "wgmma" in body:  # a consumer is the default
+        raise missing
     dropped = 0
     for k in range(start + 1, end):
         if _BAR.match(lines[k]):

@@ -13,10 +13,10 @@ adopted only if the rule holds for it in every one of them too (the same spec, u
 any name), and the best of those is the one with the lowest median in AB_DIR. One
 12-round reading of a noisy cell passes the rule by chance: D = 64 non-causal 16k +
 BALANCE read 0.958 once between readings of 1.018 and 1.022 (runs 132, 139, 140 of the
-performance record); a second A/B of 30 rounds is the confirmation. ``--q3-below B`` (> 1, with two or more
-``--confirm`` runs) relaxes the quartile for a cell whose rounds spread wider than the
-effect: D = 64 causal 16k + PINGPONG, OVERLAP=2 read medians 0.982-0.993 in six A/Bs
-with third quartiles 1.006-1.016 (runs 168-173).
+performance record); a second A/B of 30 rounds is the confirmation.
+``--q3-below B`` (> 1, with two or more ``--confirm`` runs) relaxes the quartile for a
+cell whose rounds spread wider than the effect: D = 64 causal 16k + PINGPONG, OVERLAP=2
+read medians 0.982-0.993 in six A/Bs with third quartiles 1.006-1.016 (runs 168-173).
 
 Usage: python scripts/gpu/adopt_ab.py AB_DIR [--confirm DIR ..] [--tuned PATH]
        [--max-ratio 0.995] [--q3-below 1] [--run "run 90"] [--dry-run] [--recheck FILE]
@@ -115,8 +115,7 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
         if best is None:
             also = f" here and in the {len(confirm)} --confirm run(s)" if confirm else ""
             lines.append(f"{cell}: kept the default (no variant <= {max_ratio} with Q3 < "
-                         f"{q3_below:g}"
-                         f"{also})")
+                         f"{q3_below:g}{also})")
             continue
         spec = specs[best["name"]]
         cls = seq_class(N)
