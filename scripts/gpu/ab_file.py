@@ -4,11 +4,12 @@ For changes that are not a knob: save the kernel file as it was (``git show
 REV:src/flashscope/kernels/attention_fwd_sm90.py > old.py``), edit, then time both with
 the same launch arguments (flashscope's default config for the shape, built by
 ``launch.forward_call``) and cuDNN, in interleaved bursts as :mod:`ab` does. Both
-kernels go through Triton's ``kernel[grid]`` launch (the same host cost each); each
-output is poisoned with NaN, then checked against cuDNN's.
+kernels go through Triton's ``kernel[grid]`` launch (the same host cost each), followed
+by the merge of cut blocks where the config has SPLIT_KV (the same merge launch for
+both); each output is poisoned with NaN, then checked against cuDNN's.
 
 Usage: PYTHONPATH=src python scripts/gpu/ab_file.py OLD.py --shape 1,32,16384,64
-       [--causal] [--rounds 12] [--reps 10] [--json OUT.json]
+       [--causal] [--rounds 12] [--reps 10] [--json OUT.json] [--flush]
 """
 
 import argparse
@@ -35,15 +36,20 @@ def _module(path):
 
 def _runner(mod, q, k, v, causal, cfg, ref):
     out = torch.empty_like(q)
+    scale = q.shape[-1] ** -0.5
     grid, args, consts = launch.forward_call(q, k, v, out, None, causal=causal,
-                                             scale=q.shape[-1] ** -0.5, cfg=cfg)
+                                             scale=scale, cfg=cfg)
     opts = launch.launch_options(cfg, q.device)
     fn = mod._attn_fwd_sm90
     known = {p.name for p in fn.params}  # an older kernel may lack a newer knob
     consts = {n: c for n, c in consts.items() if n in known}
+    plan = (launch.gluon_plan(q, k, v, out, None, causal=causal, scale=scale, cfg=cfg)
+            if cfg.SPLIT_KV else None)
 
     def run():
         fn[grid](*args, **consts, **opts)
+        if plan is not None:  # the cut blocks' partials (args[6]) into their rows
+            plan.merge(args[6], out, None)
         return out
     out.fill_(float("nan"))
     run()
