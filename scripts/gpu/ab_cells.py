@@ -71,7 +71,7 @@ NEIGHBOURS = (("pp", "PINGPONG", (False, True)), ("o", "OVERLAP", (0, 1, 2)),
               ("ke", "K_EARLY", (False, True)), ("mf", "MASKED_FIRST", (False, True)),
               ("rc", "OUT_RCP", (False, True)), ("q", "Q_IN_REGS", (False, True)),
               ("bl", "BALANCE", (False, True)), ("jk", "JOINT_KV", (False, True)),
-              ("sv", "SPLIT_KV", (False, True)),
+              ("sv", "SPLIT_KV", (False, True)), ("lr", "LEAN_RELEASE", (False, True)),
               ("s", "num_stages", (2, 3, 4)))
 
 

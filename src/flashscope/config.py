@@ -160,6 +160,11 @@ class AttentionConfig(_Knobs):
     without BALANCE the list starts round-robin and every consumer computes, padding
     rows too (so any block may be cut); with BALANCE it starts from that list. It also
     spreads few long row blocks (short Nq, long Nk) over every SM.
+    LEAN_RELEASE (GLUON) hands ring slots back without a warpgroup barrier: the slots'
+    free mbarriers move to static shared memory outside Triton's allocation, where its
+    barrier analysis does not see them, and one elected lane of each consumer warp
+    arrives once its wgmma wait has returned (CUTLASS's consumer release). Each
+    consumer's loop loses one ``bar.sync`` a key tile, the producer one a wait.
     """
 
     BLOCK_M: int = 128
@@ -184,6 +189,7 @@ class AttentionConfig(_Knobs):
     BALANCE: bool = False
     JOINT_KV: bool = False
     SPLIT_KV: bool = False
+    LEAN_RELEASE: bool = False
 
     _TILES = ("BLOCK_M", "BLOCK_N")
 
@@ -200,12 +206,12 @@ class AttentionConfig(_Knobs):
                 + ("h" if self.EARLY_Q else "") + ("k" if self.K_EARLY else "")
                 + ("f" if self.MASKED_FIRST else "") + ("i" if self.OUT_RCP else "")
                 + ("b" if self.BALANCE else "") + ("j" if self.JOINT_KV else "")
-                + ("v" if self.SPLIT_KV else ""))
+                + ("v" if self.SPLIT_KV else "") + ("r" if self.LEAN_RELEASE else ""))
 
 
 _BOOL_KNOBS = ("Q_IN_REGS", "TMA", "WARP_SPEC", "GLUON", "PERSISTENT",
                "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY", "MASKED_FIRST", "OUT_RCP",
-               "BALANCE", "JOINT_KV", "SPLIT_KV")
+               "BALANCE", "JOINT_KV", "SPLIT_KV", "LEAN_RELEASE")
 #: integer knobs that also take true/false (they were switches before they had levels)
 _LEVEL_KNOBS = ("OVERLAP",)
 
@@ -272,7 +278,10 @@ def min_shared_bytes(cfg: AttentionConfig, head_dim: int, dtype: str = "bfloat16
     if cfg.GLUON:  # Q (and O with EARLY_Q), the K/V ring (exact, but for the barriers)
         rows = cfg.BLOCK_M * (2 if cfg.EARLY_Q else 1) + 2 * cfg.num_stages * cfg.BLOCK_N
         pin = 16 * cfg.BLOCK_M if cfg.OVERLAP else 0  # 4 fp32 a row, stored to with OVERLAP
-        return rows * head_dim_pad(head_dim) * elt + pin
+        # LEAN_RELEASE's static barriers: 1 KB, so that Triton's dynamic part stays
+        # 1024-aligned (128-byte swizzled TMA tiles need it)
+        lean = 1024 if cfg.LEAN_RELEASE else 0
+        return rows * head_dim_pad(head_dim) * elt + pin + lean
     return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * elt * max(1, cfg.num_stages - 1)
 
 
@@ -327,7 +336,8 @@ def check_config(cfg: AttentionConfig, target="sm90", head_dim: int = 128,
         _check_gluon(cfg, t, head_dim)
     else:
         for knob in ("PERSISTENT", "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY",
-                     "MASKED_FIRST", "OUT_RCP", "BALANCE", "JOINT_KV", "SPLIT_KV"):
+                     "MASKED_FIRST", "OUT_RCP", "BALANCE", "JOINT_KV", "SPLIT_KV",
+                     "LEAN_RELEASE"):
             if getattr(cfg, knob):
                 raise ConfigError(f"{knob}=1 is a knob of the Gluon variant: it needs GLUON=1")
     levels = (0, 1, 2) if cfg.GLUON else (0, 1)

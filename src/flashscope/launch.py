@@ -527,6 +527,7 @@ def _build_gluon_plan(q, k, v, out, lse, causal, scale, cfg) -> GluonPlan:
                   EARLY_Q=bool(cfg.EARLY_Q), MASKED_FIRST=bool(cfg.MASKED_FIRST),
                   TRACE=0, OUT_RCP=bool(cfg.OUT_RCP), Q_REGS=bool(cfg.Q_IN_REGS),
                   JOINT_KV=bool(cfg.JOINT_KV), SPLIT=split,
+                  LEAN_RELEASE=bool(cfg.LEAN_RELEASE),
                   CONSUMER_REGS=SM90_CONSUMER_REGS[cfg.BLOCK_M // 64],
                   PRODUCER_REGS=SM90_PRODUCER_REGS)
     if split:

@@ -180,7 +180,7 @@ MIN_PIECE = 4
 def split_points(m: int, block_m: int, block_n: int, n_k: int, n_q: int, causal: bool,
                  masked_first: bool, passing: bool = True) -> "tuple | None":
     """(lo, hi): the positions s at which row block m may be cut into [.., s) and [s, ..)
-    in its order of key tiles (:func:`flashscope.kernels.attention_fwd_sm90._key_tile`),
+    in its order of key tiles (:func:`flashscope.kernels.sm90_worklist._key_tile`),
     lo <= s <= hi; None when it may not be cut at all.
 
     Every piece must give every consumer warpgroup (64 rows) at least one of its own key

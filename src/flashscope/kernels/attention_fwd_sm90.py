@@ -77,16 +77,14 @@ A ``TRACE = R`` build stamps the SM clock at fixed points of each work tile (``_
 :mod:`flashscope.profile.timeline` reads them, ``scripts/gpu/trace_fwd.py`` runs them);
 with TRACE = 0 the stamps compile away.
 
-The file reads top down: partition sizes and the work list (``_worker_*``, ``_share``,
-``_tile``, ``_range``, ``_divmod``, ``_work``, ``_key_tile``), the clock stamps
-(``_stamp``); the producer (``_load_kv``, ``_producer``); the
-consumer's pieces (masking and softmax: ``_masked`` .. ``_quad_sums``; ring and turns:
-``_next_slot``, ``_turn_asm``, ``_take_turn``, ``_pass_turn``; ``_pin``; the P operand;
-the lazy rescale; slot hand-backs and the tiles a consumer owns or passes: ``_scores_done``,
-``_own_tiles``, ``_pass_tiles``; the output, ``_store_out``, or with SPLIT a cut block's
-partial, ``_store_part``); then ``_consumer`` and the
-kernel ``_attn_fwd_sm90``, which allocates the shared memory and barriers and starts the
-partitions.
+Three modules hold the pieces: :mod:`~flashscope.kernels.sm90_worklist` (which work
+tiles a program runs and what each covers), :mod:`~flashscope.kernels.sm90_softmax`
+(masking, exponentials, the P operand, the lazy rescale) and
+:mod:`~flashscope.kernels.sm90_sync` (ring slots, hand-backs, wgmma turns). This file
+reads top down: partition sizes (``_worker_*``), the clock stamps (``_stamp``), the
+producer (``_load_kv``, ``_producer``), the output (``_store_out``, or with SPLIT a cut
+block's partial, ``_store_part``), ``_consumer``, and the kernel ``_attn_fwd_sm90``,
+which allocates the shared memory and barriers and starts the partitions.
 """
 
 from triton.experimental import gluon
@@ -99,7 +97,26 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from flashscope.kernels.attention_fwd import LN2, _exp2_fma
+from flashscope.kernels.attention_fwd import LN2
+from flashscope.kernels.sm90_softmax import (
+    _lazy_rescale,
+    _masked,
+    _p_operand,
+    _quad_sums,
+    _softmax_exp2,
+)
+from flashscope.kernels.sm90_sync import (
+    _acquire,
+    _free_asm,
+    _next_slot,
+    _pass_tiles,
+    _pass_turn,
+    _pin,
+    _release,
+    _scores_done,
+    _take_turn,
+)
+from flashscope.kernels.sm90_worklist import _key_tile, _own_tiles, _range, _share, _tile, _work
 
 
 @gluon.constexpr_function
@@ -121,123 +138,6 @@ def _worker_regs(consumers, consumer_regs, producer_regs):
 
 
 @gluon.jit
-def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
-    """(n, base, L): how many work tiles program ``pid`` takes and where :func:`_tile`
-    finds them: with LPT its share of the host's list (:mod:`flashscope.schedule`), else
-    every nprog-th tile from pid; with SPLIT, L = the list's length (its key ranges and
-    slots follow its tiles, L entries each)."""
-    L = 0
-    if LPT:
-        start = gl.load(Sched + pid)
-        n = gl.load(Sched + pid + 1) - start
-        base = start + nprog + 1
-        if SPLIT:
-            L = gl.load(Sched + nprog)
-    else:
-        n = total // nprog + (pid < total % nprog).to(gl.int32)
-        base = pid
-    return n, base, L
-
-
-@gluon.jit
-def _tile(r, n, base, L, nprog, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
-    """(t, key range, slot) of the program's r-th work tile, t = pid_bh * n_m + pid_m (r
-    past its last tile: the last one). Without SPLIT the range is 0 (the whole block,
-    :func:`_range`) and the slot -1 (written out). The loops read each tile one work tile
-    ahead, so the list's global loads are not waited for where the tile starts."""
-    kr = 0
-    slot = -1
-    if LPT:
-        t = gl.load(Sched + base + gl.minimum(r, n - 1))
-        if SPLIT:
-            kr = gl.load(Sched + base + gl.minimum(r, n - 1) + L)
-            slot = gl.load(Sched + base + gl.minimum(r, n - 1) + 2 * L)
-    else:
-        t = r * nprog + base
-    return t, kr, slot
-
-
-@gluon.jit
-def _range(kr, n_tiles, SPLIT: gl.constexpr):
-    """(lo, hi): the positions of a work tile's order of key tiles (:func:`_key_tile`)
-    it runs: all of them, or with SPLIT those of its list entry (``lo | hi << 16``;
-    :func:`flashscope.schedule.split_schedule` cuts a block only where every consumer
-    keeps a tile of its own on each side)."""
-    if SPLIT:
-        lo = kr & 0xFFFF
-        hi = kr >> 16
-    else:
-        lo = 0
-        hi = n_tiles
-    return lo, hi
-
-
-@gluon.jit
-def _divmod(n, d, m, k):
-    """(n // d, n % d) for 0 <= n < 2^31 and a d >= 1 that is the same for every work
-    tile: n // d = (n (m + 2^31)) >> k with (m, k) from
-    :func:`flashscope.launch.divider`, kernel arguments that stay in the constant bank.
-    A division by a value the compiler does not know costs a reciprocal on MUFU and about
-    twenty dependent integer instructions, redone for every work tile: two of them took
-    most of the 470 clocks between one work tile's output and the next one's start at
-    N = 1024 (run 81 of the performance record); computed in the kernel once, the
-    multipliers take registers the D = 128 consumers do not have (spills). One asm block
-    keeps the 64-bit steps on the per-tile value: widened in Triton, the arguments' 64-bit
-    copies are hoisted to the kernel's start and spilled on the way into the partitions."""
-    q = gl.inline_asm_elementwise(
-        "{ .reg .u64 p, s; mul.wide.u32 p, $1, $2; cvt.u64.u32 s, $1; shl.b64 s, s, 31; "
-        "add.u64 p, p, s; shr.u64 p, p, $3; cvt.u32.u64 $0, p; }",
-        "=r,r,r,r", [n, m, k], dtype=gl.int32, is_pure=True, pack=1)
-    return q, n - q * d
-
-
-@gluon.jit
-def _work(t, n_m, H, GROUP, N_K, Div, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-          IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr):
-    """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, key
-    tiles, first masked key). Div: (m, k) of n_m, H and GROUP for :func:`_divmod`.
-
-    Tiles run in index order on each program, so the order is the schedule. The row
-    blocks of one head are adjacent: programs running together share K and V in L2.
-    HEAVY_FIRST (causal) reverses them within the head, so the longest blocks start first
-    (longest-processing-time first) and the grid ends on short ones. LPT (persistent:
-    causal, or non-causal with BALANCE): the host's list already orders and places the
-    tiles (:mod:`flashscope.schedule`: sections of heads that fit in L2, longest first,
-    assigned greedily)."""
-    pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
-    if HEAVY_FIRST and not LPT:
-        pid_m = n_m - 1 - pid_m
-    off_b, off_h = _divmod(pid_bh, H, Div[2], Div[3])
-    off_hkv, _ = _divmod(off_h, GROUP, Div[4], Div[5])
-    start_m = pid_m * BLOCK_M
-    if IS_CAUSAL:
-        hi = gl.minimum(N_K, start_m + BLOCK_M)
-        # the first tile holding a key above some row's diagonal (rows >= start_m)
-        mask_from = gl.minimum((start_m // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
-    else:
-        hi = N_K
-        mask_from = (N_K // BLOCK_N) * BLOCK_N
-    return pid_bh, off_b, off_h, off_hkv, start_m, gl.cdiv(hi, BLOCK_N), mask_from
-
-
-@gluon.jit
-def _key_tile(pos, n_tiles, mask_from, BLOCK_N: gl.constexpr, MASKED_FIRST: gl.constexpr):
-    """The key tile loaded and consumed pos-th in a work tile: pos itself, or with
-    MASKED_FIRST the masked ones first, the last first (n_tiles - 1, n_tiles - 2, ..
-    mask_from / BLOCK_N), then 0, 1, .. in order.
-
-    In that order each consumer meets the key tiles past its own rows
-    (:func:`_own_tiles`), which it passes, then the one tile it masks (at most one: its
-    diagonal tile, or the partial last tile), which the peeled first step of its loop
-    takes, then only whole tiles: the loop carries no mask and no branch around one."""
-    if MASKED_FIRST:
-        n_edge = n_tiles - mask_from // BLOCK_N
-        edge = (pos < n_edge).to(gl.int32)
-        pos = edge * (n_tiles - 1 - pos) + (1 - edge) * (pos - n_edge)
-    return pos
-
-
-@gluon.jit
 def _stamp(Trace, pid, part: gl.constexpr, r, slot: gl.constexpr, TRACE: gl.constexpr,
            value=None):
     """With TRACE = R > 0, Trace[pid, part, r, slot] (int64 [P, 4, R, 8]) = the SM's
@@ -254,14 +154,14 @@ def _stamp(Trace, pid, part: gl.constexpr, r, slot: gl.constexpr, TRACE: gl.cons
 
 @gluon.jit
 def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
-             BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, LEAN: gl.constexpr):
     """Key (or value) tile j of this work tile into slot g % STAGES of its ring (g counts
     every tile this program loaded). The slot's use number g // STAGES first waits for
     release number g // STAGES - 1 on ``empty``: the K ring's own barriers with K_EARLY
     (a K slot goes back when its Q K^T completes), else the V ring's (K and V together,
     when the P V completes; the V load's wait then passes at once)."""
     s = g % STAGES
-    mbarrier.wait(empty.index(s), (g // STAGES + 1) & 1, pred=g >= STAGES)
+    _acquire(empty, s, (g // STAGES + 1) & 1, g >= STAGES, LEAN)
     mbarrier.expect(ready.index(s), desc.block_type.nbytes)
     tma.async_copy_global_to_shared(desc, [off_b, off_hkv, j * BLOCK_N, 0],
                                     ready.index(s), smem.index(s))
@@ -273,7 +173,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
               LPT: gl.constexpr, MASKED_FIRST: gl.constexpr, JOINT_KV: gl.constexpr,
-              SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr):
+              SPLIT: gl.constexpr, LEAN: gl.constexpr, Trace, TRACE: gl.constexpr):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q (with JOINT_KV, V0 too, since
@@ -297,10 +197,10 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _stamp(Trace, pid, 3, r, 6, TRACE, n_tiles)
         if i > 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
-                     STAGES)
+                     STAGES, LEAN)
             if JOINT_KV:
                 _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g,
-                         BLOCK_N, STAGES)
+                         BLOCK_N, STAGES, LEAN)
             _stamp(Trace, pid, 3, r, 4, TRACE)
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
@@ -310,287 +210,20 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _stamp(Trace, pid, 3, r, 1, TRACE)
         if i == 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
-                     STAGES)
+                     STAGES, LEAN)
         if i == 0 or not JOINT_KV:
             _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, BLOCK_N,
-                     STAGES)
+                     STAGES, LEAN)
         _stamp(Trace, pid, 3, r, 2, TRACE)
         for pos in range(lo + 1, hi):
             j = _key_tile(pos, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + pos - lo,
-                     BLOCK_N, STAGES)
+                     BLOCK_N, STAGES, LEAN)
             _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + pos - lo,
-                     BLOCK_N, STAGES)
+                     BLOCK_N, STAGES, LEAN)
         _stamp(Trace, pid, 3, r, 3, TRACE)
         g += hi - lo
         i += 1
-
-
-@gluon.jit
-def _masked(s, j, start_m, N_K, mask_from,
-            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
-            s_layout: gl.constexpr):
-    """-inf where key >= N_K or (causal) key > query; only tiles at or past ``mask_from``
-    (the first that can hold such a key) pay for it."""
-    if j * BLOCK_N >= mask_from:
-        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        keep = gl.expand_dims(cols < N_K, 0)
-        if IS_CAUSAL:
-            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-            keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
-        s = gl.where(keep, s, float("-inf"))
-    return s
-
-
-@gluon.jit
-def _halves(x):
-    """[R, C] -> its left and right column halves, [R, C / 2] each (no data moves: in the
-    wgmma accumulator layout both halves of a row sit in the same thread)."""
-    R: gl.constexpr = x.shape[0]
-    C: gl.constexpr = x.shape[1]
-    return gl.split(gl.permute(gl.reshape(x, [R, 2, C // 2]), (0, 2, 1)))
-
-
-@gluon.jit
-def _unhalves(left, right):
-    """The inverse of :func:`_halves`. Layouts built by reshapes are restated in left's
-    (the same placement: join needs the two spelled alike)."""
-    R: gl.constexpr = left.shape[0]
-    C: gl.constexpr = left.shape[1]
-    right = gl.convert_layout(right, left.type.layout)
-    return gl.reshape(gl.permute(gl.join(left, right), (0, 2, 1)), [R, 2 * C])
-
-
-@gluon.jit
-def _softmax_exp2(x, EXP2_POLY: gl.constexpr, layout: gl.constexpr):
-    """2^x over a [64, BLOCK_N] score tile; with EXP2_POLY = E in (2, 4, 8), one column in
-    E takes :func:`flashscope.kernels.attention_fwd._exp2_fma` (the Triton kernel's, called
-    from here as is) and the rest MUFU.EX2.
-
-    At D = 64 a 64 x 128 tile needs 8192 exponentials, 512 clocks of the SM's 16 MUFU
-    lanes, the same as the 2.1 MFLOP of its two products on the tensor cores (4096 FLOP
-    per clock), so MUFU and the tensor pipe must both run flat out. The polynomial takes
-    8 instructions (clamp, 3 FADD, 3 FFMA, LEA) where MUFU.EX2 takes one that holds its
-    pipe 8 clocks; on the H100 every share of it lost (run 35 of the performance record).
-    The odd columns are the candidates (E = 2); E = 4 and 8 take the right half, then the
-    right quarter, of those: all are columns each thread already holds. ``layout``: x's."""
-    if EXP2_POLY == 0:
-        p = gl.exp2(x)
-    else:
-        R: gl.constexpr = x.shape[0]
-        C: gl.constexpr = x.shape[1]
-        even, odd = gl.split(gl.reshape(x, [R, C // 2, 2]))
-        if EXP2_POLY == 2:
-            odd = _exp2_fma(odd)
-        elif EXP2_POLY == 4:
-            left, right = _halves(odd)
-            odd = _unhalves(gl.exp2(left), _exp2_fma(right))
-        else:
-            left, right = _halves(odd)
-            mid, far = _halves(right)
-            odd = _unhalves(gl.exp2(left), _unhalves(gl.exp2(mid), _exp2_fma(far)))
-        odd = gl.convert_layout(odd, even.type.layout)
-        # the same placement as ``layout``, restated so the row sums broadcast against m
-        p = gl.convert_layout(gl.reshape(gl.join(gl.exp2(even), odd), [R, C]), layout)
-    return p
-
-
-@gluon.jit
-def _quad_sums(p):
-    """[64, N] -> [64, 4]: each thread's share of its rows' sums. In the wgmma accumulator
-    layout the four lanes of a quad hold a row's columns 8k + 2c and 8k + 2c + 1 (c the
-    lane in the quad, k = 0 .. N/8 - 1), so summing over k and the pair stays in the
-    thread. The running l is kept this way and summed across the quad (two shuffles and
-    two adds per row) once per work tile instead of once per key tile."""
-    R: gl.constexpr = p.shape[0]
-    N: gl.constexpr = p.shape[1]
-    return gl.sum(gl.sum(gl.reshape(p, [R, N // 8, 4, 2]), 3), 1)
-
-
-@gluon.jit
-def _next_slot(slot, phase, STAGES: gl.constexpr):
-    """The ring slot after ``slot`` and its mbarrier phase (flipped on wrapping): two
-    integer ops a tile where ``(g + j) % 3`` and ``// 3`` cost a wide multiply each."""
-    wrap = (slot == STAGES - 1).to(gl.int32)
-    return slot + 1 - STAGES * wrap, phase ^ wrap
-
-
-@gluon.constexpr_function
-def _turn_asm(take, bar, first_open):
-    """PTX of a turn on named barrier ``bar`` (256 threads: the waiting warpgroup and the
-    one before it). Taking syncs (with ``first_open``, only when $1 = k > 0); passing
-    arrives without waiting. $0 is a dummy result: inline asm must return a value."""
-    if not take:
-        return f"bar.arrive {bar}, 256; mov.u32 $0, 0;"
-    if not first_open:
-        return f"bar.sync {bar}, 256; mov.u32 $0, 0;"
-    return ("{ .reg .pred p; setp.gt.s32 p, $1, 0; " + f"@p bar.sync {bar}, 256; "
-            "mov.u32 $0, 0; }")
-
-
-@gluon.jit
-def _take_turn(C: gl.constexpr, k, PINGPONG: gl.constexpr):
-    """With PINGPONG, wait for consumer C's turn number k (from 0); without, nothing.
-    Turns go 0, 1, .., C-1, 0, 1, ..: consumer C's turn opens when consumer C-1 (cyclic)
-    passes its own, except consumer 0's first, which is open. A turn is hardware named
-    barrier 8 + C over 256 threads, FlashAttention-3's warpgroup ping-pong: the 128
-    threads of consumer C sync on it, those of consumer C-1 arrive on it
-    (:func:`_pass_turn`). Between two syncs of C exactly one pass of C-1 arrives, since
-    C-1's next pass follows C's; consumer 0 takes one turn past its last, so every
-    arrival has its sync. Ids 8.. sit above the ones Triton 3.6 gives its
-    partitions (0 the CTA, 1 the join, 2.. one per partition). Against an mbarrier per
-    consumer (a warpgroup bar.sync and a polled try_wait to take, a bar.sync and one
-    thread's arrive to pass) 0.7-1.4% faster on the six PINGPONG cells (run 167)."""
-    if PINGPONG:
-        gl.inline_asm_elementwise(_turn_asm(True, 8 + C, C == 0), "=r,r", [k],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _pass_turn(C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr):
-    """Consumer C has issued its wgmma: with PINGPONG, open the next consumer's turn
-    (each warp arrives once its own issue is done)."""
-    if PINGPONG:
-        gl.inline_asm_elementwise(_turn_asm(False, 8 + (C + 1) % CONSUMERS, False), "=r,r",
-                                  [C], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _pin(pin, C: gl.constexpr, x):
-    """Store x to consumer C's [64, 4] fp32 slot of shared memory (x: [64, 4], or [64, 1]
-    into its first column). ptxas keeps shared-memory stores ahead of a wgmma wait, so
-    what x depends on stays ahead of the P V wait too and runs under that product; without
-    a store, ptxas hoists the wait above it (it places the wait like any instruction, as
-    early as its block allows). OVERLAP=1 stores the running sums l, which depend on every
-    exponential of the tile; OVERLAP=2 the row maxima, so only they run under the product
-    and the exponentials follow the wait."""
-    pin.index(C).slice(0, x.shape[1], 1).store(x)
-
-
-@gluon.constexpr_function
-def _cvt_pair(dtype):
-    """PTX rounding two fp32 values ($1 low, $2 high) into one register of dtype pairs."""
-    return f"cvt.rn.{'bf16' if dtype == gl.bfloat16 else 'f16'}x2.f32 $0, $2, $1;"
-
-
-@gluon.jit
-def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
-    """P (fp32 [64, BLOCK_N], accumulator layout) -> the register A operand of P V.
-
-    Columns 2i and 2i+1 of a row sit in one thread, and the operand holds them as one
-    32-bit register, 2i in the low half. One ``cvt.rn.{bf16,f16}x2.f32`` per pair says so
-    to ptxas. From per-element conversions, ptxas builds some pairs the other way round in
-    worker partitions and then swaps the halves of each with a PRMT (32 per tile)."""
-    R: gl.constexpr = p.shape[0]
-    C: gl.constexpr = p.shape[1]
-    lo, hi = gl.split(gl.reshape(p, [R, C // 2, 2]))
-    pk = gl.inline_asm_elementwise(_cvt_pair(dtype), "=r,r,r", [lo, hi], dtype=gl.int32,
-                                   is_pure=True, pack=1)
-    lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [pk],
-                                       dtype=(gl.int16, gl.int16), is_pure=True, pack=1)
-    pair = gl.join(lo, hi).to(dtype, bitcast=True)
-    return gl.convert_layout(gl.reshape(pair, [R, C]), layout)
-
-
-@gluon.constexpr_function
-def _lazy_rescale_asm(n):
-    """PTX of :func:`_lazy_rescale` over n accumulator values ($0..$n-1, tied to inputs
-    $n..$2n-1) and their rows' factors ($2n..$3n-1)."""
-    a = 2 * n
-    lines = ["{", ".reg .pred p;",
-             f"setp.lt.f32 p, ${a}, 0f3F800000;",
-             f"setp.lt.or.f32 p, ${a + 2}, 0f3F800000, p;",
-             "vote.sync.any.pred p, p, 0xffffffff;",
-             "@!p bra.uni SKIP;"]
-    lines += [f"mul.f32 ${i}, ${i}, ${a + i};" for i in range(n)]
-    lines += ["SKIP:", "}"]
-    return "\n".join(lines)
-
-
-@gluon.constexpr_function
-def _lazy_rescale_constraints(n):
-    return ",".join(["=f"] * n + [str(i) for i in range(n)] + ["f"] * n)
-
-
-@gluon.jit
-def _lazy_rescale(acc, alpha):
-    """acc * alpha[:, None] ([64, D] accumulator, alpha per row, 1 where the row kept its
-    maximum), skipped by every warp none of whose rows has alpha < 1.
-
-    Each thread holds two rows of the wgmma accumulator layout (elements 0-1 are row r,
-    2-3 row r + 8, then the pattern repeats every 8 columns), so its elements 0 and 2
-    give its rows' factors; ``vote.any`` makes the test warp-uniform and ``bra.uni``
-    jumps over the D/2 multiplies. One asm block holds all of a thread's elements, each
-    output tied to its input, so nothing is copied when the jump is taken. A branch in
-    Gluon itself would need a scalar condition, a reduction across the warpgroup
-    through shared memory (two ``bar.sync`` a tile); that version measured no better
-    (run 45 of the performance record)."""
-    N: gl.constexpr = acc.shape[1] // 2
-    a, _ = gl.broadcast(gl.convert_layout(gl.expand_dims(alpha, 1), acc.type.layout), acc)
-    return gl.inline_asm_elementwise(_lazy_rescale_asm(N), _lazy_rescale_constraints(N),
-                                     [acc, a], dtype=gl.float32, is_pure=True, pack=N)
-
-
-@gluon.jit
-def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, q_last,
-                 K_EARLY: gl.constexpr, EARLY_Q: gl.constexpr):
-    """A Q K^T has completed: with K_EARLY its K slot goes back to the producer; with
-    EARLY_Q, where ``q_last`` (the work tile's last Q K^T, or with Q_IN_REGS its first,
-    whose operand came from registers loaded before it), consumer C's Q slot too (the
-    next Q then loads under the remaining products and the epilogue)."""
-    if K_EARLY:
-        mbarrier.arrive(k_empty.index(k_slot), count=1)
-    if EARLY_Q:
-        mbarrier.arrive(q_empty.index(C), count=1, pred=q_last)
-
-
-@gluon.jit
-def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
-               BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, LPT: gl.constexpr):
-    """(key tiles, first masked key) of a consumer's own rows [row0, row0 + ROWS).
-
-    A causal work tile loads the key tiles its last row needs, cdiv(min(N_K, start_m +
-    BLOCK_M), BLOCK_N). A consumer whose rows end earlier needs cdiv(min(N_K, row0 +
-    ROWS), BLOCK_N) and starts masking at the tile holding key row0; rows all at or past
-    N_Q take one tile (its store is clipped). With BLOCK_M = 192 and BLOCK_N = 128 a
-    work tile holds 1.5 consumer tiles above the diagonal on average and the last one of
-    a head two consumers of padding: 23%, 8.2% and 2.3% of the consumer tiles at
-    N = 1024, 4096 and 16384, none with BLOCK_M = 128 (runs 70-71 of the performance
-    record: 5% and 2-3% less time at 4096 and 16384). Non-causal work tiles need every
-    key tile; only the padding rows of a last work tile can pass. Dealt round-robin that
-    saves nothing (the programs holding those tiles are not the last to finish) and
-    measured 5% slower than computing them at N = 1024 (run 70), so they pass only with
-    LPT = 2, whose list (BALANCE) puts the cheaper tiles where they shorten the grid."""
-    if IS_CAUSAL:
-        n_own = gl.cdiv(gl.minimum(N_K, row0 + ROWS), BLOCK_N)
-        mask_own = gl.minimum((row0 // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
-    else:
-        n_own = n_tiles
-        mask_own = mask_from
-    if IS_CAUSAL or LPT == 2:  # rows all at or past N_Q: one tile, the rest passed
-        n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
-    return n_own, mask_own
-
-
-@gluon.jit
-def _pass_tiles(k_ready, v_ready, k_empty, v_empty, slot, phase, n_pass, k,
-                C: gl.constexpr, CONSUMERS: gl.constexpr, STAGES: gl.constexpr,
-                K_EARLY: gl.constexpr, PINGPONG: gl.constexpr):
-    """n_pass key tiles in a row that consumer C's rows do not need (:func:`_own_tiles`):
-    each slot goes back once loaded (``ready`` waited first, so each release follows the
-    slot's previous phase) and, with PINGPONG, the turns k, k + 1, .. are taken and passed
-    at once. ``slot``/``phase``: the first tile's; returns those of the tile after the
-    last one passed."""
-    for pos in range(0, n_pass):
-        mbarrier.wait(k_ready.index(slot), phase)
-        mbarrier.wait(v_ready.index(slot), phase)
-        if K_EARLY:
-            mbarrier.arrive(k_empty.index(slot), count=1)
-        mbarrier.arrive(v_empty.index(slot), count=1)
-        _take_turn(C, k + pos, PINGPONG)
-        _pass_turn(C, CONSUMERS, PINGPONG)
-        slot, phase = _next_slot(slot, phase, STAGES)
-    return slot, phase
 
 
 @gluon.jit
@@ -658,7 +291,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
               RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr,
               OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr,
-              SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr):
+              SPLIT: gl.constexpr, LEAN: gl.constexpr, Trace, TRACE: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -719,7 +352,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                 first = gl.maximum(first, lo)
             k_slot, k_phase = _pass_tiles(k_ready, v_ready, k_empty, v_empty, k_slot,
                                           k_phase, first - lo, k, C, CONSUMERS, STAGES,
-                                          K_EARLY, PINGPONG)
+                                          K_EARLY, PINGPONG, LEAN)
             end = hi
         elif IS_CAUSAL or LPT == 2:
             first = lo
@@ -743,9 +376,9 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         s = warpgroup_mma_wait(0, deps=(s,))
         _stamp(Trace, pid, C, r, 3, TRACE)
         if Q_REGS:
-            _scores_done(k_empty, q_empty, k_slot, C, True, K_EARLY, EARLY_Q)
+            _scores_done(k_empty, q_empty, k_slot, C, True, K_EARLY, EARLY_Q, LEAN)
         else:
-            _scores_done(k_empty, q_empty, k_slot, C, first == end - 1, K_EARLY, EARLY_Q)
+            _scores_done(k_empty, q_empty, k_slot, C, first == end - 1, K_EARLY, EARLY_Q, LEAN)
         if IS_CAUSAL or MASKED_FIRST:
             p0 = _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
         else:  # only the last key tile masks, and no piece starts there (split_points);
@@ -781,7 +414,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             kk += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
             _scores_done(k_empty, q_empty, k_slot, C, it == end - origin - 1, K_EARLY,
-                         EARLY_Q and not Q_REGS)
+                         EARLY_Q and not Q_REGS, LEAN)
 
             if not MASKED_FIRST:  # positions are tiles
                 s = _masked(s, it, row0 - shift, N_K - shift, mask_own - shift, ROWS,
@@ -803,7 +436,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             if OVERLAP == 1:
                 _pin(pin, C, l_part)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-            mbarrier.arrive(v_empty.index(v_slot), count=1)
+            _release(v_empty, v_slot, LEAN)
             if RESCALE_TAU > 0:
                 acc = _lazy_rescale(acc, gl.convert_layout(alpha, row_o))
             else:
@@ -819,14 +452,14 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _pass_turn(C, CONSUMERS, PINGPONG)
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         _stamp(Trace, pid, C, r, 5, TRACE)
-        mbarrier.arrive(v_empty.index(k_slot), count=1)
+        _release(v_empty, k_slot, LEAN)
         if not MASKED_FIRST and (IS_CAUSAL or LPT == 2):
             # the tiles past this consumer's rows, after its last slot went back: passing
             # them waits for their loads, which may need that slot
             n_slot, n_phase = _next_slot(k_slot, k_phase, STAGES)
             _pass_tiles(k_ready, v_ready, k_empty, v_empty, n_slot, n_phase,
                         hi - end, k + end - lo + 1, C, CONSUMERS, STAGES, K_EARLY,
-                        PINGPONG)
+                        PINGPONG, LEAN)
 
         # a piece of a cut block writes its rows too (the merge overwrites them), so the
         # epilogue is the one without SPLIT: a branch choosing between the two stores
@@ -858,6 +491,7 @@ def _attn_fwd_sm90(
     EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr, OUT_RCP: gl.constexpr,
     Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr, SPLIT: gl.constexpr,
+    LEAN_RELEASE: gl.constexpr,
 ):
     """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
     program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
@@ -881,7 +515,10 @@ def _attn_fwd_sm90(
     scaled by one reciprocal of l per row (:func:`_store_out`); Q_REGS: each consumer's Q
     in registers, the A operand of its Q K^T (the module docstring); JOINT_KV: a slot's K
     and V land on one mbarrier (``v_ready`` is ``k_ready``, two expects a phase), so a
-    consumer waits once per key tile, not twice; SPLIT (with LPT): the list's entries
+    consumer waits once per key tile, not twice; LEAN_RELEASE: the ring's free barriers
+    in static shared memory outside Triton's allocation, waited on and arrived on in
+    PTX without a warpgroup barrier (:func:`~flashscope.kernels.sm90_sync._free_asm`;
+    ``k_empty``/``v_empty`` are then their addresses); SPLIT (with LPT): the list's entries
     carry key ranges, and pieces of cut blocks write fp32 partials to ``Part``
     (:func:`_store_part`; unread otherwise), which a second kernel merges."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
@@ -904,12 +541,18 @@ def _attn_fwd_sm90(
     q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if not LEAN_RELEASE:
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     if JOINT_KV:
         v_ready = k_ready
     else:
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    if K_EARLY:
+    if LEAN_RELEASE:  # the address of each ring's first free barrier (_free_asm)
+        k_empty = gl.inline_asm_elementwise(
+            _free_asm("init", 2 * STAGES if K_EARLY else STAGES, 4 * CONSUMERS), "=r,r",
+            [pid], dtype=gl.int32, is_pure=False, pack=1)
+        v_empty = k_empty + 8 * STAGES * K_EARLY
+    elif K_EARLY:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     else:  # slot j's K and V go back together, after its P V
         v_empty = k_empty
@@ -920,10 +563,11 @@ def _attn_fwd_sm90(
         mbarrier.init(q_empty.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=2 if JOINT_KV else 1)
-        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        if not LEAN_RELEASE:
+            mbarrier.init(k_empty.index(i), count=CONSUMERS)
         if not JOINT_KV:
             mbarrier.init(v_ready.index(i), count=1)
-        if K_EARLY:
+        if K_EARLY and not LEAN_RELEASE:
             mbarrier.init(v_empty.index(i), count=CONSUMERS)
 
     Div = (DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G)
@@ -934,13 +578,14 @@ def _attn_fwd_sm90(
         [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                       k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
                       GROUP, N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
-                      HEAVY_FIRST, LPT, MASKED_FIRST, JOINT_KV, SPLIT, Trace, TRACE))
+                      HEAVY_FIRST, LPT, MASKED_FIRST, JOINT_KV, SPLIT, LEAN_RELEASE, Trace,
+                      TRACE))
          if c < 0 else
          (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                       k_empty, v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog,
                       total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, c, BLOCK_M, BLOCK_N,
                       HEAD_DIM, STAGES, K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT,
                       PINGPONG, OVERLAP, EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST,
-                      OUT_RCP, Q_REGS, JOINT_KV, SPLIT, Trace, TRACE))
+                      OUT_RCP, Q_REGS, JOINT_KV, SPLIT, LEAN_RELEASE, Trace, TRACE))
          for c in ((0, -1), (0, 1, -1), (-1, 0, 1, 2))[CONSUMERS - 1]],
         _worker_warps(CONSUMERS), _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS))

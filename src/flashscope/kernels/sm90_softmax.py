@@ -1,0 +1,162 @@
+"""The sm_90 forward's softmax pieces, on a consumer's 64 x BLOCK_N score tile.
+
+Scores live in the wgmma accumulator layout (``NVMMADistributedLayout`` v3: each thread
+holds two rows' values in pairs of adjacent columns), so row reductions are a thread's
+own values then two quad shuffles. In base 2 with c = scale * log2(e):
+m = max_j s_ij c, p_ij = 2^(s_ij c - m), l = sum_j p_ij (:func:`_quad_sums` keeps each
+thread's quad shares until the epilogue). :func:`_masked` sets keys past N_K or above the
+causal diagonal to -inf; :func:`_softmax_exp2` takes the exponentials, a share of them
+on the FMA pipe with EXP2_POLY; :func:`_p_operand` packs P to 16 bits as the register A
+operand of P V; :func:`_lazy_rescale` multiplies O by alpha = 2^(m_old - m_new) only in
+warps where some row's maximum moved (LAZY_RESCALE).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from flashscope.kernels.attention_fwd import _exp2_fma
+
+
+@gluon.jit
+def _masked(s, j, start_m, N_K, mask_from,
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+            s_layout: gl.constexpr):
+    """-inf where key >= N_K or (causal) key > query; only tiles at or past ``mask_from``
+    (the first that can hold such a key) pay for it."""
+    if j * BLOCK_N >= mask_from:
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims(cols < N_K, 0)
+        if IS_CAUSAL:
+            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
+        s = gl.where(keep, s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _halves(x):
+    """[R, C] -> its left and right column halves, [R, C / 2] each (no data moves: in the
+    wgmma accumulator layout both halves of a row sit in the same thread)."""
+    R: gl.constexpr = x.shape[0]
+    C: gl.constexpr = x.shape[1]
+    return gl.split(gl.permute(gl.reshape(x, [R, 2, C // 2]), (0, 2, 1)))
+
+
+@gluon.jit
+def _unhalves(left, right):
+    """The inverse of :func:`_halves`. Layouts built by reshapes are restated in left's
+    (the same placement: join needs the two spelled alike)."""
+    R: gl.constexpr = left.shape[0]
+    C: gl.constexpr = left.shape[1]
+    right = gl.convert_layout(right, left.type.layout)
+    return gl.reshape(gl.permute(gl.join(left, right), (0, 2, 1)), [R, 2 * C])
+
+
+@gluon.jit
+def _softmax_exp2(x, EXP2_POLY: gl.constexpr, layout: gl.constexpr):
+    """2^x over a [64, BLOCK_N] score tile; with EXP2_POLY = E in (2, 4, 8), one column in
+    E takes :func:`flashscope.kernels.attention_fwd._exp2_fma` (the Triton kernel's, called
+    from here as is) and the rest MUFU.EX2.
+
+    At D = 64 a 64 x 128 tile needs 8192 exponentials, 512 clocks of the SM's 16 MUFU
+    lanes, the same as the 2.1 MFLOP of its two products on the tensor cores (4096 FLOP
+    per clock), so MUFU and the tensor pipe must both run flat out. The polynomial takes
+    8 instructions (clamp, 3 FADD, 3 FFMA, LEA) where MUFU.EX2 takes one that holds its
+    pipe 8 clocks; on the H100 every share of it lost (run 35 of the performance record).
+    The odd columns are the candidates (E = 2); E = 4 and 8 take the right half, then the
+    right quarter, of those: all are columns each thread already holds. ``layout``: x's."""
+    if EXP2_POLY == 0:
+        p = gl.exp2(x)
+    else:
+        R: gl.constexpr = x.shape[0]
+        C: gl.constexpr = x.shape[1]
+        even, odd = gl.split(gl.reshape(x, [R, C // 2, 2]))
+        if EXP2_POLY == 2:
+            odd = _exp2_fma(odd)
+        elif EXP2_POLY == 4:
+            left, right = _halves(odd)
+            odd = _unhalves(gl.exp2(left), _exp2_fma(right))
+        else:
+            left, right = _halves(odd)
+            mid, far = _halves(right)
+            odd = _unhalves(gl.exp2(left), _unhalves(gl.exp2(mid), _exp2_fma(far)))
+        odd = gl.convert_layout(odd, even.type.layout)
+        # the same placement as ``layout``, restated so the row sums broadcast against m
+        p = gl.convert_layout(gl.reshape(gl.join(gl.exp2(even), odd), [R, C]), layout)
+    return p
+
+
+@gluon.jit
+def _quad_sums(p):
+    """[64, N] -> [64, 4]: each thread's share of its rows' sums. In the wgmma accumulator
+    layout the four lanes of a quad hold a row's columns 8k + 2c and 8k + 2c + 1 (c the
+    lane in the quad, k = 0 .. N/8 - 1), so summing over k and the pair stays in the
+    thread. The running l is kept this way and summed across the quad (two shuffles and
+    two adds per row) once per work tile instead of once per key tile."""
+    R: gl.constexpr = p.shape[0]
+    N: gl.constexpr = p.shape[1]
+    return gl.sum(gl.sum(gl.reshape(p, [R, N // 8, 4, 2]), 3), 1)
+
+
+@gluon.constexpr_function
+def _cvt_pair(dtype):
+    """PTX rounding two fp32 values ($1 low, $2 high) into one register of dtype pairs."""
+    return f"cvt.rn.{'bf16' if dtype == gl.bfloat16 else 'f16'}x2.f32 $0, $2, $1;"
+
+
+@gluon.jit
+def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
+    """P (fp32 [64, BLOCK_N], accumulator layout) -> the register A operand of P V.
+
+    Columns 2i and 2i+1 of a row sit in one thread, and the operand holds them as one
+    32-bit register, 2i in the low half. One ``cvt.rn.{bf16,f16}x2.f32`` per pair says so
+    to ptxas. From per-element conversions, ptxas builds some pairs the other way round in
+    worker partitions and then swaps the halves of each with a PRMT (32 per tile)."""
+    R: gl.constexpr = p.shape[0]
+    C: gl.constexpr = p.shape[1]
+    lo, hi = gl.split(gl.reshape(p, [R, C // 2, 2]))
+    pk = gl.inline_asm_elementwise(_cvt_pair(dtype), "=r,r,r", [lo, hi], dtype=gl.int32,
+                                   is_pure=True, pack=1)
+    lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [pk],
+                                       dtype=(gl.int16, gl.int16), is_pure=True, pack=1)
+    pair = gl.join(lo, hi).to(dtype, bitcast=True)
+    return gl.convert_layout(gl.reshape(pair, [R, C]), layout)
+
+
+@gluon.constexpr_function
+def _lazy_rescale_asm(n):
+    """PTX of :func:`_lazy_rescale` over n accumulator values ($0..$n-1, tied to inputs
+    $n..$2n-1) and their rows' factors ($2n..$3n-1)."""
+    a = 2 * n
+    lines = ["{", ".reg .pred p;",
+             f"setp.lt.f32 p, ${a}, 0f3F800000;",
+             f"setp.lt.or.f32 p, ${a + 2}, 0f3F800000, p;",
+             "vote.sync.any.pred p, p, 0xffffffff;",
+             "@!p bra.uni SKIP;"]
+    lines += [f"mul.f32 ${i}, ${i}, ${a + i};" for i in range(n)]
+    lines += ["SKIP:", "}"]
+    return "\n".join(lines)
+
+
+@gluon.constexpr_function
+def _lazy_rescale_constraints(n):
+    return ",".join(["=f"] * n + [str(i) for i in range(n)] + ["f"] * n)
+
+
+@gluon.jit
+def _lazy_rescale(acc, alpha):
+    """acc * alpha[:, None] ([64, D] accumulator, alpha per row, 1 where the row kept its
+    maximum), skipped by every warp none of whose rows has alpha < 1.
+
+    Each thread holds two rows of the wgmma accumulator layout (elements 0-1 are row r,
+    2-3 row r + 8, then the pattern repeats every 8 columns), so its elements 0 and 2
+    give its rows' factors; ``vote.any`` makes the test warp-uniform and ``bra.uni``
+    jumps over the D/2 multiplies. One asm block holds all of a thread's elements, each
+    output tied to its input, so nothing is copied when the jump is taken. A branch in
+    Gluon itself would need a scalar condition, a reduction across the warpgroup
+    through shared memory (two ``bar.sync`` a tile); that version measured no better
+    (run 45 of the performance record)."""
+    N: gl.constexpr = acc.shape[1] // 2
+    a, _ = gl.broadcast(gl.convert_layout(gl.expand_dims(alpha, 1), acc.type.layout), acc)
+    return gl.inline_asm_elementwise(_lazy_rescale_asm(N), _lazy_rescale_constraints(N),
+                                     [acc, a], dtype=gl.float32, is_pure=True, pack=N)

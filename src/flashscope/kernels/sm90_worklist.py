@@ -1,0 +1,161 @@
+"""The sm_90 forward's work tiles: which ones a program runs, and what each one covers.
+
+A work tile is one row block of one head, t = pid_bh * n_m + pid_m (n_m = cdiv(N_Q,
+BLOCK_M)). A program takes every P-th tile from its own index (round robin), or with LPT
+its share of the host's list (:mod:`flashscope.schedule`: int32, P + 1 offsets, then the
+tiles, then with SPLIT each entry's key range and workspace slot). :func:`_share` and
+:func:`_tile` read that list, one tile ahead of the one running; :func:`_work` turns a
+tile into its head, rows and key tiles with the host's multipliers (:func:`_divmod`);
+:func:`_range` gives the positions of a SPLIT piece; :func:`_key_tile` maps a position
+to the key tile loaded there (MASKED_FIRST: the masked tiles first); :func:`_own_tiles`
+says which of them a consumer's 64 rows need. Producer and consumers call the same
+functions on the same list, so they agree on every tile without talking.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+
+@gluon.jit
+def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
+    """(n, base, L): how many work tiles program ``pid`` takes and where :func:`_tile`
+    finds them: with LPT its share of the host's list (:mod:`flashscope.schedule`), else
+    every nprog-th tile from pid; with SPLIT, L = the list's length (its key ranges and
+    slots follow its tiles, L entries each)."""
+    L = 0
+    if LPT:
+        start = gl.load(Sched + pid)
+        n = gl.load(Sched + pid + 1) - start
+        base = start + nprog + 1
+        if SPLIT:
+            L = gl.load(Sched + nprog)
+    else:
+        n = total // nprog + (pid < total % nprog).to(gl.int32)
+        base = pid
+    return n, base, L
+
+
+@gluon.jit
+def _tile(r, n, base, L, nprog, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
+    """(t, key range, slot) of the program's r-th work tile, t = pid_bh * n_m + pid_m (r
+    past its last tile: the last one). Without SPLIT the range is 0 (the whole block,
+    :func:`_range`) and the slot -1 (written out). The loops read each tile one work tile
+    ahead, so the list's global loads are not waited for where the tile starts."""
+    kr = 0
+    slot = -1
+    if LPT:
+        t = gl.load(Sched + base + gl.minimum(r, n - 1))
+        if SPLIT:
+            kr = gl.load(Sched + base + gl.minimum(r, n - 1) + L)
+            slot = gl.load(Sched + base + gl.minimum(r, n - 1) + 2 * L)
+    else:
+        t = r * nprog + base
+    return t, kr, slot
+
+
+@gluon.jit
+def _range(kr, n_tiles, SPLIT: gl.constexpr):
+    """(lo, hi): the positions of a work tile's order of key tiles (:func:`_key_tile`)
+    it runs: all of them, or with SPLIT those of its list entry (``lo | hi << 16``;
+    :func:`flashscope.schedule.split_schedule` cuts a block only where every consumer
+    keeps a tile of its own on each side)."""
+    if SPLIT:
+        lo = kr & 0xFFFF
+        hi = kr >> 16
+    else:
+        lo = 0
+        hi = n_tiles
+    return lo, hi
+
+
+@gluon.jit
+def _divmod(n, d, m, k):
+    """(n // d, n % d) for 0 <= n < 2^31 and a d >= 1 that is the same for every work
+    tile: n // d = (n (m + 2^31)) >> k with (m, k) from
+    :func:`flashscope.launch.divider`, kernel arguments that stay in the constant bank.
+    A division by a value the compiler does not know costs a reciprocal on MUFU and about
+    twenty dependent integer instructions, redone for every work tile: two of them took
+    most of the 470 clocks between one work tile's output and the next one's start at
+    N = 1024 (run 81 of the performance record); computed in the kernel once, the
+    multipliers take registers the D = 128 consumers do not have (spills). One asm block
+    keeps the 64-bit steps on the per-tile value: widened in Triton, the arguments' 64-bit
+    copies are hoisted to the kernel's start and spilled on the way into the partitions."""
+    q = gl.inline_asm_elementwise(
+        "{ .reg .u64 p, s; mul.wide.u32 p, $1, $2; cvt.u64.u32 s, $1; shl.b64 s, s, 31; "
+        "add.u64 p, p, s; shr.u64 p, p, $3; cvt.u32.u64 $0, p; }",
+        "=r,r,r,r", [n, m, k], dtype=gl.int32, is_pure=True, pack=1)
+    return q, n - q * d
+
+
+@gluon.jit
+def _work(t, n_m, H, GROUP, N_K, Div, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr):
+    """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, key
+    tiles, first masked key). Div: (m, k) of n_m, H and GROUP for :func:`_divmod`.
+
+    Tiles run in index order on each program, so the order is the schedule. The row
+    blocks of one head are adjacent: programs running together share K and V in L2.
+    HEAVY_FIRST (causal) reverses them within the head, so the longest blocks start first
+    (longest-processing-time first) and the grid ends on short ones. LPT (persistent:
+    causal, or non-causal with BALANCE): the host's list already orders and places the
+    tiles (:mod:`flashscope.schedule`: sections of heads that fit in L2, longest first,
+    assigned greedily)."""
+    pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
+    if HEAVY_FIRST and not LPT:
+        pid_m = n_m - 1 - pid_m
+    off_b, off_h = _divmod(pid_bh, H, Div[2], Div[3])
+    off_hkv, _ = _divmod(off_h, GROUP, Div[4], Div[5])
+    start_m = pid_m * BLOCK_M
+    if IS_CAUSAL:
+        hi = gl.minimum(N_K, start_m + BLOCK_M)
+        # the first tile holding a key above some row's diagonal (rows >= start_m)
+        mask_from = gl.minimum((start_m // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
+    else:
+        hi = N_K
+        mask_from = (N_K // BLOCK_N) * BLOCK_N
+    return pid_bh, off_b, off_h, off_hkv, start_m, gl.cdiv(hi, BLOCK_N), mask_from
+
+
+@gluon.jit
+def _key_tile(pos, n_tiles, mask_from, BLOCK_N: gl.constexpr, MASKED_FIRST: gl.constexpr):
+    """The key tile loaded and consumed pos-th in a work tile: pos itself, or with
+    MASKED_FIRST the masked ones first, the last first (n_tiles - 1, n_tiles - 2, ..
+    mask_from / BLOCK_N), then 0, 1, .. in order.
+
+    In that order each consumer meets the key tiles past its own rows
+    (:func:`_own_tiles`), which it passes, then the one tile it masks (at most one: its
+    diagonal tile, or the partial last tile), which the peeled first step of its loop
+    takes, then only whole tiles: the loop carries no mask and no branch around one."""
+    if MASKED_FIRST:
+        n_edge = n_tiles - mask_from // BLOCK_N
+        edge = (pos < n_edge).to(gl.int32)
+        pos = edge * (n_tiles - 1 - pos) + (1 - edge) * (pos - n_edge)
+    return pos
+
+
+@gluon.jit
+def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
+               BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, LPT: gl.constexpr):
+    """(key tiles, first masked key) of a consumer's own rows [row0, row0 + ROWS).
+
+    A causal work tile loads the key tiles its last row needs, cdiv(min(N_K, start_m +
+    BLOCK_M), BLOCK_N). A consumer whose rows end earlier needs cdiv(min(N_K, row0 +
+    ROWS), BLOCK_N) and starts masking at the tile holding key row0; rows all at or past
+    N_Q take one tile (its store is clipped). With BLOCK_M = 192 and BLOCK_N = 128 a
+    work tile holds 1.5 consumer tiles above the diagonal on average and the last one of
+    a head two consumers of padding: 23%, 8.2% and 2.3% of the consumer tiles at
+    N = 1024, 4096 and 16384, none with BLOCK_M = 128 (runs 70-71 of the performance
+    record: 5% and 2-3% less time at 4096 and 16384). Non-causal work tiles need every
+    key tile; only the padding rows of a last work tile can pass. Dealt round-robin that
+    saves nothing (the programs holding those tiles are not the last to finish) and
+    measured 5% slower than computing them at N = 1024 (run 70), so they pass only with
+    LPT = 2, whose list (BALANCE) puts the cheaper tiles where they shorten the grid."""
+    if IS_CAUSAL:
+        n_own = gl.cdiv(gl.minimum(N_K, row0 + ROWS), BLOCK_N)
+        mask_own = gl.minimum((row0 // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
+    else:
+        n_own = n_tiles
+        mask_own = mask_from
+    if IS_CAUSAL or LPT == 2:  # rows all at or past N_Q: one tile, the rest passed
+        n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
+    return n_own, mask_own
