@@ -18,8 +18,17 @@ performance record); a second A/B of 30 rounds is the confirmation.
 cell whose rounds spread wider than the effect: D = 64 causal 16k + PINGPONG, OVERLAP=2
 read medians 0.982-0.993 in six A/Bs with third quartiles 1.006-1.016 (runs 168-173).
 
+``--pooled`` (with ``--confirm`` runs) replaces both per-reading bounds by one rule on the
+rounds of every reading pooled (:func:`pooled_winner`): each round's time of the variant
+over ``d``'s in the same round; the variant is adopted when the pooled median is at most
+``--max-ratio``, it was faster in more rounds than chance allows (one-sided sign test,
+p <= ``--alpha``, 0.01), and no reading's median is above 1. The cell that needed
+``--q3-below`` passes it (runs 170-173: 112 rounds, 0.990, faster in 72, p = 0.002), the
+12-round chance reading does not (runs 139-140: 42 rounds, 1.012).
+
 Usage: python scripts/gpu/adopt_ab.py AB_DIR [--confirm DIR ..] [--tuned PATH]
-       [--max-ratio 0.995] [--q3-below 1] [--run "run 90"] [--dry-run] [--recheck FILE]
+       [--max-ratio 0.995] [--q3-below 1 | --pooled [--alpha 0.01]] [--run "run 90"]
+       [--dry-run] [--recheck FILE]
 
 ``--recheck FILE`` writes each replaced entry as ``CELL:old=CONFIG`` items for
 ``ab_cells.py --extra``, so a second run can time every change against what it replaced
@@ -29,7 +38,9 @@ Usage: python scripts/gpu/adopt_ab.py AB_DIR [--confirm DIR ..] [--tuned PATH]
 import argparse
 import glob
 import json
+import math
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -70,16 +81,54 @@ def winner(rows: list, max_ratio: float, specs: "dict | None" = None,
     return best
 
 
-def _cell_runs(dirs: list, cell: str) -> "list | None":
-    """(rows, specs) of ``cell`` in each of ``dirs``, or None if one of them has no A/B
+def sign_test(wins: int, n: int) -> float:
+    """One-sided sign test: the chance of ``wins`` or more rounds of ``n`` going to the
+    variant if each were a coin toss."""
+    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2 ** n
+
+
+def pooled_winner(readings: list, max_ratio: float, alpha: float = 0.01):
+    """The adopted variant of one cell by the pooled rule (module docstring), or None.
+
+    ``readings``: (specs, times) of each A/B reading of the cell, the main one first;
+    ``times[name][i]`` is that provider's time in round i (rounds interleave the
+    providers, so round i of two providers ran side by side). A variant is found in the
+    other readings by its spec and must be in all of them; peers and ``d`` never win.
+    Returns {name, spec, ratio, q1, q3, wins, rounds, p}, the lowest pooled median of
+    those that pass."""
+    best = None
+    specs0 = readings[0][0]
+    for name, spec in specs0.items():
+        if name in ("d", "n") or spec in ("cudnn", "fa4"):
+            continue
+        per = []
+        for specs, times in readings:
+            other = next((n for n, s in specs.items() if s == spec and n != "d"), None)
+            if other is None or not times:
+                break
+            per.append([t / d for t, d in zip(times[other], times["d"])])
+        else:
+            pooled = [r for rs in per for r in rs]
+            wins = sum(r < 1 for r in pooled)
+            q1, med, q3 = statistics.quantiles(pooled, n=4)
+            p = sign_test(wins, len(pooled))
+            if (med <= max_ratio and p <= alpha
+                    and all(statistics.median(rs) <= 1 for rs in per)
+                    and (best is None or med < best["ratio"])):
+                best = {"name": name, "spec": spec, "ratio": med, "q1": q1, "q3": q3,
+                        "wins": wins, "rounds": len(pooled), "p": p}
+    return best
+
+
+def _cell_results(dirs: list, cell: str) -> "list | None":
+    """The A/B result of ``cell`` in each of ``dirs``, or None if one of them has no A/B
     of it (then nothing of the cell is confirmed)."""
     out = []
     for d in dirs:
         path = os.path.join(d, cell + ".json")
         if not os.path.exists(path):
             return None
-        res = json.load(open(path))
-        out.append((res["rows"], variant_specs(res["meta"]["variants"])))
+        out.append(json.load(open(path)))
     return out
 
 
@@ -94,10 +143,11 @@ def resolve(spec: str, base: AttentionConfig) -> AttentionConfig:
 
 def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
           replaced: "dict | None" = None, confirm: "list | None" = None,
-          q3_below: float = 1.0) -> list:
+          q3_below: float = 1.0, pooled_alpha: "float | None" = None) -> list:
     """Apply the rule to every cell in ``ab_dir`` (and, with ``confirm``, in each of those
     runs too); returns the printed lines. ``replaced`` (a dict) receives {cell: the
-    replaced entry's config as K=V text}."""
+    replaced entry's config as K=V text}. ``pooled_alpha``: the pooled rule at that
+    level instead of the per-reading bounds (:func:`pooled_winner`)."""
     data = json.load(open(tuned_file))
     lines = []
     for path in sorted(glob.glob(os.path.join(ab_dir, "*.json"))):
@@ -107,16 +157,34 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
         causal = bool(meta["causal"])
         cell = os.path.basename(path)[:-5]
         specs = variant_specs(meta["variants"])
-        runs = _cell_runs(confirm or [], cell)
-        if runs is None:
+        others = _cell_results(confirm or [], cell)
+        if others is None:
             lines.append(f"{cell}: kept the default (not in every --confirm run)")
             continue
-        best = winner(rows, max_ratio, specs, runs, q3_below)
-        if best is None:
-            also = f" here and in the {len(confirm)} --confirm run(s)" if confirm else ""
-            lines.append(f"{cell}: kept the default (no variant <= {max_ratio} with Q3 < "
-                         f"{q3_below:g}{also})")
-            continue
+        if pooled_alpha is not None:
+            best = pooled_winner([(specs, res.get("times"))]
+                                 + [(variant_specs(o["meta"]["variants"]), o.get("times"))
+                                    for o in others], max_ratio, pooled_alpha)
+            if best is None:
+                lines.append(f"{cell}: kept the default (no variant at a pooled median <= "
+                             f"{max_ratio} faster in more rounds than chance, p <= "
+                             f"{pooled_alpha:g}, over {len(others) + 1} A/B runs)")
+                continue
+            best.update({"ms": next(r["ms"] for r in rows if r["name"] == best["name"]),
+                         "tflops": next(r["tflops"] for r in rows
+                                        if r["name"] == best["name"]),
+                         "ratio_q1": best["q1"], "ratio_q3": best["q3"]})
+            how = (f"pooled over {best['rounds']} rounds of {len(others) + 1} A/B runs, "
+                   f"faster in {best['wins']} (sign test p = {best['p']:.2g})")
+        else:
+            runs = [(o["rows"], variant_specs(o["meta"]["variants"])) for o in others]
+            best = winner(rows, max_ratio, specs, runs, q3_below)
+            if best is None:
+                also = f" here and in the {len(confirm)} --confirm run(s)" if confirm else ""
+                lines.append(f"{cell}: kept the default (no variant <= {max_ratio} with Q3 "
+                             f"< {q3_below:g}{also})")
+                continue
+            how = f"confirmed by {len(confirm)} more A/B run(s)" if confirm else ""
         spec = specs[best["name"]]
         cls = seq_class(N)
         key = ("bfloat16", D, causal, cls)
@@ -141,7 +209,7 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
                        f"): {spec} at "
                        f"{best['ratio']:.3f} (IQR {best['ratio_q1']:.3f}-"
                        f"{best['ratio_q3']:.3f}) of the time of {old}"
-                       + (f", confirmed by {len(confirm)} more A/B run(s)" if confirm else "")
+                       + (f", {how}" if how else "")
                        + f", {meta['device']}, {meta['date'][:10]}")})
         lines.append(f"{cell}: {old} -> {cfg.key} ({best['name']} {spec}: "
                      f"{best['ratio']:.3f}, IQR {best['ratio_q1']:.3f}-{best['ratio_q3']:.3f})")
@@ -163,6 +231,11 @@ def main():
                     help="bound on each reading's third quartile (default 1); above 1 only "
                          "with --confirm runs, for a cell whose rounds spread wider than "
                          "the effect")
+    ap.add_argument("--pooled", action="store_true",
+                    help="the rule on every reading's rounds pooled (a sign test) instead "
+                         "of bounds per reading; needs --confirm runs")
+    ap.add_argument("--alpha", type=float, default=0.01,
+                    help="--pooled: the sign test's level (default 0.01)")
     ap.add_argument("--run", default="")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--confirm", action="append", default=[], metavar="DIR",
@@ -175,8 +248,12 @@ def main():
     replaced = {}
     if a.q3_below > 1.0 and len(a.confirm) < 2:
         ap.error("--q3-below above 1 needs at least two --confirm runs")
+    if a.pooled and (not a.confirm or a.q3_below != 1.0):
+        ap.error("--pooled needs --confirm runs and replaces --q3-below")
+    if not 0 < a.alpha < 1:
+        ap.error(f"--alpha {a.alpha}: expected a level between 0 and 1")
     for line in adopt(a.ab_dir, a.tuned, a.max_ratio, a.run, a.dry_run, replaced,
-                      a.confirm, a.q3_below):
+                      a.confirm, a.q3_below, a.alpha if a.pooled else None):
         print(line)
     if a.recheck:
         with open(a.recheck, "w") as f:

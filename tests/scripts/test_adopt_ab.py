@@ -11,7 +11,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "scripts", "gpu")]
 
-from adopt_ab import adopt, passes, winner  # noqa: E402
+from adopt_ab import adopt, passes, pooled_winner, sign_test, winner  # noqa: E402
 from flashscope.tuned import tuned_path  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "docs", "results", "h100-2026-11-24")
@@ -92,3 +92,52 @@ def test_recorded_wide_cell_is_adopted_only_with_the_relaxed_quartile(tmp_path):
                  if e["head_dim"] == 64 and e["causal"] and e["seq_class"] == "le16k")
     assert entry["config"]["PINGPONG"] and entry["config"]["OVERLAP"] == 2
     assert entry["config"]["SPLIT_KV"] and entry["config"]["K_EARLY"]
+
+
+def test_sign_test_is_the_binomial_tail():
+    assert sign_test(0, 10) == 1.0
+    assert sign_test(10, 10) == 2.0 ** -10
+    assert sign_test(6, 10) == (210 + 120 + 45 + 10 + 1) / 1024
+    assert 0.001 < sign_test(72, 112) < 0.002
+
+
+def _times(ratios, base=1.0):
+    return {"d": [base] * len(ratios), "v": [base * r for r in ratios]}
+
+
+def test_pooled_rule_needs_every_reading_and_more_wins_than_chance():
+    """Pooled rounds decide, but a reading whose median went against the variant vetoes
+    it, a variant missing from a reading is not adopted, and neither are peers."""
+    specs = {"d": "+", "v": "+OUT_RCP=1"}
+    good = _times([0.98] * 24 + [1.01] * 8)
+    assert pooled_winner([(specs, good), (specs, good)], 0.995)["spec"] == "+OUT_RCP=1"
+    against = _times([0.97] * 10 + [1.02] * 22)  # pooled with good: 0.98, won 34 of 64
+    assert pooled_winner([(specs, good), (specs, against)], 0.995) is None
+    assert pooled_winner([(specs, good), ({"d": "+"}, {"d": good["d"]})], 0.995) is None
+    coin = _times([0.98, 1.02] * 16)  # median 1.0: no lead
+    assert pooled_winner([(specs, coin), (specs, coin)], 0.995) is None
+    peer = ({"d": "+", "v": "fa4"}, good)
+    assert pooled_winner([peer, peer], 0.995) is None
+    row = pooled_winner([(specs, good)] * 2, 0.995)
+    assert (row["rounds"], row["wins"], row["ratio"]) == (64, 48, 0.98)
+
+
+@pytest.mark.skipif(not (os.path.isdir(os.path.join(RESULTS_25, "ab_run173"))
+                         and os.path.isdir(os.path.join(RESULTS, "ab_run140"))),
+                    reason="recorded A/B runs not in this checkout")
+def test_pooled_rule_on_recorded_runs(tmp_path):
+    """Runs 170-173 (D = 64 causal 16k, medians 0.985-0.995, third quartiles above 1):
+    the pooled rule adopts without a relaxed quartile, and takes the variant with the
+    lowest pooled median (K_EARLY=0 as well: 0.9885 over 112 rounds, faster in 77,
+    which one reading's 0.9952 kept from the per-reading rule). Runs 139-140 (D = 64
+    non-causal 16k + BALANCE, 0.958 in 12 rounds, then 1.022 in 30): refused."""
+    tuned = tmp_path / "sm90.json"
+    shutil.copy(tuned_path("sm90"), tuned)
+    runs = [os.path.join(RESULTS_25, f"ab_run{r}") for r in (170, 171, 173)]
+    lines = adopt(os.path.join(RESULTS_25, "ab_run172"), str(tuned), 0.995, "test",
+                  dry=True, confirm=runs, pooled_alpha=0.01)
+    assert len(lines) == 1 and "+PINGPONG=1,OVERLAP=2,K_EARLY=0:" in lines[0], lines
+    lines = adopt(os.path.join(RESULTS, "ab_run139"), str(tuned), 0.995, "test", dry=True,
+                  confirm=[os.path.join(RESULTS, "ab_run140")], pooled_alpha=0.01)
+    assert any(ln.startswith("d64n16k: kept the default (no variant at a pooled median")
+               for ln in lines), lines

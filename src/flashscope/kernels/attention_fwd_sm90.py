@@ -116,7 +116,14 @@ from flashscope.kernels.sm90_sync import (
     _scores_done,
     _take_turn,
 )
-from flashscope.kernels.sm90_worklist import _key_tile, _own_tiles, _range, _share, _tile, _work
+from flashscope.kernels.sm90_worklist import (
+    _key_tile,
+    _own_tiles,
+    _range,
+    _share,
+    _tile,
+    _work,
+)
 
 
 @gluon.constexpr_function

@@ -64,7 +64,8 @@ def _release(empty, s, LEAN: gl.constexpr):
 
 @gluon.jit
 def _acquire(empty, s, parity, pred, LEAN: gl.constexpr):
-    """Wait (if ``pred``) for phase ``parity`` of slot ``s``'s free barrier (:func:`_release`)."""
+    """Wait (if ``pred``) for phase ``parity`` of slot ``s``'s free barrier
+    (:func:`_release`)."""
     if LEAN:
         gl.inline_asm_elementwise(_free_asm("wait"), "=r,r,r,r",
                                   [empty + 8 * s, parity, pred.to(gl.int32)],
