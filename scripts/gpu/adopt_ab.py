@@ -58,6 +58,12 @@ def passes(row: dict, max_ratio: float, q3_below: float = 1.0) -> bool:
     return row["ratio"] <= max_ratio and row["ratio_q3"] < q3_below
 
 
+def _candidate(name: str, spec: "str | None") -> bool:
+    """Whether a variant may be adopted: not the default ``d``, not a peer (cuDNN, FA4,
+    by name or by spec)."""
+    return name not in ("d", "n", "fa4", "cudnn") and spec not in ("cudnn", "fa4")
+
+
 def winner(rows: list, max_ratio: float, specs: "dict | None" = None,
            confirms: "list | None" = None, q3_below: float = 1.0):
     """The adopted row of one cell, or None (module docstring). Peers (``cudnn``, ``fa4``,
@@ -67,7 +73,7 @@ def winner(rows: list, max_ratio: float, specs: "dict | None" = None,
     best = None
     specs = specs or {}
     for r in rows:
-        if r["name"] in ("d", "n", "fa4", "cudnn") or specs.get(r["name"]) in ("cudnn", "fa4"):
+        if not _candidate(r["name"], specs.get(r["name"])):
             continue
         if not passes(r, max_ratio, q3_below):
             continue
@@ -94,12 +100,12 @@ def pooled_winner(readings: list, max_ratio: float, alpha: float = 0.01):
     ``times[name][i]`` is that provider's time in round i (rounds interleave the
     providers, so round i of two providers ran side by side). A variant is found in the
     other readings by its spec and must be in all of them; peers and ``d`` never win.
-    Returns {name, spec, ratio, q1, q3, wins, rounds, p}, the lowest pooled median of
-    those that pass."""
+    Returns {name, spec, ratio, ratio_q1, ratio_q3, wins, rounds, p} (the ratios pooled,
+    named as in a reading's rows), the lowest pooled median of those that pass."""
     best = None
     specs0 = readings[0][0]
     for name, spec in specs0.items():
-        if name in ("d", "n") or spec in ("cudnn", "fa4"):
+        if not _candidate(name, spec):
             continue
         per = []
         for specs, times in readings:
@@ -115,8 +121,8 @@ def pooled_winner(readings: list, max_ratio: float, alpha: float = 0.01):
             if (med <= max_ratio and p <= alpha
                     and all(statistics.median(rs) <= 1 for rs in per)
                     and (best is None or med < best["ratio"])):
-                best = {"name": name, "spec": spec, "ratio": med, "q1": q1, "q3": q3,
-                        "wins": wins, "rounds": len(pooled), "p": p}
+                best = {"name": name, "spec": spec, "ratio": med, "ratio_q1": q1,
+                        "ratio_q3": q3, "wins": wins, "rounds": len(pooled), "p": p}
     return best
 
 
@@ -170,10 +176,8 @@ def adopt(ab_dir: str, tuned_file: str, max_ratio: float, run: str, dry: bool,
                              f"{max_ratio} faster in more rounds than chance, p <= "
                              f"{pooled_alpha:g}, over {len(others) + 1} A/B runs)")
                 continue
-            best.update({"ms": next(r["ms"] for r in rows if r["name"] == best["name"]),
-                         "tflops": next(r["tflops"] for r in rows
-                                        if r["name"] == best["name"]),
-                         "ratio_q1": best["q1"], "ratio_q3": best["q3"]})
+            row = next(r for r in rows if r["name"] == best["name"])
+            best.update(ms=row["ms"], tflops=row["tflops"])  # this reading's time
             how = (f"pooled over {best['rounds']} rounds of {len(others) + 1} A/B runs, "
                    f"faster in {best['wins']} (sign test p = {best['p']:.2g})")
         else:
