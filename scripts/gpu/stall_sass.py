@@ -14,13 +14,19 @@ instructions.
 defaults in METRICS) to the same launch and prints them, and the instruction mix (warp
 instructions executed per opcode, from the source page) is printed beside the stalls.
 
+With two runs or more, the opcodes whose executed counts differ most between the first
+run and each other one follow. ``--diff A B`` prints that table offline from two recorded
+source pages (``NAME_source.csv``, or the same gzipped).
+
 Usage: PYTHONPATH=src python scripts/gpu/stall_sass.py OUTDIR --shape 4,16,4096,128
        [--causal] --runs "g=GLUON=1,...;cudnn=cudnn;fa4=fa4" [--ncu ncu]
        [--metrics default|NAME,NAME,...]
+       PYTHONPATH=src python scripts/gpu/stall_sass.py --diff A_source.csv.gz B_source.csv
 """
 
 import argparse
 import csv
+import gzip
 import io
 import os
 import subprocess
@@ -142,19 +148,61 @@ def opcode_mix(rows) -> list:
     return sorted(((v, k) for k, v in mix.items()), reverse=True)
 
 
+def opcode_diff(mix_a, mix_b, n: int = 16) -> list:
+    """The n opcodes whose executed counts differ most between two :func:`opcode_mix`
+    lists: (opcode, count in a, count in b, a - b), largest absolute difference first."""
+    a = {k: v for v, k in mix_a}
+    b = {k: v for v, k in mix_b}
+    rows = [(k, a.get(k, 0.0), b.get(k, 0.0), a.get(k, 0.0) - b.get(k, 0.0))
+            for k in set(a) | set(b)]
+    return sorted(rows, key=lambda r: (-abs(r[3]), r[0]))[:n]
+
+
+def print_diff(name_a, mix_a, name_b, mix_b, n: int = 16) -> None:
+    ta, tb = sum(v for v, _ in mix_a), sum(v for v, _ in mix_b)
+    print(f"== opcodes, {name_a} against {name_b} (millions of warp instructions): "
+          f"{ta / 1e6:.1f} / {tb / 1e6:.1f} ({(ta - tb) / 1e6:+.1f})")
+    for op, x, y, d in opcode_diff(mix_a, mix_b, n):
+        print(f"  {op:<28} {x / 1e6:9.1f} {y / 1e6:9.1f} {d / 1e6:+9.1f}")
+
+
+def read_source(path: str) -> list:
+    """:func:`source_rows` of a recorded source page, plain or gzipped; a page without
+    per-instruction rows is refused by name."""
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            rows = source_rows(f.read())
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise SystemExit(f"--diff: cannot read {path}: {e}")
+    if not rows or _EXECUTED not in rows[0]:
+        raise SystemExit(f"--diff: {path} is not an ncu source page with "
+                         f"'{_EXECUTED}' per instruction")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("outdir")
+    ap.add_argument("outdir", nargs="?")
+    ap.add_argument("--diff", nargs=2, metavar=("A", "B"),
+                    help="offline: opcode counts of two recorded source pages, A - B")
     ap.add_argument("--shape", default="4,16,4096,128")
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--runs", required=True)
+    ap.add_argument("--runs")
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--metrics", default="",
                     help="'default' (the METRICS table) or comma-separated ncu metrics")
     ap.add_argument("--keep-reports", action="store_true",
                     help="keep the .ncu-rep files (default: only the CSV pages)")
     a = ap.parse_args()
+    if a.diff:
+        mixes = [opcode_mix(read_source(p)) for p in a.diff]
+        print_diff(a.diff[0], mixes[0], a.diff[1], mixes[1])
+        return
+    if not a.outdir or not a.runs:
+        ap.error("OUTDIR and --runs are required (or --diff A B)")
     os.makedirs(a.outdir, exist_ok=True)
+    mixes = []
     metrics = ([m for _, m in METRICS] if a.metrics == "default"
                else [m for m in a.metrics.split(",") if m])
     short = {m: n for n, m in METRICS}
@@ -192,11 +240,14 @@ def main():
                                           for m in metrics))
         mix = opcode_mix(rows)
         if mix:
+            mixes.append((name, mix))
             total = sum(v for v, _ in mix)
             print(f"  instructions {total:.4g}:", ", ".join(f"{k} {v / total:.1%}"
                                                         for v, k in mix[:14]))
         for share, addr, sass, why in top(rows):
             print(f"  {share:6.1%} {addr:>8} {sass:<60} {why}")
+    for name, mix in mixes[1:]:
+        print_diff(mixes[0][0], mixes[0][1], name, mix)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ the float64 reference, with the output poisoned before the run; and a NaN plante
 another head's rows, which TMA's per-head bounds must keep out.
 """
 
+import os
+
 import pytest
 import torch
 
@@ -23,6 +25,43 @@ from .test_forward import check_case, run_case
 
 G = AttentionConfig(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, Q_IN_REGS=False,
                     TMA=True, GLUON=True)
+
+#: offline test name -> its parameters -> {variant: (config, build keywords)}: the sm_90
+#: builds the test compiles, which :func:`_prebuilt` compiles ahead for all of them at once
+BUILDS = {}
+
+
+def _builds_of(test_name):
+    def register(fn):
+        BUILDS[test_name] = fn
+        return fn
+    return register
+
+
+def _build(spec):
+    cfg, kw = spec
+    return fcompile.build(cfg, "sm90", **kw)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prebuilt(request):
+    """The selected offline tests' builds, compiled before any of them runs by one pool of
+    worker processes (one per core) into the session's cache, where the tests' own builds
+    then find them. Otherwise a process running the interpreter starts a clean compiler
+    process for every build, one after the other (imports included, 9.5 min for this
+    module on 2 cores against 3 min). A build that fails here fails again, with its
+    message, in its test. Under pytest-xdist the workers compile side by side: nothing
+    to do."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    specs = {}
+    for item in request.session.items:
+        fn = BUILDS.get(getattr(item, "originalname", None))
+        if item.module is request.module and fn is not None:
+            for cfg, kw in fn(**item.callspec.params).values():
+                specs[(cfg, tuple(sorted(kw.items())))] = (cfg, "sm90", kw)
+    if len(specs) > 1:
+        fcompile.run_clean(fcompile._build_task, list(specs.values()), jobs=os.cpu_count() or 1)
 
 
 def test_key_and_round_trip():
@@ -93,6 +132,12 @@ def test_cpu_tensors_are_refused():
                        return_lse=False)
 
 
+@_builds_of("test_sm90_binary")
+def _binary_builds(D, causal, bm, bn, knobs):
+    return {None: (G.replace(BLOCK_M=bm, BLOCK_N=bn, **knobs),
+                   dict(head_dim=D, causal=causal, return_lse=True))}
+
+
 @pytest.mark.parametrize("D,causal,bm,bn,knobs", [
     (64, False, 128, 128, {}), (128, True, 128, 128, {}), (64, False, 192, 128, {}),
     (128, True, 192, 64, {}), (128, False, 128, 128, {"PINGPONG": True}),
@@ -116,8 +161,7 @@ def test_sm90_binary(D, causal, bm, bn, knobs):
     plus the producer's, no spills (D = 64 at 192 x 128 with OVERLAP spilled 38 registers
     while consumer 0 sat in the default partition), and no PRMT: P reaches the P V wgmma
     packed as its A operand wants it (32 swaps per tile when ptxas packs it)."""
-    art = fcompile.build(G.replace(BLOCK_M=bm, BLOCK_N=bn, **knobs), "sm90", head_dim=D,
-                         causal=causal, return_lse=True)
+    art = _build(_binary_builds(D, causal, bm, bn, knobs)[None])
     assert art.metadata["num_warps"] == 4 * (bm // 64 + 1)
     (rec,) = records_for([art])
     mix = rec.opcodes
@@ -126,6 +170,11 @@ def test_sm90_binary(D, causal, bm, bn, knobs):
     assert rec.spill_stores == 0 and rec.spill_loads == 0
     assert mix.get("PRMT", 0) == 0, mix.get("PRMT")
     assert rec.dynamic_shared_bytes >= (bm + 2 * 2 * bn) * D * 2
+
+
+@_builds_of("test_shared_bound_is_within_the_barriers_of_the_binary")
+def _bound_builds(D, bm, bn, knobs):
+    return {None: (G.replace(BLOCK_M=bm, BLOCK_N=bn, **knobs), dict(head_dim=D, causal=False))}
 
 
 @pytest.mark.parametrize("D,bm,bn,knobs", [
@@ -142,11 +191,18 @@ def test_shared_bound_is_within_the_barriers_of_the_binary(D, bm, bn, knobs):
     through that fail only at launch."""
     from flashscope.config import min_shared_bytes
 
-    cfg = G.replace(BLOCK_M=bm, BLOCK_N=bn, **knobs)
-    (rec,) = records_for([fcompile.build(cfg, "sm90", head_dim=D, causal=False)])
+    spec = _bound_builds(D, bm, bn, knobs)[None]
+    cfg = spec[0]
+    (rec,) = records_for([_build(spec)])
     bound = min_shared_bytes(cfg, D)
     used = rec.static_shared_bytes + rec.dynamic_shared_bytes
     assert bound <= used < bound + 1024, (bound, used)
+
+
+@_builds_of("test_exp2_poly_moves_exponentials_off_mufu")
+def _poly_builds(bm, causal, poly):
+    return {poly: (G.replace(BLOCK_M=bm, num_stages=3, PERSISTENT=True, EXP2_POLY=poly),
+                   dict(head_dim=64, causal=causal, return_lse=True))}
 
 
 @pytest.mark.parametrize("poly", [2, 4, 8])
@@ -158,8 +214,7 @@ def test_exp2_poly_moves_exponentials_off_mufu(bm, causal, poly):
     in the non-causal loop."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(BLOCK_M=bm, num_stages=3, PERSISTENT=True, EXP2_POLY=poly)
-    art = fcompile.build(cfg, "sm90", head_dim=64, causal=causal, return_lse=True)
+    art = _build(_poly_builds(bm, causal, poly)[poly])
     sass = disassemble(art.binary)
     consumers = bm // 64
     assert sass.count("MUFU.EX2") == consumers * (128 - 128 // poly + 2)
@@ -187,6 +242,14 @@ def _rescale_blocks(sass: str) -> list:
     return blocks
 
 
+@_builds_of("test_lazy_rescale_branches_over_the_rescale")
+def _lazy_builds(D, bm, causal, knobs):
+    cfg = G.replace(BLOCK_M=bm, num_stages=3, PERSISTENT=True, **knobs)
+    return {lazy: (cfg.replace(LAZY_RESCALE=lazy), dict(head_dim=D, causal=causal,
+                                                        return_lse=True))
+            for lazy in (False, True)}
+
+
 @pytest.mark.parametrize("D,bm,causal,knobs", [
     (64, 192, False, {}), (128, 128, False, {"OVERLAP": True, "PINGPONG": True}),
     (64, 128, True, {"OVERLAP": True})])
@@ -196,11 +259,8 @@ def test_lazy_rescale_branches_over_the_rescale(D, bm, causal, knobs):
     it there is no vote."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(BLOCK_M=bm, num_stages=3, PERSISTENT=True, **knobs)
-    for lazy in (False, True):
-        art = fcompile.build(cfg.replace(LAZY_RESCALE=lazy), "sm90", head_dim=D,
-                             causal=causal, return_lse=True)
-        blocks = _rescale_blocks(disassemble(art.binary))
+    for lazy, spec in _lazy_builds(D, bm, causal, knobs).items():
+        blocks = _rescale_blocks(disassemble(_build(spec).binary))
         if not lazy:
             assert blocks == []
             continue
@@ -223,6 +283,13 @@ def _under_pv(sass: str, opcode: str) -> list:
     return counts
 
 
+@_builds_of("test_overlap_keeps_exponentials_under_pv")
+def _overlap_builds(D, causal, knobs):
+    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, num_stages=3, **knobs)
+    return {o: (cfg.replace(OVERLAP=o), dict(head_dim=D, causal=causal, return_lse=True))
+            for o in (False, True)}
+
+
 @pytest.mark.parametrize("D,causal,knobs", [
     (128, False, {}), (64, True, {"PINGPONG": True}),
     (128, True, {"PINGPONG": True, "PERSISTENT": True})])
@@ -233,14 +300,19 @@ def test_overlap_keeps_exponentials_under_pv(D, causal, knobs):
     them all, so none run under the product."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, num_stages=3, **knobs)
     counts = {}
-    for overlap in (False, True):
-        art = fcompile.build(cfg.replace(OVERLAP=overlap), "sm90", head_dim=D, causal=causal,
-                             return_lse=True)
-        counts[overlap] = _under_pv(disassemble(art.binary), "MUFU.EX2")
+    for overlap, spec in _overlap_builds(D, causal, knobs).items():
+        counts[overlap] = _under_pv(disassemble(_build(spec).binary), "MUFU.EX2")
     assert len(counts[True]) == 2 and all(n >= 64 for n in counts[True]), counts
     assert counts[False] == [0, 0], counts
+
+
+@_builds_of("test_overlap_max_keeps_only_the_row_max_under_pv")
+def _overlap_max_builds(D, causal, knobs):
+    cfg = G.replace(**{"BLOCK_M": 128, "BLOCK_N": 128, **knobs})
+    return {level: (cfg.replace(OVERLAP=level), dict(head_dim=D, causal=causal,
+                                                     return_lse=True))
+            for level in (0, 2)}
 
 
 @pytest.mark.parametrize("D,causal,knobs", [
@@ -257,18 +329,26 @@ def test_overlap_max_keeps_only_the_row_max_under_pv(D, causal, knobs):
     them there)."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(**{"BLOCK_M": 128, "BLOCK_N": 128, **knobs})
+    builds = _overlap_max_builds(D, causal, knobs)
     under = {}
-    for level in (0, 2):
-        sass = disassemble(fcompile.build(cfg.replace(OVERLAP=level), "sm90", head_dim=D,
-                                          causal=causal, return_lse=True).binary)
+    for level, spec in builds.items():
+        sass = disassemble(_build(spec).binary)
         under[level] = (_under_pv(sass, "FMNMX"), _under_pv(sass, "MUFU.EX2"))
-    consumers = cfg.BLOCK_M // 64
+    consumers = builds[0][0].BLOCK_M // 64
     fmnmx, ex2 = under[0]
     assert all(n < 64 for n in fmnmx) and ex2 == [0] * consumers, under
     fmnmx, ex2 = under[2]
     assert len(fmnmx) == consumers and all(n >= 64 for n in fmnmx), under
     assert len(ex2) == consumers and all(n < 64 for n in ex2), under
+
+
+@_builds_of("test_masked_first_leaves_the_loop_without_mask")
+def _masked_first_builds(D, bm, stages):
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=128, num_stages=stages, PINGPONG=True,
+                    PERSISTENT=True)
+    return {first: (cfg.replace(MASKED_FIRST=first), dict(head_dim=D, causal=True,
+                                                          return_lse=True))
+            for first in (False, True)}
 
 
 @pytest.mark.parametrize("D,bm,stages", [(64, 192, 3), (128, 128, 2)])
@@ -279,17 +359,32 @@ def test_masked_first_leaves_the_loop_without_mask(D, bm, stages):
     tile is each consumer's first, outside the loop: neither is left there."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(BLOCK_M=bm, BLOCK_N=128, num_stages=stages, PINGPONG=True,
-                    PERSISTENT=True)
     under = {}
-    for first in (False, True):
-        sass = disassemble(fcompile.build(cfg.replace(MASKED_FIRST=first), "sm90",
-                                          head_dim=D, causal=True, return_lse=True).binary)
+    for first, spec in _masked_first_builds(D, bm, stages).items():
+        sass = disassemble(_build(spec).binary)
         under[first] = (_under_pv(sass, "FSEL"), _under_pv(sass, "BRA"))
     consumers = bm // 64
     fsel, bra = under[False]
     assert len(fsel) == consumers and all(n >= 64 for n in fsel) and bra == [1] * consumers
     assert under[True] == ([0] * consumers, [0] * consumers), under
+
+
+def _knob_builds(D, bm, knobs, knob):
+    """The JOINT_KV and LEAN_RELEASE tests' builds: the same configs, so half of the
+    second test's come cached."""
+    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
+    return {on: (cfg.replace(**{knob: on}), dict(head_dim=D, return_lse=True))
+            for on in (False, True)}
+
+
+@_builds_of("test_joint_kv_waits_once_a_key_tile")
+def _joint_builds(D, bm, knobs):
+    return _knob_builds(D, bm, knobs, "JOINT_KV")
+
+
+@_builds_of("test_lean_release_drops_a_barrier_a_key_tile")
+def _lean_builds(D, bm, knobs):
+    return _knob_builds(D, bm, knobs, "LEAN_RELEASE")
 
 
 @pytest.mark.parametrize("D,bm,knobs", [
@@ -301,11 +396,9 @@ def test_joint_kv_waits_once_a_key_tile(D, bm, knobs):
     in the binary, the same wgmma, no spills."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
     waits, mma = {}, {}
-    for joint in (False, True):
-        art = fcompile.build(cfg.replace(JOINT_KV=joint), "sm90", head_dim=D,
-                             return_lse=True)
+    for joint, spec in _joint_builds(D, bm, knobs).items():
+        art = _build(spec)
         (rec,) = records_for([art])
         assert rec.spill_stores == 0 and rec.spill_loads == 0
         waits[joint] = disassemble(art.binary).count("TRYWAIT")
@@ -326,11 +419,9 @@ def test_lean_release_drops_a_barrier_a_key_tile(D, bm, knobs):
     in both builds); the same wgmma, no spills."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
     bars, elects, mma, static = {}, {}, {}, {}
-    for lean in (False, True):
-        art = fcompile.build(cfg.replace(LEAN_RELEASE=lean), "sm90", head_dim=D,
-                             return_lse=True)
+    for lean, spec in _lean_builds(D, bm, knobs).items():
+        art = _build(spec)
         (rec,) = records_for([art])
         assert rec.spill_stores == 0 and rec.spill_loads == 0
         sass = disassemble(art.binary)
@@ -345,6 +436,14 @@ def test_lean_release_drops_a_barrier_a_key_tile(D, bm, knobs):
     assert mma[True] == mma[False] > 0
 
 
+@_builds_of("test_early_releases_sit_before_the_pv_wait")
+def _early_builds(D, bm, knobs):
+    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
+    return {(k, q): (cfg.replace(K_EARLY=k, EARLY_Q=q), dict(head_dim=D, causal=True,
+                                                             return_lse=True))
+            for k in (False, True) for q in (False, True)}
+
+
 @pytest.mark.parametrize("D,bm,knobs", [
     (128, 128, {}), (64, 128, {"OVERLAP": True, "num_stages": 3}),
     (64, 192, {"PINGPONG": True, "num_stages": 3})])
@@ -356,16 +455,20 @@ def test_early_releases_sit_before_the_pv_wait(D, bm, knobs):
     slot adds BLOCK_M x D elements of shared memory."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
     shared = {}
-    for k_early in (False, True):
-        for early_q in (False, True):
-            art = fcompile.build(cfg.replace(K_EARLY=k_early, EARLY_Q=early_q), "sm90",
-                                 head_dim=D, causal=True, return_lse=True)
-            shared[early_q] = art.metadata["shared"]
-            counts = _under_pv(disassemble(art.binary), "SYNCS.ARRIVE")
-            assert counts == [int(k_early) + int(early_q)] * (bm // 64), (k_early, early_q)
+    for (k_early, early_q), spec in _early_builds(D, bm, knobs).items():
+        art = _build(spec)
+        shared[early_q] = art.metadata["shared"]
+        counts = _under_pv(disassemble(art.binary), "SYNCS.ARRIVE")
+        assert counts == [int(k_early) + int(early_q)] * (bm // 64), (k_early, early_q)
     assert 0 <= shared[True] - shared[False] - bm * D * 2 < 128  # and the allocator's alignment
+
+
+@_builds_of("test_out_rcp_drops_the_per_element_division")
+def _rcp_builds(D, bm, causal, knobs):
+    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
+    return {rcp: (cfg.replace(OUT_RCP=rcp), dict(head_dim=D, causal=causal, return_lse=True))
+            for rcp in (False, True)}
 
 
 @pytest.mark.parametrize("D,bm,causal,knobs", [
@@ -378,11 +481,9 @@ def test_out_rcp_drops_the_per_element_division(D, bm, causal, knobs):
     instructions per consumer, and the same number of wgmma."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
     counts = {}
-    for rcp in (False, True):
-        art = fcompile.build(cfg.replace(OUT_RCP=rcp), "sm90", head_dim=D, causal=causal,
-                             return_lse=True)
+    for rcp, spec in _rcp_builds(D, bm, causal, knobs).items():
+        art = _build(spec)
         sass = disassemble(art.binary)
         ops = [ln for ln in sass.splitlines() if ln.strip().startswith("/*") and "*/" in ln]
         counts[rcp] = (len(ops), sass.count("HGMMA"))
@@ -390,6 +491,13 @@ def test_out_rcp_drops_the_per_element_division(D, bm, causal, knobs):
         assert rec.spill_stores == 0
     assert counts[True][1] == counts[False][1]
     assert counts[True][0] <= counts[False][0] - (bm // 64) * D // 2, counts
+
+
+@_builds_of("test_q_in_regs_feeds_the_score_product_from_registers")
+def _q_regs_builds(D, causal, knobs):
+    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, PERSISTENT=True, **knobs)
+    return {q: (cfg.replace(Q_IN_REGS=q), dict(head_dim=D, causal=causal, return_lse=True))
+            for q in (False, True)}
 
 
 @pytest.mark.parametrize("D,causal,knobs", [
@@ -404,11 +512,9 @@ def test_q_in_regs_feeds_the_score_product_from_registers(D, causal, knobs):
     Q K^T, outside the loop: no Q arrival is left between the loop's score and P V waits."""
     from flashscope.isa.nvidia import disassemble
 
-    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, PERSISTENT=True, **knobs)
     seen = {}
-    for q_regs in (False, True):
-        art = fcompile.build(cfg.replace(Q_IN_REGS=q_regs), "sm90", head_dim=D,
-                             causal=causal, return_lse=True)
+    for q_regs, spec in _q_regs_builds(D, causal, knobs).items():
+        art = _build(spec)
         sass = disassemble(art.binary)
         hgmma = [ln.split("HGMMA", 1)[1] for ln in sass.splitlines() if "HGMMA" in ln]
         ss = sum(1 for h in hgmma if h.split(",")[1].strip().startswith("gdesc"))
