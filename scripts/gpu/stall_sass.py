@@ -32,7 +32,7 @@ import os
 import subprocess
 import sys
 
-from flashscope.profile.ncu_csv import parse_number
+from flashscope.profile.ncu_csv import ParseError, parse_number
 
 _TOTAL = "Warp Stall Sampling (All Samples)"
 _EXECUTED = "Instructions Executed"
@@ -196,7 +196,10 @@ def main():
                     help="keep the .ncu-rep files (default: only the CSV pages)")
     a = ap.parse_args()
     if a.diff:
-        mixes = [opcode_mix(read_source(p)) for p in a.diff]
+        try:
+            mixes = [opcode_mix(read_source(p)) for p in a.diff]
+        except ParseError as e:  # a count that is not a number: its address and column
+            raise SystemExit(f"--diff: {e}")
         print_diff(a.diff[0], mixes[0], a.diff[1], mixes[1])
         return
     if not a.outdir or not a.runs:

@@ -67,6 +67,15 @@ def test_bad_pages_are_refused_by_name(tmp_path):
     assert out.returncode != 0 and "cannot read" in out.stderr
 
 
+def test_a_count_that_is_not_a_number_is_named(tmp_path):
+    bad = _page(tmp_path, "bad.csv", [("FADD R1, R2, R3", "12x")])
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu", "stall_sass.py"),
+                          "--diff", bad, bad], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
+    assert out.returncode == 1 and "Instructions Executed" in out.stderr
+    assert "Traceback" not in out.stderr and "'12x'" in out.stderr
+
+
 def test_cli_requires_runs_or_diff():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu", "stall_sass.py")],
                          capture_output=True, text=True,
