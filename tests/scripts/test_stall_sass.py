@@ -18,6 +18,13 @@ HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions 
           '"stall_wait"\n')
 
 
+def _cli(*args):
+    """The script run as a user would, on ``args``."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu", "stall_sass.py"),
+                           *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
+
+
 def _page(tmp_path, name, rows):
     path = tmp_path / name
     path.write_text('"Kernel Name","k",\n' + HEADER + "".join(
@@ -61,23 +68,17 @@ def test_bad_pages_are_refused_by_name(tmp_path):
     for path in (str(trunc), _page(tmp_path, "nox.csv", [])):
         with pytest.raises(SystemExit, match="--diff: .*" + os.path.basename(path)):
             read_source(path)
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu", "stall_sass.py"),
-                          "--diff", str(trunc), str(trunc)], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
+    out = _cli("--diff", str(trunc), str(trunc))
     assert out.returncode != 0 and "cannot read" in out.stderr
 
 
 def test_a_count_that_is_not_a_number_is_named(tmp_path):
     bad = _page(tmp_path, "bad.csv", [("FADD R1, R2, R3", "12x")])
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu", "stall_sass.py"),
-                          "--diff", bad, bad], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
+    out = _cli("--diff", bad, bad)
     assert out.returncode == 1 and "Instructions Executed" in out.stderr
     assert "Traceback" not in out.stderr and "'12x'" in out.stderr
 
 
 def test_cli_requires_runs_or_diff():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu", "stall_sass.py")],
-                         capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
+    out = _cli()
     assert out.returncode == 2 and "--diff A B" in out.stderr
