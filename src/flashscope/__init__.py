@@ -2,8 +2,11 @@
 
 __version__ = "0.1.0"
 
-from .config import AttentionConfig, check_config, select_config  # noqa: E402
 from .errors import FlashscopeError  # noqa: E402
+from .families import Problem, default_config, family  # noqa: E402
+from .families.sm90_fwd import Sm90FwdConfig  # noqa: E402
+from .families.triton_bwd import TritonBwdConfig  # noqa: E402
+from .families.triton_fwd import TritonFwdConfig  # noqa: E402
 
 
 def __getattr__(name):
@@ -16,5 +19,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'flashscope' has no attribute {name!r}")
 
 
-__all__ = ["AttentionConfig", "FlashscopeError", "attention", "check_config", "select_config",
-           "__version__"]
+__all__ = ["FlashscopeError", "Problem", "Sm90FwdConfig", "TritonBwdConfig", "TritonFwdConfig",
+           "attention", "default_config", "family", "__version__"]

@@ -2,15 +2,16 @@
 
 Validation lives here, at the boundary: every rejected input raises a ``TypeError`` or
 ``ValueError`` (a :class:`~flashscope.errors.FlashscopeError`) that names the argument and
-what was expected. Launching is in :mod:`flashscope.launch`; kernels in
-:mod:`flashscope.kernels`.
+what was expected. Launching is in :mod:`flashscope.launch`; kernels and their configs in
+:mod:`flashscope.families`.
 
 Autograd and ``torch.compile``: the kernels are registered as the custom ops
 ``flashscope::attention_fwd`` (returns out and the log-sum-exp) and
 ``flashscope::attention_bwd`` (returns dq, dk, dv), with fake implementations for tracing
 and ``register_autograd`` linking them, so a compiled model calls them without graph breaks.
-Configs cross the op boundary as ``KEY=VALUE,...`` text, since custom ops take only plain
-types. Calls that need neither gradients nor tracing skip the dispatcher and launch directly.
+Configs and masks cross the op boundary as plain values (``kernel:KEY=VALUE,...`` text,
+window bounds as integers with -1 for unbounded), since custom ops take only plain types.
+Calls that need neither gradients nor tracing skip the dispatcher and launch directly.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from typing import Optional
 import torch
 
 from . import launch, tuned
-from .config import (AttentionBwdConfig, AttentionConfig, check_config, check_head_dim,
-                     select_bwd_config, select_config)
-from .errors import ConfigError, FlashscopeError, UnknownTargetError
-from .targets import get_target
+from .errors import ConfigError, FlashscopeError
+from .families import Knobs, Problem, family, family_of, forward_family, sm90_fwd, triton_fwd
+from .families.base import check_head_dim
+from .families.triton_bwd import TritonBwdConfig
+from .masks import ALIGNS, Mask
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -33,25 +35,7 @@ _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 def device_target(device: torch.device) -> Optional[str]:
     """Target name (``sm90``, ``gfx942``) of a CUDA/ROCm device, or None (CPU/interpreter
     or a GPU missing from the tables)."""
-    if device.type != "cuda" or launch.interpreting():
-        return None
-    return _gpu_target(launch.device_index(device))
-
-
-@functools.lru_cache(maxsize=None)
-def _gpu_target(index: int) -> Optional[str]:
-    """device_target of CUDA/ROCm device ``index``, asked of the driver once per process
-    (it is on every default-config call)."""
-    device = torch.device("cuda", index)
-    if torch.version.hip:
-        name = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
-    else:
-        major, minor = torch.cuda.get_device_capability(device)
-        name = f"sm{major}{minor}"
-    try:
-        return get_target(name).name
-    except UnknownTargetError:
-        return None
+    return launch.device_target(device)
 
 
 def _check_inputs(query, key, value, enable_gqa: bool, scale):
@@ -102,23 +86,54 @@ def _check_inputs(query, key, value, enable_gqa: bool, scale):
             raise FlashscopeError(f"scale: expected a finite number, got {scale}")
 
 
-def resolve_config(config: Optional[AttentionConfig], head_dim: int, dtype: str,
-                   causal: bool, device: torch.device, seq_len: int = 1) -> AttentionConfig:
-    """The caller's config, checked for the device's target, or the default for it: the
-    tuned entry for (target, dtype, head dim, causal, key-length class) when the sweep's
-    data files have one (:func:`flashscope.tuned.lookup`), else :func:`select_config`."""
-    target = device_target(device)
-    if config is None:
-        if target is None:
-            return select_config(head_dim, dtype, causal, "sm90")
-        return tuned.lookup(target, dtype, head_dim, causal, max(1, int(seq_len)))[0]
-    if not isinstance(config, AttentionConfig):
-        raise TypeError(f"config: expected flashscope.AttentionConfig or None, got "
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
+def check_mask_args(is_causal, window, align) -> Mask:
+    """The :class:`~flashscope.masks.Mask` of ``attention``'s mask keywords, or a
+    TypeError/ValueError naming the one that is wrong."""
+    causal = _flag("is_causal", is_causal)
+    if not isinstance(align, str) or align not in ALIGNS:
+        raise FlashscopeError(f"align: expected one of {', '.join(map(repr, ALIGNS))}, got "
+                              f"{align!r}")
+    return Mask.of(causal, window, align)
+
+
+def problem_of(q, k, mask: Mask, target: Optional[str]) -> Problem:
+    """The :class:`~flashscope.families.base.Problem` these tensors and mask pose
+    (``target`` None: the interpreter, answered with sm90's tables)."""
+    B, H, Nq, D = q.shape
+    Nk = k.shape[2]
+    banded = (mask.left_bounded or (mask.right_bounded and not mask.causal)
+              or mask.offset(Nq, Nk) != 0)
+    return Problem(target or "sm90", _DTYPES[q.dtype], D, mask.causal, Nq, Nk, B * H,
+                   window=banded)
+
+
+def resolve_config(config, head_dim: int, dtype: str, device: torch.device,
+                   what: str = "config", kinds: tuple = ("triton-fwd", "sm90-fwd")) -> Knobs:
+    """The caller's config, checked for the device's target (on the interpreter the
+    vendor caps are ignored, the rest must hold for sm90). Never changed: honoured as
+    given or refused with the limit it breaks."""
+    if not isinstance(config, Knobs):
+        raise TypeError(f"{what}: expected a kernel config record ("
+                        f"{', '.join(family(k).Config.__name__ for k in kinds)}) or None, got "
                         f"{type(config).__name__}")
-    if target is None:  # interpreter: vendor knobs have no meaning, tiles still must be valid
-        check_config(config.replace(maxnreg=None, waves_per_eu=None), "sm90", head_dim, dtype)
+    if config.KERNEL not in kinds:
+        raise FlashscopeError(f"{what}: a {config.KERNEL} config is not one of "
+                              f"{', '.join(kinds)}")
+    fam = family_of(config)
+    target = device_target(device)
+    if target is None:
+        checked = config
+        if hasattr(config, "maxnreg"):
+            checked = config.replace(maxnreg=None, waves_per_eu=None)
+        fam.check(checked, "sm90", head_dim, dtype)
     else:
-        check_config(config, target, head_dim, dtype)
+        fam.check(config, target, head_dim, dtype)
     return config
 
 
@@ -128,77 +143,91 @@ _DEFAULTS: dict = {}
 _DEFAULTS_MAX = 256
 
 
-def _default_config(q, k, v, causal: bool, scale: Optional[float] = None) -> AttentionConfig:
-    """The default for these tensors: a Gluon default falls back to the target's built-in
-    default where the Gluon variant cannot run (:func:`flashscope.launch.gluon_ok`), and a
-    TMA default to pointer loads for layouts that have no TMA view
-    (:func:`flashscope.launch.tma_view`). Remembered per geometry (``_DEFAULTS``)."""
+def _default_config(q, k, v, mask: Mask, scale: float) -> Knobs:
+    """The default for these tensors: the first forward family that accepts the problem
+    (:func:`flashscope.families.forward_family`), its tuned entry or rule; the sm90 kernel
+    gives way to the portable one on tensors it cannot read (no TMA descriptor, scale <= 0).
+    Remembered per geometry (``_DEFAULTS``)."""
     target = device_target(q.device)
-    key = (target and tuned.file_stamp(target), launch.geometry_key(q, k, v), bool(causal),
-           scale is None or scale > 0)
-    return launch.remembered(_DEFAULTS, key, lambda: _choose_default(q, k, v, causal, scale),
+    key = (target and tuned.file_stamp(target), launch.geometry_key(q, k, v), mask,
+           scale > 0)
+    return launch.remembered(_DEFAULTS, key, lambda: _choose_default(q, k, v, mask, scale),
                              _DEFAULTS_MAX)
 
 
-def _choose_default(q, k, v, causal: bool, scale: Optional[float]) -> AttentionConfig:
-    D, dtype = q.shape[-1], _DTYPES[q.dtype]
-    cfg = resolve_config(None, D, dtype, causal, q.device, k.shape[2])
-    if cfg.GLUON and not launch.gluon_ok(q, k, v, scale):
-        cfg = select_config(D, dtype, causal, device_target(q.device) or "sm90")
-    if cfg.TMA and not cfg.GLUON and not launch.tma_ok(q, k, v):
-        cfg = cfg.replace(TMA=False, WARP_SPEC=False)
-    return cfg
+def _choose_default(q, k, v, mask: Mask, scale: float) -> Knobs:
+    target = device_target(q.device)
+    problem = problem_of(q, k, mask, target)
+    if target is None:  # the interpreter runs the portable kernel only
+        return triton_fwd.select(problem)
+    fam = forward_family(problem)
+    if fam is sm90_fwd and sm90_fwd.tensors_problem(q, k, v, scale):
+        fam = triton_fwd
+    return tuned.lookup(problem, fam.KERNEL)[0]
+
+
+def _backward_config(q, k, mask: Mask) -> TritonBwdConfig:
+    from .families import default_backward
+
+    return default_backward(problem_of(q, k, mask, device_target(q.device)))
 
 
 def config_text(cfg) -> str:
-    """A config record as ``KEY=VALUE,...`` text (what the custom ops take)."""
-    return ",".join(f"{k}={v}" for k, v in cfg.as_dict().items())
+    """A config record as ``kernel:KEY=VALUE,...`` text (what the custom ops take)."""
+    return f"{cfg.KERNEL}:{cfg.text}"
 
 
 @functools.lru_cache(maxsize=256)
-def _parse_fwd(text: str) -> AttentionConfig:
-    return AttentionConfig.parse(text)
+def parse_config_text(text: str) -> Knobs:
+    kernel, _, body = text.partition(":")
+    return family(kernel).Config.parse(body)
 
 
-@functools.lru_cache(maxsize=256)
-def _parse_bwd(text: str) -> AttentionBwdConfig:
-    return AttentionBwdConfig.parse(text)
+def _mask_of(is_causal: bool, left: int, right: int, bottom_right: bool) -> Mask:
+    return Mask.of(is_causal, (left, right), "bottom_right" if bottom_right else "top_left")
 
 
 @torch.library.custom_op("flashscope::attention_fwd", mutates_args=())
 def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
-                   scale: float, config: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out (B, H, Nq, D) like q, lse (B, H, Nq) fp32). ``config`` "" = the default for
-    the device, resolved here, out of the compiler's sight (it may read tuned data files)."""
-    cfg = _parse_fwd(config) if config else _default_config(q, k, v, is_causal, scale)
-    return launch.forward(q, k, v, causal=is_causal, scale=scale, cfg=cfg, return_lse=True)
+                   left: int, right: int, bottom_right: bool, scale: float,
+                   config: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (B, H, Nq, D) like q, lse (B, H, Nq) fp32). ``left``/``right``: window bounds,
+    -1 unbounded. ``config`` "" = the default for the device, resolved here, out of the
+    compiler's sight (it may read tuned data files)."""
+    mask = _mask_of(is_causal, left, right, bottom_right)
+    cfg = parse_config_text(config) if config else _default_config(q, k, v, mask, scale)
+    return launch.forward(q, k, v, mask=mask, scale=scale, cfg=cfg, return_lse=True)
 
 
 @_attention_fwd.register_fake
-def _attention_fwd_fake(q, k, v, is_causal, scale, config):
+def _attention_fwd_fake(q, k, v, is_causal, left, right, bottom_right, scale, config):
     B, H, Nq, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, H, Nq), dtype=torch.float32)
 
 
 @torch.library.custom_op("flashscope::attention_bwd", mutates_args=())
 def _attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float,
+                   out: torch.Tensor, lse: torch.Tensor, is_causal: bool, left: int,
+                   right: int, bottom_right: bool, scale: float,
                    config: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq like q, dk like k, dv like v); dk, dv summed over each GQA group."""
-    return launch.backward(dout, q, k, v, out, lse, causal=is_causal, scale=scale,
-                           cfg=_parse_bwd(config))
+    mask = _mask_of(is_causal, left, right, bottom_right)
+    cfg = parse_config_text(config) if config else _backward_config(q, k, mask)
+    return launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
 
 
 @_attention_bwd.register_fake
-def _attention_bwd_fake(dout, q, k, v, out, lse, is_causal, scale, config):
+def _attention_bwd_fake(dout, q, k, v, out, lse, is_causal, left, right, bottom_right, scale,
+                        config):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, is_causal, scale, _ = inputs
+    q, k, v, is_causal, left, right, bottom_right, scale, _ = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.is_causal, ctx.scale = is_causal, scale
+    ctx.mask_args = (is_causal, left, right, bottom_right)
+    ctx.scale = scale
     ctx.mark_non_differentiable(lse)
 
 
@@ -206,12 +235,8 @@ def _backward(ctx, dout, _dlse):
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
-    D = q.shape[-1]
-    cfg = select_bwd_config(D, _DTYPES[q.dtype], ctx.is_causal,
-                            device_target(q.device) or "sm90")
-    dq, dk, dv = _attention_bwd(dout, q, k, v, out, lse, ctx.is_causal, ctx.scale,
-                                config_text(cfg))
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = _attention_bwd(dout, q, k, v, out, lse, *ctx.mask_args, ctx.scale, "")
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -224,32 +249,54 @@ def _through_op(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def attention(query, key, value, *, is_causal: bool = False, scale: Optional[float] = None,
-              enable_gqa: bool = False, config: Optional[AttentionConfig] = None,
-              return_lse: bool = False):
-    """softmax(Q K^T * scale [+ causal mask]) V, like SDPA, with FlashAttention's memory.
+def _window_ints(mask: Mask) -> tuple:
+    return (-1 if mask.left is None else mask.left,
+            -1 if mask.right is None or mask.causal else mask.right)
+
+
+def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
+              is_causal: bool = False, scale: Optional[float] = None,
+              enable_gqa: bool = False, *, window=None, align: str = "top_left",
+              config: Optional[Knobs] = None, return_lse: bool = False):
+    """softmax(Q K^T * scale [+ mask]) V, like SDPA, with FlashAttention's memory.
 
     query (B, H, Nq, D); key, value (B, Hkv, Nk, D) with Hkv == H, or H % Hkv == 0 with
     ``enable_gqa``. fp16/bf16, any strides (e.g. a (B, N, H, D) tensor seen through
-    ``.transpose(1, 2)``), D in 1..256. ``is_causal`` masks key j > query i (top-left
-    aligned, as SDPA). ``scale`` defaults to 1/sqrt(D). Returns the output (B, H, Nq, D)
-    laid out like ``query``; with ``return_lse`` also the natural-log row log-sum-exp
-    (B, H, Nq) fp32.
+    ``.transpose(1, 2)``), D in 1..256. ``attn_mask`` must be None and ``dropout_p`` 0 (the
+    same signature as SDPA, so the function replaces it by name; neither is computed).
+    ``is_causal`` masks key j > query position p_i. ``window=(left, right)`` keeps keys
+    p_i - left <= j <= p_i + right (None or a negative side: unbounded; causal clamps
+    right to 0). ``align``: "top_left" (p_i = i, SDPA's) or "bottom_right" (p_i = i + Nk -
+    Nq, FlashAttention's). A row that sees no key returns zeros and a log-sum-exp of -inf.
+    ``scale`` defaults to 1/sqrt(D). ``config``: a forward config record (default: chosen
+    for the device and problem, :func:`flashscope.families.default_config`). Returns the
+    output (B, H, Nq, D) laid out like ``query``; with ``return_lse`` also the
+    natural-log row log-sum-exp (B, H, Nq) fp32.
 
-    Differentiable in query, key and value (the log-sum-exp is not: it is marked
-    non-differentiable). The backward uses :func:`flashscope.config.select_bwd_config`.
+    Differentiable in query, key and value (the log-sum-exp is marked non-differentiable);
+    the backward runs the portable backward kernels with their default config.
     """
+    if attn_mask is not None:
+        raise FlashscopeError("attn_mask: flashscope computes masks from is_causal, window "
+                              "and align; an explicit mask tensor is not supported (pass None)")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
+        raise FlashscopeError(f"dropout_p: expected 0.0 (flashscope has no dropout), got "
+                              f"{dropout_p!r}")
+    _flag("enable_gqa", enable_gqa)
+    _flag("return_lse", return_lse)
     _check_inputs(query, key, value, enable_gqa, scale)
+    mask = check_mask_args(is_causal, window, align)
     D = query.shape[-1]
-    causal = bool(is_causal)
-    cfg = None if config is None else resolve_config(config, D, _DTYPES[query.dtype], causal,
+    cfg = None if config is None else resolve_config(config, D, _DTYPES[query.dtype],
                                                      query.device)
     sc = launch.default_scale(D) if scale is None else float(scale)
     if _through_op(query, key, value):
+        left, right = _window_ints(mask)
         text = "" if cfg is None else config_text(cfg)
-        out, lse = _attention_fwd(query, key, value, causal, sc, text)
+        out, lse = _attention_fwd(query, key, value, mask.causal, left, right,
+                                  mask.align == "bottom_right", sc, text)
     else:
-        out, lse = launch.forward(query, key, value, causal=causal, scale=sc,
-                                  cfg=cfg or _default_config(query, key, value, causal, sc),
+        out, lse = launch.forward(query, key, value, mask=mask, scale=sc,
+                                  cfg=cfg or _default_config(query, key, value, mask, sc),
                                   return_lse=return_lse)
     return (out, lse) if return_lse else out

@@ -20,9 +20,9 @@ CDNA wavefront, 32 per RDNA wave). With BM = BLOCK_M, BN = BLOCK_N, D = HEAD_DIM
              term scales with 1/L, not 1/T.
     rest   = a fixed 16 for addresses, offsets, loop counters and masks.
 
-With GLUON (the sm_90 variant) each consumer warpgroup is its own partition over 64 of the
-BLOCK_M rows, so the model counts one consumer: BM = 64, T = 128 (its setmaxnreg budget
-is what it is held to, 240 with one or two consumers, 160 with three).
+For the sm90 kernel (``sm90-fwd``) each consumer warpgroup is its own partition over 64 of
+the BLOCK_M rows, so the model counts one consumer: BM = 64, T = 128 (its setmaxnreg
+budget is what it is held to, 240 with one or two consumers, 160 with three).
 
 ``rows_per_slab``/``slab``: in the matrix-unit output layout a lane holds rows_per_slab of
 every slab-row strip its warp computes: NVIDIA mma/wgmma 2 of 16, CDNA MFMA 32x32 16 of 32,
@@ -42,8 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .config import AttentionConfig, head_dim_pad
 from .errors import ConfigError
+from .families.base import head_dim_pad
 from .targets import get_target
 
 #: Fixed remainder for addresses, offsets, loop state and masks, registers per thread.
@@ -116,20 +116,20 @@ class Budget:
                 "parts": dict(self.parts), "total": self.total, "dominant": self.dominant}
 
 
-def block_rows(cfg: AttentionConfig) -> int:
-    """Query rows one block of threads keeps: BLOCK_M, or one Gluon consumer's 64."""
-    return 64 if cfg.GLUON else cfg.BLOCK_M
+def block_rows(cfg) -> int:
+    """Query rows one block of threads keeps: BLOCK_M, or one sm90 consumer's 64."""
+    return 64 if cfg.KERNEL == "sm90-fwd" else cfg.BLOCK_M
 
 
-def rows_per_thread(cfg: AttentionConfig, layout: Layout) -> int:
+def rows_per_thread(cfg, layout: Layout) -> int:
     """Rows of the score tile one lane holds: rows_per_slab x slabs per warp (at least 1)."""
     rows_per_warp = block_rows(cfg) / cfg.num_warps
     return int(layout.rows_per_slab * max(1.0, rows_per_warp / layout.slab))
 
 
-def budget(cfg: AttentionConfig, target, head_dim: int) -> Budget:
-    """The register budget of the forward kernel for ``cfg`` on ``target`` (formulas in the
-    module docstring)."""
+def budget(cfg, target, head_dim: int) -> Budget:
+    """The register budget of the forward kernel for ``cfg`` (a ``triton-fwd`` or
+    ``sm90-fwd`` record) on ``target`` (formulas in the module docstring)."""
     lay = layout_for(target)
     t = get_target(target)
     bm, bn, d = block_rows(cfg), cfg.BLOCK_N, head_dim_pad(head_dim)

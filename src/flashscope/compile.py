@@ -1,19 +1,20 @@
 """Offline compilation: build any kernel config for any target, without a GPU.
 
-:func:`build` binds the same argument list a launch passes (built by
-:func:`flashscope.launch.forward_call` on meta tensors of a contiguous (B, H, N, D) problem)
+:func:`build` binds the same argument list a launch passes (built by the kernel family's
+``call`` (:mod:`flashscope.families`) on meta tensors of a contiguous (B, H, N, D) problem)
 with the JIT's own binder for the requested target, so the specialization (which integers
 are 1 or multiples of 16, pointer alignment, dtypes) and the options are exactly those of a
 real launch; then ``triton.compile`` runs for that ``GPUTarget``.
 
 Results are kept in a content-addressed cache: the key hashes the kernel's source (Triton's
 ``cache_key``, which covers the functions it calls), the kernel name, config, target, head
-dim, dtype, causal flag, problem shape, Triton version and the launcher's source (which
-derives the compile options from the config). The cache lives
+dim, dtype, causal flag, problem shape, Triton version and the sources that build the
+argument list and options (launch.py, the family's module). The cache lives
 in ``$FLASHSCOPE_CACHE`` or ``~/.cache/flashscope``; a hit needs neither torch nor a compile.
 
-Kernels are looked up in :data:`KERNELS`; :func:`register_kernel` adds more (the backward
-kernels register theirs the same way). Each compile runs in a forked child
+Kernels are looked up in :data:`KERNELS` (every family's kernels, registered by
+:func:`_register_all`; ``fwd`` stands for the forward family a target runs by default).
+Each compile runs in a forked child
 (:func:`_forked`), so that an assertion in Triton's native code, which aborts the process
 that meets it, is reported as a failed config instead of ending the caller.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -32,9 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .config import (DTYPE_BYTES, AttentionBwdConfig, AttentionConfig, check_bwd_config,
-                     check_config, select_bwd_config, select_config)
 from .errors import ConfigError, FlashscopeError
+from .families import FAMILIES, Problem, family, family_of, forward_family
+from .families.base import DTYPE_BYTES
+from .masks import Mask
 from .targets import get_target
 
 #: Representative problem a build binds: (batch, heads, kv heads, query length, key length).
@@ -42,87 +45,122 @@ from .targets import get_target
 #: specialize like a typical launch.
 DEFAULT_PROBLEM = (2, 16, 16, 1024, 1024)
 
-_TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16"}
-
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """How to build one kernel: where its ``@triton.jit`` body lives, its config type, the
-    pure feasibility check, and ``call(config, problem, head_dim, dtype, causal, **extra)``
-    returning (positional args, constexpr keywords) for the JIT binder."""
+    """How to build one kernel: where its body lives (``flashscope.kernels.<module>``,
+    function), the family whose config record it takes, and ``call(cfg, problem, head_dim,
+    dtype, causal, **extra)`` returning (positional args, constexpr keywords) for the JIT
+    binder."""
 
     name: str
-    module: str  # flashscope.kernels.<module>
-    function: str  # the JITFunction's attribute name
-    config_type: type
-    check: Callable
+    family: str
+    module: str
+    function: str
     call: Callable
-    default: Optional[Callable] = None  # (head_dim, dtype, causal, target) -> config
-    # config -> (module, function) where a config picks another body (Gluon on sm_90)
-    variant: Optional[Callable] = None
 
 
 KERNELS: dict = {}
+#: names that stand for the forward family a target runs by default
+FORWARD_ALIASES = ("fwd",)
 
 
-def register_kernel(name: str, spec: KernelSpec) -> None:
-    """Make ``name`` buildable by :func:`build` and ``flashscope inspect --kernel``."""
-    KERNELS[name] = spec
+def register_kernel(spec: KernelSpec) -> None:
+    """Make ``spec.name`` buildable by :func:`build` and ``flashscope inspect --kernel``."""
+    KERNELS[spec.name] = spec
 
 
-def kernel_spec(name: str) -> KernelSpec:
-    from .errors import lookup
-
-    return lookup(KERNELS, name, "--kernel", what="kernel", error=ConfigError)
+def kernel_names() -> tuple:
+    return (*FORWARD_ALIASES, *KERNELS)
 
 
-def _fwd_call(cfg, problem, head_dim, dtype, causal, return_lse=False):
+def kernel_spec(name: str, target=None, cfg=None) -> KernelSpec:
+    """The kernel ``name`` stands for: a registered kernel, or ``fwd``: the forward of
+    ``cfg``'s family, else the one ``target`` runs by default (sm90-fwd on sm_90,
+    triton-fwd elsewhere)."""
+    from .errors import unknown
+
+    if name in FORWARD_ALIASES:
+        if cfg is not None:
+            return KERNELS[family_of(cfg).KERNEL]
+        t = get_target(target or "sm90")
+        fam = forward_family(Problem(t.name, head_dim=128))
+        return KERNELS[fam.KERNEL]
+    if name not in KERNELS:
+        raise unknown("--kernel", name, kernel_names(), what="kernel", error=ConfigError)
+    return KERNELS[name]
+
+
+def default_config(kernel: str, target, head_dim: int = 128, dtype: str = "bfloat16",
+                   causal: bool = False):
+    """The config the library would run ``kernel`` with for this problem on ``target``:
+    the family's tuned entry or rule (the forward family the target runs, for ``fwd``)."""
+    from .families import config_from_text
+
+    return config_from_text("", Problem(get_target(target).name, dtype, head_dim, causal),
+                            None if kernel in FORWARD_ALIASES else kernel_spec(kernel).family)
+
+
+def parse_config(text, kernel: str, target, head_dim: int = 128, dtype: str = "bfloat16",
+                 causal: bool = False):
+    """``[family:]K=V,...`` text (or a dict of knobs) on top of ``target``'s own default for
+    ``kernel`` (:func:`flashscope.families.config_from_text`)."""
+    from .families import config_from_text
+
+    problem = Problem(get_target(target).name, dtype, head_dim, causal)
+    return config_from_text(text, problem,
+                            None if kernel in FORWARD_ALIASES else kernel_spec(kernel).family)
+
+
+def _meta_tensors(problem, head_dim, dtype, *shapes):
     import torch
 
-    from . import launch
-
-    B, H, Hkv, Nq, Nk = problem
     dt = getattr(torch, _TORCH_DTYPES[dtype])
-    q = torch.empty((B, H, Nq, head_dim), dtype=dt, device="meta")
-    k = torch.empty((B, Hkv, Nk, head_dim), dtype=dt, device="meta")
-    v = torch.empty_like(k)
-    out = torch.empty_like(q)
-    lse = torch.empty((B, H, Nq), dtype=torch.float32, device="meta") if return_lse else None
-    _, args, consts = launch.forward_call(q, k, v, out, lse, causal=causal,
-                                          scale=launch.default_scale(head_dim), cfg=cfg)
-    return args, consts
+    return [torch.empty(s, dtype=dt, device="meta") for s in shapes]
 
 
-def _fwd_variant(cfg):
-    from . import launch
-
-    return launch.forward_kernel(cfg)
-
-
-register_kernel("fwd", KernelSpec("fwd", "attention_fwd", "_attn_fwd", AttentionConfig,
-                                  check_config, _fwd_call, select_config, _fwd_variant))
-
-
-def _bwd_call(kernel: str) -> Callable:
-    """Call builder for one backward kernel: binds :func:`flashscope.launch.backward_calls`
-    on meta tensors of the problem. The preprocess has fixed launch options of its own;
-    they travel as constants so that they win over the config's."""
-
-    def call(cfg, problem, head_dim, dtype, causal):
+def _fwd_call(fam_name: str) -> Callable:
+    def call(cfg, problem, head_dim, dtype, causal, return_lse=False):
         import torch
 
         from . import launch
 
         B, H, Hkv, Nq, Nk = problem
-        dt = getattr(torch, _TORCH_DTYPES[dtype])
-        q, out, dout, dq = (torch.empty((B, H, Nq, head_dim), dtype=dt, device="meta")
-                            for _ in range(4))
-        k, v, dk, dv = (torch.empty((B, Hkv, Nk, head_dim), dtype=dt, device="meta")
-                        for _ in range(4))
+        q, k, v, out = _meta_tensors(problem, head_dim, dtype, (B, H, Nq, head_dim),
+                                     (B, Hkv, Nk, head_dim), (B, Hkv, Nk, head_dim),
+                                     (B, H, Nq, head_dim))
+        lse = torch.empty((B, H, Nq), dtype=torch.float32, device="meta") \
+            if return_lse else None
+        _, args, consts = family(fam_name).call(q, k, v, out, lse, mask=Mask.of(causal),
+                                                scale=launch.default_scale(head_dim),
+                                                cfg=cfg)
+        return args, consts
+
+    return call
+
+
+_TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16"}
+
+
+def _bwd_call(kernel: str) -> Callable:
+    """Call builder for one backward kernel: binds
+    :func:`flashscope.families.triton_bwd.calls` on meta tensors of the problem. The
+    preprocess has fixed launch options of its own; they travel as constants so that they
+    win over the config's."""
+
+    def call(cfg, problem, head_dim, dtype, causal):
+        import torch
+
+        from . import launch
+        from .families import triton_bwd
+
+        B, H, Hkv, Nq, Nk = problem
+        q, out, dout, dq = _meta_tensors(problem, head_dim, dtype, *[(B, H, Nq, head_dim)] * 4)
+        k, v, dk, dv = _meta_tensors(problem, head_dim, dtype, *[(B, Hkv, Nk, head_dim)] * 4)
         lse, delta = (torch.empty((B, H, Nq), dtype=torch.float32, device="meta")
                       for _ in range(2))
-        _, _, args, consts, opts = launch.backward_calls(
-            dout, q, k, v, out, lse, delta, dq, dk, dv, causal=causal,
+        _, _, args, consts, opts = triton_bwd.calls(
+            dout, q, k, v, out, lse, delta, dq, dk, dv, mask=Mask.of(causal),
             scale=launch.default_scale(head_dim), cfg=cfg)[kernel]
         if kernel == "bwd_preprocess":
             consts = {**consts, **opts}
@@ -131,10 +169,18 @@ def _bwd_call(kernel: str) -> Callable:
     return call
 
 
-for _name, _fn in (("bwd_preprocess", "_attn_bwd_preprocess"), ("bwd_dkdv", "_attn_bwd_dkdv"),
-                   ("bwd_dq", "_attn_bwd_dq")):
-    register_kernel(_name, KernelSpec(_name, "attention_bwd", _fn, AttentionBwdConfig,
-                                      check_bwd_config, _bwd_call(_name), select_bwd_config))
+def _register_all() -> None:
+    from .families import sm90_fwd, triton_bwd, triton_fwd
+
+    for fam in (triton_fwd, sm90_fwd):
+        register_kernel(KernelSpec(fam.KERNEL, fam.KERNEL, fam.MODULE, fam.FUNCTION,
+                                   _fwd_call(fam.KERNEL)))
+    for name, fn in triton_bwd.FUNCTIONS.items():
+        register_kernel(KernelSpec(name, triton_bwd.KERNEL, triton_bwd.MODULE, fn,
+                                   _bwd_call(name)))
+
+
+_register_all()
 
 
 @dataclass
@@ -174,10 +220,7 @@ def cache_root() -> Path:
 def _jit_function(spec: KernelSpec, cfg=None):
     from . import kernels
 
-    module, function = spec.module, spec.function
-    if spec.variant is not None and cfg is not None:
-        module, function = spec.variant(cfg)
-    return getattr(kernels.load(module, interpret=False), function)
+    return getattr(kernels.load(spec.module, interpret=False), spec.function)
 
 
 def cache_key(kernel: str, cfg, target, head_dim: int, dtype: str, causal: bool,
@@ -186,20 +229,31 @@ def cache_key(kernel: str, cfg, target, head_dim: int, dtype: str, causal: bool,
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
 
-    spec = kernel_spec(kernel)
+    spec = kernel_spec(kernel, target, cfg)
     t = get_target(target)
     fn = _jit_function(spec, cfg)
     blob = json.dumps({
-        "kernel": kernel, "source": fn.cache_key, "triton": triton.__version__,
+        "kernel": spec.name, "family": cfg.KERNEL, "source": fn.cache_key, "triton": triton.__version__,
         "target": [t.vendor, str(t.triton_arch), t.warp_size],
         "config": dataclasses.asdict(cfg), "head_dim": head_dim, "dtype": dtype,
         "causal": bool(causal), "problem": list(problem), "extra": extra,
-        # The launcher derives the options (maxnreg, waves_per_eu) and the argument list.
-        "launcher": hashlib.sha256(Path(__file__).with_name("launch.py").read_bytes())
-        .hexdigest(),
+        # The launcher derives the options (maxnreg, waves_per_eu), the family module and
+        # the mask the argument list.
+        "launcher": _launcher_hash(spec.family),
         "env": sorted(get_cache_invalidating_env_vars().items()),
     }, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _launcher_hash(fam: str) -> str:
+    here = Path(__file__).parent
+    files = ("launch.py", "masks.py", f"families/{fam.replace('-', '_')}.py",
+             "families/base.py")
+    h = hashlib.sha256()
+    for f in files:
+        h.update((here / f).read_bytes())
+    return h.hexdigest()
 
 
 def _bind(spec: KernelSpec, cfg, t, head_dim, dtype, causal, problem, extra):
@@ -446,14 +500,12 @@ def _run_compiler(spec, cfg, t, head_dim, dtype, causal, extra, key, src, target
 
 
 def _config_dict(cfg) -> dict:
-    d = dataclasses.asdict(cfg)
-    if hasattr(cfg, "key"):
-        d["key"] = cfg.key
-    return d
+    return {**dataclasses.asdict(cfg), "kernel": cfg.KERNEL, "key": cfg.key,
+            "label": cfg.label}
 
 
 def _label(cfg) -> str:
-    return getattr(cfg, "key", None) or str(cfg)
+    return getattr(cfg, "label", None) or str(cfg)
 
 
 # -- the cache ---------------------------------------------------------------------------
@@ -512,7 +564,7 @@ def check_limits(art: Artifact) -> Artifact:
     t = get_target(art.target)
     shared = int(art.metadata.get("shared") or 0)
     threads = int(art.metadata["num_warps"]) * t.warp_size
-    label = art.config.get("key", art.kernel)
+    label = art.config.get("label") or art.config.get("key", art.kernel)
     if shared > t.smem_per_block_optin:
         what = "shared memory" if t.vendor == "nvidia" else "LDS"
         raise ConfigError(f"config {label}, head dim {art.head_dim}: the {art.kernel} kernel "
@@ -529,26 +581,27 @@ def build(config, target, *, head_dim: int = 128, dtype: str = "bfloat16",
           use_cache: bool = True, check: bool = True, **extra) -> Artifact:
     """Compile ``kernel`` with ``config`` for ``target`` (e.g. "sm90", "gfx942").
 
-    ``config``: a config record of the kernel's type, or "BLOCK_M=128,..." text on top of
-    its defaults. Pure checks first (``check_config``), then the cache, then the compiler;
+    ``config``: a config record of the kernel's family (for ``fwd``: any forward family's,
+    which picks the kernel), or ``K=V,...`` text on top of the target's own default
+    (:func:`parse_config`). The family's rules first, then the cache, then the compiler;
     with ``check`` the binary's shared memory and threads are checked against the target.
-    ``extra`` goes to the kernel's call builder (fwd: ``return_lse``)."""
-    spec = kernel_spec(kernel)
+    ``extra`` goes to the kernel's call builder (forward: ``return_lse``)."""
     t = get_target(target)
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
-    if isinstance(config, str):
-        config = spec.config_type.parse(config)
-    if not isinstance(config, spec.config_type):
-        raise ConfigError(f"config for kernel {kernel!r}: expected {spec.config_type.__name__}"
-                          f", got {type(config).__name__}")
-    spec.check(config, t, head_dim, dtype)
+    if isinstance(config, (str, dict)):
+        config = parse_config(config, kernel, t, head_dim, dtype, causal)
+    spec = kernel_spec(kernel, t, config)
+    if getattr(config, "KERNEL", None) != spec.family:
+        raise ConfigError(f"config for kernel {spec.name!r}: expected a {spec.family} config, "
+                          f"got {type(config).__name__}")
+    family(spec.family).check(config, t, head_dim, dtype)
     problem = tuple(int(x) for x in problem)
-    key = cache_key(kernel, config, t, head_dim, dtype, causal, problem, **extra)
+    key = cache_key(spec.name, config, t, head_dim, dtype, causal, problem, **extra)
     art = load_cached(key) if use_cache else None
     if art is None and interpreter_imported():
         art = run_clean(_build_task, [(config, t.name, dict(
-            head_dim=head_dim, dtype=dtype, causal=causal, kernel=kernel, problem=problem,
+            head_dim=head_dim, dtype=dtype, causal=causal, kernel=spec.name, problem=problem,
             use_cache=use_cache, check=False, **extra))])[0]
         if isinstance(art, Exception):
             raise art

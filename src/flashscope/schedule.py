@@ -18,7 +18,7 @@ dynamic scheduler with an atomic counter would do if the cost model held. The pr
 then move through the list together (locality), and greedy longest-first list
 scheduling ends within one block of the best balance.
 
-With ``BALANCE`` (:class:`flashscope.config.AttentionConfig`) the list knows the
+With ``BALANCE`` (:class:`flashscope.families.sm90_fwd.Sm90FwdConfig`) the list knows the
 padding. When BLOCK_M does not divide Nq, a head's last row block holds ``Nq mod
 BLOCK_M`` real rows, and its consumers whose rows are all padding pass their key tiles
 on, so the block costs less than a whole one (:func:`block_cost`, :data:`LONE_SHARE`);

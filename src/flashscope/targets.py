@@ -18,6 +18,7 @@ from typing import Optional, Union
 from .errors import UnknownTargetError, closest
 
 KB = 1024
+MB = 1024 * KB
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class NvidiaArch:
     triton_supported: bool = True
     vendor: str = "nvidia"
     family: str = ""  # filled from FAMILY_BY_CC below
+    l2_bytes: Optional[int] = None  # L2 cache of the example product, bytes (None: unknown)
 
     def __post_init__(self):
         if not self.family:
@@ -143,13 +145,13 @@ GFX9_SGPR_WAVE_STEPS = ((80, 10), (88, 9), (100, 8), (None, 7))
 
 NVIDIA_ARCHS = (
     NvidiaArch("sm80", 80, "A100 SXM4", 108, 64, 32, 164 * KB, 163 * KB,
-               (0, 8, 16, 32, 64, 100, 132, 164)),
+               (0, 8, 16, 32, 64, 100, 132, 164), l2_bytes=40 * MB),
     NvidiaArch("sm86", 86, "RTX 3090", 82, 48, 16, 100 * KB, 99 * KB,
-               (0, 8, 16, 32, 64, 100)),
+               (0, 8, 16, 32, 64, 100), l2_bytes=6 * MB),
     NvidiaArch("sm89", 89, "L4", 58, 48, 24, 100 * KB, 99 * KB,
-               (0, 8, 16, 32, 64, 100)),
+               (0, 8, 16, 32, 64, 100), l2_bytes=48 * MB),
     NvidiaArch("sm90", 90, "H100 SXM5", 132, 64, 32, 228 * KB, 227 * KB,
-               (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)),
+               (0, 8, 16, 32, 64, 100, 132, 164, 196, 228), l2_bytes=50 * MB),
     NvidiaArch("sm100", 100, "B200", 148, 64, 32, 228 * KB, 227 * KB,
                (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)),
     NvidiaArch("sm120", 120, "RTX 5090", 170, 48, 24, 100 * KB, 99 * KB,

@@ -1,20 +1,29 @@
-"""Tuned forward configs: data files written by ``flashscope sweep --write-tuned``, and the
-lookup the attention API uses by default.
+"""Tuned configs: data files of measured winners, their one writer, and the lookup the
+attention API uses by default.
 
 One JSON file per target, ``flashscope/data/tuned/<target>.json``::
 
-    {"format": 1, "target": "sm90",
-     "entries": [{"dtype": "bfloat16", "head_dim": 64, "causal": false,
-                  "seq_class": "le4k", "config": {"BLOCK_M": 128, ...},
-                  "ms": 0.51, "tflops": 540.2, "shape": "4,32,4096,64",
-                  "evaluated": 36, "source": "..."}]}
+    {"format": 2, "target": "sm90",
+     "entries": [{"kernel": "sm90-fwd", "dtype": "bfloat16", "head_dim": 64,
+                  "causal": false, "seq_class": "le4k",
+                  "config": {"BLOCK_M": 192, "num_stages": 3, "PINGPONG": true},
+                  "ms": 1.05, "tflops": 522.2, "shape": "4,32,4096,64",
+                  "source": "...", "search": "ab"}]}
 
-An entry applies to its exact (dtype, head dim, causal) and to every key length in its
-sequence-length class (:data:`SEQ_CLASSES`). Anything else is on the defaults of
-:func:`flashscope.config.select_config`, and :func:`lookup` says so. The reader fails
-closed: a file that exists but is malformed (bad JSON, unknown keys, a duplicate entry, a
-config that :func:`~flashscope.config.check_config` rejects for its target) raises
-:class:`~flashscope.errors.ArtifactError` naming the file, instead of silently falling back.
+An entry names its kernel family and stores only the knobs that differ from that family's
+defaults (:meth:`flashscope.families.base.Knobs.diff`). It applies to its exact (kernel,
+head dim, mask) and to every key length in its sequence-length class
+(:data:`SEQ_CLASSES`); an entry measured in one 16-bit dtype also serves the other when
+that one has no entry of its own (the kernels differ only in the conversion of P and the
+wgmma operand type). Anything else is on the family's rule (``select``), and
+:func:`lookup` says so.
+
+The reader fails closed: a file that exists but is malformed (bad JSON, unknown keys, a
+duplicate entry, a config its family's rules reject for the target) raises
+:class:`~flashscope.errors.ArtifactError` naming the file and the entry. Format-1 files
+(one record for both forward kernels) are refused with the command that converts them
+(:func:`convert`). Every write goes through :func:`write_entries`: merged by key,
+validated by the reader, written atomically.
 """
 
 from __future__ import annotations
@@ -22,21 +31,25 @@ from __future__ import annotations
 import functools
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Optional
 
-from .config import DTYPE_BYTES, AttentionConfig, check_config, select_config
 from .errors import ArtifactError, ConfigError, FlashscopeError
+from .families import FAMILIES, Problem, family
+from .families.base import DTYPE_BYTES
 from .targets import get_target
 
-FORMAT = 1
+FORMAT = 2
 DATA_DIR = Path(__file__).parent / "data" / "tuned"
 
 #: Sequence-length classes: (name, largest key length in it; None = unbounded).
 SEQ_CLASSES = (("le1k", 1024), ("le4k", 4096), ("le16k", 16384), ("gt16k", None))
 
-ENTRY_KEYS = {"dtype", "head_dim", "causal", "seq_class", "config"}
+ENTRY_KEYS = {"kernel", "dtype", "head_dim", "causal", "seq_class", "config"}
 ENTRY_OPTIONAL = {"ms", "tflops", "shape", "evaluated", "source", "search"}
+#: the dtype whose entries serve a dtype that has none of its own
+DTYPE_TWIN = {"float16": "bfloat16", "bfloat16": "float16"}
 
 
 def seq_class(seq_len: int) -> str:
@@ -48,24 +61,27 @@ def seq_class(seq_len: int) -> str:
             return name
 
 
-def entry_key(dtype: str, head_dim: int, causal: bool, cls: str) -> tuple:
-    return (dtype, int(head_dim), bool(causal), cls)
+def entry_key(kernel: str, dtype: str, head_dim: int, causal: bool, cls: str) -> tuple:
+    return (kernel, dtype, int(head_dim), bool(causal), cls)
 
 
 def tuned_path(target, data_dir=None) -> Path:
-    return _tuned_path(get_target(target).name, data_dir or DATA_DIR)
+    return Path(data_dir or DATA_DIR) / f"{get_target(target).name}.json"
 
 
-@functools.lru_cache(maxsize=64)
-def _tuned_path(name: str, data_dir) -> Path:
-    return Path(data_dir) / f"{name}.json"
+def _config_of(kernel: str, d: dict, target: str, head_dim: int, dtype: str):
+    fam = family(kernel)
+    return fam.check(fam.Config.from_dict(d), target, head_dim, dtype)
 
 
 def parse_tuned(data, target: str, where: str) -> dict:
-    """{entry_key: (AttentionConfig, entry)} from a file's JSON; ArtifactError if malformed."""
+    """{entry_key: (config, entry)} from a file's JSON; ArtifactError if malformed."""
     def bad(msg):
         return ArtifactError(f"{where}: {msg}")
 
+    if isinstance(data, dict) and data.get("format") == 1:
+        raise bad("format 1 (one record for both forward kernels): convert it with "
+                  f"`flashscope tune convert {where}`")
     if not isinstance(data, dict) or set(data) != {"format", "target", "entries"}:
         raise bad("expected an object with keys format, target, entries")
     if data["format"] != FORMAT:
@@ -83,6 +99,8 @@ def parse_tuned(data, target: str, where: str) -> dict:
         missing, unknown = ENTRY_KEYS - set(e), set(e) - ENTRY_KEYS - ENTRY_OPTIONAL
         if missing or unknown:
             raise bad(f"{at}: missing {sorted(missing)} / unknown {sorted(unknown)} keys")
+        if e["kernel"] not in FAMILIES:
+            raise bad(f"{at}: kernel {e['kernel']!r} is not one of {', '.join(FAMILIES)}")
         if e["dtype"] not in DTYPE_BYTES:
             raise bad(f"{at}: dtype {e['dtype']!r} is not one of {', '.join(DTYPE_BYTES)}")
         if isinstance(e["head_dim"], bool) or not isinstance(e["head_dim"], int):
@@ -92,14 +110,11 @@ def parse_tuned(data, target: str, where: str) -> dict:
         if e["seq_class"] not in classes:
             raise bad(f"{at}: seq_class {e['seq_class']!r}: expected one of "
                       f"{', '.join(classes)}")
-        if not isinstance(e["config"], dict):
-            raise bad(f"{at}: config: expected an object")
         try:
-            cfg = check_config(AttentionConfig.from_dict(e["config"]), target, e["head_dim"],
-                               e["dtype"])
+            cfg = _config_of(e["kernel"], e["config"], target, e["head_dim"], e["dtype"])
         except ConfigError as err:
             raise bad(f"{at}: {err}") from None
-        k = entry_key(e["dtype"], e["head_dim"], e["causal"], e["seq_class"])
+        k = entry_key(e["kernel"], e["dtype"], e["head_dim"], e["causal"], e["seq_class"])
         if k in out:
             raise bad(f"{at}: a second entry for {k}")
         out[k] = (cfg, e)
@@ -108,20 +123,24 @@ def parse_tuned(data, target: str, where: str) -> dict:
 
 @functools.lru_cache(maxsize=64)
 def _load(path: str, mtime_ns: int, size: int, target: str) -> dict:
+    return parse_tuned(read_json(path), target, path)
+
+
+def read_json(path) -> object:
+    """The JSON of a tuned file; ArtifactError naming it when it cannot be read."""
     try:
-        data = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read ({e.strerror or e})") from None
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ArtifactError(f"{path}: not valid JSON ({e})") from None
-    return parse_tuned(data, target, path)
 
 
 def file_stamp(target, data_dir=None) -> "tuple | None":
     """(path, mtime in ns, size) of a target's file, None when it has none: what the
     entries read from it depend on (a default-config call stats the file every time, so
-    an edited file takes effect at once; os.stat, not Path.stat's extra layer)."""
-    path = _tuned_path(get_target(target).name, data_dir or DATA_DIR)
+    an edited file takes effect at once)."""
+    path = tuned_path(target, data_dir)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -135,17 +154,126 @@ def load_tuned(target, data_dir=None) -> dict:
     return {} if stamp is None else _load(*stamp, get_target(target).name)
 
 
-def lookup(target, dtype: str, head_dim: int, causal: bool, seq_len: int,
-           data_dir=None) -> tuple:
-    """(config, tuned, source) for a forward problem.
+def lookup(problem: Problem, kernel: str, data_dir=None) -> tuple:
+    """(config, tuned, source) of family ``kernel`` for ``problem``.
 
-    ``tuned`` is True when a data file has an entry for (dtype, head_dim, causal, the class
-    of ``seq_len``); ``source`` then names the file and the entry's class, else
-    "defaults (select_config)". Raises ArtifactError when the target's file is malformed."""
-    name = get_target(target).name
-    cls = seq_class(seq_len)
+    ``tuned`` is True when the target's file has an entry for (kernel, dtype or its 16-bit
+    twin, head dim, causal, the class of the key length); ``source`` then names the file
+    and the entry, else the family's rule. Raises ArtifactError when the file is
+    malformed."""
+    name = get_target(problem.target).name
+    fam = family(kernel)
+    cls = seq_class(max(1, int(problem.n_k)))
     entries = load_tuned(name, data_dir)
-    hit: Optional[tuple] = entries.get(entry_key(dtype, head_dim, causal, cls))
-    if hit is not None:
-        return hit[0], True, f"{_tuned_path(name, data_dir or DATA_DIR).name} [{cls}]"
-    return select_config(head_dim, dtype, causal, name), False, "defaults (select_config)"
+    for dtype in (problem.dtype, DTYPE_TWIN.get(problem.dtype)):
+        hit = entries.get(entry_key(kernel, dtype, problem.head_dim, problem.causal, cls))
+        if hit is not None:
+            twin = "" if dtype == problem.dtype else f", from {dtype}"
+            return hit[0], True, f"{tuned_path(name, data_dir).name} [{cls}{twin}]"
+    return fam.select(problem), False, f"{kernel} rule (select)"
+
+
+def make_entry(cfg, dtype: str, head_dim: int, causal: bool, cls: str, **meta) -> dict:
+    """A tuned entry for ``cfg`` (its family named, only the knobs off the defaults)."""
+    unknown = set(meta) - ENTRY_OPTIONAL
+    if unknown:
+        raise FlashscopeError(f"tuned entry: unknown field(s) {sorted(unknown)}")
+    return {"kernel": cfg.KERNEL, "dtype": dtype, "head_dim": int(head_dim),
+            "causal": bool(causal), "seq_class": cls, "config": cfg.diff(),
+            **{k: v for k, v in meta.items() if v is not None}}
+
+
+def write_entries(target, entries: list, data_dir=None) -> Path:
+    """The one writer of tuned files: ``entries`` replace those of the same key in the
+    target's file (the others stay), the result is checked by :func:`parse_tuned` and
+    written atomically (temporary file, fsync, rename), so a written file always loads."""
+    name = get_target(target).name
+    d = Path(data_dir or DATA_DIR)
+    d.mkdir(parents=True, exist_ok=True)
+    merged = {k: e for k, (_, e) in load_tuned(name, d).items()}
+    for e in entries:
+        merged[entry_key(e["kernel"], e["dtype"], e["head_dim"], e["causal"],
+                         e["seq_class"])] = e
+    data = {"format": FORMAT, "target": name,
+            "entries": [merged[k] for k in sorted(merged, key=str)]}
+    path = tuned_path(name, d)
+    parse_tuned(data, name, str(path))
+    _atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# -- format 1 -> 2 --------------------------------------------------------------------------
+
+#: format-1 knobs that no kernel has any more, and the value each must have had to convert
+_DROPPED = {"TMA": None, "WARP_SPEC": False, "EXP2_POLY": 0, "JOINT_KV": False,
+            "LEAN_RELEASE": False}
+#: format-1 knobs of the Gluon kernel that are now its fixed design, and their value
+_FIXED_GLUON = {"OVERLAP": 2, "PERSISTENT": True, "num_warps": 4, "maxnreg": None,
+                "waves_per_eu": None}
+
+
+def _convert_config(c: dict, where: str) -> tuple:
+    """(kernel, config dict) of a format-1 config record."""
+    c = dict(c)
+    gluon = bool(c.pop("GLUON", False))
+    for knob, need in _DROPPED.items():
+        v = c.pop(knob, need)
+        if need is not None and v not in (need, None) and bool(v) != bool(need):
+            raise ArtifactError(f"{where}: {knob}={v} is a switch no kernel has any more "
+                                "(docs/experiments.md); this entry cannot be converted")
+    if gluon:
+        for knob, need in _FIXED_GLUON.items():
+            v = c.pop(knob, need)
+            if v != need and not (knob == "OVERLAP" and v is True and need == 2):
+                raise ArtifactError(f"{where}: {knob}={v}: the sm90 kernel now always runs "
+                                    f"{knob}={need}; this entry cannot be converted")
+        return "sm90-fwd", c
+    for knob in ("OVERLAP", "PERSISTENT", "PINGPONG", "LAZY_RESCALE", "EARLY_Q", "K_EARLY",
+                 "MASKED_FIRST", "OUT_RCP", "BALANCE", "SPLIT_KV"):
+        if c.pop(knob, False):
+            raise ArtifactError(f"{where}: {knob} on the portable kernel is a switch it does "
+                                "not have any more; this entry cannot be converted")
+    return "triton-fwd", c
+
+
+def convert(data, where: str) -> dict:
+    """A format-1 file's JSON as format 2: each entry's kernel named, its config as the
+    diff from that kernel's defaults. Raises ArtifactError for an entry that used a
+    switch no kernel has any more."""
+    if not isinstance(data, dict) or data.get("format") != 1:
+        raise ArtifactError(f"{where}: not a format-1 tuned file")
+    target = data.get("target")
+    try:
+        get_target(target)
+    except FlashscopeError as e:
+        raise ArtifactError(f"{where}: {e}") from None
+    entries = []
+    for i, e in enumerate(data.get("entries") or []):
+        at = f"{where}: entries[{i}]"
+        if not isinstance(e, dict) or not isinstance(e.get("config"), dict):
+            raise ArtifactError(f"{at}: expected an object with a config")
+        kernel, c = _convert_config(e["config"], at)
+        fam = family(kernel)
+        try:
+            cfg = fam.Config.from_dict(c)
+        except ConfigError as err:
+            raise ArtifactError(f"{at}: {err}") from None
+        entries.append({**{k: v for k, v in e.items() if k != "config"},
+                        "kernel": kernel, "config": cfg.diff()})
+    out = {"format": FORMAT, "target": target, "entries": entries}
+    parse_tuned(out, target, where)
+    return out

@@ -15,16 +15,18 @@ import torch
 
 import flashscope
 from flashscope import launch
-from flashscope.config import (AttentionBwdConfig, AttentionConfig, check_bwd_config,
-                               select_bwd_config)
+from flashscope.families import Problem, triton_bwd
+from flashscope.families.triton_bwd import TritonBwdConfig
+from flashscope.families.triton_fwd import TritonFwdConfig
+from flashscope.masks import Mask
 from flashscope.errors import ConfigError
 from flashscope.testing.inputs import fresh_seed, make_qkv
 from flashscope.testing.reference import ERROR_BOUND, reference_attention
 
 
-SMALL_FWD = AttentionConfig(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+SMALL_FWD = TritonFwdConfig(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
 # Resident tiles larger than streamed ones (as the defaults), several tiles per length.
-SMALL = AttentionBwdConfig(BLOCK_M1=16, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16, num_warps=4,
+SMALL = TritonBwdConfig(BLOCK_M1=16, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16, num_warps=4,
                            num_stages=1, PRE_BLOCK=16)
 
 # Per-dtype bounds on max|got - ref| / max|ref| (the metric of flashscope.testing.reference).
@@ -70,16 +72,16 @@ def run_case(device, *, B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd, cfg=SMALL):
     q, k, v = make_qkv(device, B, H, Nq, Nk, D, Hkv=Hkv, dtype=dtype, bnhd=bnhd)
     dout = torch.randn(q.shape, device=q.device).to(dtype)
     scale = 1.0 / math.sqrt(D)
-    out, lse = launch.forward(q, k, v, causal=causal, scale=scale, cfg=SMALL_FWD,
+    out, lse = launch.forward(q, k, v, mask=Mask.of(causal), scale=scale, cfg=SMALL_FWD,
                               return_lse=True)
     # Poisoned buffers laid out like the inputs: every element must be written.
     dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
-    got = launch.backward(dout, q, k, v, out, lse, causal=causal, scale=scale, cfg=cfg,
+    got = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(causal), scale=scale, cfg=cfg,
                           dq=dq, dk=dk, dv=dv)
     assert got[0] is dq and got[1] is dk and got[2] is dv
     _, *ref = reference_grads(q, k, v, dout, is_causal=causal, scale=scale)
     tag = (f"seed={seed} B={B} H={H}/{Hkv} Nq={Nq} Nk={Nk} D={D} causal={causal} {dtype} "
-           f"bnhd={bnhd} {cfg.key}")
+           f"bnhd={bnhd} {cfg.label}")
     check_grads(tag, got, ref, dtype)
 
 
@@ -119,9 +121,9 @@ def test_large_scores_stay_finite(device):
     q, k, v = make_qkv(device, 1, 2, 33, 40, 64, dtype=torch.float16, scale_inputs=30.0)
     dout = torch.randn(q.shape, device=q.device).to(q.dtype)
     scale = 0.125
-    out, lse = launch.forward(q, k, v, causal=True, scale=scale, cfg=SMALL_FWD,
+    out, lse = launch.forward(q, k, v, mask=Mask.of(True), scale=scale, cfg=SMALL_FWD,
                               return_lse=True)
-    got = launch.backward(dout, q, k, v, out, lse, causal=True, scale=scale, cfg=SMALL)
+    got = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(True), scale=scale, cfg=SMALL)
     _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=scale)
     assert all(torch.isfinite(g).all() for g in got), "exp2 overflow leaked into a gradient"
     # Rows are near one-hot, so the true dq and dk vanish (about 1e-116) and what the
@@ -134,9 +136,9 @@ def test_deterministic(device):
     fresh_seed()
     q, k, v = make_qkv(device, 1, 4, 40, 40, 32, Hkv=1, dtype=torch.float16)
     dout = torch.randn(q.shape, device=q.device).to(q.dtype)
-    out, lse = launch.forward(q, k, v, causal=True, scale=0.2, cfg=SMALL_FWD, return_lse=True)
-    a = launch.backward(dout, q, k, v, out, lse, causal=True, scale=0.2, cfg=SMALL)
-    b = launch.backward(dout, q, k, v, out, lse, causal=True, scale=0.2, cfg=SMALL)
+    out, lse = launch.forward(q, k, v, mask=Mask.of(True), scale=0.2, cfg=SMALL_FWD, return_lse=True)
+    a = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(True), scale=0.2, cfg=SMALL)
+    b = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(True), scale=0.2, cfg=SMALL)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
@@ -146,7 +148,7 @@ def test_empty_lengths_give_zero_grads(device):
         dout = torch.randn(q.shape, device=q.device).to(q.dtype)
         lse = torch.zeros(q.shape[:3], device=q.device)
         dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
-        launch.backward(dout, q, k, v, q, lse, causal=False, scale=0.2, cfg=SMALL,
+        launch.backward(dout, q, k, v, q, lse, mask=Mask(), scale=0.2, cfg=SMALL,
                         dq=dq, dk=dk, dv=dv)
         assert all(torch.count_nonzero(g) == 0 for g in (dq, dk, dv)), (nq, nk)
 
@@ -189,8 +191,8 @@ def test_no_grad_inputs_skip_autograd(device):
 @pytest.mark.parametrize("target", ["sm90", "sm80", "gfx942", "gfx1100"])
 @pytest.mark.parametrize("head_dim", [1, 64, 80, 128, 256])
 def test_default_bwd_configs_pass_their_checks(target, head_dim):
-    cfg = select_bwd_config(head_dim, "bfloat16", False, target)
-    assert check_bwd_config(cfg, target, head_dim, "bfloat16") is cfg
+    cfg = triton_bwd.select(Problem(target, "bfloat16", head_dim))
+    assert triton_bwd.check(cfg, target, head_dim, "bfloat16") is cfg
 
 
 @pytest.mark.parametrize("changes,pattern", [
@@ -205,18 +207,18 @@ def test_default_bwd_configs_pass_their_checks(target, head_dim):
 ])
 def test_bad_bwd_configs_are_rejected(changes, pattern):
     with pytest.raises(ConfigError, match=pattern):
-        check_bwd_config(AttentionBwdConfig().replace(**changes), "sm90", 256, "bfloat16")
+        triton_bwd.check(TritonBwdConfig().replace(**changes), "sm90", 256, "bfloat16")
 
 
 def test_bwd_config_parse_and_key():
-    cfg = AttentionBwdConfig.parse("BLOCK_M1=64, num_warps=8,maxnreg=128")
+    cfg = TritonBwdConfig.parse("BLOCK_M1=64, num_warps=8,maxnreg=128")
     assert (cfg.BLOCK_M1, cfg.num_warps, cfg.maxnreg, cfg.BLOCK_N1) == (64, 8, 128, 128)
-    assert cfg.key == "m64n128m128n32w8s3p64r128"
-    assert AttentionBwdConfig.from_dict(cfg.as_dict()) == cfg
+    assert cfg.label == "triton-bwd dkdv 64x128 dq 128x32 w8 s3 maxnreg=128"
+    assert TritonBwdConfig.from_dict(cfg.as_dict()) == cfg
     with pytest.raises(ConfigError, match="unknown key"):
-        AttentionBwdConfig.parse("BLOCK_M=64")
+        TritonBwdConfig.parse("BLOCK_M=64")
     with pytest.raises(ConfigError, match="BLOCK_N2 expects an integer"):
-        AttentionBwdConfig.parse("BLOCK_N2=big")
+        TritonBwdConfig.parse("BLOCK_N2=big")
 
 
 # --- the broader GPU set -----------------------------------------------------------------
@@ -234,18 +236,18 @@ GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal,Nq,Nk,D,Hkv,dtype", GPU_CASES)
 def test_gpu_default_config_grads(device, causal, Nq, Nk, D, Hkv, dtype):
-    cfg = select_bwd_config(D, str(dtype)[6:], causal, "sm90")
+    cfg = triton_bwd.select(Problem("sm90", str(dtype)[6:], D, causal))
     run_case(device, B=2, H=8, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
              bnhd=bool(Nq % 2), cfg=cfg)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [
-    AttentionBwdConfig(32, 128, 128, 32, 4, 3),
-    AttentionBwdConfig(64, 64, 64, 64, 4, 2),
-    AttentionBwdConfig(16, 64, 64, 16, 4, 1),
-    AttentionBwdConfig(32, 128, 128, 32, 8, 2, maxnreg=168),
-], ids=lambda c: c.key)
+    TritonBwdConfig(32, 128, 128, 32, 4, 3),
+    TritonBwdConfig(64, 64, 64, 64, 4, 2),
+    TritonBwdConfig(16, 64, 64, 16, 4, 1),
+    TritonBwdConfig(32, 128, 128, 32, 8, 2, maxnreg=168),
+], ids=lambda c: c.label.replace(" ", "_"))
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_other_tiles(device, cfg, causal):
     run_case(device, B=2, H=4, Hkv=2, Nq=700, Nk=650, D=64, causal=causal,
@@ -258,7 +260,7 @@ def test_gpu_other_tiles(device, cfg, causal):
 def test_bwd_kernels_build_offline(kernel):
     from flashscope.isa import inspect_config
 
-    cfg = AttentionBwdConfig(16, 32, 32, 16, 4, 1, PRE_BLOCK=16)
+    cfg = TritonBwdConfig(16, 32, 32, 16, 4, 1, PRE_BLOCK=16)
     rec = inspect_config(cfg, "sm90", kernel=kernel, head_dim=80, causal=True,
                          problem=(1, 4, 2, 100, 70))
     assert rec.registers > 0 and rec.threads == 128
@@ -270,5 +272,5 @@ def test_bwd_kernels_build_offline(kernel):
 def test_offline_build_rejects_unknown_kernel():
     from flashscope.compile import build
 
-    with pytest.raises(ConfigError, match="unknown kernel .*did you mean 'bwd_dkdv'"):
-        build(AttentionBwdConfig(), "sm90", kernel="bwd_dkv")
+    with pytest.raises(ConfigError, match="unknown kernel.*did you mean 'bwd_dkdv'"):
+        build(TritonBwdConfig(), "sm90", kernel="bwd_dkv")

@@ -10,15 +10,16 @@ import json
 
 import torch
 
-from flashscope import AttentionConfig, api, tuned
+from flashscope import api, tuned
+from flashscope.families.sm90_fwd import Sm90FwdConfig
+from flashscope.masks import Mask
 
-G = AttentionConfig(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, Q_IN_REGS=False,
-                    TMA=True, GLUON=True, PERSISTENT=True)
+G = Sm90FwdConfig(BLOCK_M=128, num_stages=2, Q_IN_REGS=False, EARLY_Q=False)
 
 
 def _write(tmp_path, cfg):
-    entry = {"dtype": "bfloat16", "head_dim": 64, "causal": True, "seq_class": "le1k",
-             "config": cfg.as_dict()}
+    entry = {"kernel": "sm90-fwd", "dtype": "bfloat16", "head_dim": 64, "causal": True,
+             "seq_class": "le1k", "config": cfg.diff()}
     (tmp_path / "sm90.json").write_text(json.dumps(
         {"format": tuned.FORMAT, "target": "sm90", "entries": [entry]}, indent=1))
 
@@ -31,18 +32,30 @@ def test_default_is_remembered_and_follows_the_tuned_file(tmp_path, monkeypatch)
     choose = api._choose_default
     monkeypatch.setattr(api, "_choose_default",
                         lambda *a: chosen.append(a[3]) or choose(*a))
+    causal, full = Mask.of(True), Mask()
     q, k, v = (torch.randn(2, 4, 100, 64, dtype=torch.bfloat16) for _ in range(3))
     _write(tmp_path, G)
-    assert api._default_config(q, k, v, True) == G
+    assert api._default_config(q, k, v, causal, 0.125) == G
     q2, k2, v2 = (torch.randn(2, 4, 100, 64, dtype=torch.bfloat16) for _ in range(3))
-    assert api._default_config(q2, k2, v2, True) == G and chosen == [True]
-    _write(tmp_path, G.replace(OUT_RCP=True, EARLY_Q=True, K_EARLY=True))  # another size
-    assert api._default_config(q2, k2, v2, True) == G.replace(OUT_RCP=True, EARLY_Q=True,
-                                                               K_EARLY=True)
+    assert api._default_config(q2, k2, v2, causal, 0.125) == G and chosen == [causal]
+    _write(tmp_path, G.replace(OUT_RCP=False, EARLY_Q=True, K_EARLY=False))  # another size
+    assert api._default_config(q2, k2, v2, causal, 0.125) == G.replace(
+        OUT_RCP=False, EARLY_Q=True, K_EARLY=False)
     assert len(chosen) == 2
-    # the other mask, a scale <= 0 (no Gluon), a misaligned view: each chosen anew
-    assert not api._default_config(q, k, v, False).GLUON  # no entry: built-in default
-    assert not api._default_config(q, k, v, True, -0.5).GLUON
+    # the other mask (the rule), a scale <= 0 and a misaligned view (the portable kernel),
+    # a window (the portable kernel): each chosen anew
+    assert api._default_config(q, k, v, full, 0.125).KERNEL == "sm90-fwd"
+    assert api._default_config(q, k, v, causal, -0.5).KERNEL == "triton-fwd"
     odd = torch.randn(2, 4, 100, 72, dtype=torch.bfloat16)[..., 4:68]
-    assert not api._default_config(odd, k, v, True).GLUON
-    assert len(chosen) == 5
+    assert api._default_config(odd, k, v, causal, 0.125).KERNEL == "triton-fwd"
+    assert api._default_config(q, k, v, Mask.of(True, (8, 0)), 0.125).KERNEL == "triton-fwd"
+    assert len(chosen) == 6
+
+
+def test_fp16_takes_the_bf16_entry(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuned, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(api, "device_target", lambda device: "sm90")
+    monkeypatch.setattr(api, "_DEFAULTS", {})
+    _write(tmp_path, G)
+    q, k, v = (torch.randn(2, 4, 100, 64, dtype=torch.float16) for _ in range(3))
+    assert api._default_config(q, k, v, Mask.of(True), 0.125) == G

@@ -13,56 +13,64 @@ import pytest
 import torch
 
 import flashscope
-from flashscope import AttentionConfig, launch
+from flashscope import TritonFwdConfig, launch
+from flashscope.masks import Mask
+from flashscope.testing.inputs import fresh_seed, make_qkv
 from flashscope.testing.reference import ERROR_BOUND, reference_attention, rel_error
 
-from flashscope.testing.inputs import fresh_seed, make_qkv
-
-SMALL = AttentionConfig(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+SMALL = TritonFwdConfig(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
 
 # (Nq, Nk): lengths that are not tile multiples, length 1, Nq != Nk both ways.
 LENGTHS = [(1, 1), (1, 37), (17, 33), (129, 77), (257, 130), (64, 64)]
 HEAD_DIMS = [32, 64, 80, 128]
 
 
-def reference_lse(q, k, *, is_causal, scale):
+def reference_lse(q, k, *, is_causal, scale, window=None, align="top_left"):
+    from flashscope.testing.reference import _hidden
+
     qd, kd = q.double(), k.double()
     if kd.shape[1] != qd.shape[1]:
         kd = kd.repeat_interleave(qd.shape[1] // kd.shape[1], dim=1)
     s = (qd @ kd.transpose(-1, -2)) * scale
-    if is_causal:
-        n_q, n_k = s.shape[-2:]
-        keep = torch.ones(n_q, n_k, dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~keep, float("-inf"))
+    n_q, n_k = s.shape[-2:]
+    hidden = _hidden(0, n_q, n_q, n_k, is_causal, window, align, s.device)
+    if hidden is not None:
+        s = s.masked_fill(hidden, float("-inf"))
     return torch.logsumexp(s, dim=-1)
 
 
-def run_case(device, *, B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd, cfg, with_lse):
+def run_case(device, *, B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd, cfg, with_lse,
+             window=None, align="top_left"):
     seed = fresh_seed()
     q, k, v = make_qkv(device, B, H, Nq, Nk, D, Hkv=Hkv, dtype=dtype, bnhd=bnhd)
-    return check_case(q, k, v, causal=causal, cfg=cfg, with_lse=with_lse,
+    return check_case(q, k, v, causal=causal, cfg=cfg, with_lse=with_lse, window=window,
+                      align=align,
                       tag=f"seed={seed} B={B} H={H}/{Hkv} Nq={Nq} Nk={Nk} D={D} "
-                          f"causal={causal} {dtype} {cfg.key}")
+                          f"causal={causal} window={window} {align} {dtype} {cfg.label}")
 
 
-def check_case(q, k, v, *, causal, cfg, with_lse, tag):
+def check_case(q, k, v, *, causal, cfg, with_lse, tag, window=None, align="top_left"):
     """The forward of q, k, v (B, H, N, D) into a NaN-poisoned output, against the float64
     reference: every element written, relative error within the dtype's bound, and the
-    log-sum-exp within 2e-3."""
+    log-sum-exp within 2e-3 (-inf exactly where a row sees no key)."""
     B, H, Nq, D = q.shape
     scale = 1.0 / math.sqrt(D)
     out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
-    out, lse = launch.forward(q, k, v, causal=causal, scale=scale, cfg=cfg,
-                              return_lse=with_lse, out=out)
-    ref = reference_attention(q, k, v, is_causal=causal)
+    out, lse = launch.forward(q, k, v, mask=Mask.of(causal, window, align), scale=scale,
+                              cfg=cfg, return_lse=with_lse, out=out)
+    ref = reference_attention(q, k, v, is_causal=causal, window=window, align=align)
     assert not torch.isnan(out).any(), f"unwritten or NaN output elements ({tag})"
     err = rel_error(out, ref)
     bound = ERROR_BOUND[q.dtype]
     assert err <= bound, f"relative error {err:.2e} > {bound:.0e} ({tag})"
     if with_lse:
-        ref_lse = reference_lse(q, k, is_causal=causal, scale=scale)
+        ref_lse = reference_lse(q, k, is_causal=causal, scale=scale, window=window,
+                                align=align).cpu()
+        got = lse.double().cpu()
         assert lse.shape == (B, H, Nq) and lse.dtype == torch.float32
-        lse_err = (lse.double().cpu() - ref_lse.cpu()).abs().max().item()
+        assert torch.equal(torch.isneginf(got), torch.isneginf(ref_lse)), f"-inf rows ({tag})"
+        finite = torch.isfinite(ref_lse)
+        lse_err = (got - ref_lse)[finite].abs().max().item() if finite.any() else 0.0
         assert lse_err < 2e-3, f"lse max abs error {lse_err:.2e} ({tag})"
     return out
 
@@ -92,10 +100,10 @@ def test_bf16_matches_float64_reference(device, causal, Nq, Nk):
 
 
 @pytest.mark.parametrize("cfg", [
-    AttentionConfig(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=1),   # BLOCK_M < BLOCK_N
-    AttentionConfig(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1, Q_IN_REGS=False),
-    AttentionConfig(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),  # sm90 default
-], ids=lambda c: c.key)
+    TritonFwdConfig(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=1),   # BLOCK_M < BLOCK_N
+    TritonFwdConfig(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1, Q_IN_REGS=False),
+    TritonFwdConfig(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),  # sm90 default
+], ids=lambda c: c.label.replace(" ", "_"))
 @pytest.mark.parametrize("causal", [False, True])
 def test_tile_shapes(device, cfg, causal):
     run_case(device, B=1, H=2, Hkv=2, Nq=150, Nk=97, D=48, causal=causal,

@@ -1,4 +1,4 @@
-"""GLUON, offline: what the sm_90 binary of the Gluon forward must contain, read from the
+"""sm90-fwd, offline: what the sm_90 binary of the Gluon forward must contain, read from the
 cubin/SASS of builds for sm_90 (any machine): wgmma, TMA loads and the store, setmaxnreg
 budgets, no spills, the shared memory the config check bounds, and where each knob puts
 its instructions around the loop's wgmma waits (exponentials and row maxima under the
@@ -64,25 +64,19 @@ def _binary_builds(D, causal, bm, bn, knobs):
 @pytest.mark.parametrize("D,causal,bm,bn,knobs", [
     (64, False, 128, 128, {}), (128, True, 128, 128, {}), (64, False, 192, 128, {}),
     (128, True, 192, 64, {}), (128, False, 128, 128, {"PINGPONG": True}),
-    (128, True, 128, 128, {"PINGPONG": True, "PERSISTENT": True}),
     (64, True, 192, 64, {"PINGPONG": True}),
-    (64, False, 192, 128, {"OVERLAP": True, "num_stages": 3, "PERSISTENT": True}),
-    (64, False, 128, 128, {"OVERLAP": True, "num_stages": 3}),
-    (128, False, 128, 128, {"OVERLAP": True, "num_stages": 3, "PINGPONG": True}),
-    (64, True, 128, 128, {"EARLY_Q": True, "num_stages": 3, "PERSISTENT": True}),
-    (128, True, 128, 128, {"EARLY_Q": True, "PINGPONG": True, "PERSISTENT": True}),
-    (64, False, 192, 128, {"OVERLAP": 2, "num_stages": 3, "PERSISTENT": True,
-                           "PINGPONG": True, "BALANCE": True}),
-    (64, False, 192, 128, {"OVERLAP": 2, "num_stages": 3, "PERSISTENT": True,
-                           "PINGPONG": True, "SPLIT_KV": True}),
-    (128, True, 128, 128, {"OVERLAP": 2, "Q_IN_REGS": True, "LAZY_RESCALE": True,
-                           "EARLY_Q": True, "K_EARLY": True, "MASKED_FIRST": True,
-                           "PERSISTENT": True, "SPLIT_KV": True})])
+    (64, False, 192, 128, {"num_stages": 3}),
+    (64, True, 128, 128, {"EARLY_Q": True, "num_stages": 3}),
+    (128, True, 128, 128, {"EARLY_Q": True, "PINGPONG": True}),
+    (64, False, 192, 128, {"num_stages": 3, "PINGPONG": True, "BALANCE": True}),
+    (64, False, 192, 128, {"num_stages": 3, "PINGPONG": True, "SPLIT_KV": True}),
+    (128, True, 128, 128, {"Q_IN_REGS": True, "LAZY_RESCALE": True, "EARLY_Q": True,
+                           "K_EARLY": True, "MASKED_FIRST": True, "SPLIT_KV": True})])
 def test_sm90_binary(D, causal, bm, bn, knobs):
     """What the schedule needs, read from the cubin: 64 x N wgmma, 4-D TMA loads and the
     TMA store, setmaxnreg moving registers between partitions, one warpgroup per 64 rows
-    plus the producer's, no spills (D = 64 at 192 x 128 with OVERLAP spilled 38 registers
-    while consumer 0 sat in the default partition), and no PRMT: P reaches the P V wgmma
+    plus the producer's, no spills (D = 64 at 192 x 128 spilled 38 registers while
+    consumer 0 sat in the default partition), and no PRMT: P reaches the P V wgmma
     packed as its A operand wants it (32 swaps per tile when ptxas packs it)."""
     art = _build(_binary_builds(D, causal, bm, bn, knobs)[None])
     assert art.metadata["num_warps"] == 4 * (bm // 64 + 1)
@@ -101,18 +95,15 @@ def _bound_builds(D, bm, bn, knobs):
 
 
 @pytest.mark.parametrize("D,bm,bn,knobs", [
-    (64, 192, 128, {"num_stages": 3}), (64, 192, 128, {"num_stages": 3, "OVERLAP": 2}),
-    (128, 128, 128, {"EARLY_Q": True, "OVERLAP": 1}),
-    (128, 192, 64, {"num_stages": 3, "EARLY_Q": True, "OVERLAP": 2, "Q_IN_REGS": True}),
-    (64, 64, 64, {}),
-    (128, 128, 128, {"num_stages": 2, "K_EARLY": True, "LEAN_RELEASE": True})])
+    (64, 192, 128, {"num_stages": 3}), (128, 128, 128, {"EARLY_Q": True}),
+    (128, 192, 64, {"num_stages": 3, "EARLY_Q": True, "Q_IN_REGS": True}),
+    (64, 64, 64, {}), (128, 128, 128, {"num_stages": 2, "K_EARLY": True})])
 def test_shared_bound_is_within_the_barriers_of_the_binary(D, bm, bn, knobs):
-    """The config check's bound for the Gluon kernel (Q, O with EARLY_Q, the K/V ring,
-    with OVERLAP the 4 fp32 a row that _pin stores, with LEAN_RELEASE the 1 KB of static
-    barriers) is what the binary allocates but its other mbarriers (8 bytes each) and
-    their alignment: never more, within 1 KB. A bound lower than that lets configs
+    """The rules' bound for the sm90 kernel (Q, O with EARLY_Q, the K/V ring, the 4 fp32
+    a row that _pin stores) is what the binary allocates but its mbarriers (8 bytes each)
+    and their alignment: never more, within 1 KB. A bound lower than that lets configs
     through that fail only at launch."""
-    from flashscope.config import min_shared_bytes
+    from flashscope.families.sm90_fwd import min_shared_bytes
 
     spec = _bound_builds(D, bm, bn, knobs)[None]
     cfg = spec[0]
@@ -120,30 +111,6 @@ def test_shared_bound_is_within_the_barriers_of_the_binary(D, bm, bn, knobs):
     bound = min_shared_bytes(cfg, D)
     used = rec.static_shared_bytes + rec.dynamic_shared_bytes
     assert bound <= used < bound + 1024, (bound, used)
-
-
-@_builds_of("test_exp2_poly_moves_exponentials_off_mufu")
-def _poly_builds(bm, causal, poly):
-    return {poly: (G.replace(BLOCK_M=bm, num_stages=3, PERSISTENT=True, EXP2_POLY=poly),
-                   dict(head_dim=64, causal=causal, return_lse=True))}
-
-
-@pytest.mark.parametrize("poly", [2, 4, 8])
-@pytest.mark.parametrize("bm,causal", [(192, False), (128, True)])
-def test_exp2_poly_moves_exponentials_off_mufu(bm, causal, poly):
-    """EXP2_POLY=E: each consumer computes 64 exponentials per thread on the first key tile
-    and 64 per loop iteration, plus 2 row rescale factors; one in E of the 128 leaves
-    MUFU.EX2 for the FMA pipe (its rounding add, 3 FFMA, the exponent LEA), no spills
-    in the non-causal loop."""
-    from flashscope.isa.nvidia import disassemble
-
-    art = _build(_poly_builds(bm, causal, poly)[poly])
-    sass = disassemble(art.binary)
-    consumers = bm // 64
-    assert sass.count("MUFU.EX2") == consumers * (128 - 128 // poly + 2)
-    if not causal:
-        (rec,) = records_for([art])
-        assert rec.spill_stores == 0
 
 
 def _rescale_blocks(sass: str) -> list:
@@ -167,15 +134,14 @@ def _rescale_blocks(sass: str) -> list:
 
 @_builds_of("test_lazy_rescale_branches_over_the_rescale")
 def _lazy_builds(D, bm, causal, knobs):
-    cfg = G.replace(BLOCK_M=bm, num_stages=3, PERSISTENT=True, **knobs)
+    cfg = G.replace(BLOCK_M=bm, num_stages=3, **knobs)
     return {lazy: (cfg.replace(LAZY_RESCALE=lazy), dict(head_dim=D, causal=causal,
                                                         return_lse=True))
             for lazy in (False, True)}
 
 
 @pytest.mark.parametrize("D,bm,causal,knobs", [
-    (64, 192, False, {}), (128, 128, False, {"OVERLAP": True, "PINGPONG": True}),
-    (64, 128, True, {"OVERLAP": True})])
+    (64, 192, False, {}), (128, 128, False, {"PINGPONG": True}), (64, 128, True, {})])
 def test_lazy_rescale_branches_over_the_rescale(D, bm, causal, knobs):
     """LAZY_RESCALE=1: in each consumer's loop the D / 2 accumulator FMULs per thread of
     O *= alpha sit behind one warp vote and a uniform branch that jumps over them; without
@@ -206,69 +172,35 @@ def _under_pv(sass: str, opcode: str) -> list:
     return counts
 
 
-@_builds_of("test_overlap_keeps_exponentials_under_pv")
-def _overlap_builds(D, causal, knobs):
-    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, num_stages=3, **knobs)
-    return {o: (cfg.replace(OVERLAP=o), dict(head_dim=D, causal=causal, return_lse=True))
-            for o in (False, True)}
-
-
-@pytest.mark.parametrize("D,causal,knobs", [
-    (128, False, {}), (64, True, {"PINGPONG": True}),
-    (128, True, {"PINGPONG": True, "PERSISTENT": True})])
-def test_overlap_keeps_exponentials_under_pv(D, causal, knobs):
-    """In every consumer's loop, OVERLAP=1 puts the tile's 64 exponentials per thread
-    (64 x 128 scores over 128 threads, plus the row rescale factors) between the score
-    wait and the P V wait; without it this ptxas (CUDA 12.8) hoists the P V wait above
-    them all, so none run under the product."""
-    from flashscope.isa.nvidia import disassemble
-
-    counts = {}
-    for overlap, spec in _overlap_builds(D, causal, knobs).items():
-        counts[overlap] = _under_pv(disassemble(_build(spec).binary), "MUFU.EX2")
-    assert len(counts[True]) == 2 and all(n >= 64 for n in counts[True]), counts
-    assert counts[False] == [0, 0], counts
-
-
-@_builds_of("test_overlap_max_keeps_only_the_row_max_under_pv")
-def _overlap_max_builds(D, causal, knobs):
+@_builds_of("test_only_the_row_max_runs_under_pv")
+def _pin_builds(D, causal, knobs):
     cfg = G.replace(**{"BLOCK_M": 128, "BLOCK_N": 128, **knobs})
-    return {level: (cfg.replace(OVERLAP=level), dict(head_dim=D, causal=causal,
-                                                     return_lse=True))
-            for level in (0, 2)}
+    return {None: (cfg, dict(head_dim=D, causal=causal, return_lse=True))}
 
 
 @pytest.mark.parametrize("D,causal,knobs", [
     (128, False, {"EARLY_Q": True, "K_EARLY": True, "LAZY_RESCALE": True}),
-    (128, True, {"PINGPONG": True, "PERSISTENT": True}),
+    (128, True, {"PINGPONG": True}),
     (64, False, {"BLOCK_M": 192, "num_stages": 3, "PINGPONG": True})])
-def test_overlap_max_keeps_only_the_row_max_under_pv(D, causal, knobs):
-    """OVERLAP=2 pins the row maxima, not the sums: in every consumer's loop the row
-    maximum's FMNMX (at least one per score a thread holds, 64 of the 64 x 128 tile) run
-    between the score wait and the P V wait, where without OVERLAP ptxas hoists the wait
-    into the reduction (13 to 32 of its FMNMX before it) and puts no exponential there;
-    with OVERLAP=2 fewer exponentials than the tile's 64 per thread sit there (ptxas
-    starts some early, as it does in FlashAttention-4's kernel; OVERLAP=1 keeps all of
-    them there)."""
+def test_only_the_row_max_runs_under_pv(D, causal, knobs):
+    """The consumer pins the row maxima (:func:`~flashscope.kernels.sm90_sync._pin`): in
+    every consumer's loop the row maximum's FMNMX (at least one per score a thread holds,
+    64 of the 64 x 128 tile) run between the score wait and the P V wait, where without
+    the pin ptxas hoists the wait into the reduction; fewer exponentials than the tile's
+    64 per thread sit there (ptxas starts some early, as in FlashAttention-4's kernel)."""
     from flashscope.isa.nvidia import disassemble
 
-    builds = _overlap_max_builds(D, causal, knobs)
-    under = {}
-    for level, spec in builds.items():
-        sass = disassemble(_build(spec).binary)
-        under[level] = (_under_pv(sass, "FMNMX"), _under_pv(sass, "MUFU.EX2"))
-    consumers = builds[0][0].BLOCK_M // 64
-    fmnmx, ex2 = under[0]
-    assert all(n < 64 for n in fmnmx) and ex2 == [0] * consumers, under
-    fmnmx, ex2 = under[2]
-    assert len(fmnmx) == consumers and all(n >= 64 for n in fmnmx), under
-    assert len(ex2) == consumers and all(n < 64 for n in ex2), under
+    spec = _pin_builds(D, causal, knobs)[None]
+    sass = disassemble(_build(spec).binary)
+    fmnmx, ex2 = _under_pv(sass, "FMNMX"), _under_pv(sass, "MUFU.EX2")
+    consumers = spec[0].BLOCK_M // 64
+    assert len(fmnmx) == consumers and all(n >= 64 for n in fmnmx), (fmnmx, ex2)
+    assert len(ex2) == consumers and all(n < 64 for n in ex2), (fmnmx, ex2)
 
 
 @_builds_of("test_masked_first_leaves_the_loop_without_mask")
 def _masked_first_builds(D, bm, stages):
-    cfg = G.replace(BLOCK_M=bm, BLOCK_N=128, num_stages=stages, PINGPONG=True,
-                    PERSISTENT=True)
+    cfg = G.replace(BLOCK_M=bm, BLOCK_N=128, num_stages=stages, PINGPONG=True)
     return {first: (cfg.replace(MASKED_FIRST=first), dict(head_dim=D, causal=True,
                                                           return_lse=True))
             for first in (False, True)}
@@ -292,83 +224,16 @@ def test_masked_first_leaves_the_loop_without_mask(D, bm, stages):
     assert under[True] == ([0] * consumers, [0] * consumers), under
 
 
-def _knob_builds(D, bm, knobs, knob):
-    """The JOINT_KV and LEAN_RELEASE tests' builds: the same configs, so half of the
-    second test's come cached."""
-    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
-    return {on: (cfg.replace(**{knob: on}), dict(head_dim=D, return_lse=True))
-            for on in (False, True)}
-
-
-@_builds_of("test_joint_kv_waits_once_a_key_tile")
-def _joint_builds(D, bm, knobs):
-    return _knob_builds(D, bm, knobs, "JOINT_KV")
-
-
-@_builds_of("test_lean_release_drops_a_barrier_a_key_tile")
-def _lean_builds(D, bm, knobs):
-    return _knob_builds(D, bm, knobs, "LEAN_RELEASE")
-
-
-@pytest.mark.parametrize("D,bm,knobs", [
-    (64, 192, {"num_stages": 3, "OVERLAP": 2, "PINGPONG": True}),
-    (128, 128, {"K_EARLY": True, "EARLY_Q": True, "Q_IN_REGS": True})])
-def test_joint_kv_waits_once_a_key_tile(D, bm, knobs):
-    """JOINT_KV: K and V of a slot land on one mbarrier, so each consumer's loop and its
-    last P V lose their V wait: at least two mbarrier waits (TRYWAIT) fewer per consumer
-    in the binary, the same wgmma, no spills."""
-    from flashscope.isa.nvidia import disassemble
-
-    waits, mma = {}, {}
-    for joint, spec in _joint_builds(D, bm, knobs).items():
-        art = _build(spec)
-        (rec,) = records_for([art])
-        assert rec.spill_stores == 0 and rec.spill_loads == 0
-        waits[joint] = disassemble(art.binary).count("TRYWAIT")
-        mma[joint] = rec.opcodes.get("HGMMA")
-    assert waits[True] <= waits[False] - 2 * (bm // 64), waits
-    assert mma[True] == mma[False] > 0
-
-
-@pytest.mark.parametrize("D,bm,knobs", [  # test_joint_kv's builds, so half come cached
-    (64, 192, {"num_stages": 3, "OVERLAP": 2, "PINGPONG": True}),
-    (128, 128, {"K_EARLY": True, "EARLY_Q": True, "Q_IN_REGS": True})])
-def test_lean_release_drops_a_barrier_a_key_tile(D, bm, knobs):
-    """LEAN_RELEASE: the ring's free mbarriers leave Triton's allocation for 1 KB of
-    static shared memory (the size keeps Triton's part 1024-aligned) and every hand-back
-    is one elected lane's arrival per warp, so the binary loses at least one warpgroup
-    ``BAR.SYNC`` per consumer (its loop's hand-back) and the producer's before its
-    waits, and gains ``ELECT`` for the arrivals (Triton elects a lane for its TMA issues
-    in both builds); the same wgmma, no spills."""
-    from flashscope.isa.nvidia import disassemble
-
-    bars, elects, mma, static = {}, {}, {}, {}
-    for lean, spec in _lean_builds(D, bm, knobs).items():
-        art = _build(spec)
-        (rec,) = records_for([art])
-        assert rec.spill_stores == 0 and rec.spill_loads == 0
-        sass = disassemble(art.binary)
-        bars[lean] = sass.count("BAR.SYNC")
-        elects[lean] = sass.count("ELECT")
-        mma[lean] = rec.opcodes.get("HGMMA")
-        static[lean] = rec.static_shared_bytes
-        assert ("fs_free" in art.asm) == lean
-    assert static == {False: 0, True: 1024}, static
-    assert bars[True] <= bars[False] - bm // 64 - 1, bars
-    assert elects[True] > elects[False], elects
-    assert mma[True] == mma[False] > 0
-
-
 @_builds_of("test_early_releases_sit_before_the_pv_wait")
 def _early_builds(D, bm, knobs):
-    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
+    cfg = G.replace(BLOCK_M=bm, **knobs)
     return {(k, q): (cfg.replace(K_EARLY=k, EARLY_Q=q), dict(head_dim=D, causal=True,
                                                              return_lse=True))
             for k in (False, True) for q in (False, True)}
 
 
 @pytest.mark.parametrize("D,bm,knobs", [
-    (128, 128, {}), (64, 128, {"OVERLAP": True, "num_stages": 3}),
+    (128, 128, {}), (64, 128, {"num_stages": 3}),
     (64, 192, {"PINGPONG": True, "num_stages": 3})])
 def test_early_releases_sit_before_the_pv_wait(D, bm, knobs):
     """K_EARLY hands the K slot back, and EARLY_Q the Q slot (on the work tile's last key
@@ -389,14 +254,14 @@ def test_early_releases_sit_before_the_pv_wait(D, bm, knobs):
 
 @_builds_of("test_out_rcp_drops_the_per_element_division")
 def _rcp_builds(D, bm, causal, knobs):
-    cfg = G.replace(BLOCK_M=bm, PERSISTENT=True, **knobs)
+    cfg = G.replace(BLOCK_M=bm, **knobs)
     return {rcp: (cfg.replace(OUT_RCP=rcp), dict(head_dim=D, causal=causal, return_lse=True))
             for rcp in (False, True)}
 
 
 @pytest.mark.parametrize("D,bm,causal,knobs", [
     (64, 128, True, {"EARLY_Q": True, "K_EARLY": True, "num_stages": 3}),
-    (128, 128, False, {"OVERLAP": 2, "PINGPONG": True, "LAZY_RESCALE": True})])
+    (128, 128, False, {"PINGPONG": True, "LAZY_RESCALE": True})])
 def test_out_rcp_drops_the_per_element_division(D, bm, causal, knobs):
     """O / l divides each of a thread's D / 2 output values, each division with ptxas's
     range fix-up (a compare-select and a scaled multiply, several instructions apiece);
@@ -418,15 +283,15 @@ def test_out_rcp_drops_the_per_element_division(D, bm, causal, knobs):
 
 @_builds_of("test_q_in_regs_feeds_the_score_product_from_registers")
 def _q_regs_builds(D, causal, knobs):
-    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, PERSISTENT=True, **knobs)
+    cfg = G.replace(BLOCK_M=128, BLOCK_N=128, **knobs)
     return {q: (cfg.replace(Q_IN_REGS=q), dict(head_dim=D, causal=causal, return_lse=True))
             for q in (False, True)}
 
 
 @pytest.mark.parametrize("D,causal,knobs", [
-    (128, False, {"num_stages": 3, "OVERLAP": 1, "PINGPONG": True, "LAZY_RESCALE": True}),
-    (128, True, {"OVERLAP": 2, "EARLY_Q": True, "K_EARLY": True, "MASKED_FIRST": True}),
-    (64, True, {"num_stages": 3, "OVERLAP": 2, "EARLY_Q": True, "K_EARLY": True})])
+    (128, False, {"num_stages": 3, "PINGPONG": True, "LAZY_RESCALE": True}),
+    (128, True, {"EARLY_Q": True, "K_EARLY": True, "MASKED_FIRST": True}),
+    (64, True, {"num_stages": 3, "EARLY_Q": True, "K_EARLY": True})])
 def test_q_in_regs_feeds_the_score_product_from_registers(D, causal, knobs):
     """Q_IN_REGS=1: every Q K^T wgmma takes Q from registers (``HGMMA .. R<a>, gdesc``,
     D / 16 per score tile, as the P V products already do) after one ``LDSM`` load of the

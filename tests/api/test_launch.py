@@ -14,13 +14,19 @@ import pytest
 import torch
 import triton
 
-from flashscope import AttentionConfig, kernels, launch
+from flashscope import kernels, launch
+from flashscope.families import sm90_fwd
+from flashscope.families.sm90_fwd import Sm90FwdConfig
+from flashscope.masks import Mask
 from flashscope.targets import get_target, gpu_target
 
 from .test_forward import run_case
 
-G = AttentionConfig(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=3, Q_IN_REGS=False,
-                    TMA=True, GLUON=True)
+G = Sm90FwdConfig(BLOCK_M=128, BLOCK_N=128, num_stages=3, Q_IN_REGS=False)
+
+
+def _call(q, k, v, out, lse, causal, scale, cfg):
+    return sm90_fwd.call(q, k, v, out, lse, mask=Mask.of(causal), scale=scale, cfg=cfg)
 
 
 def _binder():
@@ -39,8 +45,7 @@ def _launch_args(B, H, Hkv, Nq, Nk, D, dtype, causal, lse_offset, cfg):
     lse = None
     if lse_offset is not None:  # a view that starts lse_offset floats into its buffer
         lse = torch.empty(B * H * Nq + 4)[lse_offset:lse_offset + B * H * Nq].view(B, H, Nq)
-    grid, args, consts = launch.forward_call(q, k, v, out, lse, causal=causal, scale=0.125,
-                                             cfg=cfg)
+    grid, args, consts = _call(q, k, v, out, lse, causal, 0.125, cfg)
     return args, consts, launch.vendor_options(cfg, "nvidia")
 
 
@@ -79,7 +84,7 @@ def test_descriptor_fields_match_the_constructor():
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     x = torch.randn(2, 1, 100, 64, dtype=torch.bfloat16)
-    fast = launch.tma_desc4(x, "query", 64)
+    fast = sm90_fwd.tma_desc4(x, "query", 64)
     slow = TensorDescriptor(x, fast.shape, fast.strides, fast.block_shape, fast.layout)
     assert isinstance(fast, TensorDescriptor)
     for name in ("shape", "strides", "block_shape", "layout", "padding"):
@@ -94,18 +99,19 @@ def test_descriptor_rules_name_the_argument_and_the_rule():
     base = torch.randn(1, 2, 64, 72, dtype=torch.float16)
     ok = base[..., :64]  # rows 144 bytes apart: aligned
     every_third = torch.randn(1, 2, 60, 64, dtype=torch.float16)[:, :, ::3]  # 384-byte rows
-    assert launch.gluon_ok(ok, ok, ok) and launch.gluon_ok(every_third, ok, ok)
-    assert launch.tma_desc4(ok, "key", 128).strides == [512, 4608, 72, 1]  # B = 1: any
+    assert not sm90_fwd.tensors_problem(ok, ok, ok)
+    assert not sm90_fwd.tensors_problem(every_third, ok, ok)
+    assert sm90_fwd.tma_desc4(ok, "key", 128).strides == [512, 4608, 72, 1]  # B = 1: any
     refused = [
-        (base[..., 4:68], "key: GLUON=1 needs a 16-byte aligned base and strides, got "
+        (base[..., 4:68], "key: sm90-fwd needs a 16-byte aligned base and strides, got "
                           r"strides \(9216, 4608, 72, 1\) at base address % 16 = 8"),
         (torch.randn(1, 2, 64, 70, dtype=torch.float16)[..., :64],  # 140-byte rows
          r"16-byte aligned base and strides, got strides \(8960, 4480, 70, 1\)"),
-        (base.transpose(2, 3)[..., :64], "key: GLUON=1 needs a contiguous last dimension")]
+        (base.transpose(2, 3)[..., :64], "key: sm90-fwd needs a contiguous last dimension")]
     for x, match in refused:
-        assert not launch.gluon_ok(x, ok, ok)
+        assert sm90_fwd.tensors_problem(x, ok, ok)
         with pytest.raises(ConfigError, match=match):
-            launch.tma_desc4(x, "key", 128)
+            sm90_fwd.tma_desc4(x, "key", 128)
 
 
 class _Compiled:
@@ -166,7 +172,7 @@ def test_first_launch_compiles_then_calls_the_launcher(monkeypatch):
 
 
 def test_a_plan_cache_keeps_the_compiled_kernel_per_device(monkeypatch):
-    """With a caller's cache (a GluonPlan's), no key is built: the compiled kernel and the
+    """With a caller's cache (an Sm90Plan's), no key is built: the compiled kernel and the
     constexprs that follow the arguments are kept per device, and the global cache is
     left alone."""
     monkeypatch.setattr(launch, "_COMPILED", {})
@@ -183,8 +189,8 @@ def test_a_plan_cache_keeps_the_compiled_kernel_per_device(monkeypatch):
 
 
 def test_plan_key_is_finer_than_the_launch_key():
-    """Gluon forward plans (and the compiled kernels they keep) are looked up by
-    :func:`flashscope.launch.plan_key`. Two launches with one plan key must have one
+    """sm90 launch plans (and the compiled kernels they keep) are looked up by
+    :func:`flashscope.families.sm90_fwd.plan_key`. Two launches with one plan key must have one
     :func:`flashscope.launch.launch_key` (which the test above holds to Triton's binder),
     else a plan would run a kernel specialized for another problem."""
     plain = launch.plain_params(kernels.load("attention_fwd_sm90")._attn_fwd_sm90)
@@ -193,7 +199,8 @@ def test_plan_key_is_finer_than_the_launch_key():
         [(1, 1, 1), (2, 4, 2), (3, 16, 16), (2, 6, 2)],
         [(1, 1), (16, 32), (100, 77), (90, 77), (300, 200)],
         [64, 128], [torch.float16, torch.bfloat16], [False, True], [None, 0, 1],
-        [0.125, 0.3], [G, G.replace(BLOCK_M=192, BLOCK_N=64, PINGPONG=True)])
+        [0.125, 0.3], [G, G.replace(BLOCK_M=192, BLOCK_N=64, PINGPONG=True),
+                       G.replace(SPLIT_KV=True)])
     for (B, H, Hkv), (Nq, Nk), D, dtype, causal, lse_offset, scale, cfg in problems:
         q = torch.randn(B, H, Nq, D, dtype=dtype)
         k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype) for _ in range(2))
@@ -202,10 +209,9 @@ def test_plan_key_is_finer_than_the_launch_key():
         if lse_offset is not None:
             lse = torch.empty(B * H * Nq + 4)[lse_offset:lse_offset + B * H * Nq].view(
                 B, H, Nq)
-        grid, args, consts = launch.forward_call(q, k, v, out, lse, causal=causal,
-                                                 scale=scale, cfg=cfg)
+        grid, args, consts = _call(q, k, v, out, lse, causal, scale, cfg)
         key = launch.launch_key(args, consts, launch.vendor_options(cfg, "nvidia"), 0, plain)
-        pkey = launch.plan_key(q, k, v, out, lse, causal, scale, cfg)
+        pkey = sm90_fwd.plan_key(q, k, v, out, lse, causal, scale, cfg, 0)
         assert seen.setdefault(pkey, key) == key, (B, H, Hkv, Nq, Nk, D, dtype, causal)
     assert len(set(seen.values())) > 1
 
@@ -214,24 +220,21 @@ def test_plans_are_built_once_per_geometry(monkeypatch):
     """The second launch of a geometry reuses its plan: new tensors only change the
     descriptors' bases and the log-sum-exp slot; another stride or alignment is another
     plan."""
-    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(sm90_fwd, "_PLANS", {})
     q, k, v = (torch.randn(2, 4, 100, 64, dtype=torch.bfloat16) for _ in range(3))
-    first = launch.forward_call(q, k, v, torch.empty_like(q), None, causal=True,
-                                scale=0.125, cfg=G)
+    first = _call(q, k, v, torch.empty_like(q), None, True, 0.125, G)
     q2, k2, v2 = (torch.randn(2, 4, 100, 64, dtype=torch.bfloat16) for _ in range(3))
     out2, lse2 = torch.empty_like(q2), torch.empty(2, 4, 100)
-    grid, args, consts = launch.forward_call(q2, k2, v2, out2, lse2, causal=True,
-                                             scale=0.125, cfg=G)
-    assert len(launch._PLANS) == 2  # lse given: RETURN_LSE differs
-    launch.forward_call(q2, k2, v2, out2, None, causal=True, scale=0.125, cfg=G)
-    assert len(launch._PLANS) == 2
+    grid, args, consts = _call(q2, k2, v2, out2, lse2, True, 0.125, G)
+    assert len(sm90_fwd._PLANS) == 2  # lse given: RETURN_LSE differs
+    _call(q2, k2, v2, out2, None, True, 0.125, G)
+    assert len(sm90_fwd._PLANS) == 2
     assert [d.base for d in args[:4]] == [q2, k2, v2, out2] and args[4] is lse2
     assert [d.strides for d in args[:4]] == [d.strides for d in first[1][:4]]
     assert grid == first[0] and consts == dict(first[2], RETURN_LSE=True)
     bnhd = torch.randn(2, 100, 4, 64, dtype=torch.bfloat16).transpose(1, 2)
-    launch.forward_call(bnhd, k, v, torch.empty_like(bnhd), None, causal=True, scale=0.125,
-                        cfg=G)
-    assert len(launch._PLANS) == 3
+    _call(bnhd, k, v, torch.empty_like(bnhd), None, True, 0.125, G)
+    assert len(sm90_fwd._PLANS) == 3
 
 
 @pytest.mark.gpu

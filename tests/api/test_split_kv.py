@@ -7,14 +7,14 @@ import math
 import pytest
 import torch
 
-from flashscope import AttentionConfig, kernels, launch
-from flashscope.config import check_config
+from flashscope import kernels, launch
 from flashscope.errors import ConfigError
+from flashscope.families import sm90_fwd
 
 from .test_forward import run_case
+from .test_gluon import BARE
 
-G = AttentionConfig(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, Q_IN_REGS=False,
-                    TMA=True, GLUON=True, PERSISTENT=True, SPLIT_KV=True)
+G = BARE.replace(SPLIT_KV=True)
 
 
 def _pieces(s, v, cuts, block_m):
@@ -84,18 +84,13 @@ def test_plan_cuts_and_sizes_its_workspace():
     q = torch.empty(1, 32, 128, 64, device="meta", dtype=torch.bfloat16)
     k = torch.empty(1, 32, 16384, 64, device="meta", dtype=torch.bfloat16)
     out = torch.empty_like(q)
-    plan = launch.gluon_plan(q, k, k, out, None, causal=False, scale=0.125, cfg=G)
+    plan = sm90_fwd.plan(q, k, k, out, None, causal=False, scale=0.125, cfg=G)
     assert plan.consts["SPLIT"] and plan.consts["LPT"]
     assert plan.split.merges.shape == (32, 3) and plan.split.slots >= 64
     assert plan.workspace(q).numel() == plan.split.slots * 128 * 66
-    plain = launch.gluon_plan(q, k, k, out, None, causal=False, scale=0.125,
-                              cfg=G.replace(SPLIT_KV=False))
+    plain = sm90_fwd.plan(q, k, k, out, None, causal=False, scale=0.125,
+                          cfg=G.replace(SPLIT_KV=False))
     assert plain.split is None and not plain.consts["SPLIT"] and plain.workspace(q) is None
-
-
-def test_split_needs_a_persistent_grid():
-    with pytest.raises(ConfigError, match="SPLIT_KV=1 places work tiles .* PERSISTENT=1"):
-        check_config(G.replace(PERSISTENT=False), "sm90", 64)
 
 
 def _needs_sm90(device):
@@ -107,8 +102,7 @@ def _needs_sm90(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("tiles", [(128, 128, 2, {}), (192, 128, 3, {"PINGPONG": True,
-                                                                     "OVERLAP": 2}),
+@pytest.mark.parametrize("tiles", [(128, 128, 2, {}), (192, 128, 3, {"PINGPONG": True}),
                                    (192, 128, 3, {"LAZY_RESCALE": True, "EARLY_Q": True,
                                                   "K_EARLY": True, "MASKED_FIRST": True}),
                                    (128, 128, 2, {"Q_IN_REGS": True, "LAZY_RESCALE": True,
@@ -116,7 +110,7 @@ def _needs_sm90(device):
                                                   "MASKED_FIRST": True, "OUT_RCP": True}),
                                    (192, 128, 3, {"PINGPONG": True, "EARLY_Q": True,
                                                   "OUT_RCP": True, "BALANCE": True}),
-                                   (128, 64, 2, {"PINGPONG": True, "JOINT_KV": True})],
+                                   (128, 64, 2, {"PINGPONG": True})],
                          ids=lambda t: "m{}n{}s{}".format(*t[:3]) + "".join(
                              k[0].lower() for k in t[3]))
 @pytest.mark.parametrize("programs", [7, 13, None])
@@ -134,7 +128,7 @@ def test_split_forward_matches_float64_reference(device, monkeypatch, causal, ti
     for B, H, Hkv, Nq, Nk, D in [(2, 4, 2, 130, 4097, 64), (1, 6, 6, 200, 2000, 128),
                                  (2, 4, 1, 1000, 1000, 64), (1, 2, 2, 3000, 3000, 128)]:
         try:
-            check_config(cfg, "sm90", D)
+            sm90_fwd.check(cfg, "sm90", D)
         except ConfigError as e:
             assert "shared memory" in str(e), e
             continue
@@ -143,6 +137,6 @@ def test_split_forward_matches_float64_reference(device, monkeypatch, causal, ti
         q = torch.empty(B, H, Nq, D, device="meta", dtype=torch.bfloat16)
         k = torch.empty(B, Hkv, Nk, D, device="meta", dtype=torch.bfloat16)
         n_prog = programs or launch.sm_count(torch.device(device))
-        cut += launch.split_tensors(q, Nk, cfg, n_prog, causal).slots
+        cut += sm90_fwd.split_tensors(q, Nk, cfg, n_prog, causal).slots
     # causal lists on 7 or 13 programs already end within a piece of even: nothing cut
     assert cut > 0 or (causal and programs is not None)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import flashscope
-from flashscope import AttentionConfig
+from flashscope import TritonBwdConfig, TritonFwdConfig
 from flashscope.errors import FlashscopeError
 
 
@@ -83,9 +83,14 @@ def test_scale_type():
 
 def test_config_type_and_limits():
     q, k, v = qkv()
-    expect(TypeError, "config: expected flashscope.AttentionConfig", q, k, v, config={"BLOCK_M": 64})
+    expect(TypeError, "config: expected a kernel config record", q, k, v,
+           config={"BLOCK_M": 64})
     expect(ValueError, "BLOCK_M=48: expected a power of two", q, k, v,
-           config=AttentionConfig(BLOCK_M=48))
+           config=TritonFwdConfig(BLOCK_M=48))
+    expect(ValueError, "config: a triton-bwd config is not one of", q, k, v,
+           config=TritonBwdConfig())
+    with pytest.raises(ValueError, match="config: BLOCK_M expects an integer"):
+        TritonFwdConfig(BLOCK_M="64")
 
 
 def test_cpu_needs_interpreter(monkeypatch):

@@ -10,11 +10,11 @@ def artifacts(compile_cache):
     """{case id: Artifact} for the golden cases, compiled in parallel (one batch of worker
     processes), then read back from the cache."""
     from flashscope.compile import _build_task, build, run_clean
-    from flashscope.config import AttentionConfig
+    from flashscope import TritonFwdConfig
 
-    run_clean(_build_task, [(AttentionConfig.parse(c[1]), c[0],
+    run_clean(_build_task, [(TritonFwdConfig.parse(c[1]), c[0],
                              dict(head_dim=c[2], causal=c[3])) for c in CASES], jobs=2)
-    return {case_id(c): build(AttentionConfig.parse(c[1]), c[0], head_dim=c[2], causal=c[3])
+    return {case_id(c): build(TritonFwdConfig.parse(c[1]), c[0], head_dim=c[2], causal=c[3])
             for c in CASES}
 
 

@@ -32,11 +32,11 @@ def case_id(case) -> str:
 
 
 def record(case):
-    from flashscope.config import AttentionConfig
+    from flashscope import TritonFwdConfig
     from flashscope.isa import inspect_config
 
     target, cfg, d, causal = case
-    return inspect_config(AttentionConfig.parse(cfg), target, head_dim=d, causal=causal,
+    return inspect_config(TritonFwdConfig.parse(cfg), target, head_dim=d, causal=causal,
                           occupancy=False)
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from flashscope import compile as fcompile
-from flashscope.config import AttentionConfig
+from flashscope import TritonFwdConfig
 from flashscope.errors import ConfigError, UnknownTargetError
 from flashscope.targets import get_target
 
@@ -19,9 +19,9 @@ def test_constants_mirror_the_launch(artifacts):
     assert art.constants == {
         "stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1, "GROUP": 1,
         "HEAD_DIM": 64, "HEAD_DIM_PAD": 64, "BLOCK_M": 128, "BLOCK_N": 64,
-        "IS_CAUSAL": False, "Q_IN_REGS": True, "RETURN_LSE": False, "EVEN_N": True,
-        "SCALE_POS": True, "USE_TMA": False, "WARP_SPEC": False, "EXP2_POLY": 0,
-        "HEAVY_FIRST": False, "OVERLAP": False}
+        "Q_IN_REGS": True, "RETURN_LSE": False, "EVEN_N": True, "SCALE_POS": True,
+        "HEAVY_FIRST": False, "CAUSAL": False, "HAS_LEFT": False, "HAS_RIGHT": False,
+        "SHIFTED": False, "GUARD": False}
     assert art.metadata["num_warps"] == 8 and art.metadata["num_stages"] == 3
     assert art.metadata["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}
     assert art.binary[:4] == b"\x7fELF" and ".target sm_90a" in art.asm
@@ -34,14 +34,14 @@ def test_maxnreg_reaches_ptxas(artifacts):
 
 def test_cache_hit_is_the_same_artifact(artifacts, compile_cache):
     art = artifacts[case_id(CASES[0])]
-    again = fcompile.build(AttentionConfig.parse(CASES[0][1]), "sm90", head_dim=64)
+    again = fcompile.build(TritonFwdConfig.parse(CASES[0][1]), "sm90", head_dim=64)
     assert again.key == art.key and again.binary == art.binary and again.path == art.path
     meta = json.loads((compile_cache / art.key[:2] / art.key / "artifact.json").read_text())
     assert meta["constants"] == art.constants
 
 
 def test_key_covers_every_input():
-    cfg = AttentionConfig(64, 64, 4, 2)
+    cfg = TritonFwdConfig(64, 64, 4, 2)
     base = fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", False)
     others = {
         fcompile.cache_key("fwd", cfg.replace(num_stages=3), "sm90", 64, "bfloat16", False),
@@ -64,11 +64,11 @@ def test_damaged_cache_entry_is_a_miss(artifacts):
 
 
 @pytest.mark.parametrize("cfg, target, match", [
-    (AttentionConfig(48, 64, 4, 2), "sm90", "BLOCK_M=48"),
-    (AttentionConfig(64, 64, 32, 2), "sm90", "num_warps=32"),
-    (AttentionConfig(64, 64, 4, 2, maxnreg=64), "gfx942", "NVIDIA register cap"),
-    (AttentionConfig(64, 64, 4, 2, waves_per_eu=2), "sm90", "AMD option"),
-    (AttentionConfig(256, 256, 8, 4), "sm80", "shared memory"),
+    (TritonFwdConfig(48, 64, 4, 2), "sm90", "BLOCK_M=48"),
+    (TritonFwdConfig(64, 64, 32, 2), "sm90", "num_warps=32"),
+    (TritonFwdConfig(64, 64, 4, 2, maxnreg=64), "gfx942", "NVIDIA register cap"),
+    (TritonFwdConfig(64, 64, 4, 2, waves_per_eu=2), "sm90", "AMD option"),
+    (TritonFwdConfig(256, 256, 8, 4), "sm80", "shared memory"),
 ])
 def test_pure_checks_reject_before_compiling(cfg, target, match):
     with pytest.raises(ConfigError, match=match):
@@ -77,27 +77,27 @@ def test_pure_checks_reject_before_compiling(cfg, target, match):
 
 def test_unknown_target_suggests():
     with pytest.raises(UnknownTargetError, match="did you mean 'sm90'"):
-        fcompile.build(AttentionConfig(), "sm9O")
+        fcompile.build(TritonFwdConfig(), "sm9O")
 
 
 def test_unknown_kernel_and_dtype():
     with pytest.raises(ConfigError, match="unknown kernel"):
-        fcompile.build(AttentionConfig(), "sm90", kernel="fwdd")
+        fcompile.build(TritonFwdConfig(), "sm90", kernel="fwdd")
     with pytest.raises(ConfigError, match="--dtype"):
-        fcompile.build(AttentionConfig(), "sm90", dtype="float32")
+        fcompile.build(TritonFwdConfig(), "sm90", dtype="float32")
 
 
 def test_lds_limit_named_after_compile():
     """128x64 tiles, 3 stages, D=128 pass the pure lower bound on gfx942 but Triton's
     allocation (80 KB) is over the 64 KB of LDS a workgroup may have."""
     with pytest.raises(ConfigError, match=r"81920 bytes of LDS per block; gfx942 allows 65536"):
-        fcompile.build(AttentionConfig(128, 64, 8, 3), "gfx942", head_dim=128)
+        fcompile.build(TritonFwdConfig(128, 64, 8, 3), "gfx942", head_dim=128)
 
 
 def test_ptxas_register_failure_names_the_cap():
     with pytest.raises(ConfigError, match=r"maxnreg=16 is too few registers per thread for "
                                           r"sm90 \(ptxas fatal"):
-        fcompile.build(AttentionConfig(64, 32, 4, 1, maxnreg=16), "sm90", head_dim=32)
+        fcompile.build(TritonFwdConfig(64, 32, 4, 1, maxnreg=16), "sm90", head_dim=32)
 
 
 def test_nested_frontend_error_names_its_reason():
@@ -113,19 +113,31 @@ def test_nested_frontend_error_names_its_reason():
             raise ValueError("at 62:8:\n        gl.warp_specialize([\n        ^") from mid
     except ValueError as outer:
         text = fcompile.failure_text(outer)
-    line = fcompile.compile_failure(text, AttentionConfig(), get_target("sm90"))
+    line = fcompile.compile_failure(text, TritonFwdConfig(), get_target("sm90"))
     assert "rank must be equal to or one less than the shape size (at 62:8)" in line
     plain = ValueError("ptxas fatal: out of registers")
     assert fcompile.failure_text(plain) == str(plain)
 
 
 def test_register_kernel_extends_the_registry():
-    spec = fcompile.KERNELS["fwd"]
-    fcompile.register_kernel("fwd_copy", spec)
+    import dataclasses
+
+    spec = dataclasses.replace(fcompile.KERNELS["triton-fwd"], name="fwd_copy")
+    fcompile.register_kernel(spec)
     try:
-        assert fcompile.kernel_spec("fwd_copy") is spec
+        assert fcompile.kernel_spec("fwd_copy") is spec and "fwd_copy" in fcompile.kernel_names()
     finally:
         del fcompile.KERNELS["fwd_copy"]
+
+
+def test_fwd_stands_for_the_kernel_each_target_runs():
+    assert fcompile.kernel_spec("fwd", "sm90").name == "sm90-fwd"
+    assert fcompile.kernel_spec("fwd", "gfx942").name == "triton-fwd"
+    assert fcompile.kernel_spec("fwd", "sm90", TritonFwdConfig()).name == "triton-fwd"
+    cfg = fcompile.parse_config("BLOCK_M=64", "fwd", "gfx942", head_dim=128)
+    assert cfg == fcompile.default_config("fwd", "gfx942", 128).replace(BLOCK_M=64)
+    with pytest.raises(ConfigError, match="expected a sm90-fwd config"):
+        fcompile.build(TritonFwdConfig(), "sm90", kernel="sm90-fwd")
 
 
 def _slices_across_buffers():
@@ -155,8 +167,8 @@ def test_compiler_abort_is_an_error_not_the_end_of_the_process():
     the assertion, and goes on."""
     with pytest.raises(ConfigError, match=r"process ended \(signal SIGABRT\): "
                                           r"LinearLayoutConversions\.cpp:\d+: Assertion"):
-        fcompile._forked(_slices_across_buffers, AttentionConfig(), get_target("sm90"))
-    assert fcompile._forked(lambda: 6 * 7, AttentionConfig(), get_target("sm90")) == 42
+        fcompile._forked(_slices_across_buffers, TritonFwdConfig(), get_target("sm90"))
+    assert fcompile._forked(lambda: 6 * 7, TritonFwdConfig(), get_target("sm90")) == 42
 
 
 def test_errors_of_the_compiling_child_come_back():
@@ -175,9 +187,9 @@ def test_errors_of_the_compiling_child_come_back():
 
     t = get_target("sm90")
     with pytest.raises(ConfigError, match="over the shared memory limit"):
-        fcompile._forked(config_error, AttentionConfig(), t)
+        fcompile._forked(config_error, TritonFwdConfig(), t)
     with pytest.raises(FlashscopeError, match="(?s)Local: from a local class"):
-        fcompile._forked(local_error, AttentionConfig(), t)
+        fcompile._forked(local_error, TritonFwdConfig(), t)
 
 
 def test_an_interrupted_compile_takes_its_child_along(monkeypatch):
@@ -197,7 +209,7 @@ def test_an_interrupted_compile_takes_its_child_along(monkeypatch):
 
     monkeypatch.setattr(os, "waitpid", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        fcompile._forked(lambda: time.sleep(60), AttentionConfig(), get_target("sm90"))
+        fcompile._forked(lambda: time.sleep(60), TritonFwdConfig(), get_target("sm90"))
     monkeypatch.undo()
     with pytest.raises(ChildProcessError):  # already reaped: no such child left
         os.waitpid(children[0], os.WNOHANG)

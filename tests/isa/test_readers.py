@@ -140,8 +140,8 @@ def test_serialized_wgmma_in_a_build():
     one a group; the tuned entry without it streams them."""
     from flashscope import compile as fcompile
 
-    cfg = ("BLOCK_M=192,BLOCK_N=128,num_warps=4,num_stages=3,TMA=1,OVERLAP=2,GLUON=1,"
-           "PERSISTENT=1,PINGPONG=1,Q_IN_REGS={}")
+    cfg = ("sm90-fwd:BLOCK_M=192,num_stages=3,PINGPONG=1,LAZY_RESCALE=0,EARLY_Q=0,K_EARLY=0,"
+           "MASKED_FIRST=0,OUT_RCP=0,Q_IN_REGS={}")
     recs = {q: record_for(fcompile.build(cfg.format(q), "sm90", head_dim=64,
                                          return_lse=True)) for q in (0, 1)}
     assert recs[0].wgmma_serialized == 0 and "wgmma_serialized" not in recs[0].features
@@ -177,7 +177,11 @@ def test_triton_cache_dir_and_bare_files(tmp_path, artifacts):
 def test_flashscope_cache_entry_keeps_constants(artifacts):
     art = artifacts[case_id(CASES[1])]
     (r,) = read_path(art.path)
-    assert r.constants == art.constants and r.config["key"] == "m64n64w4s2q1"
+    from flashscope import TritonFwdConfig
+
+    assert r.constants == art.constants
+    assert r.config["key"] == TritonFwdConfig(64, 64, 4, 2).key
+    assert r.config["label"] == "triton-fwd 64x64 w4 s2"
 
 
 def test_diff(records):

@@ -38,9 +38,9 @@ def test_profile_from_recording_dir_regenerates_the_h100_answer(capsys):
     res = json.loads(capsys.readouterr().out)
     ks = res["kernels"]
     assert [k["provider"] for k in ks] == ["cudnn", "flash", "efficient"] + ["flashscope"] * 5
-    assert [k["config_key"] for k in ks[3:]] == ["m128n64w8s3q1", "m128n128w8s2q1",
-                                                 "m64n64w4s3q1", "m128n32w4s3q1",
-                                                 "m64n128w4s2q1"]
+    assert [k["config_key"] for k in ks[3:]] == [
+        "triton-fwd 128x64 w8 s3", "triton-fwd 128x128 w8 s2", "triton-fwd 64x64 w4 s3",
+        "triton-fwd 128x32 w4 s3", "triton-fwd 64x128 w4 s2"]
     speed = [round(k["speed_tflops"]) for k in ks]
     assert speed == [661, 358, 176, 503, 455, 511, 466, 353]
     assert [k["gates"]["all"] for k in ks] == [False] * 8

@@ -37,7 +37,10 @@ def test_profile_runs_ncu_per_job_and_keeps_its_csv(tmp_path, capsys):
     calls = log.read_text().splitlines()
     assert len(calls) == 3 and all("--clock-control none" in c for c in calls)
     assert [k["provider"] for k in res["kernels"]] == ["cudnn", "flashscope", "flashscope"]
-    assert [k["config_key"] for k in res["kernels"]] == ["", "m64n64w4s3q1", "m128n64w4s3q1"]
+    from flashscope.profile.session import config_key
+
+    labels = ["", "triton-fwd 64x64 w4 s3", config_key("BLOCK_M=128")]
+    assert [k["config_key"] for k in res["kernels"]] == labels
     assert len(list(out.glob("ncu_*.csv"))) == 3
     jobs = json.loads((out / "jobs.json").read_text())["jobs"]
     assert [(j["file"], j["config"]) for j in jobs] == [
@@ -45,7 +48,7 @@ def test_profile_runs_ncu_per_job_and_keeps_its_csv(tmp_path, capsys):
         ("ncu_02_flashscope.csv", "BLOCK_M=128")]
     assert main(["profile", "--from-csv", str(out), "--json"]) == 0  # the recording replays
     again = json.loads(capsys.readouterr().out)
-    assert [k["config_key"] for k in again["kernels"]] == ["", "m64n64w4s3q1", "m128n64w4s3q1"]
+    assert [k["config_key"] for k in again["kernels"]] == labels
 
 
 def test_missing_ncu_is_a_clear_error(capsys):
@@ -60,14 +63,14 @@ def test_speed_from_a_sweep_file_replaces_ncu_durations(tmp_path, capsys):
     fake.chmod(0o755)
     sweep = tmp_path / "fwd_scan.json"
     sweep.write_text(json.dumps({"rows": [
-        {"D": 128, "N": 4096, "causal": False, "provider": "flashscope", "config": "m64n64w4s3q1",
-         "ms": 1.0},
-        {"D": 128, "N": 4096, "causal": True, "provider": "flashscope", "config": "m64n64w4s3q1",
-         "ms": 9.0},
-        {"D": 64, "N": 4096, "causal": False, "provider": "flashscope", "config": "m64n64w4s3q1",
-         "ms": 9.0},
+        {"D": 128, "N": 4096, "causal": False, "provider": "flashscope",
+         "config": "triton-fwd 64x64 w4 s3", "ms": 1.0},
+        {"D": 128, "N": 4096, "causal": True, "provider": "flashscope",
+         "config": "BLOCK_M=64,num_warps=4", "ms": 9.0},
+        {"D": 64, "N": 4096, "causal": False, "provider": "flashscope",
+         "config": "triton-fwd 64x64 w4 s3", "ms": 9.0},
         {"provider": "cudnn", "D": 128, "N": 4096, "causal": False, "ms": 0.8},
-        {"provider": "flashscope", "config": "m128n64w4s3q1", "error": "out of resources"}]}))
+        {"provider": "flashscope", "config": "BLOCK_M=128", "error": "out of resources"}]}))
     assert main(["profile", "--ncu", str(fake), "--providers", "flashscope",
                  "--configs", "BLOCK_M=64,num_warps=4;BLOCK_M=128", "--speed", str(sweep),
                  "--json"]) == 0

@@ -6,7 +6,14 @@ import json
 import pytest
 
 from flashscope.cli import main
-from flashscope.config import AttentionBwdConfig, select_bwd_config
+from flashscope import TritonBwdConfig
+from flashscope.families import Problem, triton_bwd
+
+
+def select_bwd_config(head_dim, target):
+    from flashscope.targets import get_target
+
+    return triton_bwd.select(Problem(get_target(target).name, "bfloat16", head_dim))
 from flashscope.errors import FlashscopeError
 from flashscope.isa import inspect_config
 from flashscope.report.backward import BwdSpec, make_bwd_spec, plan, uses
@@ -35,7 +42,7 @@ def test_tile_knobs_apply_to_their_kernel_only():
 def test_unbuildable_variant_is_kept_without_a_config():
     spec = BwdSpec(tuple(parse_targets("gfx942")), 256, knobs=("BLOCK_M1",))
     t = spec.targets[0]
-    base = select_bwd_config(256, target=t)
+    base = select_bwd_config(256, t)
     assert base.BLOCK_M1 == 16  # halving gives 8: below the 16 the checks allow
     halved, doubled = plan(spec, t, "bwd_dkdv")
     assert halved.after is None and doubled.after == base.replace(BLOCK_M1=32)
@@ -48,11 +55,11 @@ def test_rows_match_the_binaries(written):
     # per target: dK/dV base + M1 halved + doubled, dQ base only
     assert data["timings"]["kernels"] == len(rows) == 8
     for t in ("sm90", "gfx942"):
-        base = select_bwd_config(32, target=t)
-        assert data["spec"]["base"][t] == base.key
+        base = select_bwd_config(32, t)
+        assert data["spec"]["base"][t] == base.label
         for kernel in ("bwd_dkdv", "bwd_dq"):
             rec = inspect_config(base, t, kernel=kernel, head_dim=32)
-            row = rows[(kernel, t, base.key)]
+            row = rows[(kernel, t, base.label)]
             assert row["error"] is None
             assert row["measured"]["registers"] == rec.registers > 0
             assert row["measured"]["shared_bytes"] == rec.shared_bytes
@@ -102,4 +109,4 @@ def test_spec_defaults():
     assert spec.head_dim == 128 and "HEAD_DIM" in spec.knobs and "Q_IN_REGS" not in spec.knobs
     with pytest.raises(FlashscopeError):
         make_bwd_spec("sm90", ablate="Q_IN_REGS")
-    assert isinstance(select_bwd_config(128, target="sm90"), AttentionBwdConfig)
+    assert isinstance(select_bwd_config(128, "sm90"), TritonBwdConfig)

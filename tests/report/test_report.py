@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flashscope.cli import main
-from flashscope.config import AttentionConfig
+from flashscope import TritonFwdConfig
 from flashscope.isa import KernelRecord
 from flashscope.occupancy import occupancy_for_record
 from flashscope.report import ReportSpec, Row, collect, write_report
@@ -20,7 +20,7 @@ from flashscope.report.cliffs import cliff_view
 from flashscope.errors import FlashscopeError
 from flashscope.targets import parse_targets
 
-BASE = AttentionConfig(64, 32, 4, 1)
+BASE = TritonFwdConfig(64, 32, 4, 1)
 TARGETS = "sm90,gfx942"
 
 
@@ -41,9 +41,9 @@ def written(report, tmp_path_factory):
 
 
 def test_rows_measured_and_compared(report):
-    assert [(r.config.key, r.target) for r in report.rows] == [
-        ("m64n32w4s1q1", "sm90"), ("m64n32w4s1q1", "gfx942"),
-        ("m64n32w4s1q0", "sm90"), ("m64n32w4s1q0", "gfx942")]
+    off = BASE.replace(Q_IN_REGS=False)
+    assert [(r.config, r.target) for r in report.rows] == [
+        (BASE, "sm90"), (BASE, "gfx942"), (off, "sm90"), (off, "gfx942")]
     for r in report.rows:
         assert r.error is None and r.record.registers > 0
         c = r.comparison
@@ -59,22 +59,37 @@ def test_ablation_deltas_match_rows(report):
     assert step["name"] == "Q_IN_REGS off"
     rows = report.by_key()
     for t in ("sm90", "gfx942"):
-        a = rows[("m64n32w4s1q1", 64, t)].record
-        b = rows[("m64n32w4s1q0", 64, t)].record
+        a = rows[(BASE.key, 64, t)].record
+        b = rows[(BASE.replace(Q_IN_REGS=False).key, 64, t)].record
         e = step["targets"][t]
         assert e["d_registers"] == b.registers - a.registers
         lanes = 32 if t == "sm90" else 64
         assert e["d_file_bytes_per_wave"] == e["d_registers"] * lanes * 4
 
 
+def test_the_kernel_that_runs_is_read_too(report, written):
+    """On sm90 the report reads the Gluon kernel the library runs there by default (its
+    consumers' registers, no spills), next to the portable kernel's rows; elsewhere the
+    portable kernel's default; the page says which runs where."""
+    kernels = report.default_kernels()
+    assert kernels["sm90"].startswith("sm90-fwd") and kernels["gfx942"].startswith("triton-fwd")
+    sm90 = next(r for r in report.defaults if r.target == "sm90")
+    assert sm90.error is None and sm90.record.registers > 0 and sm90.spills == 0
+    assert "uses_wgmma" in sm90.record.features and sm90.budget.threads == 128
+    html = (written[0] / "report.html").read_text()
+    assert "The kernel that runs" in html and kernels["sm90"] in html
+    data = json.loads((written[0] / "report.json").read_text())
+    assert [d["family"] for d in data["defaults"]] == ["sm90-fwd", "triton-fwd"]
+
+
 def test_plan_steps_and_knobs():
     ts = parse_targets("sm90,gfx942")
-    names = [s.name for s in plan(AttentionConfig(128, 64, 8, 2), 128, ts)]
+    names = [s.name for s in plan(TritonFwdConfig(128, 64, 8, 2), 128, ts)]
     assert names == ["Q_IN_REGS off", "BLOCK_M halved", "BLOCK_M doubled", "BLOCK_N halved",
                      "BLOCK_N doubled", "num_warps halved", "num_warps doubled",
                      "HEAD_DIM 64 -> 128", "HEAD_DIM 128 -> 256"]
     # BLOCK_N 16 cannot be halved (16..256); 16 warps cannot double (1024 threads max).
-    names = [s.name for s in plan(AttentionConfig(64, 16, 16, 1), 64, ts, ("BLOCK_N",
+    names = [s.name for s in plan(TritonFwdConfig(64, 16, 16, 1), 64, ts, ("BLOCK_N",
                                                                            "num_warps"))]
     assert names == ["BLOCK_N doubled", "num_warps halved"]
     assert parse_knobs("all") == KNOB_NAMES and parse_knobs("none") == ()
@@ -88,7 +103,7 @@ def test_cliff_view_by_hand():
     # 128 registers -> 16 warps -> 2 blocks: saving 2 crosses back to 25%.
     rec = KernelRecord(kernel="fwd", target="sm90", vendor="nvidia", registers=130,
                        threads=256, shared_bytes=0)
-    row = Row(AttentionConfig(), 128, "sm90", record=rec, occ=occupancy_for_record(rec))
+    row = Row(TritonFwdConfig(), 128, "sm90", record=rec, occ=occupancy_for_record(rec))
     (c,) = [c for c in cliff_view([row]) if c["resource"] == "registers"]
     assert (c["save_to_gain"], c["near"], c["active_blocks"], c["blocks_after"]) == \
         (2, True, 1, 2)

@@ -11,7 +11,7 @@ sys.path[:0] = [os.path.join(ROOT, "scripts", "gpu")]
 
 from ab_cells import cell_default, cell_shape, check_names, neighbours, transplants  # noqa: E402,E501
 from adopt_ab import resolve  # noqa: E402
-from flashscope.config import check_config  # noqa: E402
+from flashscope.families.compat_test import check_config  # noqa: E402
 from flashscope.tuned import load_tuned  # noqa: E402
 
 CELLS = [f"d{d}{m}{n}k" for d in (64, 128) for m in "nc" for n in (1, 4, 16)]

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from flashscope.cli import main
-from flashscope.config import AttentionBwdConfig
+from flashscope import TritonBwdConfig
 from flashscope.errors import ConfigError
 from flashscope.sweep.space import BWD_AXES, default_space, parse_space
 
@@ -20,7 +20,7 @@ def test_backward_space_points_and_pruning():
     sp = parse_space({**TINY_BWD, "head_dims": [256], "BLOCK_N2": [16, 256],
                       "num_stages": [3]}, kernel="bwd_dq")
     feasible, pruned = sp.points()
-    assert all(isinstance(c, AttentionBwdConfig) for _, c in feasible)
+    assert all(isinstance(c, TritonBwdConfig) for _, c in feasible)
     assert {c.BLOCK_M1 for _, c in feasible + [(p, c) for p, c, _ in pruned]} == {16}
     assert [(c.BLOCK_M2, c.BLOCK_N2) for _, c in feasible] == [(16, 16), (32, 16)]
     assert len(pruned) == 2 and all("shared memory" in r and "BLOCK_N2=256" in r
@@ -78,8 +78,8 @@ def test_backward_sweep_end_to_end_then_resume(tmp_path):
 
 
 @pytest.mark.parametrize("extra, needle", [
-    (["--gpu", "--shapes", "1,1,128,16"], "GPU sweeps time the forward; time backward "
-                                          "configs with scripts/gpu/bwd_check.py"),
+    (["--gpu", "--shapes", "1,1,128,16"], "GPU sweeps time the forward kernels; read "
+                                          "backward configs offline"),
     (["--search", "evolve", "--budget", "2"], "use --search exhaustive"),
 ])
 def test_backward_requests_refused(tmp_path, capsys, extra, needle):

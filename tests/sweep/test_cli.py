@@ -3,7 +3,8 @@ import json
 import pytest
 
 from flashscope.cli import main
-from flashscope.config import AttentionConfig
+from flashscope import TritonFwdConfig
+from flashscope.families import Problem
 from flashscope.sweep import evaluate as ev
 from flashscope.sweep.plot import plot_pareto
 from flashscope.sweep.run import SweepRequest, run_sweep
@@ -112,12 +113,15 @@ def test_gpu_sweep_records_tuned_files_and_plot(tmp_path):
                                      shapes=("2,8,1000,64",), evaluator=fake_gpu))
     recs = read_records(out)
     assert len(recs) == 12 and {r["shape"] for r in recs} == {"2,8,1000,64"}
-    assert all(r["best"]["config_key"] == "m32n16w2s1q1" for r in summary["jobs"])
-    assert summary["jobs"][0]["fronts"]["gpu_registers"][0]["config_key"] == "m32n16w2s1q1"
+    best = TritonFwdConfig(32, 16, 2, 1)
+    assert all(r["best"]["config_key"] == best.key for r in summary["jobs"])
+    assert all(r["best"]["label"] == "triton-fwd 32x16 w2 s1" for r in summary["jobs"])
+    assert summary["jobs"][0]["fronts"]["gpu_registers"][0]["config_key"] == best.key
     paths = write_tuned(recs, tmp_path / "tuned")
     assert [p.name for p in paths] == ["sm90.json"]
-    cfg, tuned, _ = lookup("sm90", "bfloat16", 64, True, 900, tmp_path / "tuned")
-    assert tuned and cfg == AttentionConfig(32, 16, 2, 1)
+    cfg, tuned, _ = lookup(Problem("sm90", "bfloat16", 64, True, 900, 900), "triton-fwd",
+                           tmp_path / "tuned")
+    assert tuned and cfg == TritonFwdConfig(32, 16, 2, 1)
     assert plot_pareto(recs, tmp_path / "p.png", "gpu").stat().st_size > 1000
 
 

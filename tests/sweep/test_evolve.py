@@ -1,6 +1,6 @@
 import itertools
 
-from flashscope.config import AttentionConfig
+from flashscope import TritonFwdConfig
 from flashscope.sweep.evolve import Evolution, objective
 from flashscope.sweep.run import compare_searches, replay_evolve
 from flashscope.sweep.space import AXES, Problem, parse_space
@@ -11,7 +11,7 @@ AX = {"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128, 256),
       "maxnreg": (None,), "waves_per_eu": (None,)}
 
 
-def latency(c: AttentionConfig) -> float:
+def latency(c: TritonFwdConfig) -> float:
     """A bowl with its minimum at 128/64/4w/3s/q1 (all feasible at D=256 on sm90)."""
     return (1.0 + abs(AX["BLOCK_M"].index(c.BLOCK_M) - 3) + abs(
         AX["BLOCK_N"].index(c.BLOCK_N) - 2) * 0.7 + abs(c.num_warps - 4) * 0.1
@@ -35,10 +35,10 @@ def feasible_count():
 def test_budget_no_repeats_no_infeasible():
     calls, pruned = [], []
     evo = Evolution(AX, P, seed=1, on_pruned=lambda c, r: pruned.append((c, r)))
-    recs = evo.run(fake_gpu(calls), 30, seeds=[AttentionConfig(64, 64, 4, 2)])
+    recs = evo.run(fake_gpu(calls), 30, seeds=[TritonFwdConfig(64, 64, 4, 2)])
     assert len(recs) == len(calls) == 30
     assert len(set(calls)) == 30
-    assert calls[0] == AttentionConfig(64, 64, 4, 2)  # seeds first
+    assert calls[0] == TritonFwdConfig(64, 64, 4, 2)  # seeds first
     from flashscope.sweep.space import infeasible
     assert all(infeasible(c, P) is None for c in calls)
     assert all(infeasible(c, P) for c, _ in pruned)
@@ -48,8 +48,8 @@ def test_budget_no_repeats_no_infeasible():
 
 def test_reproducible_with_seed():
     a, b = [], []
-    Evolution(AX, P, seed=7).run(fake_gpu(a), 20, seeds=[AttentionConfig(32, 32, 2, 1)])
-    Evolution(AX, P, seed=7).run(fake_gpu(b), 20, seeds=[AttentionConfig(32, 32, 2, 1)])
+    Evolution(AX, P, seed=7).run(fake_gpu(a), 20, seeds=[TritonFwdConfig(32, 32, 2, 1)])
+    Evolution(AX, P, seed=7).run(fake_gpu(b), 20, seeds=[TritonFwdConfig(32, 32, 2, 1)])
     assert a == b
 
 
@@ -58,15 +58,15 @@ def test_finds_the_bowl_minimum_with_a_fraction_of_the_space():
     hits = 0
     for seed in range(10):
         evo = Evolution(AX, P, seed=seed)
-        evo.run(fake_gpu([]), n // 5, seeds=[AttentionConfig(32, 32, 2, 1)])
-        hits += evo.best()[1] == AttentionConfig(128, 64, 4, 3)
+        evo.run(fake_gpu([]), n // 5, seeds=[TritonFwdConfig(32, 32, 2, 1)])
+        hits += evo.best()[1] == TritonFwdConfig(128, 64, 4, 3)
     assert n > 300 and hits >= 7
 
 
 def test_history_is_free_and_never_reevaluated():
     calls = []
     evo = Evolution(AX, P, seed=0)
-    known = [AttentionConfig(128, 64, 4, 2), AttentionConfig(64, 64, 4, 3)]
+    known = [TritonFwdConfig(128, 64, 4, 2), TritonFwdConfig(64, 64, 4, 3)]
     for c in known:
         evo.know(c, (latency(c),))
     evo.run(fake_gpu(calls), 10, seeds=known)
@@ -102,7 +102,7 @@ def test_objective():
 def _table():
     recs = []
     for vals in itertools.product(*(AX[k] for k in AXES)):
-        c = AttentionConfig(**dict(zip(AXES, vals)))
+        c = TritonFwdConfig(**dict(zip(AXES, vals)))
         if c.BLOCK_N == 256 and c.num_stages == 4:
             continue
         recs.append({"kind": "gpu", "status": "ok", "ms": latency(c), "config_key": c.key,
@@ -117,7 +117,7 @@ def test_compare_and_replay():
     rows = compare_searches(table, picked)
     assert len(rows) == 1
     r = rows[0]
-    assert r["exhaustive_best"] == "m128n64w4s3q1"
+    assert r["exhaustive_best"] == TritonFwdConfig(128, 64, 4, 3).key
     assert r["fraction_of_evaluations"] == round(40 / len(table), 3)
     assert r["evolve_choice_rank"] >= 1 and r["evolve_choice_over_optimum"] >= 1.0
     rep = replay_evolve(table, budget=len(table) // 4, trials=5)

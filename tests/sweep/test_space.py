@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from flashscope.config import AttentionConfig
+from flashscope import TritonFwdConfig
 from flashscope.errors import ConfigError, FlashscopeError, UnknownTargetError
 from flashscope.sweep.space import (AXES, Problem, default_space, infeasible, load_space,
                                     parse_space)
@@ -16,7 +16,7 @@ def test_points_are_the_product_and_defaults_fill_missing_axes():
     assert pruned == []
     assert len(feasible) == 4
     cfgs = {c for _, c in feasible}
-    assert AttentionConfig(64, 32, 4, 2) in cfgs
+    assert TritonFwdConfig(64, 32, 4, 2) in cfgs
     assert all(c.Q_IN_REGS is True and c.maxnreg is None for c in cfgs)
     assert {p for p, _ in feasible} == {Problem("sm90", "bfloat16", 64, False)}
 
@@ -73,8 +73,8 @@ def test_pruned_points_carry_check_configs_reason():
                       "num_stages": [1, 8], "num_warps": [4, 16]})
     feasible, pruned = sp.points()
     reasons = {c.key: r for _, c, r in pruned}
-    assert "m64n256w4s8q1" in reasons
-    assert "shared memory" in reasons["m64n256w4s8q1"]
+    big = TritonFwdConfig(64, 256, 4, 8).key
+    assert big in reasons and "shared memory" in reasons[big]
     # 16 warps = 512 threads: allowed on sm90; the shared-memory bound is what prunes
     assert all(c.key not in reasons for _, c in feasible)
     for _, c, r in pruned:
@@ -145,3 +145,23 @@ def test_restrict_one_block_replaces_several_blocks_filter():
     assert only_amd.points()[0] == two.points(Problem("gfx942", "bfloat16", 64, False))[0]
     with pytest.raises(ConfigError, match="no block of the space covers"):
         restrict(two, targets=["sm80"])
+
+
+def test_the_sm90_kernel_has_a_space_of_its_own():
+    from flashscope.families.sm90_fwd import Sm90FwdConfig
+    from flashscope.sweep.space import default_space
+
+    sp = parse_space({"targets": ["sm90"], "head_dims": [128], "causal": [True],
+                      "BLOCK_M": [64, 128, 192], "num_stages": [2, 3],
+                      "PINGPONG": [False, True]}, kernel="sm90-fwd")
+    feasible, pruned = sp.points()
+    assert all(isinstance(c, Sm90FwdConfig) for _, c in feasible)
+    reasons = {(c.BLOCK_M, c.num_stages, c.PINGPONG): r for _, c, r in pruned}
+    assert "PINGPONG=1 needs two or three" in reasons[(64, 2, True)]
+    assert "shared memory" in reasons[(192, 3, False)]
+    assert len(feasible) + len(pruned) == 12
+    with pytest.raises(ConfigError, match="BLOCK_M: 96 is impossible; expected 64, 128 or 192"):
+        parse_space({"BLOCK_M": [96]}, kernel="sm90-fwd")
+    with pytest.raises(ConfigError, match="unknown key 'num_warps'"):
+        parse_space({"num_warps": [4]}, kernel="sm90-fwd")
+    assert default_space(kernel="sm90-fwd").points()[0]

@@ -243,11 +243,15 @@ def _xformers(case, options):
           baseline=False, available=_flashscope_available, supports=_max_head_dim(256))
 def _flashscope(case, options):
     import flashscope
-    from ..config import AttentionConfig
 
     cfg = options.get("config")
     if isinstance(cfg, str):
-        cfg = AttentionConfig.parse(cfg)
+        from ..api import device_target
+        from ..families import Problem, config_from_text
+
+        target = device_target(__import__("torch").device(options.get("device", "cuda")))
+        cfg = config_from_text(cfg, Problem(target or "sm90", case.dtype, case.D, case.causal,
+                                            case.Nq, case.Nk, case.B * case.H))
     causal, gqa = case.causal, case.gqa
     return lambda q, k, v: flashscope.attention(q, k, v, is_causal=causal, enable_gqa=gqa,
                                                 config=cfg)

@@ -171,10 +171,8 @@ def run(args) -> int:
                                       causal=causal, modes=modes)
     chosen = providers.select(_csv(args.only), _csv(args.skip))
     options = {}
-    if args.config:
-        from ..config import AttentionConfig
-
-        options["config"] = AttentionConfig.parse(args.config)
+    if args.config:  # parsed per case, on top of that case's default
+        options["config"] = args.config
 
     ceilings = None
     if device.type == "cuda" and not args.no_ceilings:

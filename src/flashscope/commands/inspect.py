@@ -29,9 +29,10 @@ def register(sub):
     p.add_argument("path", nargs="?", help=".cubin, .hsaco, or a Triton cache directory")
     p.add_argument("--target", default="sm90",
                    help="comma-separated targets, e.g. sm90,gfx942 (default sm90)")
-    p.add_argument("--config", action="append", default=[], metavar="K=V,...",
-                   help="config, e.g. BLOCK_M=128,BLOCK_N=64,num_warps=8 (repeatable; keys "
-                        "not given keep their defaults); default: the target's default config")
+    p.add_argument("--config", action="append", default=[], metavar="[FAMILY:]K=V,...",
+                   help="config, e.g. BLOCK_M=128,num_warps=8 (repeatable; keys not given "
+                        "keep the target's own default); a family prefix picks the kernel, "
+                        "e.g. sm90-fwd:BLOCK_M=192; default: the target's default config")
     p.add_argument("--configs", metavar="FILE",
                    help="JSON list of configs (objects or 'K=V,...' strings)")
     p.add_argument("--head-dim", type=int, default=128)
@@ -39,7 +40,9 @@ def register(sub):
     p.add_argument("--causal", action="store_true")
     p.add_argument("--lse", action="store_true",
                    help="build the variant that also writes the log-sum-exp (training)")
-    p.add_argument("--kernel", default="fwd", help="registered kernel name (default fwd)")
+    p.add_argument("--kernel", default="fwd",
+                   help="fwd (default: the forward kernel each target runs), triton-fwd, "
+                        "sm90-fwd, bwd_preprocess, bwd_dkdv or bwd_dq")
     p.add_argument("--jobs", type=int, default=0,
                    help="parallel compile processes (default: one per CPU core)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"),
@@ -51,7 +54,9 @@ def register(sub):
     p.set_defaults(func=run)
 
 
-def _configs(args, spec):
+def _config_texts(args) -> list:
+    """The --config texts and --configs entries (objects or 'K=V,...' strings), unparsed:
+    each is parsed per target, on top of that target's own default."""
     from ..errors import ConfigError
 
     texts = list(args.config)
@@ -60,19 +65,19 @@ def _configs(args, spec):
             items = json.loads(Path(args.configs).read_text())
         except OSError as e:
             raise ConfigError(f"--configs {args.configs}: cannot read ({e.strerror})") from None
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ConfigError(f"--configs {args.configs}: not JSON ({e})") from None
         if not isinstance(items, list) or not items:
             raise ConfigError(f"--configs {args.configs}: expected a non-empty JSON list")
         for it in items:
             if isinstance(it, dict):
-                texts.append(spec.config_type.from_dict(it))
+                texts.append({k: v for k, v in it.items() if k not in ("key", "label")})
             elif isinstance(it, str):
                 texts.append(it)
             else:
                 raise ConfigError(f"--configs {args.configs}: each entry must be an object "
                                   f"or a 'K=V,...' string, got {type(it).__name__}")
-    return [t if isinstance(t, spec.config_type) else spec.config_type.parse(t) for t in texts]
+    return texts
 
 
 def _build_kw(args):
@@ -86,27 +91,18 @@ def _build_kw(args):
 def _compile_records(args):
     from .. import compile as fcompile
     from ..errors import FlashscopeError
-    from ..isa import inspect_configs
+    from ..isa import inspect_pairs
     from ..targets import parse_targets
 
     if args.jobs < 0:
         raise FlashscopeError(f"--jobs {args.jobs}: expected 0 (one per core) or more")
-    spec = fcompile.kernel_spec(args.kernel)
+    fcompile.kernel_spec(args.kernel)  # an unknown --kernel is refused before any work
     targets = parse_targets(args.target)
-    configs = _configs(args, spec)
+    texts = _config_texts(args) or [""]
     kw = _build_kw(args)
-    if configs:
-        items = [(c, t) for c in configs for t in targets]
-        results = inspect_configs(configs, targets, jobs=args.jobs, **kw)
-    else:
-        if spec.default is None:
-            raise FlashscopeError(f"--kernel {args.kernel}: no default config; pass --config")
-        items, results = [], []
-        for t in targets:
-            c = spec.default(args.head_dim, args.dtype, args.causal, t)
-            items.append((c, t))
-            results += inspect_configs([c], [t], jobs=args.jobs, **kw)
-    return items, results
+    items = [(fcompile.parse_config(text, args.kernel, t, args.head_dim, args.dtype,
+                                    args.causal), t) for text in texts for t in targets]
+    return items, inspect_pairs(items, jobs=args.jobs, **kw)
 
 
 def _resolve_side(text, args):
@@ -122,11 +118,11 @@ def _resolve_side(text, args):
         return recs[0]
     from .. import compile as fcompile
 
-    spec = fcompile.kernel_spec(args.kernel)
     if "=" not in text:
         raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a K=V config")
-    return inspect_config(spec.config_type.parse(text), parse_targets(args.target)[0],
-                          **_build_kw(args))
+    t = parse_targets(args.target)[0]
+    cfg = fcompile.parse_config(text, args.kernel, t, args.head_dim, args.dtype, args.causal)
+    return inspect_config(cfg, t, **_build_kw(args))
 
 
 def run(args):
@@ -153,7 +149,7 @@ def run(args):
     else:
         items, results = _compile_records(args)
         records = [r for r in results if not isinstance(r, Exception)]
-        errors = [{"target": t.name, "config": c.as_dict(), "error": str(r)}
+        errors = [{"target": t.name, "config": c.as_dict(), "label": c.label, "error": str(r)}
                   for (c, t), r in zip(items, results) if isinstance(r, Exception)]
         if not records:
             raise errors and FlashscopeError(errors[0]["error"])
@@ -177,7 +173,7 @@ def _flat(rec) -> dict:
     for k in SCALARS:
         v = d.get(k)
         if k == "config":
-            v = (v or {}).get("key") if isinstance(v, dict) else v
+            v = ((v or {}).get("label") or (v or {}).get("key")) if isinstance(v, dict) else v
         elif isinstance(v, list):
             v = ";".join(map(str, v))
         row[k] = v
@@ -206,6 +202,7 @@ def _fmt(v):
 
 def _table(records, errors, opcodes):
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -215,7 +212,8 @@ def _table(records, errors, opcodes):
                 "limiter"):
         t.add_column(col)
     for r in records:
-        cfg = (r.config or {}).get("key") if isinstance(r.config, dict) else None
+        cfg = ((r.config or {}).get("label") or (r.config or {}).get("key")) \
+            if isinstance(r.config, dict) else None
         spills = (f"{r.spill_stores}/{r.spill_loads}" if r.vendor == "nvidia"
                   else f"v{_fmt(r.vgpr_spills)} s{_fmt(r.sgpr_spills)}")
         gprs = f"{_fmt(r.agprs)}/{_fmt(r.sgprs)}" if r.vendor == "amd" else "-"
@@ -228,12 +226,11 @@ def _table(records, errors, opcodes):
                   _fmt(mix.get("exp")), ", ".join(r.features) or "-", _fmt(r.occupancy),
                   ", ".join(r.limiter) if r.limiter else "-")
     for e in errors:
-        t.add_row(e["target"], e["config"].get("key", "?") if isinstance(e["config"], dict)
-                  else "?", *["-"] * 8, "error", "-", "-")
+        t.add_row(e["target"], e["label"], *["-"] * 8, "error", "-", "-")
     console.print(t)
     if opcodes:
         for r in records:
-            console.print(f"[bold]{r.label}[/bold] " + " ".join(
+            console.print(f"[bold]{escape(r.label)}[/bold] " + " ".join(
                 f"{k}:{v}" for k, v in sorted((r.opcodes or {}).items(),
                                               key=lambda kv: -kv[1])))
 
@@ -242,7 +239,9 @@ def _diff_table(d):
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"B - A   A = {d['a']}   B = {d['b']}")
+    from rich.markup import escape
+
+    t = Table(title=escape(f"B - A   A = {d['a']}   B = {d['b']}"))
     for col in ("field", "A", "B", "delta"):
         t.add_column(col)
     for name, e in list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]:

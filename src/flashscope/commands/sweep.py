@@ -25,12 +25,16 @@ def register(sub) -> None:
     p = sub.add_parser("sweep", help=HELP, description=__doc__.split("\n\n")[0])
     g = p.add_argument_group("space")
     g.add_argument("--space", metavar="FILE", help="JSON space (keys: targets, dtypes, "
-                   "head_dims, causal, BLOCK_M, BLOCK_N, num_warps, num_stages, Q_IN_REGS, "
-                   "maxnreg, waves_per_eu; or {\"spaces\": [...]}); default: built-in")
-    g.add_argument("--kernel", default="fwd", choices=("fwd", "bwd_dkdv", "bwd_dq"),
-                   help="kernel to sweep (default fwd); a backward space's keys are "
-                        "BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, num_warps, num_stages, "
-                        "maxnreg, waves_per_eu (offline, exhaustive)")
+                   "head_dims, causal, and the kernel family's knobs, e.g. BLOCK_M, "
+                   "BLOCK_N, num_warps, num_stages, Q_IN_REGS, maxnreg, waves_per_eu; or "
+                   "{\"spaces\": [...]}); default: built-in")
+    g.add_argument("--kernel", default="fwd",
+                   choices=("fwd", "triton-fwd", "sm90-fwd", "bwd_dkdv", "bwd_dq"),
+                   help="kernel to sweep (default fwd: the portable forward); sm90-fwd: the "
+                        "Hopper forward (axes: BLOCK_M, BLOCK_N, num_stages and its "
+                        "switches); a backward space's keys are BLOCK_M1, BLOCK_N1, "
+                        "BLOCK_M2, BLOCK_N2, num_warps, num_stages, maxnreg, waves_per_eu "
+                        "(offline, exhaustive)")
     g.add_argument("--targets", help="override the space's targets, e.g. sm90,gfx942")
     g.add_argument("--dtypes", help="override dtypes: bf16,fp16")
     g.add_argument("--head-dims", help="override head dims, e.g. 64,128")
@@ -123,9 +127,9 @@ def run(args) -> int:
         return _compare(args, out, console)
     from ..sweep.run import SweepRequest, run_sweep
 
-    if args.gpu and args.kernel != "fwd":
+    if args.gpu and args.kernel.startswith("bwd"):
         raise FlashscopeError(f"--gpu with --kernel {args.kernel}: GPU sweeps time the "
-                              "forward; time backward configs with scripts/gpu/bwd_check.py")
+                              "forward kernels; read backward configs offline")
     space = build_space(args)
     shapes = _shapes(args)
     if args.gpu and not args.shapes:
@@ -208,7 +212,7 @@ def _print(console, summary) -> None:
             m1 = str(b.get("registers", "-"))
             m2 = f"{b['occupancy']:.3f}" if "occupancy" in b else "-"
         t.add_row(j["job"], str(j["feasible"]), str(j["pruned"]), str(j["ok"]),
-                  str(j["failed"]), b.get("config_key", "-"), m1, m2)
+                  str(j["failed"]), b.get("label", b.get("config_key", "-")), m1, m2)
     console.print(t)
     for path in summary.get("tuned_files", []):
         console.print(f"tuned: {path}")

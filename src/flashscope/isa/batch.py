@@ -14,6 +14,7 @@ import os
 
 from .. import compile as fcompile
 from ..errors import FlashscopeError
+from ..families import family
 from ..targets import get_target
 from .read import Reader, attach_occupancy
 from .record import READER_VERSION, KernelRecord
@@ -57,13 +58,20 @@ def inspect_configs(configs, targets, *, jobs: int = 0, occupancy: bool = True, 
 
     ``kw``: head_dim, dtype, causal, kernel, problem, and kernel extras (``return_lse``).
     ``jobs``: worker processes for compiles (0: one per CPU core)."""
-    items = [(c, t, kw) for c in configs for t in targets]
+    return inspect_pairs([(c, t) for c in configs for t in targets], jobs=jobs,
+                         occupancy=occupancy, **kw)
+
+
+def inspect_pairs(pairs, *, jobs: int = 0, occupancy: bool = True, **kw) -> list:
+    """:func:`inspect_configs` for a list of (config, target) pairs (each target with
+    configs of its own), compiled in one pool."""
+    items = [(c, t, kw) for c, t in pairs]
     results = [None] * len(items)
     misses = []
     for i, (c, t, k) in enumerate(items):
-        spec = fcompile.kernel_spec(k.get("kernel", "fwd"))
         try:
-            spec.check(c, t, k.get("head_dim", 128), k.get("dtype", "bfloat16"))
+            spec = fcompile.kernel_spec(k.get("kernel", "fwd"), t, c)
+            family(spec.family).check(c, t, k.get("head_dim", 128), k.get("dtype", "bfloat16"))
             d = _cached(c, t, k)
         except FlashscopeError as e:
             results[i] = e

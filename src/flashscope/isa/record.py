@@ -84,8 +84,8 @@ class KernelRecord:
     @property
     def label(self) -> str:
         cfg = self.config or {}
-        key = cfg.get("key") if isinstance(cfg, dict) else None
-        return f"{self.kernel}[{key}]@{self.target}" if key else f"{self.kernel}@{self.target}"
+        name = (cfg.get("label") or cfg.get("key")) if isinstance(cfg, dict) else None
+        return f"{name} @ {self.target}" if name else f"{self.kernel} @ {self.target}"
 
 
 def diff(a: KernelRecord, b: KernelRecord) -> dict:

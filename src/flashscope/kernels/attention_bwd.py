@@ -20,9 +20,11 @@ Two passes, no atomics, so results are deterministic:
 
 Shapes and strides as in the forward: Q, dQ, O, dO (B, H, Nq, D); K, V, dK, dV
 (B, Hkv, Nk, D), any strides; L and delta contiguous (B, H, Nq) fp32. D is padded to
-HEAD_DIM_PAD by masked loads. Causal is top-left (query i sees keys j <= i): tiles entirely
-above the diagonal are skipped, only the diagonal band and partial tail tiles pay for masks
-(``MASK_*`` compile-time switches of one inner-loop body).
+HEAD_DIM_PAD by masked loads. The mask is the forward's (:mod:`flashscope.masks`): the
+tiles each program visits come from :mod:`flashscope.kernels.keyrange`, tiles no row sees
+are skipped, and only the band's edges and partial tail tiles pay for masks (``MASK_*``
+compile-time switches of one inner-loop body). A row that sees no key has L = -inf; its
+scores are all masked, so it adds nothing.
 
 Rows outside the problem are loaded as zeros: a padded query row has q = dO = 0 and
 L = +inf, so p = 0 and it adds nothing to dK, dV; a padded key row only feeds rows of dK,
@@ -34,7 +36,8 @@ Triton only: compiles for any target without torch or a GPU.
 import triton
 import triton.language as tl
 
-LOG2E = tl.constexpr(1.4426950408889634)
+from flashscope.kernels.common import LOG2E, load_tile
+from flashscope.kernels.keyrange import key_range, query_range, visible
 
 
 @triton.jit
@@ -68,42 +71,38 @@ def _attn_bwd_dkdv_tiles(
     dk, dv, k, v,
     q_base, do_base, lse_base, delta_base,
     stride_qm, stride_qd, stride_dom, stride_dod,
-    offs_n, offs_d, N_Q, qk_scale, lo, hi,
+    offs_n, offs_d, N_Q, qk_scale, OFFSET, LEFT, RIGHT, lo, hi,
     BLOCK_M1: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    MASK_M: tl.constexpr, MASK_DIAG: tl.constexpr,
+    MASK_M: tl.constexpr, MASK_BAND: tl.constexpr, CAUSAL: tl.constexpr,
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr,
 ):
     """Fold query tiles [lo, hi) into (dk, dv) of one key tile. Transposed tiles (keys on
     rows) so no register transpose of P is needed. MASK_M masks query rows >= N_Q,
-    MASK_DIAG keys above the causal diagonal."""
+    MASK_BAND the pairs the mask hides."""
     offs_m0 = tl.arange(0, BLOCK_M1)
     d_ok = offs_d < HEAD_DIM
+    PAD_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
     for start_m in range(lo, hi, BLOCK_M1):
         start_m = tl.multiple_of(start_m, BLOCK_M1)
         offs_m = start_m + offs_m0
-        qt_ptrs = q_base + offs_m[None, :] * stride_qm + offs_d[:, None] * stride_qd
-        do_ptrs = do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
+        m_ok = offs_m < N_Q
+        qt = load_tile(q_base + offs_m[None, :] * stride_qm + offs_d[:, None] * stride_qd,
+                       m_ok[None, :], d_ok[:, None], MASK_M, PAD_D)
         if MASK_M:
-            m_ok = offs_m < N_Q
-            qt = tl.load(qt_ptrs, mask=m_ok[None, :] & d_ok[:, None], other=0.0)
             lse = tl.load(lse_base + offs_m, mask=m_ok, other=float("inf"))
-        elif HEAD_DIM != HEAD_DIM_PAD:
-            qt = tl.load(qt_ptrs, mask=d_ok[:, None], other=0.0)
-            lse = tl.load(lse_base + offs_m)
         else:
-            qt = tl.load(qt_ptrs)
             lse = tl.load(lse_base + offs_m)
         # p^T (BLOCK_N1, BLOCK_M1) = 2^(k q^T * scale*log2e - L*log2e)
         pt = tl.math.exp2(tl.dot(k, qt) * qk_scale - (lse * LOG2E)[None, :])
-        if MASK_DIAG:
-            pt = tl.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
+        if MASK_BAND:
+            keep = visible(offs_m[None, :], offs_n[:, None], OFFSET, LEFT, RIGHT, CAUSAL,
+                           HAS_LEFT, HAS_RIGHT, SHIFTED)
+            pt = tl.where(keep, pt, 0.0)
+        do = load_tile(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                       m_ok[:, None], d_ok[None, :], MASK_M, PAD_D)
         if MASK_M:
-            do = tl.load(do_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
             delta = tl.load(delta_base + offs_m, mask=m_ok, other=0.0)
-        elif HEAD_DIM != HEAD_DIM_PAD:
-            do = tl.load(do_ptrs, mask=d_ok[None, :], other=0.0)
-            delta = tl.load(delta_base + offs_m)
         else:
-            do = tl.load(do_ptrs)
             delta = tl.load(delta_base + offs_m)
         dv = tl.dot(pt.to(do.dtype), do, dv)
         dpt = tl.dot(v, tl.trans(do))
@@ -121,10 +120,11 @@ def _attn_bwd_dkdv(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-    H, HKV, GROUP, N_Q, N_K, scale, qk_scale,
+    H, HKV, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr,
+    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, EVEN_M: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+    SHIFTED: tl.constexpr,
 ):
     """dK, dV for one key tile. Grid: (cdiv(N_K, BLOCK_N1), B * HKV).
     scale = softmax scale, qk_scale = scale * log2(e)."""
@@ -146,17 +146,12 @@ def _attn_bwd_dkdv(
     dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
 
-    m_full = (N_Q // BLOCK_M1) * BLOCK_M1  # query rows in whole tiles
-    if IS_CAUSAL:
-        # Query tiles before band_lo see none of these keys; tiles from band_lo to mid_lo
-        # cross the diagonal; whole tiles from mid_lo on see all of them.
-        band_lo = (start_n // BLOCK_M1) * BLOCK_M1
-        mid_lo = tl.minimum(tl.cdiv(start_n + BLOCK_N1, BLOCK_M1) * BLOCK_M1, m_full)
-        tail_lo = tl.maximum(m_full, band_lo)
-    else:
-        band_lo = 0
-        mid_lo = 0
-        tail_lo = m_full
+    # query tiles [lo, full_lo) cross the band's lower edge (the diagonal), [full_lo,
+    # full_hi) see every key of this tile, [full_hi, hi) cross its upper edge (a left
+    # window) or hold rows past N_Q
+    lo, full_lo, full_hi, hi = query_range(start_n, N_Q, OFFSET, LEFT, RIGHT, BLOCK_N1,
+                                           BLOCK_M1, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+    BAND: tl.constexpr = CAUSAL or HAS_LEFT or HAS_RIGHT
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
         bh = off_b * H + off_h
@@ -164,20 +159,23 @@ def _attn_bwd_dkdv(
         do_base = DOut + off_b * stride_dob + off_h * stride_doh
         lse_base = Lse + bh * N_Q
         delta_base = Delta + bh * N_Q
-        if IS_CAUSAL:
+        if CAUSAL or HAS_RIGHT:
             dk, dv = _attn_bwd_dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                 stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
-                band_lo, mid_lo, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, False, True)
+                OFFSET, LEFT, RIGHT, lo, full_lo, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, False,
+                True, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
         dk, dv = _attn_bwd_dkdv_tiles(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base,
             stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
-            mid_lo, m_full, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, False, False)
-        if not EVEN_M:
+            OFFSET, LEFT, RIGHT, full_lo, full_hi, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, False,
+            False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+        if HAS_LEFT or not EVEN_M:
             dk, dv = _attn_bwd_dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                 stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
-                tail_lo, N_Q, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, True, IS_CAUSAL)
+                OFFSET, LEFT, RIGHT, full_hi, hi, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD,
+                not EVEN_M, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
 
     dk = dk * scale
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh
@@ -192,34 +190,31 @@ def _attn_bwd_dkdv(
 def _attn_bwd_dq_tiles(
     dq, q, do, lse2, delta,
     k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    offs_m, offs_d, N_K, qk_scale, lo, hi,
+    offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, lo, hi,
     BLOCK_N2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    MASK_N: tl.constexpr, MASK_DIAG: tl.constexpr,
+    MASK_N: tl.constexpr, MASK_BAND: tl.constexpr, CAUSAL: tl.constexpr,
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr,
 ):
     """Fold key tiles [lo, hi) into dq of one query tile. lse2 = L * log2(e).
-    MASK_N masks keys >= N_K, MASK_DIAG keys above the causal diagonal."""
+    MASK_N masks keys >= N_K, MASK_BAND the pairs the mask hides."""
     offs_n0 = tl.arange(0, BLOCK_N2)
     d_ok = offs_d < HEAD_DIM
+    PAD_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
     for start_n in range(lo, hi, BLOCK_N2):
         start_n = tl.multiple_of(start_n, BLOCK_N2)
         offs_n = start_n + offs_n0
-        kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
-        vt_ptrs = v_base + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd
-        if MASK_N:
-            t_mask = (offs_n[None, :] < N_K) & d_ok[:, None]
-            kt = tl.load(kt_ptrs, mask=t_mask, other=0.0)
-            vt = tl.load(vt_ptrs, mask=t_mask, other=0.0)
-        elif HEAD_DIM != HEAD_DIM_PAD:
-            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
-            vt = tl.load(vt_ptrs, mask=d_ok[:, None], other=0.0)
-        else:
-            kt = tl.load(kt_ptrs)
-            vt = tl.load(vt_ptrs)
+        n_ok = offs_n[None, :] < N_K
+        kt = load_tile(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd,
+                       n_ok, d_ok[:, None], MASK_N, PAD_D)
+        vt = load_tile(v_base + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd,
+                       n_ok, d_ok[:, None], MASK_N, PAD_D)
         p = tl.math.exp2(tl.dot(q, kt) * qk_scale - lse2[:, None])
-        if MASK_DIAG:
-            p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+        if MASK_BAND:
+            keep = visible(offs_m[:, None], offs_n[None, :], OFFSET, LEFT, RIGHT, CAUSAL,
+                           HAS_LEFT, HAS_RIGHT, SHIFTED)
+            p = tl.where(keep, p, 0.0)
         if MASK_N:
-            p = tl.where(offs_n[None, :] < N_K, p, 0.0)
+            p = tl.where(n_ok, p, 0.0)
         dp = tl.dot(do, vt)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq)
@@ -234,10 +229,11 @@ def _attn_bwd_dq(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
-    H, GROUP, N_Q, N_K, scale, qk_scale,
+    H, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
+    BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, EVEN_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+    SHIFTED: tl.constexpr,
 ):
     """dQ for one query tile. Grid: (cdiv(N_Q, BLOCK_M2), B * H). Programs run last tile
     first: under a causal mask the last query tiles have the most keys to visit."""
@@ -265,29 +261,25 @@ def _attn_bwd_dq(
     k_base = K + off_b * stride_kb + off_hkv * stride_kh
     v_base = V + off_b * stride_vb + off_hkv * stride_vh
 
-    n_full = (N_K // BLOCK_N2) * BLOCK_N2  # keys in whole tiles
-    if IS_CAUSAL:
-        # Whole tiles strictly left of this row block need no mask; the band after them
-        # reaches the diagonal; tiles above it are skipped.
-        full_hi = tl.minimum((start_m // BLOCK_N2) * BLOCK_N2, n_full)
+    lo, full_lo, full_hi, hi = key_range(start_m, N_K, OFFSET, LEFT, RIGHT, BLOCK_M2,
+                                         BLOCK_N2, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+    BAND: tl.constexpr = CAUSAL or HAS_LEFT or HAS_RIGHT
+    if HAS_LEFT:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, N_K, qk_scale, 0, full_hi,
-            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, False)
+            offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, lo, full_lo,
+            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, True, CAUSAL, HAS_LEFT, HAS_RIGHT,
+            SHIFTED)
+    dq = _attn_bwd_dq_tiles(
+        dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, full_lo, full_hi,
+        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+    if BAND or not EVEN_N:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, N_K, qk_scale, full_hi, tl.minimum(N_K, start_m + BLOCK_M2),
-            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, True)
-    else:
-        dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, N_K, qk_scale, 0, n_full,
-            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, False)
-        if not EVEN_N:
-            dq = _attn_bwd_dq_tiles(
-                dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn,
-                stride_vd, offs_m, offs_d, N_K, qk_scale, n_full, N_K,
-                BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, False)
+            offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, full_hi, hi,
+            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT,
+            SHIFTED)
 
     dq = dq * scale
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh

@@ -3,8 +3,8 @@
 The maths is :mod:`flashscope.kernels.attention_fwd`'s (base-2 online softmax, fp32
 accumulator, one division at the end, natural-log LSE). What differs is who schedules the
 tensor cores. Triton 3.6 waits for *every* outstanding wgmma group at the first use of the
-rescaled accumulator, so the next tile's QK^T cannot run under this tile's softmax (the
-performance log measured -17..-30% when it was tried there). Gluon states the schedule
+rescaled accumulator, so the next tile's QK^T cannot run under this tile's softmax (17-30%
+slower where it was tried, docs/experiments.md). Gluon states the schedule
 explicitly, as FlashAttention-3 does (Shah et al., 2024, "intra-warpgroup overlap"):
 
     S_0 = Q K_0^T;  P_0, m_0, l_0 = softmax(S_0)
@@ -26,18 +26,16 @@ moved that far (:func:`_lazy_rescale`). After the first few key tiles of a row t
 nearly every tile: at D = 128 it takes 64 FMULs per thread out of the tile's tail.
 
 The ptxas in Triton 3.6's wheel (CUDA 12.8) places the ``wait(0)`` as early as its
-block allows, ahead of the exponentials; OVERLAP=1 stores l_j to shared memory just before
-the wait (:func:`_pin`), which ptxas keeps in order, and so keeps the exponentials under
-the product (the performance record, runs 17-22, shows the SASS both ways). OVERLAP=2
-stores only the row maxima there, so the max reduction runs under the product and the
-exponentials after its wait, the order FlashAttention-4's Hopper kernel compiles to
-(runs 65-67). Without OVERLAP the overlap comes only from the other consumer warpgroups.
+block allows, ahead of the whole softmax. The consumer stores the row maxima to shared
+memory just before the wait (:func:`_pin`), which ptxas keeps in order: the max reduction
+runs under the product and the exponentials after its wait, the order FlashAttention-4's
+Hopper kernel compiles to (pinning the exponentials too, FlashAttention-3's order, and
+pinning nothing both measured slower; docs/experiments.md).
 
 Warps: a producer partition issues TMA copies of K and V tiles into a ring of STAGES
 shared-memory slots (``k_ready``/``v_ready`` mbarriers carry the bytes in, ``v_empty``
 hands a slot back once its P V has completed; with K_EARLY, ``k_empty`` hands back the
-K half as soon as its Q K^T has, so a 2-stage ring prefetches like a deeper one; with
-JOINT_KV one mbarrier carries a slot's K and V, ``v_ready`` being ``k_ready``); one
+K half as soon as its Q K^T has, so a 2-stage ring prefetches like a deeper one); one
 consumer warpgroup per 64 query rows runs the loop above. Each
 warpgroup issues its own wgmma on its 64 rows, so the warpgroups interleave on the tensor
 cores without any barrier. Where they sit (:func:`_attn_fwd_sm90`): with one or two
@@ -45,14 +43,14 @@ consumers, consumer 0 is the default partition and the producer a one-warp worke
 three (160 registers each) the producer takes the default partition and every consumer is
 a worker, because ptxas fits a consumer into 160 registers as a worker but not as the
 default partition, which keeps the kernel's arguments live beside the loop (D = 64,
-192 x 128, OVERLAP: 38 spilled registers at 168 in the default partition, 0 as workers).
+192 x 128: 38 spilled registers at 168 in the default partition, 0 as workers).
 
 Each consumer's Q slot is loaded once per work tile. Without EARLY_Q it also stages the
 output for its TMA store, so the next Q can load only after that store has read it: on
 short rows (4.5 key tiles per causal row block at N = 1024) that Q load is exposed once
 per work tile. EARLY_Q gives the output a slot of its own and hands Q back at the work
 tile's last Q K^T, so the next Q arrives under the last P V and the epilogue.
-With Q_REGS (``AttentionConfig.Q_IN_REGS``) each consumer loads its Q slot into
+With Q_REGS (``Sm90FwdConfig.Q_IN_REGS``) each consumer loads its Q slot into
 registers once per work tile (the wgmma A-operand layout, D / 4 registers per thread)
 and every Q K^T takes Q from there: a key tile then reads only K and V from shared
 memory (at D = 128, 192 instead of 224 KB per SM and key tile, TMA writes included,
@@ -97,17 +95,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from flashscope.kernels.attention_fwd import LN2
+from flashscope.kernels.common import LN2
 from flashscope.kernels.sm90_softmax import (
     _lazy_rescale,
     _masked,
     _p_operand,
     _quad_sums,
-    _softmax_exp2,
 )
 from flashscope.kernels.sm90_sync import (
     _acquire,
-    _free_asm,
     _next_slot,
     _pass_tiles,
     _pass_turn,
@@ -161,14 +157,14 @@ def _stamp(Trace, pid, part: gl.constexpr, r, slot: gl.constexpr, TRACE: gl.cons
 
 @gluon.jit
 def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
-             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, LEAN: gl.constexpr):
+             BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """Key (or value) tile j of this work tile into slot g % STAGES of its ring (g counts
     every tile this program loaded). The slot's use number g // STAGES first waits for
     release number g // STAGES - 1 on ``empty``: the K ring's own barriers with K_EARLY
     (a K slot goes back when its Q K^T completes), else the V ring's (K and V together,
     when the P V completes; the V load's wait then passes at once)."""
     s = g % STAGES
-    _acquire(empty, s, (g // STAGES + 1) & 1, g >= STAGES, LEAN)
+    _acquire(empty, s, (g // STAGES + 1) & 1, g >= STAGES)
     mbarrier.expect(ready.index(s), desc.block_type.nbytes)
     tma.async_copy_global_to_shared(desc, [off_b, off_hkv, j * BLOCK_N, 0],
                                     ready.index(s), smem.index(s))
@@ -178,13 +174,12 @@ def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_K, Div,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              LPT: gl.constexpr, MASKED_FIRST: gl.constexpr, JOINT_KV: gl.constexpr,
-              SPLIT: gl.constexpr, LEAN: gl.constexpr, Trace, TRACE: gl.constexpr):
+              CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, LPT: gl.constexpr,
+              MASKED_FIRST: gl.constexpr, SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
-    K1, ... From the second work tile on, K0 goes before Q (with JOINT_KV, V0 too, since
-    the first Q K^T then waits for both): it needs only a ring slot, which frees while the
+    K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
+    which frees while the
     consumers finish the previous tile, whereas Q's slot waits for that tile's output
     store. With SPLIT a work tile loads the positions of its key range only."""
     g = 0
@@ -196,7 +191,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         kr = kr_next
         t_next, kr_next, _ = _tile(r + 1, n_work, base, L, nprog, Sched, LPT, SPLIT)
         _, off_b, off_h, off_hkv, start_m, n_tiles, mask_from = _work(
-            t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
+            t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL)
         lo, hi = _range(kr, n_tiles, SPLIT)
         first = _key_tile(lo, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
         _stamp(Trace, pid, 3, r, 0, TRACE)
@@ -204,10 +199,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _stamp(Trace, pid, 3, r, 6, TRACE, n_tiles)
         if i > 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
-                     STAGES, LEAN)
-            if JOINT_KV:
-                _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g,
-                         BLOCK_N, STAGES, LEAN)
+                     STAGES)
             _stamp(Trace, pid, 3, r, 4, TRACE)
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
@@ -217,17 +209,16 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _stamp(Trace, pid, 3, r, 1, TRACE)
         if i == 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
-                     STAGES, LEAN)
-        if i == 0 or not JOINT_KV:
-            _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, BLOCK_N,
-                     STAGES, LEAN)
+                     STAGES)
+        _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, BLOCK_N,
+                 STAGES)
         _stamp(Trace, pid, 3, r, 2, TRACE)
         for pos in range(lo + 1, hi):
             j = _key_tile(pos, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + pos - lo,
-                     BLOCK_N, STAGES, LEAN)
+                     BLOCK_N, STAGES)
             _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + pos - lo,
-                     BLOCK_N, STAGES, LEAN)
+                     BLOCK_N, STAGES)
         _stamp(Trace, pid, 3, r, 3, TRACE)
         g += hi - lo
         i += 1
@@ -294,11 +285,9 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
               GROUP, N_Q, N_K, qk_scale, Div, C: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
               K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              RETURN_LSE: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr,
-              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr,
-              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, MASKED_FIRST: gl.constexpr,
-              OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr,
-              SPLIT: gl.constexpr, LEAN: gl.constexpr, Trace, TRACE: gl.constexpr):
+              RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr, RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr,
+              MASKED_FIRST: gl.constexpr, OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr,
+              SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -337,7 +326,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         part = slot_next
         t_next, kr_next, slot_next = _tile(r + 1, n_work, base, L, nprog, Sched, LPT, SPLIT)
         pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
-            t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL, HEAVY_FIRST, LPT)
+            t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL)
         lo, hi = _range(kr, n_tiles, SPLIT)
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
@@ -359,7 +348,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                 first = gl.maximum(first, lo)
             k_slot, k_phase = _pass_tiles(k_ready, v_ready, k_empty, v_empty, k_slot,
                                           k_phase, first - lo, k, C, CONSUMERS, STAGES,
-                                          K_EARLY, PINGPONG, LEAN)
+                                          K_EARLY, PINGPONG)
             end = hi
         elif IS_CAUSAL or LPT == 2:
             first = lo
@@ -383,16 +372,16 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         s = warpgroup_mma_wait(0, deps=(s,))
         _stamp(Trace, pid, C, r, 3, TRACE)
         if Q_REGS:
-            _scores_done(k_empty, q_empty, k_slot, C, True, K_EARLY, EARLY_Q, LEAN)
+            _scores_done(k_empty, q_empty, k_slot, C, True, K_EARLY, EARLY_Q)
         else:
-            _scores_done(k_empty, q_empty, k_slot, C, first == end - 1, K_EARLY, EARLY_Q, LEAN)
+            _scores_done(k_empty, q_empty, k_slot, C, first == end - 1, K_EARLY, EARLY_Q)
         if IS_CAUSAL or MASKED_FIRST:
             p0 = _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
         else:  # only the last key tile masks, and no piece starts there (split_points);
             p0 = 0  # a position read from the list here cost the loop 0.3% (run 151)
         s = _masked(s, p0, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
-        p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_i, 1), EXP2_POLY, s_layout)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
         l_part = _quad_sums(p)
         p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
@@ -411,8 +400,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             k_slot, k_phase = _next_slot(k_slot, k_phase, STAGES)
             mbarrier.wait(k_ready.index(k_slot), k_phase)
             kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            if not JOINT_KV:  # else V_{j-1} came with K_{j-1}
-                mbarrier.wait(v_ready.index(v_slot), v_phase)
+            mbarrier.wait(v_ready.index(v_slot), v_phase)
             v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
             _take_turn(C, kk, PINGPONG)
             s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
@@ -421,7 +409,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             kk += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
             _scores_done(k_empty, q_empty, k_slot, C, it == end - origin - 1, K_EARLY,
-                         EARLY_Q and not Q_REGS, LEAN)
+                         EARLY_Q and not Q_REGS)
 
             if not MASKED_FIRST:  # positions are tiles
                 s = _masked(s, it, row0 - shift, N_K - shift, mask_own - shift, ROWS,
@@ -430,20 +418,18 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             if RESCALE_TAU > 0:
                 # a row keeps its old maximum unless the tile raises it by more than TAU
                 m_new = gl.where(m_new - m_i > RESCALE_TAU, m_new, m_i)
-            if OVERLAP == 2:
-                _pin(pin, C, gl.expand_dims(m_new, 1))
-            p = _softmax_exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY,
-                              s_layout)
+            # the row maxima go to shared memory, so they are computed under the P V
+            # product; ptxas would otherwise hoist the wait above them (:func:`_pin`)
+            _pin(pin, C, gl.expand_dims(m_new, 1))
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
             alpha = gl.exp2(m_i - m_new)
             l_part = l_part * gl.expand_dims(
                 gl.convert_layout(alpha, gl.SliceLayout(1, l_part.type.layout)), 1) \
                 + _quad_sums(p)
             m_i = m_new
 
-            if OVERLAP == 1:
-                _pin(pin, C, l_part)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-            _release(v_empty, v_slot, LEAN)
+            _release(v_empty, v_slot)
             if RESCALE_TAU > 0:
                 acc = _lazy_rescale(acc, gl.convert_layout(alpha, row_o))
             else:
@@ -451,22 +437,21 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             p_op = _p_operand(p, dtype, p_layout)
 
         _stamp(Trace, pid, C, r, 4, TRACE)
-        if not JOINT_KV:  # the last tile's V
-            mbarrier.wait(v_ready.index(k_slot), k_phase)
+        mbarrier.wait(v_ready.index(k_slot), k_phase)  # the last tile's V
         v = v_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM])
         _take_turn(C, kk, PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
         _pass_turn(C, CONSUMERS, PINGPONG)
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         _stamp(Trace, pid, C, r, 5, TRACE)
-        _release(v_empty, k_slot, LEAN)
+        _release(v_empty, k_slot)
         if not MASKED_FIRST and (IS_CAUSAL or LPT == 2):
             # the tiles past this consumer's rows, after its last slot went back: passing
             # them waits for their loads, which may need that slot
             n_slot, n_phase = _next_slot(k_slot, k_phase, STAGES)
             _pass_tiles(k_ready, v_ready, k_empty, v_empty, n_slot, n_phase,
                         hi - end, k + end - lo + 1, C, CONSUMERS, STAGES, K_EARLY,
-                        PINGPONG, LEAN)
+                        PINGPONG)
 
         # a piece of a cut block writes its rows too (the merge overwrites them), so the
         # epilogue is the one without SPLIT: a branch choosing between the two stores
@@ -492,42 +477,36 @@ def _attn_fwd_sm90(
     H, GROUP, N_Q, N_K, BH, qk_scale, DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G, Trace,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    RETURN_LSE: gl.constexpr,
-    HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
-    OVERLAP: gl.constexpr, EXP2_POLY: gl.constexpr, RESCALE_TAU: gl.constexpr,
-    EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-    MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr, OUT_RCP: gl.constexpr,
-    Q_REGS: gl.constexpr, JOINT_KV: gl.constexpr, SPLIT: gl.constexpr,
-    LEAN_RELEASE: gl.constexpr,
+    RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
+    RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr,
+    OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, SPLIT: gl.constexpr,
 ):
-    """1-D grid of P programs over cdiv(N_Q, BLOCK_M) * BH work tiles (BH = B * H):
-    program p takes tiles p, p + P, p + 2P, ... (P = the tile count: one each; P = the
-    SM count: persistent). num_warps = 4, BLOCK_M in {64, 128, 192}: one consumer
-    warpgroup per 64 rows and a producer. One or two consumers: the first in the default
-    partition, the second a 4-warp worker with CONSUMER_REGS registers, the producer a
-    1-warp worker with PRODUCER_REGS. Three: the producer in the default partition (it
-    keeps what the workers leave, 32 registers), the consumers 4-warp workers.
-    qk_scale = scale * log2(e) > 0. Q/O descriptors have block (1, 1, 64, D); K/V
-    (1, 1, BLOCK_N, D). LPT (persistent grids, causal or with BALANCE or SPLIT): each
-    program runs its share of the host's work list ``Sched`` (int32,
-    :func:`flashscope.schedule.lpt_schedule`; unread otherwise), and with LPT = 2
-    (causal, or BALANCE) consumers whose rows are all past N_Q pass their key tiles
-    (:func:`_own_tiles`); LPT = 1 (SPLIT alone, non-causal) computes them, so the
-    consumer's loop has no passing after it, as without a list; PINGPONG (2-3
-    consumers): the consumers issue their wgmma in turn (:func:`_take_turn`); EXP2_POLY: one exponential in EXP2_POLY on the FMA pipe
-    (:func:`_softmax_exp2`); RESCALE_TAU > 0: the row maximum moves only by more than
-    that; EARLY_Q: Q handed back at its last use, the output staged in slots of its own;
-    K_EARLY: K slots handed back at their Q K^T (the module docstring); MASKED_FIRST: the
-    masked key tiles of each work tile first (:func:`_key_tile`); OUT_RCP: the output
-    scaled by one reciprocal of l per row (:func:`_store_out`); Q_REGS: each consumer's Q
-    in registers, the A operand of its Q K^T (the module docstring); JOINT_KV: a slot's K
-    and V land on one mbarrier (``v_ready`` is ``k_ready``, two expects a phase), so a
-    consumer waits once per key tile, not twice; LEAN_RELEASE: the ring's free barriers
-    in static shared memory outside Triton's allocation, waited on and arrived on in
-    PTX without a warpgroup barrier (:func:`~flashscope.kernels.sm90_sync._free_asm`;
-    ``k_empty``/``v_empty`` are then their addresses); SPLIT (with LPT): the list's entries
-    carry key ranges, and pieces of cut blocks write fp32 partials to ``Part``
-    (:func:`_store_part`; unread otherwise), which a second kernel merges."""
+    """1-D grid of P programs (at most one per SM) over cdiv(N_Q, BLOCK_M) * BH work tiles
+    (BH = B * H), each program looping over its tiles: round robin (program p takes tiles
+    p, p + P, ...), or with LPT its share of the host's work list. num_warps = 4, BLOCK_M
+    in {64, 128, 192}: one consumer warpgroup per 64 rows and a producer. One or two
+    consumers: the first in the default partition, the second a 4-warp worker with
+    CONSUMER_REGS registers, the producer a 1-warp worker with PRODUCER_REGS. Three: the
+    producer in the default partition (it keeps what the workers leave, 32 registers), the
+    consumers 4-warp workers. qk_scale = scale * log2(e) > 0. Q/O descriptors have block
+    (1, 1, 64, D); K/V (1, 1, BLOCK_N, D).
+
+    LPT (causal, or with BALANCE or SPLIT): each program runs its share of the host's work
+    list ``Sched`` (int32, :func:`flashscope.schedule.lpt_schedule`; unread otherwise), and
+    with LPT = 2 (causal, or BALANCE) consumers whose rows are all past N_Q pass their key
+    tiles (:func:`_own_tiles`); LPT = 1 (SPLIT alone, non-causal) computes them, so the
+    consumer's loop has no passing after it, as without a list. PINGPONG (2-3 consumers):
+    the consumers issue their wgmma in turn (:func:`_take_turn`). RESCALE_TAU > 0: the row
+    maximum moves only by more than that. EARLY_Q: Q handed back at its last use, the
+    output staged in slots of its own. K_EARLY: K slots handed back at their Q K^T (the
+    module docstring). MASKED_FIRST: the masked key tiles of each work tile first
+    (:func:`_key_tile`). OUT_RCP: the output scaled by one reciprocal of l per row
+    (:func:`_store_out`). Q_REGS: each consumer's Q in registers, the A operand of its
+    Q K^T (the module docstring). SPLIT (with LPT): the list's entries carry key ranges,
+    and pieces of cut blocks write fp32 partials to ``Part`` (:func:`_store_part`; unread
+    otherwise), which a second kernel merges. TRACE = R > 0 stamps the clock (``Trace``;
+    :func:`_stamp`)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -548,18 +527,9 @@ def _attn_fwd_sm90(
     q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    if not LEAN_RELEASE:
-        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    if JOINT_KV:
-        v_ready = k_ready
-    else:
-        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    if LEAN_RELEASE:  # the address of each ring's first free barrier (_free_asm)
-        k_empty = gl.inline_asm_elementwise(
-            _free_asm("init", 2 * STAGES if K_EARLY else STAGES, 4 * CONSUMERS), "=r,r",
-            [pid], dtype=gl.int32, is_pure=False, pack=1)
-        v_empty = k_empty + 8 * STAGES * K_EARLY
-    elif K_EARLY:
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if K_EARLY:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     else:  # slot j's K and V go back together, after its P V
         v_empty = k_empty
@@ -569,12 +539,10 @@ def _attn_fwd_sm90(
         mbarrier.init(q_ready.index(c), count=1)
         mbarrier.init(q_empty.index(c), count=1)
     for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=2 if JOINT_KV else 1)
-        if not LEAN_RELEASE:
-            mbarrier.init(k_empty.index(i), count=CONSUMERS)
-        if not JOINT_KV:
-            mbarrier.init(v_ready.index(i), count=1)
-        if K_EARLY and not LEAN_RELEASE:
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(v_ready.index(i), count=1)
+        if K_EARLY:
             mbarrier.init(v_empty.index(i), count=CONSUMERS)
 
     Div = (DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G)
@@ -584,15 +552,14 @@ def _attn_fwd_sm90(
     gl.warp_specialize(
         [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                       k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
-                      GROUP, N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
-                      HEAVY_FIRST, LPT, MASKED_FIRST, JOINT_KV, SPLIT, LEAN_RELEASE, Trace,
-                      TRACE))
+                      GROUP, N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, LPT,
+                      MASKED_FIRST, SPLIT, Trace, TRACE))
          if c < 0 else
          (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                       k_empty, v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog,
                       total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, c, BLOCK_M, BLOCK_N,
-                      HEAD_DIM, STAGES, K_EARLY, IS_CAUSAL, RETURN_LSE, HEAVY_FIRST, LPT,
-                      PINGPONG, OVERLAP, EXP2_POLY, RESCALE_TAU, EARLY_Q, MASKED_FIRST,
-                      OUT_RCP, Q_REGS, JOINT_KV, SPLIT, LEAN_RELEASE, Trace, TRACE))
+                      HEAD_DIM, STAGES, K_EARLY, IS_CAUSAL, RETURN_LSE, LPT, PINGPONG,
+                      RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, SPLIT, Trace,
+                      TRACE))
          for c in ((0, -1), (0, 1, -1), (-1, 0, 1, 2))[CONSUMERS - 1]],
         _worker_warps(CONSUMERS), _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS))

@@ -21,7 +21,7 @@ block's pieces sit in consecutive slots. This module imports Triton only.
 import triton
 import triton.language as tl
 
-LN2 = tl.constexpr(0.6931471805599453)
+from flashscope.kernels.common import LN2
 
 
 @triton.jit

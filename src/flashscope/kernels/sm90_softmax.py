@@ -5,16 +5,13 @@ holds two rows' values in pairs of adjacent columns), so row reductions are a th
 own values then two quad shuffles. In base 2 with c = scale * log2(e):
 m = max_j s_ij c, p_ij = 2^(s_ij c - m), l = sum_j p_ij (:func:`_quad_sums` keeps each
 thread's quad shares until the epilogue). :func:`_masked` sets keys past N_K or above the
-causal diagonal to -inf; :func:`_softmax_exp2` takes the exponentials, a share of them
-on the FMA pipe with EXP2_POLY; :func:`_p_operand` packs P to 16 bits as the register A
-operand of P V; :func:`_lazy_rescale` multiplies O by alpha = 2^(m_old - m_new) only in
+causal diagonal to -inf; :func:`_p_operand` packs P to 16 bits as the register A operand
+of P V; :func:`_lazy_rescale` multiplies O by alpha = 2^(m_old - m_new) only in
 warps where some row's maximum moved (LAZY_RESCALE).
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-
-from flashscope.kernels.attention_fwd import _exp2_fma
 
 
 @gluon.jit
@@ -31,59 +28,6 @@ def _masked(s, j, start_m, N_K, mask_from,
             keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
         s = gl.where(keep, s, float("-inf"))
     return s
-
-
-@gluon.jit
-def _halves(x):
-    """[R, C] -> its left and right column halves, [R, C / 2] each (no data moves: in the
-    wgmma accumulator layout both halves of a row sit in the same thread)."""
-    R: gl.constexpr = x.shape[0]
-    C: gl.constexpr = x.shape[1]
-    return gl.split(gl.permute(gl.reshape(x, [R, 2, C // 2]), (0, 2, 1)))
-
-
-@gluon.jit
-def _unhalves(left, right):
-    """The inverse of :func:`_halves`. Layouts built by reshapes are restated in left's
-    (the same placement: join needs the two spelled alike)."""
-    R: gl.constexpr = left.shape[0]
-    C: gl.constexpr = left.shape[1]
-    right = gl.convert_layout(right, left.type.layout)
-    return gl.reshape(gl.permute(gl.join(left, right), (0, 2, 1)), [R, 2 * C])
-
-
-@gluon.jit
-def _softmax_exp2(x, EXP2_POLY: gl.constexpr, layout: gl.constexpr):
-    """2^x over a [64, BLOCK_N] score tile; with EXP2_POLY = E in (2, 4, 8), one column in
-    E takes :func:`flashscope.kernels.attention_fwd._exp2_fma` (the Triton kernel's, called
-    from here as is) and the rest MUFU.EX2.
-
-    At D = 64 a 64 x 128 tile needs 8192 exponentials, 512 clocks of the SM's 16 MUFU
-    lanes, the same as the 2.1 MFLOP of its two products on the tensor cores (4096 FLOP
-    per clock), so MUFU and the tensor pipe must both run flat out. The polynomial takes
-    8 instructions (clamp, 3 FADD, 3 FFMA, LEA) where MUFU.EX2 takes one that holds its
-    pipe 8 clocks; on the H100 every share of it lost (run 35 of the performance record).
-    The odd columns are the candidates (E = 2); E = 4 and 8 take the right half, then the
-    right quarter, of those: all are columns each thread already holds. ``layout``: x's."""
-    if EXP2_POLY == 0:
-        p = gl.exp2(x)
-    else:
-        R: gl.constexpr = x.shape[0]
-        C: gl.constexpr = x.shape[1]
-        even, odd = gl.split(gl.reshape(x, [R, C // 2, 2]))
-        if EXP2_POLY == 2:
-            odd = _exp2_fma(odd)
-        elif EXP2_POLY == 4:
-            left, right = _halves(odd)
-            odd = _unhalves(gl.exp2(left), _exp2_fma(right))
-        else:
-            left, right = _halves(odd)
-            mid, far = _halves(right)
-            odd = _unhalves(gl.exp2(left), _unhalves(gl.exp2(mid), _exp2_fma(far)))
-        odd = gl.convert_layout(odd, even.type.layout)
-        # the same placement as ``layout``, restated so the row sums broadcast against m
-        p = gl.convert_layout(gl.reshape(gl.join(gl.exp2(even), odd), [R, C]), layout)
-    return p
 
 
 @gluon.jit

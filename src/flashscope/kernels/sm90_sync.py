@@ -3,12 +3,11 @@
 The K/V ring has STAGES slots; a consumer walks them with :func:`_next_slot` (slot and
 mbarrier phase, the phase flipping on each wrap). A slot goes back to the producer once
 the products reading it have completed (:func:`_release`, :func:`_scores_done`; the
-producer waits in :func:`_acquire`), on Gluon's mbarriers or, with LEAN_RELEASE, on
-static ones that Triton's barrier analysis does not see (:func:`_free_asm`). With
+producer waits in :func:`_acquire`), on Gluon's mbarriers. With
 PINGPONG the consumers issue their wgmma in turn on hardware named barriers
 (:func:`_take_turn`, :func:`_pass_turn`). :func:`_pass_tiles` hands back, and passes the
 turns of, key tiles a consumer's rows do not need; :func:`_pin` orders the softmax
-around the P V wait (OVERLAP).
+around the P V wait.
 """
 
 from triton.experimental import gluon
@@ -24,54 +23,18 @@ def _next_slot(slot, phase, STAGES: gl.constexpr):
     return slot + 1 - STAGES * wrap, phase ^ wrap
 
 
-@gluon.constexpr_function
-def _free_asm(op, slots=0, count=0):
-    """PTX of the ring's free-slot mbarriers with LEAN_RELEASE: ``fs_free``, ``slots``
-    mbarriers in static shared memory, declared by the kernel's "init" (one thread
-    initializes each to expect ``count`` arrivals, one per consumer warp; $0 is their
-    address). The array takes 1 KB, 1024-aligned: static shared memory sits below
-    Triton's dynamic part, whose 128-byte swizzled TMA tiles need 1024-byte alignment (32
-    bytes there gave misaligned-address faults). Triton's barrier analysis does not see
-    them, so it puts no warpgroup
-    ``bar.sync`` before a hand-back ("arrive" on the barrier at address $1: one elected
-    lane of each warp, once the warp's wgmma wait has returned, as CUTLASS's
-    consumer_release does) or before the producer's wait on one ("wait" at $1 for
-    parity $2 if $3). $0 of the last two is a dummy result."""
-    if op == "init":
-        inits = " ".join(f"@p mbarrier.init.shared::cta.b64 [fs_free+{8 * i}], {count};"
-                         for i in range(slots))
-        return (".shared .align 1024 .b8 fs_free[1024]; { .reg .pred p; .reg .b32 t; "
-                f"mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; {inits} }} mov.u32 $0, fs_free;")
-    if op == "arrive":
-        return ("{ .reg .pred p; elect.sync _|p, 0xffffffff; "
-                "@p mbarrier.arrive.shared::cta.b64 _, [$1]; } mov.u32 $0, 0;")
-    return ("{ .reg .pred p, done; setp.ne.u32 p, $3, 0; @!p bra.uni fs_skip; fs_wait: "
-            "mbarrier.try_wait.parity.shared::cta.b64 done, [$1], $2; "
-            "@!done bra.uni fs_wait; fs_skip: } mov.u32 $0, 0;")
+@gluon.jit
+def _release(empty, s):
+    """Hand ring slot ``s`` back on ``empty`` (Gluon puts a warpgroup bar.sync before the
+    one thread that arrives)."""
+    mbarrier.arrive(empty.index(s), count=1)
 
 
 @gluon.jit
-def _release(empty, s, LEAN: gl.constexpr):
-    """Hand ring slot ``s`` back on ``empty``: Gluon's arrive (a warpgroup bar.sync, then
-    one thread's arrival), or with LEAN each warp's, ``empty`` being the address of the
-    ring's first free barrier (:func:`_free_asm`)."""
-    if LEAN:
-        gl.inline_asm_elementwise(_free_asm("arrive"), "=r,r", [empty + 8 * s],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-    else:
-        mbarrier.arrive(empty.index(s), count=1)
-
-
-@gluon.jit
-def _acquire(empty, s, parity, pred, LEAN: gl.constexpr):
+def _acquire(empty, s, parity, pred):
     """Wait (if ``pred``) for phase ``parity`` of slot ``s``'s free barrier
     (:func:`_release`)."""
-    if LEAN:
-        gl.inline_asm_elementwise(_free_asm("wait"), "=r,r,r,r",
-                                  [empty + 8 * s, parity, pred.to(gl.int32)],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-    else:
-        mbarrier.wait(empty.index(s), parity, pred=pred)
+    mbarrier.wait(empty.index(s), parity, pred=pred)
 
 
 @gluon.constexpr_function
@@ -120,21 +83,22 @@ def _pin(pin, C: gl.constexpr, x):
     into its first column). ptxas keeps shared-memory stores ahead of a wgmma wait, so
     what x depends on stays ahead of the P V wait too and runs under that product; without
     a store, ptxas hoists the wait above it (it places the wait like any instruction, as
-    early as its block allows). OVERLAP=1 stores the running sums l, which depend on every
-    exponential of the tile; OVERLAP=2 the row maxima, so only they run under the product
-    and the exponentials follow the wait."""
+    early as its block allows). The consumer stores the row maxima: they run under the
+    product and the exponentials follow the wait, the order FlashAttention-4's Hopper
+    kernel compiles to (storing the running sums instead, so that the exponentials too run
+    under the product, measured slower on every cell)."""
     pin.index(C).slice(0, x.shape[1], 1).store(x)
 
 
 @gluon.jit
 def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, q_last,
-                 K_EARLY: gl.constexpr, EARLY_Q: gl.constexpr, LEAN: gl.constexpr):
+                 K_EARLY: gl.constexpr, EARLY_Q: gl.constexpr):
     """A Q K^T has completed: with K_EARLY its K slot goes back to the producer; with
     EARLY_Q, where ``q_last`` (the work tile's last Q K^T, or with Q_IN_REGS its first,
     whose operand came from registers loaded before it), consumer C's Q slot too (the
     next Q then loads under the remaining products and the epilogue)."""
     if K_EARLY:
-        _release(k_empty, k_slot, LEAN)
+        _release(k_empty, k_slot)
     if EARLY_Q:
         mbarrier.arrive(q_empty.index(C), count=1, pred=q_last)
 
@@ -142,7 +106,7 @@ def _scores_done(k_empty, q_empty, k_slot, C: gl.constexpr, q_last,
 @gluon.jit
 def _pass_tiles(k_ready, v_ready, k_empty, v_empty, slot, phase, n_pass, k,
                 C: gl.constexpr, CONSUMERS: gl.constexpr, STAGES: gl.constexpr,
-                K_EARLY: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr):
+                K_EARLY: gl.constexpr, PINGPONG: gl.constexpr):
     """n_pass key tiles in a row that consumer C's rows do not need (:func:`_own_tiles`):
     each slot goes back once loaded (``ready`` waited first, so each release follows the
     slot's previous phase) and, with PINGPONG, the turns k, k + 1, .. are taken and passed
@@ -152,8 +116,8 @@ def _pass_tiles(k_ready, v_ready, k_empty, v_empty, slot, phase, n_pass, k,
         mbarrier.wait(k_ready.index(slot), phase)
         mbarrier.wait(v_ready.index(slot), phase)
         if K_EARLY:
-            _release(k_empty, slot, LEAN)
-        _release(v_empty, slot, LEAN)
+            _release(k_empty, slot)
+        _release(v_empty, slot)
         _take_turn(C, k + pos, PINGPONG)
         _pass_turn(C, CONSUMERS, PINGPONG)
         slot, phase = _next_slot(slot, phase, STAGES)

@@ -15,6 +15,8 @@ functions on the same list, so they agree on every tile without talking.
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from flashscope.kernels.keyrange import key_range
+
 
 @gluon.jit
 def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
@@ -89,30 +91,22 @@ def _divmod(n, d, m, k):
 
 @gluon.jit
 def _work(t, n_m, H, GROUP, N_K, Div, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-          IS_CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr, LPT: gl.constexpr):
+          IS_CAUSAL: gl.constexpr):
     """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, key
     tiles, first masked key). Div: (m, k) of n_m, H and GROUP for :func:`_divmod`.
 
-    Tiles run in index order on each program, so the order is the schedule. The row
-    blocks of one head are adjacent: programs running together share K and V in L2.
-    HEAVY_FIRST (causal) reverses them within the head, so the longest blocks start first
-    (longest-processing-time first) and the grid ends on short ones. LPT (persistent:
-    causal, or non-causal with BALANCE): the host's list already orders and places the
-    tiles (:mod:`flashscope.schedule`: sections of heads that fit in L2, longest first,
-    assigned greedily)."""
+    Tiles run in index order on each program, so the order is the schedule. Round robin,
+    the row blocks of one head are adjacent: programs running together share K and V in
+    L2. A host list (causal, or non-causal with BALANCE or SPLIT) already orders and
+    places the tiles (:mod:`flashscope.schedule`: sections of heads that fit in L2,
+    longest first, assigned greedily)."""
     pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
-    if HEAVY_FIRST and not LPT:
-        pid_m = n_m - 1 - pid_m
     off_b, off_h = _divmod(pid_bh, H, Div[2], Div[3])
     off_hkv, _ = _divmod(off_h, GROUP, Div[4], Div[5])
     start_m = pid_m * BLOCK_M
-    if IS_CAUSAL:
-        hi = gl.minimum(N_K, start_m + BLOCK_M)
-        # the first tile holding a key above some row's diagonal (rows >= start_m)
-        mask_from = gl.minimum((start_m // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
-    else:
-        hi = N_K
-        mask_from = (N_K // BLOCK_N) * BLOCK_N
+    # mask_from: the first tile holding a key some row of the block does not see
+    _, _, mask_from, hi = key_range(start_m, N_K, 0, 0, 0, BLOCK_M, BLOCK_N, IS_CAUSAL,
+                                    False, False, False)
     return pid_bh, off_b, off_h, off_hkv, start_m, gl.cdiv(hi, BLOCK_N), mask_from
 
 
@@ -151,8 +145,9 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     measured 5% slower than computing them at N = 1024 (run 70), so they pass only with
     LPT = 2, whose list (BALANCE) puts the cheaper tiles where they shorten the grid."""
     if IS_CAUSAL:
-        n_own = gl.cdiv(gl.minimum(N_K, row0 + ROWS), BLOCK_N)
-        mask_own = gl.minimum((row0 // BLOCK_N) * BLOCK_N, (N_K // BLOCK_N) * BLOCK_N)
+        _, _, mask_own, hi = key_range(row0, N_K, 0, 0, 0, ROWS, BLOCK_N, True, False,
+                                       False, False)
+        n_own = gl.cdiv(hi, BLOCK_N)
     else:
         n_own = n_tiles
         mask_own = mask_from

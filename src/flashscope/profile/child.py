@@ -18,12 +18,20 @@ def main(argv) -> int:
     provider, shape, dtype, causal = argv[:4]
     B, H, N, D = (int(x) for x in shape.split(","))
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    _NAMES = {"bf16": "bfloat16", "fp16": "float16"}
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dt) for _ in range(3))
     is_causal = causal == "1"
     if provider == "flashscope":
         import flashscope
 
-        cfg = flashscope.AttentionConfig.parse(argv[4]) if len(argv) > 4 and argv[4] else None
+        from flashscope.api import device_target
+        from flashscope.families import Problem, config_from_text
+
+        cfg = None
+        if len(argv) > 4 and argv[4]:
+            problem = Problem(device_target(q.device) or "sm90", _NAMES[dtype], D,
+                              is_causal, N, N, B * H)
+            cfg = config_from_text(argv[4], problem)
         fn = (lambda: flashscope.attention(q, k, v, is_causal=is_causal, config=cfg))
     else:
         backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,

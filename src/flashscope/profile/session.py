@@ -89,20 +89,22 @@ def rows_from_dir(directory, shape, causal: bool) -> list:
 
 
 def config_key(text: str) -> str:
-    """``"BLOCK_M=64,num_warps=4"`` -> the config's key (``m64n64w4s3q1``); '' stays ''."""
+    """``"BLOCK_M=64,num_warps=4"`` -> the config's readable label on sm90's defaults
+    (``triton-fwd 64x64 w4 s3``); '' stays ''."""
     if not text:
         return ""
-    from ..config import AttentionConfig
+    from ..families import Problem, config_from_text
 
-    return AttentionConfig.parse(text).key
+    return config_from_text(text, Problem("sm90")).label
 
 
 def load_speed(path, shape, causal: bool) -> dict:
-    """Sweep results -> ``{config key: TFLOP/s}``.
+    """Sweep or bench results -> ``{config label: TFLOP/s}``.
 
     Accepts JSON (a list of rows, or an object with ``rows``/``results``) or CSV, each row
-    with a ``config`` key and ``tflops`` or ``ms``; rows of other providers, shapes (when
-    they carry ``N``/``D``) or an ``error`` are skipped."""
+    with a ``config`` (a label, or ``K=V,...`` text) or ``label`` and ``tflops`` or ``ms``;
+    rows of other providers, shapes (when they carry ``N``/``D``) or an ``error`` are
+    skipped."""
     p = Path(path)
     try:
         text = decode(p.read_bytes(), str(p))
@@ -139,7 +141,8 @@ def load_speed(path, shape, causal: bool) -> dict:
         except (KeyError, TypeError, ValueError):
             raise ParseError(f"--speed {p}: row {i}: expected a number in 'tflops' or 'ms'") \
                 from None
-        out[str(r["config"])] = v
+        name = str(r.get("label") or r["config"])
+        out[config_key(name) if "=" in name else name] = v
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import AttentionConfig, check_config
+from ..families.triton_fwd import TritonFwdConfig, check
 from ..errors import FlashscopeError
 
 #: Head dims of the head-dim ablation: 64 -> 128 -> 256.
@@ -38,13 +38,13 @@ class Step:
 
     name: str
     knob: str
-    before: AttentionConfig
-    after: AttentionConfig
+    before: TritonFwdConfig
+    after: TritonFwdConfig
     head_dim_before: int
     head_dim_after: int
 
 
-def _changed(cfg: AttentionConfig, knob: str, how) -> AttentionConfig:
+def _changed(cfg: TritonFwdConfig, knob: str, how) -> TritonFwdConfig:
     value = getattr(cfg, knob)
     new = (not value) if how == "flip" else int(value * how)
     return cfg.replace(**{knob: new})
@@ -75,7 +75,7 @@ def parse_knobs(text: str, names: tuple = KNOB_NAMES) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
-def plan(base: AttentionConfig, head_dim: int, targets, knobs=KNOB_NAMES) -> list:
+def plan(base: TritonFwdConfig, head_dim: int, targets, knobs=KNOB_NAMES) -> list:
     """The ablation steps around ``base`` at ``head_dim`` (knob steps whose variant passes
     the config checks on every target), then head dim 64 -> 128 -> 256 at ``base``; only
     the steps of ``knobs``."""
@@ -88,7 +88,7 @@ def plan(base: AttentionConfig, head_dim: int, targets, knobs=KNOB_NAMES) -> lis
         after = _changed(base, knob, how)
         try:
             for t in targets:
-                check_config(after, t, head_dim)
+                check(after, t, head_dim)
         except FlashscopeError:
             continue
         out.append(Step(name, knob, base, after, head_dim, head_dim))
@@ -143,7 +143,7 @@ def steps(plan_steps, rows_by_key: dict, targets) -> list:
                     "lanes": t.warp_size,
                 })
             per_target[t.name] = entry
-        out.append({"name": s.name, "knob": s.knob, "before": s.before.key,
-                    "after": s.after.key, "head_dim_before": s.head_dim_before,
+        out.append({"name": s.name, "knob": s.knob, "before": s.before.label,
+                    "after": s.after.label, "head_dim_before": s.head_dim_before,
                     "head_dim_after": s.head_dim_after, "targets": per_target})
     return out

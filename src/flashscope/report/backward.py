@@ -1,11 +1,11 @@
 """``flashscope report --kernel bwd``: the dK/dV and dQ kernels of the default backward
 config and of one-knob ablations of it, per target, compiled offline and measured.
 
-Per target the base is :func:`flashscope.config.select_bwd_config` at the report's head dim
-(so each target starts from its own default). The steps are data (:data:`BWD_KNOBS`); a
+Per target the base is the ``triton-bwd`` family's default at the report's head dim (so each
+target starts from its own default). The steps are data (:data:`BWD_KNOBS`); a
 step applies only to the kernel whose tiles it changes (BLOCK_M1/BLOCK_N1: dK/dV,
 BLOCK_M2/BLOCK_N2: dQ; num_warps and the head dim: both), and a variant
-:func:`~flashscope.config.check_bwd_config` rejects on a target is left out there (shown
+the family's rules reject on a target is left out there (shown
 "not built"). Head dim steps 64 -> 128 -> 256 keep the base config.
 
 Measured only: registers, spills, shared memory/LDS, occupancy and its limiter come from
@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..config import AttentionBwdConfig, check_bwd_config, select_bwd_config
+from ..families import Problem
+from ..families import triton_bwd
+from ..families.triton_bwd import TritonBwdConfig
 from ..errors import FlashscopeError
 from ..targets import parse_targets
 from . import ablations
@@ -88,13 +90,16 @@ def make_bwd_spec(targets: str = DEFAULT_TARGETS, head_dims=None, dtype: str = "
                    ablations.parse_knobs(ablate, BWD_KNOB_NAMES))
 
 
-def base_config(spec: BwdSpec, target) -> AttentionBwdConfig:
-    return select_bwd_config(spec.head_dim, spec.dtype, spec.causal, target)
+def base_config(spec: BwdSpec, target) -> TritonBwdConfig:
+    from ..targets import get_target
+
+    return triton_bwd.select(Problem(get_target(target).name, spec.dtype, spec.head_dim,
+                                     spec.causal))
 
 
 def _buildable(cfg, target, head_dim, dtype) -> bool:
     try:
-        check_bwd_config(cfg, target, head_dim, dtype)
+        triton_bwd.check(cfg, target, head_dim, dtype)
     except FlashscopeError:
         return False
     return True
@@ -141,7 +146,7 @@ class BwdReport:
             "kernel": "bwd",
             "spec": {"targets": [t.name for t in s.targets], "head_dim": s.head_dim,
                      "dtype": s.dtype, "causal": s.causal, "ablate": list(s.knobs),
-                     "base": {t.name: base_config(s, t).key for t in s.targets}},
+                     "base": {t.name: base_config(s, t).label for t in s.targets}},
             "model": "measured only: no analytic register budget for the backward kernels",
             "rows": [r.as_dict() for r in self.rows],
             "ablations": self.ablations,
@@ -224,13 +229,13 @@ def _ablation_entries(spec: BwdSpec, plans: dict, rows: list) -> list:
                     entry["targets"][t.name] = {"before": {"ok": False, "error": None},
                                                 "after": {"ok": False, "error":
                                                           "not buildable (config checks)"},
-                                                "config_before": step.before.key,
+                                                "config_before": step.before.label,
                                                 "config_after": None}
                     continue
                 got = ablations.steps([step], by_key, [t])[0]
                 entry["targets"][t.name] = {**got["targets"][t.name],
-                                            "config_before": step.before.key,
-                                            "config_after": step.after.key,
+                                            "config_before": step.before.label,
+                                            "config_after": step.after.label,
                                             "head_dim_before": step.head_dim_before,
                                             "head_dim_after": step.head_dim_after}
             out.append(entry)

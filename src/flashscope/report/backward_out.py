@@ -22,7 +22,7 @@ _SHORT = {"bwd_dkdv": "dkdv", "bwd_dq": "dq"}
 
 def _measured(r) -> list:
     """config, D, target, kernel, registers, spills, shared, occupancy, limiter."""
-    head = [r.config.key, r.head_dim, r.target, BWD_KERNELS[r.kernel][0]]
+    head = [r.config.label, r.head_dim, r.target, BWD_KERNELS[r.kernel][0]]
     if r.record is None:
         return head + ["-", "-", "-", "-", (r.error or "")[:48]]
     return head + [r.record.registers, r.spills, r.record.shared_bytes,
@@ -101,7 +101,7 @@ def plot_registers(report, path) -> str:
                    color=f"C{j}", label=BWD_KERNELS[kernel][0],
                    edgecolor=["red" if r.spills else "none" for r in mine], linewidth=2)
             for x, r in zip(xs, mine):
-                ax.annotate(r.config.key, (x, 0), rotation=90, fontsize=6, xytext=(0, 3),
+                ax.annotate(r.config.label, (x, 0), rotation=90, fontsize=6, xytext=(0, 3),
                             textcoords="offset points", ha="center", va="bottom",
                             color="white")
         ax.set_xticks([])
@@ -120,7 +120,7 @@ def plot_staircase_bwd(report, path) -> str:
     from .plots import plot_staircase
 
     rows = [SimpleNamespace(record=r.record, occ=r.occ, target=r.target, spills=r.spills,
-                            config=SimpleNamespace(key=f"{_SHORT[r.kernel]}:{r.config.key}"))
+                            config=SimpleNamespace(label=f"{_SHORT[r.kernel]}:{r.config.label}"))
             for r in report.main_rows()]
     shim = SimpleNamespace(spec=report.spec, main_rows=lambda: rows)
     return plot_staircase(shim, path)

@@ -44,7 +44,7 @@ def cliff_view(rows) -> list:
             except FlashscopeError:  # the reduced kernel is outside the calculator's domain
                 continue
             out.append({
-                "target": row.target, "config": row.config.key, "head_dim": row.head_dim,
+                "target": row.target, "config": row.config.label, "head_dim": row.head_dim,
                 "resource": resource, "value": getattr(row.record, _FIELD[resource]),
                 "save_to_gain": save, "near": save <= NEAR[resource],
                 "active_blocks": row.occ.active_blocks, "occupancy": row.occ.occupancy,

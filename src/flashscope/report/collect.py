@@ -3,9 +3,13 @@
 budget and its error, the ablation deltas and the cliff view.
 
 Defaults (``flashscope report`` with no arguments): targets sm90, sm80, gfx942, gfx1100;
-head dim 128, bfloat16, non-causal; the base config :data:`DEFAULT_BASE` plus its
-single-knob ablation variants, which also makes every ablation step a row of the budget
-table. 10 (config, head dim) pairs x 4 targets = 40 compiles.
+head dim 128, bfloat16, non-causal; the base config :data:`DEFAULT_BASE` of the portable
+kernel (``triton-fwd``) plus its single-knob ablation variants, which also makes every
+ablation step a row of the budget table: 10 (config, head dim) pairs x 4 targets = 40
+compiles. Besides those, :attr:`Report.defaults` holds, per target and head dim, the kernel
+the library runs there by default with its default config (on sm90 the Gluon kernel,
+``sm90-fwd``; elsewhere the portable one), read the same way: the kernel that actually runs,
+next to the portable kernel the ablations study.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .. import budget as fbudget
-from ..config import AttentionConfig, check_head_dim
+from ..families.base import check_head_dim
+from ..families.triton_fwd import TritonFwdConfig
 from ..errors import ConfigError, FlashscopeError
 from ..targets import parse_targets
 from . import ablations
@@ -29,7 +34,7 @@ DEFAULT_HEAD_DIMS = (128,)
 #: warps (or a doubled tile on top of 4 warps) every target spills thousands of times and
 #: ptxas alone takes minutes per kernel; from 8 warps each single step stays within a few
 #: spills of the cap, so the cold default compiles in about a minute or two.
-DEFAULT_BASE = AttentionConfig(128, 64, 8, 2)
+DEFAULT_BASE = TritonFwdConfig(128, 64, 8, 2)
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class ReportSpec:
     targets: tuple
     configs: tuple
     head_dims: tuple = DEFAULT_HEAD_DIMS
-    base: AttentionConfig = DEFAULT_BASE
+    base: TritonFwdConfig = DEFAULT_BASE
     dtype: str = "bfloat16"
     causal: bool = False
     knobs: tuple = ablations.KNOB_NAMES
@@ -50,7 +55,7 @@ class Row:
     """One compiled kernel: measured record (or the error that stopped it), occupancy, the
     budget model and its comparison with the measurement."""
 
-    config: AttentionConfig
+    config: object  # a family's config record
     head_dim: int
     target: str
     record: object = None
@@ -71,7 +76,8 @@ class Row:
     def as_dict(self) -> dict:
         r = self.record
         return {
-            "config": self.config.key, "config_fields": self.config.as_dict(),
+            "config": self.config.label, "config_key": self.config.key,
+            "family": self.config.KERNEL, "config_fields": self.config.as_dict(),
             "head_dim": self.head_dim, "target": self.target, "error": self.error,
             "measured": None if r is None else {
                 k: getattr(r, k) for k in ("registers", "agprs", "sgprs", "spill_stores",
@@ -92,6 +98,13 @@ class Report:
     ablations: list
     cliffs: list
     timings: dict = field(default_factory=dict)
+    defaults: list = field(default_factory=list)  #: rows of the kernel each target runs
+
+    def default_kernels(self) -> dict:
+        """target -> the label of the config (and so the kernel) the library runs there by
+        default, at the report's first head dim."""
+        d = self.spec.head_dims[0]
+        return {r.target: r.config.label for r in self.defaults if r.head_dim == d}
 
     def by_key(self) -> dict:
         return {(r.config.key, r.head_dim, r.target): r for r in self.rows}
@@ -124,19 +137,21 @@ class Report:
         s = self.spec
         return {
             "spec": {"targets": [t.name for t in s.targets],
-                     "configs": [c.as_dict() | {"key": c.key} for c in s.configs],
-                     "head_dims": list(s.head_dims), "base": s.base.key,
+                     "configs": [c.as_dict() | {"key": c.key, "label": c.label}
+                                 for c in s.configs],
+                     "head_dims": list(s.head_dims), "base": s.base.label,
                      "dtype": s.dtype, "causal": s.causal, "ablate": list(s.knobs)},
             "model": {"components": list(fbudget.COMPONENTS), "rest": fbudget.REST,
                       "summary": self.model_summary()},
             "rows": [r.as_dict() for r in self.rows],
+            "defaults": [r.as_dict() for r in self.defaults],
             "ablations": self.ablations,
             "cliffs": self.cliffs,
             "timings": self.timings,
         }
 
 
-def default_configs(base: AttentionConfig = DEFAULT_BASE, head_dim: int = 128,
+def default_configs(base: TritonFwdConfig = DEFAULT_BASE, head_dim: int = 128,
                     targets=None, knobs=ablations.KNOB_NAMES) -> tuple:
     """The base and its single-knob ablation variants, in plan order."""
     targets = parse_targets(DEFAULT_TARGETS) if targets is None else targets
@@ -149,7 +164,7 @@ def default_configs(base: AttentionConfig = DEFAULT_BASE, head_dim: int = 128,
 
 def load_configs(path) -> tuple:
     """Configs from a JSON file: a list of objects (or {"configs": [...]}) with
-    AttentionConfig keys, e.g. [{"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4}]."""
+    the portable kernel's knobs, e.g. [{"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4}]."""
     p = Path(path)
     try:
         data = json.loads(p.read_text())
@@ -164,7 +179,7 @@ def load_configs(path) -> tuple:
                           "objects (or {\"configs\": [...]})")
     out = []
     for d in data:
-        c = AttentionConfig.from_dict({k: v for k, v in d.items() if k != "key"})
+        c = TritonFwdConfig.from_dict({k: v for k, v in d.items() if k not in ("key", "label")})
         if c not in out:
             out.append(c)
     return tuple(out)
@@ -266,11 +281,28 @@ def collect(spec: ReportSpec, *, jobs: int = 0,
         done += len(part) * len(spec.targets)
         if progress:
             progress(done, total)
+    rep_defaults = _default_rows(spec, jobs)
     t1 = time.perf_counter()
-    rep = Report(spec, rows, [], [])
+    rep = Report(spec, rows, [], [], defaults=rep_defaults)
     rep.ablations = ablations.steps(steps, rep.by_key(), spec.targets)
     rep.cliffs = cliff_view(rep.main_rows())
     rep.timings = {"compile_s": round(t1 - t0, 3),
                    "analysis_s": round(time.perf_counter() - t1, 3),
-                   "kernels": total}
+                   "kernels": total + len(rep_defaults)}
     return rep
+
+
+def _default_rows(spec: ReportSpec, jobs: int) -> list:
+    """Per head dim and target, the row of the config the library runs by default
+    (:func:`flashscope.compile.default_config` of ``fwd``), read like the others."""
+    from ..compile import default_config
+    from ..isa import inspect_pairs
+
+    rows = []
+    for hd in spec.head_dims:
+        pairs = [(default_config("fwd", t, hd, spec.dtype, spec.causal), t)
+                 for t in spec.targets]
+        recs = inspect_pairs(pairs, jobs=jobs, occupancy=False, head_dim=hd,
+                             dtype=spec.dtype, causal=spec.causal)
+        rows += [_row(c, hd, t, rec) for (c, t), rec in zip(pairs, recs)]
+    return rows

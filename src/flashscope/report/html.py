@@ -43,18 +43,47 @@ def _table(head, rows, left=(), classes=None) -> str:
     return f"<table><tr>{h}</tr>{''.join(body)}</table>"
 
 
+def _defaults_section(report) -> str:
+    """The kernel each target runs by default, read from its binary: on sm90 the Gluon
+    kernel, elsewhere the portable one (the budget model counts one sm90 consumer)."""
+    head = ["target", "D", "runs by default", "registers", "spills", "shared bytes",
+            "occupancy", "limiter", "predicted", "error"]
+    rows, classes = [], []
+    for r in report.defaults:
+        rec, c = r.record, r.comparison
+        if rec is None:
+            rows.append([r.target, r.head_dim, r.config.label, "failed", "-", "-", "-",
+                         (r.error or "")[:60], "-", "-"])
+            classes.append("spill")
+            continue
+        rows.append([r.target, r.head_dim, r.config.label, rec.registers, r.spills,
+                     rec.shared_bytes, _pct(r.occ.occupancy if r.occ else None),
+                     ",".join(r.occ.limiter) if r.occ else "-",
+                     "-" if c is None else f"{c['predicted']:.0f}",
+                     "-" if c is None else f"{c['error']:+.0f} ({100 * c['rel_error']:+.0f}%)"])
+        classes.append("spill" if r.spills else "")
+    return ("<h2>The kernel that runs</h2><p>What <code>flashscope.attention</code> runs on "
+            "each target by default, and its resources as compiled: on sm90 the Gluon "
+            "kernel (<code>sm90-fwd</code>: a TMA producer warp and one consumer warpgroup "
+            "per 64 rows; registers are the consumers' setmaxnreg budget), elsewhere the "
+            "portable Triton kernel (<code>triton-fwd</code>), which the tables below "
+            "study.</p>"
+            + _table(head, rows, left=("target", "runs by default", "limiter"),
+                     classes=classes))
+
+
 def _budget_section(report) -> str:
     head = ["config", "D", "target", "measured", "spills", *COMPONENTS, "predicted", "error",
             "dominant", "occupancy", "limiter"]
     rows, classes = [], []
     for r in report.main_rows():
         if r.comparison is None:
-            rows.append([r.config.key, r.head_dim, r.target, "-", "-", *[""] * len(COMPONENTS),
+            rows.append([r.config.label, r.head_dim, r.target, "-", "-", *[""] * len(COMPONENTS),
                          "-", "-", (r.error or "")[:60], "-", "-"])
             classes.append("spill")
             continue
         c, b = r.comparison, r.budget
-        rows.append([r.config.key, r.head_dim, r.target, c["measured"], r.spills,
+        rows.append([r.config.label, r.head_dim, r.target, c["measured"], r.spills,
                      *[f"{b.parts[k]:.0f}" for k in COMPONENTS], f"{c['predicted']:.0f}",
                      f"{c['error']:+.0f} ({100 * c['rel_error']:+.0f}%)", c["dominant"],
                      _pct(r.occ.occupancy if r.occ else None),
@@ -131,13 +160,14 @@ def write_html(report, path, plots: dict) -> str:
     title = "flashscope report: register budget and occupancy cliffs"
     meta = (f"targets {', '.join(t.name for t in s.targets)}; head dims "
             f"{', '.join(map(str, s.head_dims))}; {s.dtype}; "
-            f"{'causal' if s.causal else 'non-causal'}; ablation base {s.base.key}; "
+            f"{'causal' if s.causal else 'non-causal'}; ablation base {s.base.label}; "
             f"{report.timings.get('kernels', 0)} kernels")
     imgs = "".join(f"<h2>{escape(k)}</h2>{_img(v)}" for k, v in plots.items())
     page = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
             f"<h1>{escape(title)}</h1><p class=\"muted\">{escape(meta)}</p>"
-            + _budget_section(report) + _ablation_section(report) + _cliff_section(report)
+            + _defaults_section(report) + _budget_section(report)
+            + _ablation_section(report) + _cliff_section(report)
             + imgs + "</body></html>")
     Path(path).write_text(page, encoding="utf-8")
     return str(path)

@@ -32,7 +32,7 @@ def plot_budget(report, path) -> str:
     fig, axes = plt.subplots(len(names), 1, figsize=(11, 3.2 * len(names)), squeeze=False)
     for ax, name in zip(axes[:, 0], names):
         mine = [r for r in rows if r.target == name and r.budget is not None]
-        labels = [f"{r.config.key}\nD{r.head_dim}" for r in mine]
+        labels = [f"{r.config.label}\nD{r.head_dim}" for r in mine]
         x = range(len(mine))
         bottom = [0.0] * len(mine)
         for comp, colour in zip(COMPONENTS, _COLOURS):
@@ -90,7 +90,7 @@ def plot_staircase(report, path) -> str:
         for (x, y), rs in points.items():
             colour = "red" if any(r.spills for r in rs) else "black"
             ax.scatter([x], [y], color=colour, s=18, zorder=3)
-            ax.annotate("\n".join(r.config.key for r in rs), (x, y), fontsize=6,
+            ax.annotate("\n".join(r.config.label for r in rs), (x, y), fontsize=6,
                         xytext=(-4, 4), textcoords="offset points", ha="right",
                         va="bottom")
         ax.set_xlabel("registers / thread" if t.vendor == "nvidia" else "VGPRs / lane")

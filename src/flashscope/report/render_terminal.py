@@ -25,13 +25,13 @@ def budget_table(report):
                                                        "limiter") else "right")
     for r in report.main_rows():
         if r.record is None or r.comparison is None:
-            tab.add_row(r.config.key, str(r.head_dim), r.target, "-", "-",
+            tab.add_row(r.config.label, str(r.head_dim), r.target, "-", "-",
                         *["" for _ in COMPONENTS], "-", "-", (r.error or "")[:48], "-", "-")
             continue
         c, b = r.comparison, r.budget
         err = f"{c['error']:+.0f} ({100 * c['rel_error']:+.0f}%)" + (" spills" if c["spilled"]
                                                                       else "")
-        tab.add_row(r.config.key, str(r.head_dim), r.target, str(c["measured"]),
+        tab.add_row(r.config.label, str(r.head_dim), r.target, str(c["measured"]),
                     str(r.spills), *[f"{b.parts[k]:.0f}" for k in COMPONENTS],
                     f"{c['predicted']:.0f}", err, c["dominant"],
                     _pct(r.occ.occupancy if r.occ else None),
@@ -93,10 +93,28 @@ def cliff_table(report):
     return tab
 
 
+def defaults_table(report):
+    """The kernel each target runs by default, as compiled."""
+    from rich.table import Table
+
+    tab = Table(title="The kernel that runs (by default, per target)", title_justify="left")
+    for col in ("target", "D", "config", "registers", "spills", "occupancy"):
+        tab.add_column(col, justify="left" if col in ("target", "config") else "right",
+                       overflow="fold")
+    for r in report.defaults:
+        rec = r.record
+        tab.add_row(r.target, str(r.head_dim), r.config.label,
+                    "failed" if rec is None else str(rec.registers),
+                    "-" if rec is None else str(r.spills),
+                    _pct(r.occ.occupancy if r.occ else None))
+    return tab
+
+
 def render(report, console=None, out_dir=None) -> None:
     from rich.console import Console
 
     console = console or Console()
+    console.print(defaults_table(report))
     console.print(budget_table(report))
     console.print(model_table(report))
     console.print(ablation_table(report))

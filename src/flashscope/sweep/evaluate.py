@@ -2,7 +2,8 @@
 
 A work item is a plain dict (picklable, JSON-able): ``kind`` ("offline" or "gpu"),
 ``key`` (:func:`flashscope.sweep.store.work_key`), ``problem`` (target, dtype, head_dim,
-causal), ``config`` (AttentionConfig fields) and, for the GPU, ``shape`` ("B,H,N,D").
+causal), ``config`` (the knobs of the kernel's family record), ``kernel`` (absent: the
+portable forward) and, for the GPU, ``shape`` ("B,H,N,D").
 Each function returns one record dict and never raises for a config that fails (status
 "failed" with the reason); only status "ok" records carry measurements.
 
@@ -17,18 +18,16 @@ on the ``flashscope`` provider with this config: validation on odd shapes and on
 itself, median time, and a check of the last timed output. Only a validated timing is
 recorded; TFLOP/s = 4 B H N^2 D (x0.5 causal) / time.
 
-Backward kernels (item ``kernel``: "bwd_dkdv" or "bwd_dq", config: AttentionBwdConfig
-fields) are read offline the same way; forward items carry no ``kernel`` key, so their
-records are as before. GPU timing is the forward's only.
+Backward kernels (item ``kernel``: "bwd_dkdv" or "bwd_dq") are read offline the same way.
+GPU timing is the forwards' only.
 """
 
 from __future__ import annotations
 
 import time
 
-from ..config import AttentionBwdConfig, AttentionConfig
 from ..errors import FlashscopeError
-from .space import Problem
+from .space import Problem, kernel_axes
 
 #: KernelRecord fields copied into sweep records.
 RESOURCE_FIELDS = ("registers", "spill_stores", "spill_loads", "local_bytes",
@@ -46,15 +45,14 @@ def make_item(kind: str, key: str, problem: Problem, cfg,
 
 
 def item_config(item: dict):
-    """The item's config record: AttentionBwdConfig for a backward kernel."""
-    record = AttentionConfig if item.get("kernel", "fwd") == "fwd" else AttentionBwdConfig
-    return record.from_dict(item["config"])
+    """The item's config record, of its kernel's family."""
+    return kernel_axes(item.get("kernel", "fwd"))[1].from_dict(item["config"])
 
 
 def base_record(item: dict) -> dict:
     cfg = item_config(item)
     rec = {"key": item["key"], "kind": item["kind"], **item["problem"],
-           "config": cfg.as_dict(), "config_key": cfg.key}
+           "config": cfg.as_dict(), "config_key": cfg.key, "label": cfg.label}
     if item.get("kernel", "fwd") != "fwd":
         rec["kernel"] = item["kernel"]
     if item.get("shape"):
@@ -71,8 +69,7 @@ def _resources(item: dict, problem_shape=None) -> dict:
     kw = {"head_dim": p["head_dim"], "dtype": p["dtype"], "causal": p["causal"]}
     if problem_shape is not None:
         kw["problem"] = problem_shape
-    if item.get("kernel", "fwd") != "fwd":
-        kw["kernel"] = item["kernel"]
+    kw["kernel"] = item.get("kernel", "fwd")
     rec = inspect_config(item_config(item), p["target"], **kw)
     out = {k: getattr(rec, k, None) for k in RESOURCE_FIELDS}
     try:
@@ -125,7 +122,7 @@ def gpu(item: dict) -> dict:
                    seconds=round(time.perf_counter() - t0, 3))
         return rec
     case = Case(B, H, N, N, D, H, bool(p["causal"]), p["dtype"], "fwd")
-    cfg = AttentionConfig.from_dict(item["config"])
+    cfg = item_config(item)
     results, _ = run_bench([case], [REGISTRY["flashscope"]], device=item.get("device", "cuda"),
                            options={"config": cfg}, odd_shapes=item.get("odd_shapes", True))
     r = results[0]
@@ -147,7 +144,7 @@ def odd_shape_check(rec: dict, device: str = "cuda") -> "str | None":
 
     B, H, N, D = parse_gpu_shape(rec["shape"])
     case = Case(B, H, N, N, D, H, bool(rec["causal"]), rec["dtype"], "fwd")
-    cfg = AttentionConfig.from_dict(rec["config"])
+    cfg = item_config(rec)
     results, _ = run_bench(odd_cases(case), [REGISTRY["flashscope"]], device=device,
                            options={"config": cfg}, odd_shapes=False)
     bad = [r for r in results if r.status != "ok"]

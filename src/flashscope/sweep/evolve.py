@@ -2,7 +2,7 @@
 
 Start: the history (configs measured by earlier sweeps of the same problem and kind: known
 scores, free; the best of them are the first parents) and the seeds (the tuned config and
-the default of :func:`flashscope.config.select_config`), moved onto the space (each knob to
+the family's default for the problem), moved onto the space (each knob to
 its nearest axis value) and evaluated first when not known yet. Then, until ``budget`` new evaluations are spent, generations of ``batch``
 children:
 
@@ -28,8 +28,8 @@ import itertools
 import random
 from typing import Callable, Optional
 
-from ..config import AttentionConfig
-from .space import AXES, Problem, infeasible
+from ..families.triton_fwd import TritonFwdConfig
+from .space import Problem, infeasible
 
 
 def objective(rec: dict) -> Optional[tuple]:
@@ -62,18 +62,20 @@ class Evolution:
 
     def __init__(self, axes: dict, problem: Problem, *, seed: int = 0,
                  population: int = 8, batch: int = 4,
-                 on_pruned: Optional[Callable] = None):
-        self.axes = {k: tuple(axes[k]) for k in AXES}
+                 on_pruned: Optional[Callable] = None, record: type = TritonFwdConfig):
+        self.record = record  # the config record of the kernel's family
+        self.names = tuple(k for k in record.field_names() if k in axes)
+        self.axes = {k: tuple(axes[k]) for k in self.names}
         self.problem = problem
         self.rng = random.Random(seed)
         self.population = population
         self.batch = max(1, batch)
         self.on_pruned = on_pruned or (lambda cfg, reason: None)
-        self.scores = {}  # AttentionConfig -> score tuple or None
+        self.scores = {}  # config -> score tuple or None
         self.pruned = set()
         self.trace = []  # best score after each new evaluation
 
-    def know(self, cfg: AttentionConfig, score) -> None:
+    def know(self, cfg, score) -> None:
         self.scores[cfg] = score
 
     def best(self) -> Optional[tuple]:
@@ -94,17 +96,17 @@ class Evolution:
         scored = sorted(((s, c.key, c) for c, s in self.scores.items() if s is not None))
         return [c for _, _, c in scored[:self.population]]
 
-    def _child(self, parents: list) -> AttentionConfig:
+    def _child(self, parents: list):
         rng = self.rng
         pick = lambda: min(rng.sample(parents, min(2, len(parents))),  # noqa: E731
                            key=parents.index)
-        genes = {k: _snap(getattr(pick(), k), self.axes[k]) for k in AXES}
+        genes = {k: _snap(getattr(pick(), k), self.axes[k]) for k in self.names}
         if len(parents) > 1 and rng.random() < 0.3:
             other = pick()
-            for k in AXES:
+            for k in self.names:
                 if rng.random() < 0.5:
                     genes[k] = _snap(getattr(other, k), self.axes[k])
-        movable = [k for k in AXES if len(self.axes[k]) > 1]
+        movable = [k for k in self.names if len(self.axes[k]) > 1]
         if movable:
             n = 2 if len(movable) > 1 and rng.random() < 0.3 else 1
             for k in rng.sample(movable, n):
@@ -115,11 +117,11 @@ class Evolution:
                     genes[k] = vals[i + step]
                 else:
                     genes[k] = rng.choice([v for v in vals if v != genes[k]])
-        return AttentionConfig(**genes)
+        return self.record(**genes)
 
-    def _random_unscored(self, taken: set) -> Optional[AttentionConfig]:
-        rest = [AttentionConfig(**dict(zip(AXES, vals)))
-                for vals in itertools.product(*(self.axes[k] for k in AXES))]
+    def _random_unscored(self, taken: set):
+        rest = [self.record(**dict(zip(self.names, vals)))
+                for vals in itertools.product(*(self.axes[k] for k in self.names))]
         rest = [c for c in rest if c not in self.scores and c not in taken
                 and c not in self.pruned]
         self.rng.shuffle(rest)
@@ -158,7 +160,7 @@ class Evolution:
 
         fresh = []
         for s in seeds:
-            s = AttentionConfig(**{k: _snap(getattr(s, k), self.axes[k]) for k in AXES})
+            s = self.record(**{k: _snap(getattr(s, k), self.axes[k]) for k in self.names})
             if s not in self.scores and s not in fresh and self._feasible(s):
                 fresh.append(s)
         fresh = fresh[:budget]

@@ -5,7 +5,7 @@
 1. checks the request (shapes, search, budget) before any work;
 2. lists the jobs: each problem of the space (offline), or each (problem, shape) pair whose
    head dims agree (GPU);
-3. appends one "pruned" record per infeasible point (with check_config's reason);
+3. appends one "pruned" record per infeasible point (with its family rule's reason);
 4. exhaustive: evaluates every feasible point not finished yet; evolve: runs
    :class:`~flashscope.sweep.evolve.Evolution` per job with ``budget`` new evaluations,
    seeded with the tuned and default configs and knowing the scores of ``history`` files
@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config import AttentionConfig, select_config
 from ..errors import FlashscopeError
+from ..families import Problem as FamilyProblem
+from ..families import family
 from . import evaluate as ev
 from .evolve import Evolution, objective
 from .executors import LocalExecutor, make_executor
 from .pareto import FRONTS, pareto_front
-from .space import Problem, Space
+from .space import KERNELS, Problem, Space, is_forward, kernel_axes
 from .store import ResultStore, read_records, work_key
 
 SEARCHES = ("exhaustive", "evolve")
@@ -96,7 +97,7 @@ def list_jobs(req: SweepRequest) -> list:
     jobs = []
     for s in req.shapes:
         D = ev.parse_gpu_shape(s)[3]
-        mine = [Job(p, s) for p in problems if p.head_dim == D]
+        mine = [Job(p, s, kernel) for p in problems if p.head_dim == D]
         if not mine:
             dims = sorted({p.head_dim for p in problems})
             raise FlashscopeError(f"--shapes {s}: head dim {D} is not among the space's "
@@ -108,10 +109,10 @@ def list_jobs(req: SweepRequest) -> list:
 def check_request(req: SweepRequest) -> list:
     if req.search not in SEARCHES:
         raise FlashscopeError(f"--search {req.search!r}: expected one of {', '.join(SEARCHES)}")
-    if req.space.kernel != "fwd" and req.gpu:
+    if not is_forward(req.space.kernel) and req.gpu:
         raise FlashscopeError(f"--gpu with --kernel {req.space.kernel}: GPU sweeps time the "
-                              "forward; time backward configs with scripts/gpu/bwd_check.py")
-    if req.space.kernel != "fwd" and req.search != "exhaustive":
+                              "forward kernels; read backward configs offline")
+    if not is_forward(req.space.kernel) and req.search != "exhaustive":
         raise FlashscopeError(f"--search {req.search} with --kernel {req.space.kernel}: "
                               "evolve searches the forward's axes; use --search exhaustive")
     if req.search == "evolve" and (isinstance(req.budget, bool) or not isinstance(
@@ -209,16 +210,20 @@ def _compile_for_shape(item: dict) -> None:
 
 
 def _seeds(job: Job, tuned_dir) -> list:
+    """The family's rule default for the job's problem, and its tuned entry first where
+    the target's data file has one."""
     from ..tuned import lookup
 
     p = job.problem
     N = ev.parse_gpu_shape(job.shape)[2] if job.shape else 4096
-    out = [select_config(p.head_dim, p.dtype, p.causal, p.target)]
+    fam = family(KERNELS[job.kernel][0])
+    problem = FamilyProblem(p.target, p.dtype, p.head_dim, p.causal, N, N)
     try:
-        cfg, tuned, _ = lookup(p.target, p.dtype, p.head_dim, p.causal, N, tuned_dir)
+        out = [fam.select(problem)]
+        cfg, tuned, _ = lookup(problem, fam.KERNEL, tuned_dir)
     except FlashscopeError:
-        tuned = False
-    if tuned:
+        return []
+    if tuned and cfg not in out:
         out.insert(0, cfg)
     return out
 
@@ -290,11 +295,12 @@ def _evolve_job(req, runner: _Runner, store: ResultStore, job: Job, history: lis
             store.append({**ev.base_record(it), "status": "pruned", "reason": reason,
                           "search": "evolve"})
 
-    evo = Evolution(axes, p, seed=req.seed, batch=batch, on_pruned=on_pruned)
+    record = kernel_axes(job.kernel)[1]
+    evo = Evolution(axes, p, seed=req.seed, batch=batch, on_pruned=on_pruned, record=record)
     known = [r for r in history + store.records
              if r.get("kind") == runner.kind and job.matches(r) and r.get("status") != "pruned"]
     for r in known:
-        evo.know(AttentionConfig.from_dict(r["config"]), objective(r))
+        evo.know(record.from_dict(r["config"]), objective(r))
     spent = sum(1 for r in store.records if r.get("search") == "evolve"
                 and r.get("kind") == runner.kind and job.matches(r)
                 and r.get("status") != "pruned")
@@ -328,8 +334,8 @@ def job_summary(job: Job, records: list, kind: str, n_feasible: int, n_pruned: i
 
 
 def _brief(r: dict) -> dict:
-    keys = ("config_key", "registers", "occupancy", "limiter", "spill_stores", "spill_loads",
-            "shared_bytes", "ms", "tflops", "search")
+    keys = ("config_key", "label", "registers", "occupancy", "limiter", "spill_stores",
+            "spill_loads", "shared_bytes", "ms", "tflops", "search")
     return {k: r.get(k) for k in keys if r.get(k) is not None}
 
 
@@ -380,32 +386,33 @@ def replay_evolve(exhaustive: list, budget: int, trials: int = 20, batch: int = 
     """Evolve replayed against an exhaustive table (no GPU): per job, ``trials`` searches
     with seeds 0.. whose evaluations read the table's scores. The axes are the values the
     table holds. Returns per job the ratio best-found / optimum over the trials."""
-    from .space import AXES
-
     by_job = {}
     for r in exhaustive:
         if r.get("status") in ("ok", "failed", "pruned"):
-            k = (r["target"], r["dtype"], r["head_dim"], r["causal"], r.get("shape"))
+            k = (r["target"], r["dtype"], r["head_dim"], r["causal"], r.get("shape"),
+                 r.get("kernel", "fwd"))
             by_job.setdefault(k, []).append(r)
     rows = []
     for k, recs in sorted(by_job.items(), key=lambda kv: str(kv[0])):
-        table = {AttentionConfig.from_dict(r["config"]): r for r in recs
+        names, record, _ = kernel_axes(k[5])
+        table = {record.from_dict(r["config"]): r for r in recs
                  if r["status"] != "pruned"}
         scores = [objective(r) for r in table.values() if objective(r) is not None]
         if not scores:
             continue
         opt = min(scores)
         axes = {a: tuple(sorted({getattr(c, a) for c in table},
-                                key=lambda v: (v is not None, v or 0))) for a in AXES}
+                                key=lambda v: (v is not None, v or 0))) for a in names}
         problem = Problem(k[0], k[1], k[2], k[3])
+        seed_cfg = family(KERNELS[k[5]][0]).select(FamilyProblem(k[0], k[1], k[2], k[3]))
         ratios, hits = [], 0
         for seed in range(trials):
-            evo = Evolution(axes, problem, seed=seed, batch=batch)
+            evo = Evolution(axes, problem, seed=seed, batch=batch, record=record)
 
             def look(cfgs):
                 return [table.get(c, {"status": "failed"}) for c in cfgs]
 
-            evo.run(look, budget, seeds=[select_config(k[2], k[1], k[3], k[0])])
+            evo.run(look, budget, seeds=[seed_cfg])
             best = evo.best()
             if best is not None and len(opt) == 1:
                 ratios.append(best[0][0] / opt[0])

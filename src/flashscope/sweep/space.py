@@ -8,21 +8,22 @@ A space is a plain dict (or a JSON file with the same shape)::
      "num_stages": [2, 3, 4], "Q_IN_REGS": [true], "maxnreg": [null], "waves_per_eu": [null]}
 
 or ``{"spaces": [space, ...]}`` when the axes differ per target, dtype, head dim or causal
-flag. An axis left out takes the one value of :class:`~flashscope.config.AttentionConfig`'s
-default. Every key and value is checked by :func:`parse_space` before any work starts.
+flag. An axis left out takes the one value of the kernel family's default record. Every key and value is checked by :func:`parse_space` before any work starts.
 
 Points are the product problem x axes. A vendor-specific knob (``maxnreg`` on NVIDIA,
 ``waves_per_eu`` on AMD) is set to None for targets of the other vendor, so one space can
-cover both; the duplicates this makes are dropped. Each remaining point goes through
-:func:`flashscope.config.check_config` (shared memory, threads, register caps); the points it
-rejects are kept with its message as the reason.
+cover both; the duplicates this makes are dropped. Each remaining point goes through its
+family's rules (:mod:`flashscope.families`: shared memory, threads, register caps, the
+sm90 kernel's tile list); the points they reject are kept with the rule's message as the
+reason.
 
-Backward kernels (``kernel="bwd_dkdv"`` or ``"bwd_dq"``) take the axes of
-:class:`~flashscope.config.AttentionBwdConfig` instead (:data:`BWD_AXES`: BLOCK_M1,
-BLOCK_N1, BLOCK_M2, BLOCK_N2, num_warps, num_stages, maxnreg, waves_per_eu) and are checked
-with :func:`flashscope.config.check_bwd_config`. The tiles of the other backward kernel do
-not enter the one swept (dK/dV uses BLOCK_M1/BLOCK_N1, dQ BLOCK_M2/BLOCK_N2), so those two
-axes collapse to their first listed value, like a foreign vendor knob.
+Kernels (``kernel=``): ``fwd`` or ``triton-fwd`` (the portable forward), ``sm90-fwd`` (the
+Hopper forward; its knobs are the axes: BLOCK_M, BLOCK_N, num_stages and its switches),
+``bwd_dkdv`` and ``bwd_dq`` (the portable backward's two main kernels, axes BLOCK_M1,
+BLOCK_N1, BLOCK_M2, BLOCK_N2, num_warps, num_stages, maxnreg, waves_per_eu). The tiles of
+the other backward kernel do not enter the one swept (dK/dV uses BLOCK_M1/BLOCK_N1, dQ
+BLOCK_M2/BLOCK_N2), so those two axes collapse to their first listed value, like a
+foreign vendor knob.
 """
 
 from __future__ import annotations
@@ -34,23 +35,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..config import (DTYPE_BYTES, MAX_HEAD_DIM, MIN_HEAD_DIM, AttentionBwdConfig,
-                      AttentionConfig, check_bwd_config, check_config)
 from ..errors import ConfigError, FlashscopeError, closest
+from ..families import family
+from ..families.base import DTYPE_BYTES, MAX_HEAD_DIM, MIN_HEAD_DIM
 from ..targets import get_target
 
-#: The config axes a space may list, in AttentionConfig order.
-AXES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "Q_IN_REGS", "maxnreg",
-        "waves_per_eu")
-#: The config axes of a backward space, in AttentionBwdConfig order (PRE_BLOCK stays at
-#: its default: the preprocess is not swept).
-BWD_AXES = ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages",
-            "maxnreg", "waves_per_eu")
-#: Kernels a space may sweep -> (axes, config record, tile axes the kernel does not use).
+#: Kernels a space may sweep -> (family, the family's knobs the sweep leaves at their
+#: default, tile axes the kernel does not use).
 KERNELS = {
-    "fwd": (AXES, AttentionConfig, ()),
-    "bwd_dkdv": (BWD_AXES, AttentionBwdConfig, ("BLOCK_M2", "BLOCK_N2")),
-    "bwd_dq": (BWD_AXES, AttentionBwdConfig, ("BLOCK_M1", "BLOCK_N1")),
+    "fwd": ("triton-fwd", (), ()),
+    "triton-fwd": ("triton-fwd", (), ()),
+    "sm90-fwd": ("sm90-fwd", (), ()),
+    "bwd_dkdv": ("triton-bwd", ("PRE_BLOCK",), ("BLOCK_M2", "BLOCK_N2")),
+    "bwd_dq": ("triton-bwd", ("PRE_BLOCK",), ("BLOCK_M1", "BLOCK_N1")),
 }
 #: Problem keys of a space and their defaults.
 PROBLEM_KEYS = {"targets": ("sm90",), "dtypes": ("bfloat16",), "head_dims": (128,),
@@ -73,18 +70,30 @@ def _int_in(lo, hi, none_ok=False):
     return ok, f"an integer in {lo}..{hi}" + (" or null" if none_ok else "")
 
 
-#: Per axis: (predicate, what it expects). Target-specific limits (threads per block,
-#: registers, shared memory) are check_config's job, per point.
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+
+#: Per axis, where a value can be refused before any target is known: (predicate, what it
+#: expects). Target-specific limits (threads per block, registers, shared memory, the
+#: sm90 kernel's tile list) are the family rules' job, per point. An axis not listed here
+#: must be a boolean switch.
 AXIS_RULES = {
     "BLOCK_M": _pow2_in(16, 256),
     "BLOCK_N": _pow2_in(16, 256),
     "num_warps": _pow2_in(1, 16),
     "num_stages": _int_in(1, 8),
-    "Q_IN_REGS": (lambda v: isinstance(v, bool), "true or false"),
     "maxnreg": _int_in(16, 255, none_ok=True),
     "waves_per_eu": _int_in(1, 16, none_ok=True),
     **{k: _pow2_in(16, 256) for k in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2")},
 }
+#: the sm90 kernel's BLOCK_M counts warpgroups (192 = three), not a power of two
+SM90_AXIS_RULES = {"BLOCK_M": ((lambda v: v in (64, 128, 192)), "64, 128 or 192")}
+
+
+def axis_rule(kernel: str, axis: str) -> tuple:
+    if kernel == "sm90-fwd" and axis in SM90_AXIS_RULES:
+        return SM90_AXIS_RULES[axis]
+    return AXIS_RULES.get(axis, _BOOL)
+
 
 #: Built-in spaces per vendor (about 30 points per problem after pruning).
 DEFAULT_AXES = {
@@ -95,6 +104,12 @@ DEFAULT_AXES = {
             "num_stages": [1, 2], "Q_IN_REGS": [True], "maxnreg": [None],
             "waves_per_eu": [None, 2]},
 }
+
+#: Built-in space of the sm90 kernel: the tile shapes it takes, ring depth, Q in registers
+#: and the consumers' turns; the other switches at the family's defaults (24 points per
+#: problem before pruning).
+DEFAULT_SM90_AXES = {"BLOCK_M": [64, 128, 192], "BLOCK_N": [128], "num_stages": [2, 3],
+                     "Q_IN_REGS": [False, True], "PINGPONG": [False, True]}
 
 #: Built-in backward spaces per vendor: around the backward defaults (resident tile 64 or
 #: 128 rows, streamed tile 16 or 32), per kernel 16 (NVIDIA) or 8-16 (AMD) points per
@@ -110,12 +125,24 @@ DEFAULT_BWD_AXES = {
 
 
 def kernel_axes(kernel: str) -> tuple:
-    """(axes, config record type, unused tile axes) of ``kernel``; ConfigError if unknown."""
+    """(axes, config record type, unused tile axes) of ``kernel``; ConfigError if unknown.
+    The axes are the family record's knobs, in its field order."""
     try:
-        return KERNELS[kernel]
+        fam, fixed, unused = KERNELS[kernel]
     except KeyError:
         raise ConfigError(f"--kernel {kernel!r}: expected one of {', '.join(KERNELS)}") \
             from None
+    record = family(fam).Config
+    return tuple(k for k in record.field_names() if k not in fixed), record, unused
+
+
+#: the axes of the portable forward and of the backward kernels (the records' knobs)
+AXES = kernel_axes("fwd")[0]
+BWD_AXES = kernel_axes("bwd_dkdv")[0]
+
+
+def is_forward(kernel: str) -> bool:
+    return KERNELS[kernel][0] != "triton-bwd" if kernel in KERNELS else False
 
 
 @dataclass(frozen=True)
@@ -189,8 +216,8 @@ class Space:
 
     def points(self, problem: Optional[Problem] = None) -> tuple:
         """(feasible, pruned) for one problem or all: feasible is a list of
-        (Problem, config); pruned a list of (Problem, config, reason). Configs are
-        AttentionConfig, or AttentionBwdConfig for a backward kernel."""
+        (Problem, config); pruned a list of (Problem, config, reason). Configs are records
+        of the kernel's family."""
         names, record, _ = kernel_axes(self.kernel)
         problems = [problem] if problem is not None else self.problems()
         feasible, pruned = [], []
@@ -219,11 +246,9 @@ def _order(v):
 
 
 def infeasible(cfg, problem: Problem) -> Optional[str]:
-    """check_config's (check_bwd_config's for a backward config) reason when ``cfg``
-    cannot be built for ``problem``, else None."""
-    check = check_bwd_config if isinstance(cfg, AttentionBwdConfig) else check_config
+    """The family rules' reason when ``cfg`` cannot be built for ``problem``, else None."""
     try:
-        check(cfg, problem.target, problem.head_dim, problem.dtype)
+        family(cfg.KERNEL).check(cfg, problem.target, problem.head_dim, problem.dtype)
     except ConfigError as e:
         return str(e)
     return None
@@ -280,13 +305,13 @@ def _parse_block(d, src: str, i: Optional[int], kernel: str = "fwd") -> SubSpace
     axes = {}
     for k in names:
         vals = values(k, [getattr(default, k)])
-        ok, expected = AXIS_RULES[k]
+        ok, expected = axis_rule(kernel, k)
         for v in vals:
             if not ok(v):
                 raise ConfigError(f"{where}: {k}: {v!r} is impossible; expected {expected}")
         axes[k] = vals
     for knob, vendor in VENDOR_KNOBS.items():
-        if any(v is not None for v in axes[knob]) and not any(
+        if knob in axes and any(v is not None for v in axes[knob]) and not any(
                 get_target(t).vendor == vendor for t in targets):
             raise ConfigError(f"{where}: {knob} is set but applies only to {vendor} targets"
                               f" and none is listed ({', '.join(targets)})")
@@ -294,7 +319,7 @@ def _parse_block(d, src: str, i: Optional[int], kernel: str = "fwd") -> SubSpace
 
 
 def parse_space(data, src: str = "space", kernel: str = "fwd") -> Space:
-    """A :class:`Space` of ``kernel`` (fwd, bwd_dkdv, bwd_dq) from a dict (one block, or
+    """A :class:`Space` of ``kernel`` (:data:`KERNELS`) from a dict (one block, or
     ``{"spaces": [...]}``); ConfigError naming the key and the expected values on anything
     wrong."""
     if isinstance(data, dict) and "spaces" in data:
@@ -327,14 +352,15 @@ def load_space(path, kernel: str = "fwd") -> Space:
 def default_space(targets=("sm90",), dtypes=("bfloat16",), head_dims=(64, 128),
                   causal=(False, True), kernel: str = "fwd") -> Space:
     """The built-in space: :data:`DEFAULT_AXES` (:data:`DEFAULT_BWD_AXES` for a backward
-    kernel) of each target's vendor."""
-    table = DEFAULT_AXES if kernel_axes(kernel)[1] is AttentionConfig else DEFAULT_BWD_AXES
+    kernel, :data:`DEFAULT_SM90_AXES` for the sm90 kernel) of each target's vendor."""
     blocks = []
     for t in targets:
         vendor = get_target(t).vendor
+        table = (DEFAULT_SM90_AXES if kernel == "sm90-fwd" else
+                 DEFAULT_AXES[vendor] if is_forward(kernel) else DEFAULT_BWD_AXES[vendor])
         blocks.append(_parse_block({"targets": [t], "dtypes": list(dtypes),
                                     "head_dims": list(head_dims), "causal": list(causal),
-                                    **table[vendor]}, "default space", None, kernel))
+                                    **table}, "default space", None, kernel))
     return Space(tuple(blocks), kernel)
 
 

@@ -1,25 +1,19 @@
 """Best configs of a GPU sweep -> the tuned data files :mod:`flashscope.tuned` reads.
 
-For each (target, dtype, head dim, causal, sequence-length class of the shape's N) the
-validated record with the lowest median latency wins. Only GPU records with status "ok"
-count (offline records have no speed, and a tuned file must never hold an unmeasured
+For each (target, kernel, dtype, head dim, causal, sequence-length class of the shape's N)
+the validated record with the lowest median latency wins. Only GPU records with status
+"ok" count (offline records have no speed, and a tuned file must never hold an unmeasured
 choice). Several shapes in one class: the one with the most evaluated configs decides,
 then the largest N. An existing file keeps its other entries; entries for the same key are
-replaced. Files are written atomically (temporary file + rename) and read back through
-the strict reader before the rename, so a written file always loads.
+replaced. The writing is :func:`flashscope.tuned.write_entries`'s, the one writer of tuned
+files (the tuner's adoptions go through it too).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from pathlib import Path
-
-from ..config import AttentionConfig
 from ..errors import FlashscopeError
-from ..tuned import DATA_DIR, FORMAT, entry_key, load_tuned, parse_tuned, seq_class, tuned_path
-from .evaluate import parse_gpu_shape
+from ..tuned import entry_key, make_entry, seq_class, write_entries
+from .evaluate import item_config, parse_gpu_shape
 
 
 def best_entries(records, source: str = "", check=None) -> dict:
@@ -31,10 +25,11 @@ def best_entries(records, source: str = "", check=None) -> dict:
         if r.get("kind") != "gpu" or r.get("status") != "ok" or not r.get("ms"):
             continue
         _, _, N, _ = parse_gpu_shape(r["shape"])
-        k = (r["target"], r["dtype"], r["head_dim"], r["causal"], seq_class(N), r["shape"])
+        k = (r["target"], r.get("kernel", "fwd"), r["dtype"], r["head_dim"], r["causal"],
+             seq_class(N), r["shape"])
         groups.setdefault(k, []).append(r)
     chosen = {}
-    for (target, dtype, hd, causal, cls, shape), recs in groups.items():
+    for (target, _, dtype, hd, causal, cls, shape), recs in groups.items():
         best = None
         for r in sorted(recs, key=lambda r: (r["ms"], r["config_key"])):
             if check is None or check(r) is None:
@@ -44,14 +39,12 @@ def best_entries(records, source: str = "", check=None) -> dict:
             continue
         N = parse_gpu_shape(shape)[2]
         rank = (len({r["config_key"] for r in recs}), N)
-        key = (target, entry_key(dtype, hd, causal, cls))
+        cfg = item_config(best)
+        key = (target, entry_key(cfg.KERNEL, dtype, hd, causal, cls))
         if key not in chosen or rank > chosen[key][0]:
-            entry = {"dtype": dtype, "head_dim": hd, "causal": causal, "seq_class": cls,
-                     "config": AttentionConfig.from_dict(best["config"]).as_dict(),
-                     "ms": best["ms"], "tflops": best.get("tflops"), "shape": shape,
-                     "evaluated": rank[0], "source": source}
-            if best.get("search"):
-                entry["search"] = best["search"]
+            entry = make_entry(cfg, dtype, hd, causal, cls, ms=best["ms"],
+                               tflops=best.get("tflops"), shape=shape, evaluated=rank[0],
+                               source=source or None, search=best.get("search"))
             chosen[key] = (rank, entry)
     out = {}
     for (target, _), (_, entry) in sorted(chosen.items(), key=lambda kv: str(kv[0])):
@@ -65,28 +58,4 @@ def write_tuned(records, data_dir=None, source: str = "", check=None) -> list:
     if not per_target:
         raise FlashscopeError("--write-tuned: no validated GPU timings in these results "
                               "(tuned files hold measured configs only; run with --gpu)")
-    d = Path(data_dir or DATA_DIR)
-    d.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for target, entries in per_target.items():
-        existing = {k: e for k, (_, e) in load_tuned(target, d).items()}
-        for e in entries:
-            existing[entry_key(e["dtype"], e["head_dim"], e["causal"], e["seq_class"])] = e
-        data = {"format": FORMAT, "target": target,
-                "entries": [existing[k] for k in sorted(existing)]}
-        path = tuned_path(target, d)
-        parse_tuned(data, target, str(path))
-        text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        paths.append(path)
-    return paths
+    return [write_entries(target, entries, data_dir) for target, entries in per_target.items()]

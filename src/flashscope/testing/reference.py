@@ -4,8 +4,12 @@
 float32 when asked) on the inputs' own device, in plain torch, so it shares no code with any
 kernel under test. Shapes: q (B, H, Nq, D), k/v (B, Hkv, Nk, D) with H % Hkv == 0 (GQA: each
 group of H/Hkv query heads reads one kv head, ``repeat_interleave`` order, as SDPA's
-``enable_gqa``). The causal mask is top-left aligned like SDPA's ``is_causal``: query i sees
-keys j <= i. Rows are processed in chunks so the score block stays under ~1 GiB.
+``enable_gqa``). Masks are written here from their definition, apart from the kernels':
+query i sits at position p_i = i (``align="top_left"``, SDPA's ``is_causal``) or
+i + Nk - Nq (``"bottom_right"``, FlashAttention's) and sees key j when j <= p_i (causal) and
+p_i - left <= j <= p_i + right (``window=(left, right)``, None or negative: unbounded). A
+row that sees no key is zero (FlashAttention's convention). Rows are processed in chunks so
+the score block stays under ~1 GiB.
 
 ``rel_error(out, ref) = max|out - ref| / max|ref|``: the worst element's error in units of
 the output's scale. The max (not a norm ratio) is deliberate: a bug confined to one row or
@@ -38,11 +42,41 @@ ERROR_BOUND = MappingProxyType({
 _CHUNK_BYTES = 1 << 30
 
 
+def _hidden(r0: int, r1: int, n_q: int, n_k: int, is_causal: bool, window, align: str,
+            device) -> "torch.Tensor | None":
+    """(r1 - r0, n_k) bool: the keys rows r0..r1 do not see, or None when they see all."""
+    left, right = window if window is not None else (None, None)
+    left = None if left is None or left < 0 else left
+    right = None if right is None or right < 0 else right
+    if is_causal:
+        right = 0 if right is None else min(right, 0)
+    if left is None and right is None:
+        return None
+    pos = torch.arange(r0, r1, device=device)[:, None]
+    if align == "bottom_right":
+        pos = pos + (n_k - n_q)
+    cols = torch.arange(n_k, device=device)[None, :]
+    hidden = torch.zeros(r1 - r0, n_k, dtype=torch.bool, device=device)
+    if right is not None:
+        hidden |= cols > pos + right
+    if left is not None:
+        hidden |= cols < pos - left
+    return hidden
+
+
+def _softmax(s: torch.Tensor, hidden) -> torch.Tensor:
+    if hidden is None:
+        return torch.softmax(s, dim=-1)
+    p = torch.softmax(s.masked_fill(hidden, float("-inf")), dim=-1)
+    return p.masked_fill(hidden.all(-1, keepdim=True), 0.0)  # rows that see no key
+
+
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                         is_causal: bool = False, scale: Optional[float] = None,
-                        compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """softmax(q k^T * scale, causal top-left) v in ``compute_dtype`` (float64 by default),
-    shape (B, H, Nq, D), on q's device. ``scale`` defaults to 1/sqrt(D)."""
+                        compute_dtype: torch.dtype = torch.float64, window=None,
+                        align: str = "top_left") -> torch.Tensor:
+    """softmax(q k^T * scale, masked) v in ``compute_dtype`` (float64 by default), shape
+    (B, H, Nq, D), on q's device. ``scale`` defaults to 1/sqrt(D)."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise FlashscopeError(f"q, k, v: expected rank-4 (B, H, N, D) tensors, got shapes "
                               f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
@@ -62,14 +96,11 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     itemsize = torch.empty((), dtype=compute_dtype).element_size()
     rows = max(1, _CHUNK_BYTES // max(1, B * H * Nk * itemsize))
     out = torch.empty(B, H, Nq, D, dtype=compute_dtype, device=q.device)
-    cols = torch.arange(Nk, device=q.device)
     for r0 in range(0, Nq, rows):
         r1 = min(Nq, r0 + rows)
         s = (qd[:, :, r0:r1] @ kt) * scale
-        if is_causal:
-            hidden = cols[None, :] > torch.arange(r0, r1, device=q.device)[:, None]
-            s = s.masked_fill(hidden, float("-inf"))
-        out[:, :, r0:r1] = torch.softmax(s, dim=-1) @ vd
+        hidden = _hidden(r0, r1, Nq, Nk, is_causal, window, align, q.device)
+        out[:, :, r0:r1] = _softmax(s, hidden) @ vd
     return out
 
 
@@ -94,14 +125,15 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def reference_attention_grads(q, k, v, dout, *, is_causal: bool = False,
                               scale: Optional[float] = None,
-                              compute_dtype: torch.dtype = torch.float64):
+                              compute_dtype: torch.dtype = torch.float64, window=None,
+                              align: str = "top_left"):
     """(out, dq, dk, dv) in ``compute_dtype`` for the loss <out, dout>, by the closed form
     (chunked over query rows like the forward, no autograd graph):
     P = softmax(scale Q K^T), dV = P^T dO, dP = dO V^T, Delta_i = sum_d dO_id O_id,
     dS = P (dP - Delta), dQ = scale dS K, dK = scale dS^T Q; GQA sums dK, dV over each group
     of H / Hkv query heads. dout has q's shape (B, H, Nq, D)."""
     out = reference_attention(q, k, v, is_causal=is_causal, scale=scale,
-                              compute_dtype=compute_dtype)
+                              compute_dtype=compute_dtype, window=window, align=align)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if tuple(dout.shape) != tuple(q.shape):
@@ -117,14 +149,10 @@ def reference_attention_grads(q, k, v, dout, *, is_causal: bool = False,
     dq = torch.empty_like(qd)
     dk = torch.zeros_like(kd)
     dv = torch.zeros_like(vd)
-    cols = torch.arange(Nk, device=q.device)
     for r0 in range(0, Nq, rows):
         r1 = min(Nq, r0 + rows)
         s = (qd[:, :, r0:r1] @ kd.transpose(-1, -2)) * scale
-        if is_causal:
-            hidden = cols[None, :] > torch.arange(r0, r1, device=q.device)[:, None]
-            s = s.masked_fill(hidden, float("-inf"))
-        p = torch.softmax(s, dim=-1)
+        p = _softmax(s, _hidden(r0, r1, Nq, Nk, is_causal, window, align, q.device))
         do = dod[:, :, r0:r1]
         dv += p.transpose(-1, -2) @ do
         delta = (do * out[:, :, r0:r1]).sum(-1, keepdim=True)

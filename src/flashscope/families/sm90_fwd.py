@@ -1,0 +1,478 @@
+"""The Hopper forward (``sm90-fwd``), written in Gluon
+(:mod:`flashscope.kernels.attention_fwd_sm90`): a TMA producer warp and one consumer
+warpgroup per 64 query rows on a persistent grid, FlashAttention-3's schedule.
+
+Its record (:class:`Sm90FwdConfig`), rules (:data:`RULES`), default rule (:func:`select`),
+what it accepts (:func:`accepts`, :func:`tensors_problem`), and its launch plan
+(:class:`Sm90Plan`: descriptors, scalars, work list, constexprs, built once per geometry
+and then looked up, :func:`plan`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple, Optional
+
+from ..errors import ConfigError
+from .base import DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, needs, shared_memory
+
+KERNEL = "sm90-fwd"
+MODULE, FUNCTION = "attention_fwd_sm90", "_attn_fwd_sm90"
+#: head dims the kernel is built for
+HEAD_DIMS = (64, 128)
+#: warps of one consumer warpgroup (the kernel's num_warps)
+WARPS = 4
+#: setmaxnreg budgets by consumer warpgroups: with a 24-register producer warpgroup, two
+#: 240-register consumers fill 64K registers ((2 x 240 + 24) x 128 = 64512, as in
+#: FlashAttention-3); three take 160 each and the producer, then in the default
+#: partition, the remaining 32 ((3 x 160 + 32) x 128 = 65536, FlashAttention-4's split).
+#: One consumer runs in the default partition alone.
+CONSUMER_REGS = {1: 240, 2: 240, 3: 160}
+PRODUCER_REGS = 24
+#: base-2 threshold of LAZY_RESCALE: a row's maximum moves only when a key tile raises it
+#: by more than this (a factor of 256), which keeps P below 2^8 and every sum exact in fp32
+RESCALE_TAU = 8
+
+
+@dataclass(frozen=True)
+class Sm90FwdConfig(Knobs):
+    """Knobs of the Hopper forward. The defaults are the recipe that measured best at
+    D = 128 on an H100 (:func:`select` gives each problem's).
+
+    BLOCK_M rows per work tile, one consumer warpgroup per 64 (64, 128 or 192); BLOCK_N
+    keys per tile (the wgmma N of the score tile); num_stages the depth of the K/V ring.
+    Q_IN_REGS: each consumer loads its Q slot into registers once per work tile and feeds
+    Q K^T from there (wgmma's register A operand): each key tile then reads only K and V
+    from shared memory, for D / 4 more registers per thread. PINGPONG (two or three
+    consumers): the consumers issue their wgmma in turn on hardware named barriers, so one
+    warpgroup's softmax runs under the others' products (FlashAttention-3's ping-pong).
+    LAZY_RESCALE: a row keeps its running maximum until a key tile raises it by more than
+    :data:`RESCALE_TAU` (base 2), so most tiles skip the O rescale (FlashAttention-4's
+    conditional rescaling). EARLY_Q: the output gets a shared-memory slot of its own, so
+    each Q slot goes back to the producer at its last Q K^T and the next work tile's Q loads
+    under the epilogue. K_EARLY: each K slot goes back when its Q K^T completes instead of
+    with its V. MASKED_FIRST: each work tile's masked key tiles run first, so the
+    consumer loop carries no mask. OUT_RCP: each output row is scaled by one reciprocal of
+    its sum instead of dividing every value. BALANCE: the host's work list prices a head's
+    partly padded last row block by the consumers that hold real rows and splits the heads
+    into sections of nearly equal size (:mod:`flashscope.schedule`). SPLIT_KV: the work
+    list's ragged end is cut along the keys; the pieces write fp32 partials that a second
+    kernel merges (:mod:`flashscope.kernels.attention_merge`)."""
+
+    KERNEL: ClassVar[str] = KERNEL
+
+    BLOCK_M: int = 128
+    BLOCK_N: int = 128
+    num_stages: int = 2
+    Q_IN_REGS: bool = True
+    PINGPONG: bool = False
+    LAZY_RESCALE: bool = True
+    EARLY_Q: bool = True
+    K_EARLY: bool = True
+    MASKED_FIRST: bool = True
+    OUT_RCP: bool = True
+    BALANCE: bool = False
+    SPLIT_KV: bool = False
+
+    #: the switches a label names when on
+    _SWITCHES: ClassVar[tuple] = (
+        ("Q_IN_REGS", "q-regs"), ("PINGPONG", "pingpong"), ("LAZY_RESCALE", "lazy"),
+        ("EARLY_Q", "early-q"), ("K_EARLY", "k-early"), ("MASKED_FIRST", "masked-first"),
+        ("OUT_RCP", "rcp"), ("BALANCE", "balance"), ("SPLIT_KV", "split-kv"))
+
+    @property
+    def num_warps(self) -> int:
+        return WARPS
+
+    @property
+    def consumers(self) -> int:
+        return self.BLOCK_M // 64
+
+    def _label_parts(self) -> list:
+        return [f"{self.BLOCK_M}x{self.BLOCK_N}", f"s{self.num_stages}",
+                *(name for knob, name in self._SWITCHES if getattr(self, knob))]
+
+
+Config = Sm90FwdConfig
+
+def min_shared_bytes(cfg: Sm90FwdConfig, head_dim: int, dtype: str = "bfloat16") -> int:
+    """The kernel's shared memory but its barriers, in bytes: Q (and the output slot with
+    EARLY_Q), the K/V ring, and 16 bytes a row of the row maxima the consumers store."""
+    rows = cfg.BLOCK_M * (2 if cfg.EARLY_Q else 1) + 2 * cfg.num_stages * cfg.BLOCK_N
+    return rows * head_dim * DTYPE_BYTES[dtype] + 16 * cfg.BLOCK_M
+
+
+def _target(cfg, ctx):
+    t = ctx.target
+    if t.vendor != "nvidia" or t.cc // 10 != 9:
+        return f"{KERNEL} is the sm_90 (Hopper) kernel; {t.name} is not sm_90 (use triton-fwd)"
+    return None
+
+
+def _head_dim(cfg, ctx):
+    if ctx.head_dim not in HEAD_DIMS:
+        shown = " or ".join(map(str, HEAD_DIMS))
+        return f"{KERNEL} takes head dim {shown}, got {ctx.head_dim} (use triton-fwd)"
+    return None
+
+
+def _pingpong(cfg, ctx):
+    if cfg.PINGPONG and cfg.BLOCK_M < 128:
+        return (f"{KERNEL}: PINGPONG=1 needs two or three consumer warpgroups to take turns "
+                f"(BLOCK_M=128 or 192), got BLOCK_M={cfg.BLOCK_M}")
+    return None
+
+
+RULES = (
+    Rule("target", "the kernel uses wgmma, TMA and setmaxnreg", _target),
+    Rule("head dim", "the kernel is built for these head dims", _head_dim),
+    allowed("BLOCK_M", (64, 128, 192), "one consumer warpgroup per 64 query rows"),
+    allowed("BLOCK_N", (64, 128), "the wgmma N of the score tile"),
+    allowed("num_stages", (2, 3, 4), "the depth of the K/V ring"),
+    Rule("PINGPONG", "turns need two or more consumers", _pingpong),
+    shared_memory(min_shared_bytes, lambda c: f"BLOCK_M={c.BLOCK_M}, BLOCK_N={c.BLOCK_N}"
+                  + (", EARLY_Q=1" if c.EARLY_Q else "")),
+)
+
+
+def check(cfg: Sm90FwdConfig, target="sm90", head_dim: int = 128,
+          dtype: str = "bfloat16") -> Sm90FwdConfig:
+    """``cfg`` unchanged if it can be built for ``target``; else ConfigError naming the
+    knob and the limit it breaks."""
+    return check_rules(cfg, RULES, target, head_dim, dtype)
+
+
+def accepts(problem: Problem) -> Optional[str]:
+    """Why this family cannot run ``problem``, or None. Pure: no tensor is read."""
+    t = problem.target_record()
+    if t.vendor != "nvidia" or t.cc // 10 != 9:
+        return f"{t.name} is not sm_90"
+    if problem.head_dim not in HEAD_DIMS:
+        return f"head dim {problem.head_dim} (the kernel takes {HEAD_DIMS})"
+    if problem.window or problem.varlen:
+        return "windows and packed sequences run on triton-fwd"
+    return None
+
+
+def select(problem: Problem) -> Sm90FwdConfig:
+    """The default for a problem the family accepts, a rule over the measured recipes
+    (H100, bf16, B*N = 16384, H*D = 2048; each knob's effect in docs/experiments.md):
+
+    - D = 64: three consumers (192 x 128), a 3-stage ring, consumers in turn, Q read from
+      shared memory (three 160-register consumers have no room for it), the output in a
+      slot of its own with one reciprocal per row, and the padded last row block priced in
+      the work list; causal adds the lazy rescale, early K hand-backs and the masked tiles
+      first.
+    - D = 128: two consumers (128 x 128), a 2-stage ring with early K hand-backs (the
+      shared memory leaves room for the output slot), Q in registers, the lazy rescale,
+      the masked tiles first; causal adds the balanced work list.
+
+    Tuned entries (:mod:`flashscope.tuned`) override this where an A/B beat it."""
+    base = Sm90FwdConfig()
+    if problem.head_dim <= 64:
+        return base.replace(BLOCK_M=192, num_stages=3, Q_IN_REGS=False, PINGPONG=True,
+                            LAZY_RESCALE=problem.causal, K_EARLY=problem.causal,
+                            MASKED_FIRST=problem.causal, BALANCE=True)
+    return base.replace(BALANCE=problem.causal)
+
+
+def tensors_problem(q, k, v, scale: "float | None" = None) -> Optional[str]:
+    """Why the kernel cannot run on these tensors, or None: head dim, scale > 0 (it folds
+    the scale into the row maximum) and a rank-4 TMA descriptor for each."""
+    if q.shape[-1] not in HEAD_DIMS:
+        return f"head dim {q.shape[-1]}"
+    if scale is not None and scale <= 0:
+        return f"scale {scale} (needs > 0)"
+    for name, x in (("query", q), ("key", k), ("value", v)):
+        why = _desc4_problem(x)
+        if why:
+            return f"{name}: needs {why}"
+    return None
+
+
+# -- descriptors ---------------------------------------------------------------------------
+
+def _desc4_problem(x) -> Optional[str]:
+    """Why ``x`` (B, H, N, D) has no rank-4 TMA descriptor, or None."""
+    strides = x.stride()
+    if strides[3] != 1:
+        return f"a contiguous last dimension (stride 1), got strides {tuple(strides)}"
+    if x.data_ptr() % 16 or not _strides_aligned(strides, x.shape, x.element_size()):
+        return (f"a 16-byte aligned base and strides, got strides {tuple(strides)} at base "
+                f"address % 16 = {x.data_ptr() % 16}")
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _strides_aligned(strides, shape, elt: int) -> bool:
+    """16-byte strides on every dimension longer than 1 (cached: asked on every call)."""
+    return not any(st * elt % 16 for st, n in zip(strides[:3], shape[:3]) if n > 1)
+
+
+def tma_desc4(x, name: str, rows: int):
+    """A rank-4 Gluon TMA descriptor over ``x`` (B, H, N, D) with its own strides, block
+    (1, 1, rows, D). TMA zero-fills rows past N of each head on loads and clips them on
+    stores. Raises ConfigError (naming ``name``) when TMA's alignment rules fail."""
+    import torch
+
+    why = _desc4_problem(x)
+    if why:
+        raise ConfigError(f"{name}: {KERNEL} needs {why} (pass .contiguous())")
+    return _descriptor(x, _desc4_fields(x.shape, x.stride(), x.element_size(),
+                                        x.dtype == torch.bfloat16, rows))
+
+
+def _descriptor(base, fields: dict):
+    """A TensorDescriptor over ``base`` with the other fields given. Its constructor
+    re-checks in Python what :func:`tma_desc4` and the rules check (rank, alignment,
+    block shape): a few microseconds per descriptor, four per launch. The fields depend
+    only on the geometry: they are filled directly."""
+    desc = object.__new__(_descriptor_class())
+    desc.__dict__.update(fields, base=base)
+    return desc
+
+
+@functools.lru_cache(maxsize=None)
+def _descriptor_class():
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    return TensorDescriptor
+
+
+@functools.lru_cache(maxsize=4096)
+def _desc4_fields(shape, strides, elt: int, bf16: bool, rows: int) -> dict:
+    """TensorDescriptor fields but the base, for :func:`tma_desc4` (read-only: shared by
+    every descriptor of this geometry). Size-1 dimensions never move: they get an aligned
+    stride TMA accepts."""
+    strides = [st if n > 1 else 16 // elt * max(1, shape[3]) for st, n in
+               zip(strides[:3], shape[:3])] + [1]
+    return dict(shape=list(shape), strides=strides, block_shape=[1, 1, rows, shape[3]],
+                layout=_nvmma_layout(rows, shape[3], bf16), padding="zero")
+
+
+@functools.lru_cache(maxsize=None)
+def _nvmma_layout(rows: int, head_dim: int, bf16: bool):
+    """The shared-memory layout of a (1, 1, rows, head_dim) TMA block: built once per
+    block shape, not on every launch."""
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim],
+                                                gl.bfloat16 if bf16 else gl.float16)
+
+
+# -- work lists -----------------------------------------------------------------------------
+
+def _list_args(q, n_k: int, cfg: Sm90FwdConfig, programs: int) -> tuple:
+    """(n_m, bh, block_m, block_n, n_k, programs, section): the arguments every work list
+    of :mod:`flashscope.schedule` starts with, for q's shape and device."""
+    from ..launch import l2_bytes, triton_cdiv
+    from ..schedule import section_heads
+
+    B, H, Nq, D = q.shape
+    section = section_heads(n_k, D, q.element_size(), l2_bytes(q.device), B * H)
+    return (triton_cdiv(Nq, cfg.BLOCK_M), B * H, cfg.BLOCK_M, cfg.BLOCK_N, n_k, programs,
+            section)
+
+
+def lpt_tensor(q, n_k: int, cfg: Sm90FwdConfig, programs: int, causal: bool = True):
+    """The persistent grid's work list (:func:`flashscope.schedule.lpt_schedule`) for q's
+    shape on q's device, built once per shape and device and kept there."""
+    return _lpt_on_device(q.device, *_list_args(q, n_k, cfg, programs), causal,
+                          q.shape[2] if cfg.BALANCE else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _lpt_on_device(device, n_m, bh, block_m, block_n, n_k, programs, section, causal, n_q):
+    from ..schedule import lpt_schedule
+
+    host = lpt_schedule(n_m, bh, block_m, block_n, n_k, programs, section, causal, n_q)
+    return _on_device(host, device)
+
+
+def _on_device(host, device):
+    import torch
+
+    if device.type == "meta":
+        return torch.empty(host.shape, dtype=torch.int32, device="meta")
+    return torch.from_numpy(host.copy()).to(device)
+
+
+class SplitList(NamedTuple):
+    """A SPLIT_KV work list on a device: the kernel's list, the merge table (one row per
+    cut block) and the number of workspace slots."""
+    sched: "object"
+    merges: "object"
+    slots: int
+
+
+def split_tensors(q, n_k: int, cfg: Sm90FwdConfig, programs: int, causal: bool) -> SplitList:
+    """The SPLIT_KV work list (:func:`flashscope.schedule.split_schedule`) for q's shape
+    on q's device, built once per shape and device."""
+    return _split_on_device(q.device, *_list_args(q, n_k, cfg, programs), causal,
+                            q.shape[2], bool(cfg.BALANCE), bool(cfg.MASKED_FIRST))
+
+
+@functools.lru_cache(maxsize=256)
+def _split_on_device(device, *args) -> SplitList:
+    from ..schedule import split_schedule
+
+    sched, merges, slots = split_schedule(*args)
+    return SplitList(_on_device(sched, device), _on_device(merges, device), slots)
+
+
+# -- the launch plan -----------------------------------------------------------------------
+
+class Sm90Plan(NamedTuple):
+    """Everything of a launch but the tensors' addresses: the grid, the descriptors' fields
+    but their base (q, k, v, out), the scalar arguments, the host's work list (or None),
+    the constexprs and, once launched, the compiled kernel."""
+    grid: tuple
+    fields: tuple
+    scalars: tuple
+    sched: "object"
+    consts: dict
+    compiled: dict  #: :func:`flashscope.launch.launch_compiled`'s cache, by device
+    split: "SplitList | None" = None  #: SPLIT_KV: the merge table and workspace size
+    merge_compiled: "dict | None" = None  #: the merge kernel's launch cache
+
+    def workspace(self, q):
+        """A float32 workspace for the pieces of cut blocks (SPLIT_KV), else None."""
+        import torch
+
+        if self.split is None:
+            return None
+        rec = self.consts["BLOCK_M"] * (self.consts["HEAD_DIM"] + 2)
+        return torch.empty(max(1, self.split.slots) * rec, dtype=torch.float32,
+                           device=q.device)
+
+    def args(self, q, k, v, out, lse, part=None, trace=None) -> tuple:
+        """The positional arguments for these tensors (``lse=None``: ``out`` in its slot;
+        ``part``: the workspace of :meth:`workspace`, unread without SPLIT_KV; ``trace``:
+        the clock-stamp buffer of a TRACE build, unread otherwise)."""
+        descs = [_descriptor(x, f) for x, f in zip((q, k, v, out), self.fields)]
+        lse_arg = lse if lse is not None else out
+        sched = self.sched if self.sched is not None else lse_arg  # unread without a list
+        if part is None:
+            part = self.workspace(q) if self.split is not None else lse_arg
+        return (*descs, lse_arg, sched, part, *self.scalars,
+                trace if trace is not None else sched)
+
+    def merge(self, part, out, lse) -> None:
+        """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
+        second kernel of a SPLIT_KV forward (:mod:`flashscope.kernels.attention_merge`)."""
+        from .. import kernels
+        from ..launch import launch_compiled, triton_cdiv
+
+        if self.split is None or self.split.slots == 0:
+            return
+        H, N_Q = self.scalars[0], self.scalars[2]
+        block_m, d = self.consts["BLOCK_M"], self.consts["HEAD_DIM"]
+        kernel = kernels.load("attention_merge")._merge_parts
+        grid = (self.split.merges.shape[0], block_m // 64)
+        args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
+                triton_cdiv(N_Q, block_m), *out.stride())
+        consts = dict(HEAD_DIM=d, BLOCK_M=block_m, ROWS=64, RETURN_LSE=lse is not None)
+        launch_compiled(kernel, grid, args, consts, {"num_warps": 4},
+                        cache=self.merge_compiled)
+
+
+#: plans by :func:`plan_key`; emptied when it reaches :data:`_PLANS_MAX`.
+_PLANS: dict = {}
+_PLANS_MAX = 256
+
+
+def plan_key(q, k, v, out, lse, causal: bool, scale: float, cfg: Sm90FwdConfig,
+             trace: int) -> tuple:
+    """What a launch depends on besides data addresses: the device, dtype, shapes and
+    strides, each tensor's 16-byte alignment, the mask, scale and config. It determines
+    every runtime argument's specialization and every constexpr, so it also keys compiled
+    kernels."""
+    from ..launch import geometry_key
+
+    return (geometry_key(q, k, v), out.stride(), out.data_ptr() % 16,
+            None if lse is None else lse.data_ptr() % 16, bool(causal), float(scale), cfg,
+            trace)
+
+
+def plan(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Sm90FwdConfig,
+         trace: int = 0) -> Sm90Plan:
+    """The :class:`Sm90Plan` of a launch, built on the first call of its :func:`plan_key`
+    and then looked up: on short rows the host builds a launch in about the time the GPU
+    runs it, and the descriptor checks, divisions and argument lists are the same every
+    time. ``trace``: TRACE = R rows of clock stamps per program (0: none)."""
+    from ..launch import remembered
+
+    return remembered(_PLANS, plan_key(q, k, v, out, lse, causal, scale, cfg, trace),
+                      lambda: _build_plan(q, k, v, out, lse, causal, scale, cfg, trace),
+                      _PLANS_MAX)
+
+
+def _build_plan(q, k, v, out, lse, causal, scale, cfg, trace) -> Sm90Plan:
+    from ..launch import LOG2E, divider, sm_count, triton_cdiv
+
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    n_m = triton_cdiv(Nq, cfg.BLOCK_M)
+    tiles = n_m * B * H
+    # a host work list for causal grids, and non-causal ones with BALANCE or SPLIT_KV
+    # (whose pieces may outnumber the blocks: one program per SM)
+    lpt = bool(causal or cfg.BALANCE or cfg.SPLIT_KV)
+    split = bool(cfg.SPLIT_KV)
+    programs = sm_count(q.device) if split else min(tiles, sm_count(q.device))
+    fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
+                   for d in (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
+                             tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64)))
+    scalars = (H, H // Hkv, Nq, Nk, B * H, scale * LOG2E,
+               *divider(n_m), *divider(H), *divider(H // Hkv))
+    consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+                  STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
+                  IS_CAUSAL=bool(causal), RETURN_LSE=lse is not None,
+                  LPT=(2 if causal or cfg.BALANCE else 1) if lpt else 0,
+                  PINGPONG=bool(cfg.PINGPONG),
+                  RESCALE_TAU=RESCALE_TAU if cfg.LAZY_RESCALE else 0,
+                  EARLY_Q=bool(cfg.EARLY_Q), MASKED_FIRST=bool(cfg.MASKED_FIRST),
+                  TRACE=int(trace), OUT_RCP=bool(cfg.OUT_RCP), Q_REGS=bool(cfg.Q_IN_REGS),
+                  SPLIT=split, CONSUMER_REGS=CONSUMER_REGS[cfg.consumers],
+                  PRODUCER_REGS=PRODUCER_REGS)
+    grid = (programs,)
+    if split:
+        lists = split_tensors(q, Nk, cfg, programs, causal)
+        return Sm90Plan(grid, fields, scalars, lists.sched, consts, {}, lists, {})
+    sched = lpt_tensor(q, Nk, cfg, programs, causal) if lpt else None
+    return Sm90Plan(grid, fields, scalars, sched, consts, {})
+
+
+def call(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig):
+    """(grid, positional args, constexpr keywords) of one launch (offline compilation binds
+    these on meta tensors)."""
+    _check_mask(mask, q.shape[2], k.shape[2])
+    p = plan(q, k, v, out, lse, causal=mask.causal, scale=scale, cfg=cfg)
+    return p.grid, p.args(q, k, v, out, lse), dict(p.consts)
+
+
+def _check_mask(mask, n_q: int, n_k: int) -> None:
+    if mask.left_bounded or (mask.right_bounded and not mask.causal) or \
+            mask.offset(n_q, n_k) != 0:
+        raise ConfigError(f"{KERNEL} runs causal (top-left aligned) or unmasked attention; "
+                          "windows and bottom-right alignment need triton-fwd")
+
+
+def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig) -> None:
+    """Launch the kernel (and the merge of a SPLIT_KV list) on an sm_90 GPU."""
+    from .. import kernels
+    from ..launch import interpreting, launch_compiled, launch_options
+
+    if interpreting() or q.device.type != "cuda":
+        raise ConfigError(f"{KERNEL} runs on an sm_90 GPU only: Triton's interpreter cannot "
+                          "run Gluon kernels (use triton-fwd on CPU tensors)")
+    if scale <= 0:
+        raise ConfigError(f"{KERNEL} needs scale > 0 (it folds the scale into the row "
+                          f"maximum), got {scale} (use triton-fwd)")
+    _check_mask(mask, q.shape[2], k.shape[2])
+    p = plan(q, k, v, out, lse, causal=mask.causal, scale=scale, cfg=cfg)
+    kernel = getattr(kernels.load(MODULE), FUNCTION)
+    part = p.workspace(q)
+    launch_compiled(kernel, p.grid, p.args(q, k, v, out, lse, part), p.consts,
+                    launch_options(cfg, q.device), cache=p.compiled)
+    p.merge(part, out, lse)

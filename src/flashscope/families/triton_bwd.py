@@ -1,0 +1,173 @@
+"""The portable backward (``triton-bwd``): three Triton kernels with recomputation from the
+saved log-sum-exp, deterministic (no atomics): delta = rowsum(dO * O), then a dK/dV pass
+and a dQ pass (:mod:`flashscope.kernels.attention_bwd`).
+
+Its record (:class:`TritonBwdConfig`), rules, defaults as data (:func:`select`) and the
+argument lists of its three launches (:func:`calls`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from .base import (CAPS, DTYPE_BYTES, WARPS, Knobs, Problem, check_rules, head_dim_pad,
+                   pow2_tiles, shared_memory, stages, table_select)
+
+KERNEL = "triton-bwd"
+MODULE = "attention_bwd"
+#: the three launches, in order: name -> the kernel's function
+FUNCTIONS = {"bwd_preprocess": "_attn_bwd_preprocess", "bwd_dkdv": "_attn_bwd_dkdv",
+             "bwd_dq": "_attn_bwd_dq"}
+#: The preprocess (delta = rowsum(dO * O)) reads two tiles and writes a vector:
+#: memory-bound, launched with fixed options.
+PRE_OPTIONS = {"num_warps": 4, "num_stages": 1}
+
+
+@dataclass(frozen=True)
+class TritonBwdConfig(Knobs):
+    """Tile and launch knobs of the backward kernels.
+
+    The dK/dV kernel keeps a key tile of BLOCK_N1 rows (K, V, dK, dV) and streams query
+    tiles of BLOCK_M1 rows; the dQ kernel keeps a query tile of BLOCK_M2 rows (Q, dO, dQ)
+    and streams key tiles of BLOCK_N2. The resident tile is the large one (as in Triton's
+    fused-attention tutorial: 32/128 and 128/32), so the streamed operands are small and
+    the fp32 accumulators are what fills the registers. PRE_BLOCK is the row tile of the
+    delta preprocess. ``num_warps``, ``num_stages``, ``maxnreg`` and ``waves_per_eu``
+    apply to both main kernels."""
+
+    KERNEL: ClassVar[str] = KERNEL
+
+    BLOCK_M1: int = 32
+    BLOCK_N1: int = 128
+    BLOCK_M2: int = 128
+    BLOCK_N2: int = 32
+    num_warps: int = 4
+    num_stages: int = 3
+    PRE_BLOCK: int = 64
+    maxnreg: Optional[int] = None
+    waves_per_eu: Optional[int] = None
+
+    def _label_parts(self) -> list:
+        return [f"dkdv {self.BLOCK_M1}x{self.BLOCK_N1}", f"dq {self.BLOCK_M2}x{self.BLOCK_N2}",
+                f"w{self.num_warps}", f"s{self.num_stages}",
+                *([] if self.PRE_BLOCK == 64 else [f"pre {self.PRE_BLOCK}"]), *self._caps()]
+
+
+Config = TritonBwdConfig
+
+def min_shared_bytes(cfg: TritonBwdConfig, head_dim: int, dtype: str = "bfloat16") -> int:
+    """A lower bound on the larger kernel's shared memory, in bytes: the dK/dV kernel
+    streams Q and dO tiles (BLOCK_M1 x D_pad each), the dQ kernel K and V tiles
+    (BLOCK_N2 x D_pad each), with max(1, S - 1) copies in flight for S stages. The
+    resident tiles may also live in shared memory; this bound leaves them out, so a
+    config over the limit by it certainly cannot launch."""
+    copies = max(1, cfg.num_stages - 1)
+    streamed = max(cfg.BLOCK_M1, cfg.BLOCK_N2)
+    return 2 * streamed * head_dim_pad(head_dim) * DTYPE_BYTES[dtype] * copies
+
+
+RULES = (
+    pow2_tiles("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "PRE_BLOCK"),
+    WARPS,
+    stages(1, 8),
+    CAPS,
+    shared_memory(min_shared_bytes, lambda c: f"BLOCK_M1={c.BLOCK_M1}, BLOCK_N2={c.BLOCK_N2}"),
+)
+
+
+def check(cfg: TritonBwdConfig, target="sm90", head_dim: int = 128,
+          dtype: str = "bfloat16") -> TritonBwdConfig:
+    """``cfg`` unchanged if the backward can be built with it for ``target``; else
+    ConfigError naming the knob and the limit it breaks."""
+    return check_rules(cfg, RULES, target, head_dim, dtype)
+
+
+# Defaults as data, keyed like the forward's (causal None: both). Start: Triton's
+# fused-attention tutorial (32/128 for dK/dV, 128/32 for dQ). Pruned by registers and local
+# memory of the sm90 cubins, bf16, read offline (no GPU), dK/dV | dQ, non-causal / causal:
+#   D=64,  32/128/128/32 w8 s3: 194/252 regs, no stack | 103/127   (w4: dK/dV 48 B stack)
+#   D=128, 16/128/128/32 w8 s2: 243/254 regs, no stack | 203/195   (32/128 w8 s3: 16/144 B)
+#   D=256, 16/32/32/16 w8 s2:   208/245 regs, no stack | 252/254   (16/64 w8: 136/680 B)
+# Then timed on an H100 (bf16, N = 4096, 2026-11-21): the smaller 32/64/64/32 with 4 warps
+# and 3 stages beat every spill-free wide tile, for both head dims (TFLOP/s, non-causal /
+# causal):
+#   D=64:  32/64/64/32 w4 s3 349 / 316  vs 32/128/128/32 w8 s3 313 / 303   (FA2 270 / 229)
+#   D=128: 32/64/64/32 w4 s3 385 / 298  vs 16/128/128/32 w8 s2 246 / 178   (FA2 290 / 251)
+# D=256 on an H200 (N = 4096, non-causal / causal): 64/64/64/64 w8 s2 217 / 173 against
+# the spill-free 16/32/32/16 w8 s2 at 43 / 43; it spills 80 B in dK/dV, which costs less
+# than tiles too small for wgmma.
+C = TritonBwdConfig
+DEFAULTS = (
+    ("sm90", 64, None, C(32, 64, 64, 32, 4, 3)),
+    ("sm90", 128, None, C(32, 64, 64, 32, 4, 3)),
+    ("sm90", 256, None, C(64, 64, 64, 64, 8, 2)),
+    ("nvidia", 64, None, C(32, 128, 128, 32, 8, 2)),
+    ("nvidia", 128, None, C(16, 128, 128, 32, 8, 2)),
+    ("nvidia", 256, None, C(16, 32, 32, 16, 8, 1)),
+    ("cdna", 128, None, C(32, 64, 64, 32, 4, 1, waves_per_eu=1)),
+    ("cdna", 256, None, C(16, 32, 32, 16, 4, 1, waves_per_eu=1)),
+    ("rdna", 128, None, C(16, 32, 32, 16, 4, 1)),
+    ("rdna", 256, None, C(16, 16, 16, 16, 4, 1)),
+)
+del C
+
+
+def select(problem: Problem) -> TritonBwdConfig:
+    """The default for a problem: pure, tensor-free, deterministic."""
+    return table_select(DEFAULTS, KERNEL, problem)
+
+
+def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
+          cfg: TritonBwdConfig) -> dict:
+    """``{name: (function, grid, positional args, constexpr keywords, launch options)}``
+    for the three launches, in launch order: ``bwd_preprocess``, ``bwd_dkdv``,
+    ``bwd_dq``. The one place their argument lists are built: :func:`run` launches them
+    and offline compilation binds them (on meta tensors). delta and lse are contiguous
+    (B, H, Nq) fp32."""
+    from ..launch import LOG2E, launch_options, triton_cdiv
+
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    common = {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D)}
+    switches = mask.switches(Nq, Nk)
+    switches.pop("GUARD")  # rows that see no key have L = -inf and every score masked
+    scalars = mask.scalars(Nq, Nk)
+    opts = launch_options(cfg, q.device)
+    return {
+        "bwd_preprocess": (
+            FUNCTIONS["bwd_preprocess"], (triton_cdiv(Nq, cfg.PRE_BLOCK), B * H),
+            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq),
+            {**common, "BLOCK_M": cfg.PRE_BLOCK}, dict(PRE_OPTIONS)),
+        "bwd_dkdv": (
+            FUNCTIONS["bwd_dkdv"], (triton_cdiv(Nk, cfg.BLOCK_N1), B * Hkv),
+            (q, k, v, dout, lse, delta, dk, dv,
+             *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
+             H, Hkv, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars),
+            {**common, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
+             "EVEN_M": Nq % cfg.BLOCK_M1 == 0, **switches}, opts),
+        "bwd_dq": (
+            FUNCTIONS["bwd_dq"], (triton_cdiv(Nq, cfg.BLOCK_M2), B * H),
+            (q, k, v, dout, lse, delta, dq,
+             *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
+             H, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars),
+            {**common, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
+             "EVEN_N": Nk % cfg.BLOCK_N2 == 0, **switches}, opts),
+    }
+
+
+def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
+        cfg: TritonBwdConfig) -> None:
+    """Launch delta, then dK/dV, then dQ (GPU, or the interpreter on CPU tensors)."""
+    import torch
+
+    from .. import kernels
+    from ..launch import interpreting
+
+    mod = kernels.load(MODULE, interpret=interpreting())
+    B, H, Nq, _ = q.shape
+    delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
+    for fn_name, grid, args, consts, opts in calls(
+            dout, q, k, v, out, lse, delta, dq, dk, dv, mask=mask, scale=scale,
+            cfg=cfg).values():
+        getattr(mod, fn_name)[grid](*args, **consts, **opts)

@@ -1,0 +1,142 @@
+"""The portable forward (``triton-fwd``): one Triton body for every NVIDIA and AMD target and
+Triton's CPU interpreter (:mod:`flashscope.kernels.attention_fwd`).
+
+Its record (:class:`TritonFwdConfig`), its rules (:data:`RULES`), its defaults as data
+(:data:`DEFAULTS`, chosen by :func:`select`) and the argument list of a launch
+(:func:`call`), which :mod:`flashscope.launch` launches and :mod:`flashscope.compile`
+binds offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from .base import (CAPS, DTYPE_BYTES, WARPS, Knobs, Problem, check_rules, head_dim_pad,
+                   pow2_tiles, shared_memory, stages)
+
+KERNEL = "triton-fwd"
+MODULE, FUNCTION = "attention_fwd", "_attn_fwd"
+
+
+@dataclass(frozen=True)
+class TritonFwdConfig(Knobs):
+    """Tile and launch knobs of the portable forward.
+
+    BLOCK_M x BLOCK_N is the score tile each program computes per step (BLOCK_M query rows
+    against BLOCK_N keys). Q_IN_REGS keeps the Q tile live in registers across the key
+    loop (False re-reads it every iteration: fewer live registers, more shared-memory/L1
+    traffic). ``maxnreg`` caps registers per thread (NVIDIA ptxas ``.maxnreg``);
+    ``waves_per_eu`` asks the AMD backend for that many waves per SIMD. Both are analysis
+    axes of the report and the sweep."""
+
+    KERNEL: ClassVar[str] = KERNEL
+
+    BLOCK_M: int = 128
+    BLOCK_N: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    Q_IN_REGS: bool = True
+    maxnreg: Optional[int] = None
+    waves_per_eu: Optional[int] = None
+
+    def _label_parts(self) -> list:
+        return [f"{self.BLOCK_M}x{self.BLOCK_N}", f"w{self.num_warps}", f"s{self.num_stages}",
+                *([] if self.Q_IN_REGS else ["q-reload"]), *self._caps()]
+
+
+Config = TritonFwdConfig
+
+def min_shared_bytes(cfg: TritonFwdConfig, head_dim: int, dtype: str = "bfloat16") -> int:
+    """A lower bound on the kernel's shared memory, in bytes: the K and V tiles
+    (BLOCK_N x D_pad each) staged by a software pipeline of S stages keep at least
+    max(1, S - 1) copies of each in flight. Triton may use more (Q, conversion scratch),
+    never less, so a config over the limit by this bound certainly cannot launch."""
+    elt = DTYPE_BYTES[dtype]
+    return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * elt * max(1, cfg.num_stages - 1)
+
+
+RULES = (
+    pow2_tiles("BLOCK_M", "BLOCK_N"),
+    WARPS,
+    stages(1, 8),
+    CAPS,
+    shared_memory(min_shared_bytes, lambda c: f"BLOCK_M={c.BLOCK_M}, BLOCK_N={c.BLOCK_N}"),
+)
+
+
+def check(cfg: TritonFwdConfig, target="sm90", head_dim: int = 128,
+          dtype: str = "bfloat16") -> TritonFwdConfig:
+    """``cfg`` unchanged if it can be built for ``target``; else ConfigError naming the
+    knob and the limit it breaks."""
+    return check_rules(cfg, RULES, target, head_dim, dtype)
+
+
+# Defaults as data: (target name or family, largest head dim, causal or None for both)
+# -> config. The first row whose key matches the target (name before family), whose
+# head-dim bound holds and whose causal flag matches wins. sm90 rows: the best of a
+# 20-config scan on an H100 (bf16, B*N = 16384, H*D = 2048, 2026-11-21): 128/64/8w/3s was
+# best for D = 64 everywhere and for D = 128 non-causal (501 TFLOP/s at N = 4096);
+# 64/64/4w/3s was best for causal D = 128 at N <= 4096 (432 TFLOP/s against 411).
+# gfx942, D = 128, read offline (no MI300X timed): 4 warps with waves_per_eu=2 forces
+# 256 VGPRs and spills 18; without the cap it needs 360 (1 wave/SIMD); 8 warps fit in
+# 230 VGPRs with no spill at 2 waves/SIMD.
+C = TritonFwdConfig
+DEFAULTS = (
+    ("sm90", 64, None, C(128, 64, 8, 3)),
+    ("sm90", 128, False, C(128, 64, 8, 3)),
+    ("sm90", 128, True, C(64, 64, 4, 3)),
+    ("sm90", 256, None, C(64, 64, 4, 2)),
+    ("nvidia", 64, None, C(128, 64, 4, 3)),
+    ("nvidia", 128, None, C(128, 64, 8, 2)),
+    ("nvidia", 256, None, C(64, 32, 4, 2)),
+    ("cdna", 64, None, C(128, 64, 4, 2, waves_per_eu=2)),
+    ("cdna", 128, None, C(128, 64, 8, 2)),
+    ("cdna", 256, None, C(64, 32, 4, 1, waves_per_eu=2)),
+    ("rdna", 128, None, C(64, 32, 4, 1)),
+    ("rdna", 256, None, C(32, 16, 4, 1)),
+)
+del C
+
+
+def select(problem: Problem) -> TritonFwdConfig:
+    """The default for a problem: pure, tensor-free, deterministic."""
+    from .base import table_select
+
+    return table_select(DEFAULTS, KERNEL, problem)
+
+
+def accepts(problem: Problem) -> Optional[str]:
+    """Why this family cannot run ``problem``, or None: it runs every problem."""
+    return None
+
+
+def call(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig):
+    """(grid, positional args, constexpr keywords) of one ``_attn_fwd`` launch: what
+    :func:`flashscope.launch.forward` launches and offline compilation binds (on meta
+    tensors). ``lse=None``: no log-sum-exp (``out`` is passed in its slot)."""
+    from ..launch import LOG2E, triton_cdiv
+
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    grid = (triton_cdiv(Nq, cfg.BLOCK_M), B * H)
+    switches = mask.switches(Nq, Nk)
+    args = (q, k, v, out, lse if lse is not None else out,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            H, H // Hkv, Nq, Nk, scale * LOG2E, *mask.scalars(Nq, Nk))
+    consts = dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
+                  BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, Q_IN_REGS=bool(cfg.Q_IN_REGS),
+                  RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0),
+                  SCALE_POS=scale > 0, HEAVY_FIRST=mask.causal and not mask.left_bounded,
+                  **switches)
+    return grid, args, consts
+
+
+def run(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig) -> None:
+    """Launch the kernel (GPU, or Triton's interpreter on CPU tensors)."""
+    from .. import kernels
+    from ..launch import interpreting, launch_options
+
+    grid, args, consts = call(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
+    kernel = getattr(kernels.load(MODULE, interpret=interpreting()), FUNCTION)
+    kernel[grid](*args, **consts, **launch_options(cfg, q.device))

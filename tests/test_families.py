@@ -1,0 +1,148 @@
+"""Kernel families: config records (parsing, labels, diffs), the rules tables (honoured or
+rejected with the limit), and default selection as a pure function of the problem."""
+
+import dataclasses
+
+import pytest
+
+from flashscope.errors import ConfigError
+from flashscope.families import (FAMILIES, FORWARD, Problem, config_from_text, default_config,
+                                 family, forward_family, sm90_fwd, triton_bwd, triton_fwd)
+from flashscope.families.base import head_dim_pad
+from flashscope.families.sm90_fwd import Sm90FwdConfig
+from flashscope.families.triton_bwd import TritonBwdConfig
+from flashscope.families.triton_fwd import TritonFwdConfig, min_shared_bytes
+from flashscope.targets import ALL_TARGETS
+
+
+def test_parse_overrides_defaults():
+    cfg = TritonFwdConfig.parse("BLOCK_M=64, num_warps=8, Q_IN_REGS=false, maxnreg=128")
+    assert cfg == TritonFwdConfig(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=3,
+                                  Q_IN_REGS=False, maxnreg=128)
+    assert cfg.label == "triton-fwd 64x64 w8 s3 q-reload maxnreg=128"
+    assert cfg.diff() == {"BLOCK_M": 64, "num_warps": 8, "Q_IN_REGS": False, "maxnreg": 128}
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("BLOCK_Q=64", "unknown key"), ("BLOCK_M", "expected KEY=VALUE"),
+    ("BLOCK_M=abc", "BLOCK_M expects an integer"), ("Q_IN_REGS=maybe", "true/false"),
+    ("BLOCK_M=1e400", "BLOCK_M expects an integer"), ("BLOCK_M=nan", "expects an integer"),
+    ("BLOCK_M=64.5", "expects an integer"), ("BLOCK_M=64,BLOCK_M=32", "given twice"),
+    ("num_stages=99999999999", "expects an integer"), ("num_warps=none", "needs an integer"),
+])
+def test_parse_errors(text, msg):
+    with pytest.raises(ConfigError, match=msg):
+        TritonFwdConfig.parse(text)
+
+
+def test_records_refuse_wrong_types_by_name():
+    with pytest.raises(ConfigError, match="PINGPONG expects true/false"):
+        Sm90FwdConfig.from_dict({"PINGPONG": "sometimes"})
+    with pytest.raises(ConfigError, match="BLOCK_M expects an integer"):
+        Sm90FwdConfig.from_dict({"BLOCK_M": True})
+    with pytest.raises(ConfigError, match="expected an object"):
+        Sm90FwdConfig.from_dict([1, 2])
+    assert Sm90FwdConfig.from_dict({"BLOCK_M": 192.0, "PINGPONG": 1}).BLOCK_M == 192
+
+
+def test_labels_keys_and_diffs_round_trip():
+    cfg = Sm90FwdConfig(BLOCK_M=192, num_stages=3, Q_IN_REGS=False, PINGPONG=True)
+    assert cfg.label.startswith("sm90-fwd 192x128 s3 pingpong")
+    assert Sm90FwdConfig.from_dict(cfg.diff()) == cfg
+    assert Sm90FwdConfig.parse(cfg.text) == cfg
+    assert len({cfg.key, cfg.replace(PINGPONG=False).key}) == 2
+    assert len(cfg.key) == 12 and cfg.key == Sm90FwdConfig(**cfg.as_dict()).key
+
+
+def test_shared_memory_limit_named():
+    cfg = TritonFwdConfig(BLOCK_M=256, BLOCK_N=128, num_warps=8, num_stages=3)
+    with pytest.raises(ConfigError, match=r"BLOCK_M=256, BLOCK_N=128, head dim 256 with 3 "
+                                          r"stages needs at least 256 KB .* 227 KB a sm90 block"):
+        triton_fwd.check(cfg, "sm90", head_dim=256)
+    assert triton_fwd.check(cfg, "sm90", head_dim=64) is cfg  # honoured unchanged
+
+
+def test_vendor_knobs_checked():
+    with pytest.raises(ConfigError, match="maxnreg=128 is an NVIDIA register cap"):
+        triton_fwd.check(TritonFwdConfig(maxnreg=128), "gfx942", 64)
+    with pytest.raises(ConfigError, match="waves_per_eu=2 is an AMD option"):
+        triton_fwd.check(TritonFwdConfig(waves_per_eu=2), "sm90", 64)
+    with pytest.raises(ConfigError, match="maxnreg=300"):
+        triton_fwd.check(TritonFwdConfig(maxnreg=300), "sm90", 64)
+    with pytest.raises(ConfigError, match="num_warps=32: expected a power of two in 1..16"):
+        triton_fwd.check(TritonFwdConfig(num_warps=32), "gfx942", 64)
+
+
+@pytest.mark.parametrize("cfg,target,d,msg", [
+    (Sm90FwdConfig(), "sm80", 128, "is not sm_90"),
+    (Sm90FwdConfig(), "sm90", 96, "head dim 64 or 128"),
+    (Sm90FwdConfig(BLOCK_M=96), "sm90", 128, "BLOCK_M=96: expected 64 or 128 or 192"),
+    (Sm90FwdConfig(BLOCK_M=64, PINGPONG=True), "sm90", 128, "PINGPONG=1 needs two or three"),
+    (Sm90FwdConfig(num_stages=5), "sm90", 128, "num_stages=5"),
+    (Sm90FwdConfig(BLOCK_M=192, num_stages=4), "sm90", 128, "shared memory"),
+])
+def test_sm90_rules_name_the_limit(cfg, target, d, msg):
+    with pytest.raises(ConfigError, match=msg):
+        sm90_fwd.check(cfg, target, d)
+
+
+def test_every_rule_says_why():
+    for fam in FAMILIES.values():
+        for rule in fam.RULES:
+            assert rule.knob and rule.why
+
+
+def test_head_dim_pad():
+    assert [head_dim_pad(d) for d in (1, 16, 17, 80, 96, 128, 192, 256)] == \
+        [16, 16, 32, 128, 128, 128, 256, 256]
+
+
+def test_min_shared_bytes_is_kv_tiles():
+    cfg = TritonFwdConfig(BLOCK_N=64, num_stages=3)
+    assert min_shared_bytes(cfg, 128) == 2 * 64 * 128 * 2 * 2
+
+
+@pytest.mark.parametrize("t", ALL_TARGETS, ids=lambda t: t.name)
+@pytest.mark.parametrize("d", [16, 64, 80, 128, 192, 256])
+def test_defaults_are_feasible_everywhere(t, d):
+    for causal in (False, True):
+        p = Problem(t.name, "bfloat16", d, causal)
+        fam = forward_family(p)
+        cfg = default_config(p)
+        assert fam.check(cfg, t.name, d) is cfg
+        bwd = triton_bwd.select(p)
+        assert triton_bwd.check(bwd, t.name, d) is bwd
+
+
+def test_forward_family_rule():
+    assert forward_family(Problem("sm90", "float16", 128)) is sm90_fwd
+    assert forward_family(Problem("sm90", head_dim=96)) is triton_fwd
+    assert forward_family(Problem("sm90", head_dim=64, window=True)) is triton_fwd
+    assert forward_family(Problem("sm80", head_dim=64)) is triton_fwd
+    assert FORWARD[-1] is triton_fwd  # accepts everything: the fallback
+
+
+def test_sm90_rule_by_head_dim_and_mask():
+    d64 = sm90_fwd.select(Problem("sm90", head_dim=64, causal=True))
+    assert (d64.BLOCK_M, d64.num_stages, d64.PINGPONG, d64.Q_IN_REGS) == (192, 3, True, False)
+    d128 = sm90_fwd.select(Problem("sm90", head_dim=128))
+    assert d128 == Sm90FwdConfig() and sm90_fwd.select(
+        Problem("sm90", head_dim=128, causal=True)).BALANCE
+
+
+def test_config_from_text_fills_from_the_targets_own_default():
+    p = Problem("gfx942", "bfloat16", 128)
+    cfg = config_from_text("BLOCK_M=64", p)
+    assert cfg == dataclasses.replace(default_config(p), BLOCK_M=64)  # 8 warps, 2 stages
+    assert config_from_text("sm90-fwd:BLOCK_M=192", Problem("sm90")).BLOCK_M == 192
+    with pytest.raises(ConfigError, match="not a kernel family"):
+        config_from_text("nope:BLOCK_M=64", p)
+    with pytest.raises(ConfigError, match="unknown key"):
+        config_from_text("BLOCK_M1=64", p)
+
+
+def test_backward_record():
+    cfg = TritonBwdConfig.parse("BLOCK_M1=16")
+    assert cfg.label == "triton-bwd dkdv 16x128 dq 128x32 w4 s3"
+    with pytest.raises(ConfigError, match="unknown kernel family"):
+        family("fwd-but-wrong")

@@ -1,0 +1,164 @@
+"""The key-range helper: the host's ranges (flashscope.masks) against brute force over the
+mask's definition, and the device's (flashscope.kernels.keyrange, run by Triton's
+interpreter) against the host's, tile for tile, on random shapes and masks."""
+
+import os
+import random
+
+import pytest
+import triton
+import triton.language as tl
+
+from flashscope.errors import FlashscopeError
+from flashscope.masks import Mask, key_range, query_range, visible_pairs
+
+SEED = int(os.environ.get("FLASHSCOPE_TEST_SEED", random.randrange(1 << 30)))
+
+
+def _masks(rng):
+    causal = rng.random() < 0.5
+    window = None
+    if rng.random() < 0.6:
+        window = (rng.choice([None, -1, 0, 1, 5, 17, 64, 130, 1000]),
+                  rng.choice([None, -1, 0, 3, 33, 200]))
+    return Mask.of(causal, window, rng.choice(["top_left", "bottom_right"]))
+
+
+def _shapes(rng, n):
+    for _ in range(n):
+        yield (rng.choice([1, 7, 16, 63, 64, 100, 129, 300]),
+               rng.choice([1, 5, 16, 64, 65, 127, 256, 333]),
+               rng.choice([16, 32, 64, 128]), rng.choice([16, 32, 64, 128]), _masks(rng))
+
+
+def _check_key_range(mask, m0, bm, n_q, n_k, bn):
+    r = key_range(mask, m0, bm, n_q, n_k, bn)
+    assert r.lo <= r.full_lo <= r.full_hi <= r.hi or r.hi <= r.lo, r
+    rows = range(m0, min(m0 + bm, n_q))
+    for i in rows:
+        for j in range(n_k):
+            if mask.visible(i, j, n_q, n_k):
+                assert r.lo <= j < r.hi, (mask, m0, i, j, r)
+    # no row of the block (real rows; padding rows are free) masks a key of the full part
+    for j in range(r.full_lo, r.full_hi):
+        assert j < n_k
+        for i in rows:
+            assert mask.visible(i, j, n_q, n_k), (mask, m0, i, j, r)
+    if r.hi > r.lo:  # tile multiples, or the end of the range
+        assert r.lo % bn == 0
+        assert all(x % bn == 0 or x == r.hi for x in (r.full_lo, r.full_hi))
+
+
+def _check_query_range(mask, n0, bn, n_q, n_k, bm):
+    r = query_range(mask, n0, bn, n_q, n_k, bm)
+    keys = range(n0, min(n0 + bn, n_k))
+    for j in keys:
+        for i in range(n_q):
+            if mask.visible(i, j, n_q, n_k):
+                assert r.lo <= i < r.hi, (mask, n0, i, j, r)
+    for i in range(r.full_lo, r.full_hi):
+        assert i < n_q
+        for j in keys:
+            assert mask.visible(i, j, n_q, n_k), (mask, n0, i, j, r)
+    # the masked part before the full one holds only rows below the last whole tile
+    assert r.full_lo <= max((n_q // bm) * bm, r.lo) or r.full_lo == r.hi
+
+
+def test_host_ranges_cover_every_visible_pair():
+    rng = random.Random(SEED)
+    for n_q, n_k, bm, bn, mask in _shapes(rng, 150):
+        for m0 in range(0, n_q, bm):
+            _check_key_range(mask, m0, bm, n_q, n_k, bn)
+        for n0 in range(0, n_k, bn):
+            _check_query_range(mask, n0, bn, n_q, n_k, bm)
+
+
+def test_plain_and_causal_ranges_are_the_classic_ones():
+    plain, causal = Mask(), Mask.of(True)
+    assert key_range(plain, 128, 128, 1000, 1000, 64) == (0, 0, 960, 1000)
+    assert key_range(causal, 128, 128, 1000, 1000, 64) == (0, 0, 128, 256)
+    assert key_range(causal, 0, 64, 1000, 1000, 64) == (0, 0, 0, 64)
+    # bottom-right: the last query sits at the last key
+    assert key_range(Mask.of(True, align="bottom_right"), 0, 64, 64, 1000, 64) == (
+        0, 0, 896, 1000)
+    # a window of 100 keys to the left: tiles before the band are skipped
+    r = key_range(Mask.of(True, (100, 0)), 512, 128, 1000, 1000, 64)
+    assert (r.lo, r.hi) == (384, 640) and r.full_lo == r.full_hi
+
+
+def test_visible_pairs_and_empty_rows():
+    assert visible_pairs(Mask(), 3, 5) == 15
+    assert visible_pairs(Mask.of(True), 4, 4) == 10
+    assert visible_pairs(Mask.of(True, align="bottom_right"), 2, 4) == 7
+    assert not Mask.of(True).may_empty(10, 3)
+    assert Mask.of(True, align="bottom_right").may_empty(10, 3)
+    assert Mask.of(False, (2, 2)).may_empty(10, 3)
+    assert not Mask.of(False, (2, 2)).may_empty(3, 3)
+
+
+@pytest.mark.parametrize("window", [(1.5, 0), ("3", None), (1, 2, 3), 5])
+def test_bad_windows_are_refused(window):
+    with pytest.raises(FlashscopeError, match="window"):
+        Mask.of(False, window)
+
+
+def test_bad_align_is_refused():
+    with pytest.raises(FlashscopeError, match="align"):
+        Mask.of(True, align="center")
+
+
+def _tiles(r, step):
+    """{tile start: masked?} of the loops a kernel runs over a range: [lo, full_lo) and
+    [full_hi, hi) with a mask, [full_lo, full_hi) without."""
+    lo, full_lo, full_hi, hi = r
+    out = [(t, True) for t in range(lo, full_lo, step)]
+    out += [(t, False) for t in range(full_lo, full_hi, step)]
+    out += [(t, True) for t in range(full_hi, hi, step)]
+    assert len({t for t, _ in out}) == len(out), f"a tile visited twice: {r}"
+    return out
+
+
+kr = None  # the device helper, built for the interpreter by the test below
+
+
+@triton.jit
+def _probe(Out, N_Q, N_K, OFFSET, LEFT, RIGHT, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
+          HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr, GUARD: tl.constexpr):
+    pid = tl.program_id(0)
+    a, b, c, d = kr.key_range(pid * BLOCK_M, N_K, OFFSET, LEFT, RIGHT, BLOCK_M,
+                              BLOCK_N, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+    e, f, g, h = kr.query_range(pid * BLOCK_N, N_Q, OFFSET, LEFT, RIGHT, BLOCK_N,
+                                BLOCK_M, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+    base = Out + pid * 8
+    tl.store(base + 0, a)
+    tl.store(base + 1, b)
+    tl.store(base + 2, c)
+    tl.store(base + 3, d)
+    tl.store(base + 4, e)
+    tl.store(base + 5, f)
+    tl.store(base + 6, g)
+    tl.store(base + 7, h)
+
+
+@pytest.mark.interpreter
+def test_device_ranges_match_the_host():
+    import torch
+
+    from flashscope import kernels
+
+    global kr
+    kr = kernels.load("keyrange", interpret=True)
+    rng = random.Random(SEED)
+    for n_q, n_k, bm, bn, mask in _shapes(rng, 40):
+        blocks = max(-(-n_q // bm), -(-n_k // bn))
+        out = torch.full((blocks, 8), -99, dtype=torch.int32)
+        _probe[(blocks,)](out, n_q, n_k, *mask.scalars(n_q, n_k), BLOCK_M=bm, BLOCK_N=bn,
+                         **mask.switches(n_q, n_k))
+        for p in range(blocks):
+            want_k = key_range(mask, p * bm, bm, n_q, n_k, bn)
+            want_q = query_range(mask, p * bn, bn, n_q, n_k, bm)
+            got = out[p].tolist()
+            where = (SEED, mask, n_q, n_k, bm, bn, p, got)
+            assert _tiles(got[:4], bn) == _tiles(want_k, bn), where
+            assert _tiles(got[4:], bm) == _tiles(want_q, bm), where
