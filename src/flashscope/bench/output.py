@@ -1,6 +1,6 @@
 """Benchmark output: a rich table for the terminal, JSON and CSV files stamped with the run's
 date, device, versions and exact command, PNG charts (TFLOP/s against N), and a markdown
-table for ``docs/performance.md``."""
+table for the docs."""
 
 from __future__ import annotations
 
@@ -170,7 +170,7 @@ def round_ratios(subject, peers) -> "tuple | None":
     """(median, lowest, highest) over rounds of the fastest peer's time over the
     subject's in the same round, or None unless every one has the same two or more
     rounds. Within a round the providers run back to back, so the clock's drift between
-    rounds (5-15% on an H100, run 98 of the performance record) cancels in the ratio."""
+    rounds (5-15% on an H100) cancels in the ratio."""
     runs = [r for r in (subject, *peers) if r is not None and r.status == "ok"]
     if subject not in runs or len(runs) < 2:
         return None

@@ -40,7 +40,11 @@ def register(sub):
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--list-baselines", action="store_true",
                    help="list the providers, whether each is available here, and why not")
-    p.add_argument("--suite", action="store_true", help="run the standard suite")
+    p.add_argument("--suite", nargs="?", const="standard", choices=("standard", "models"),
+                   help="run a named suite: standard (the default with a bare --suite: "
+                        "B*N = 16384, H*D = 2048 over --head-dims and --lengths) or models "
+                        "(the attention shapes of real models, from src/flashscope/data/"
+                        "suites/models.json)")
     p.add_argument("--shape", action="append", default=[], metavar="B,H,N,D[,Nk[,Hkv]]",
                    help="a user shape (repeatable)")
     p.add_argument("--dtype", default="bf16", help="comma list of bf16, fp16 (default bf16)")
@@ -166,9 +170,11 @@ def run(args) -> int:
         raise FlashscopeError("give --suite and/or --shape B,H,N,D[,Nk[,Hkv]] "
                               "(or --list-baselines)")
     cases = suite.user_cases(args.shape, dtypes=dtypes, causal=causal, modes=modes)
-    if args.suite:
+    if args.suite == "standard":
         cases += suite.standard_suite(dtypes=dtypes, head_dims=head_dims, lengths=lengths,
                                       causal=causal, modes=modes)
+    elif args.suite:
+        cases += suite.table_suite(args.suite, dtypes=dtypes, modes=modes)
     chosen = providers.select(_csv(args.only), _csv(args.skip))
     options = {}
     if args.config:  # parsed per case, on top of that case's default
