@@ -608,15 +608,23 @@ def run_clean_iter(fn, items, jobs: int = 1):
     if method == "fork":
         import torch  # noqa: F401  (bound once here, not once per forked worker)
     saved = os.environ.pop("TRITON_INTERPRET", None) if clean else None
+    from .workers import pool_args, stop_pool
+
     try:
-        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items))),
-                                 mp_context=multiprocessing.get_context(method)) as pool:
+        pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items))),
+                                   mp_context=multiprocessing.get_context(method),
+                                   **pool_args())
+        try:
             futs = {pool.submit(fn, it): i for i, it in enumerate(items)}
             if saved is not None:  # spawned workers are started by now: restore at once
                 os.environ["TRITON_INTERPRET"] = saved
                 saved = None
             for f in as_completed(futs):
                 yield futs[f], f.result()
+        except BaseException:  # Ctrl-C, an error, or the consumer gone: stop at once
+            stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
     finally:
         if saved is not None:
             os.environ["TRITON_INTERPRET"] = saved
