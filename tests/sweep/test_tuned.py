@@ -48,7 +48,10 @@ def test_merge_keeps_other_entries(tmp_path):
     write_tuned([gpu_rec(B, 1.0, causal=True)], tmp_path)
     assert lookup("sm90", "bfloat16", 64, False, 4096, tmp_path)[:2] == (A, True)
     assert lookup("sm90", "bfloat16", 64, True, 4096, tmp_path)[:2] == (B, True)
-    write_tuned([gpu_rec(C, 0.1)], tmp_path)
+    with pytest.raises(FlashscopeError, match="pass --force to replace it"):
+        write_tuned([gpu_rec(C, 0.1)], tmp_path)  # an entry of the same problem exists
+    assert lookup("sm90", "bfloat16", 64, False, 4096, tmp_path)[0] == A
+    write_tuned([gpu_rec(C, 0.1)], tmp_path, force=True)
     assert lookup("sm90", "bfloat16", 64, False, 4096, tmp_path)[0] == C
     assert len(json.loads((tmp_path / "sm90.json").read_text())["entries"]) == 2
 

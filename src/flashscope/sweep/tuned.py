@@ -59,19 +59,31 @@ def best_entries(records, source: str = "", check=None) -> dict:
     return out
 
 
-def write_tuned(records, data_dir=None, source: str = "", check=None) -> list:
-    """Merge the best entries into ``<data_dir>/<target>.json``; returns the paths."""
+def write_tuned(records, data_dir=None, source: str = "", check=None,
+                force: bool = False) -> list:
+    """Merge the best entries into ``<data_dir>/<target>.json``; returns the paths. An
+    entry already there for the same problem is replaced only with ``force`` (checked for
+    every file before any is written)."""
     per_target = best_entries(records, source, check)
     if not per_target:
         raise FlashscopeError("--write-tuned: no validated GPU timings in these results "
                               "(tuned files hold measured configs only; run with --gpu)")
     d = Path(data_dir or DATA_DIR)
     d.mkdir(parents=True, exist_ok=True)
-    paths = []
+    merged = {}
     for target, entries in per_target.items():
         existing = {k: e for k, (_, e) in load_tuned(target, d).items()}
         for e in entries:
-            existing[entry_key(e["dtype"], e["head_dim"], e["causal"], e["seq_class"])] = e
+            k = entry_key(e["dtype"], e["head_dim"], e["causal"], e["seq_class"])
+            if k in existing and existing[k]["config"] != e["config"] and not force:
+                raise FlashscopeError(f"--write-tuned: {tuned_path(target, d)} already has "
+                                      f"an entry for {k} with another config; pass --force "
+                                      "to replace it (the results stay in results.jsonl: "
+                                      "rerun with --resume)")
+            existing[k] = e
+        merged[target] = existing
+    paths = []
+    for target, existing in merged.items():
         data = {"format": FORMAT, "target": target,
                 "entries": [existing[k] for k in sorted(existing)]}
         path = tuned_path(target, d)
