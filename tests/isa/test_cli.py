@@ -74,10 +74,10 @@ def test_bad_inputs(capsys, tmp_path):
     _bad(capsys, "--jobs", "-1", match="--jobs")
     cfgs = tmp_path / "c.json"
     cfgs.write_text("{not json")
-    _bad(capsys, "--configs", str(cfgs), match="not JSON")
+    _bad(capsys, "--configs", str(cfgs), match="not valid JSON")
     cfgs.write_text("[3]")
-    _bad(capsys, "--configs", str(cfgs), match="each entry")
-    _bad(capsys, "--configs", str(tmp_path / "missing.json"), match="cannot read")
+    _bad(capsys, "--configs", str(cfgs), match="entry 0: expected an object or a 'K=V,...'")
+    _bad(capsys, "--configs", str(tmp_path / "missing.json"), match="no such file")
     _bad(capsys, str(tmp_path / "nothing.cubin"), match="no such file")
     empty = tmp_path / "empty"
     empty.mkdir()
