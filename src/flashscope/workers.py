@@ -68,3 +68,7 @@ def stop_pool(pool) -> None:
             p.join(timeout=5)
         except (OSError, AttributeError, ValueError, AssertionError):
             pass
+    try:  # the workers are gone: let the pool close its queues (no leaked semaphores)
+        pool.shutdown(wait=True)
+    except Exception:  # noqa: BLE001
+        pass
