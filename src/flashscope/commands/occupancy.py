@@ -43,9 +43,9 @@ def run(args) -> int:
     if args.plot and len(args.target) > 1:
         raise FlashscopeError("--plot draws one target's staircase; give one --target")
     common.prepare(args, plot=True, extra=["staircase.png"])
-    results = [occupancy(t, threads=args.threads, regs=args.regs, smem=args.smem,
-                         vgprs=args.vgprs, agprs=args.agprs, sgprs=args.sgprs,
-                         lds=args.lds, wave_size=args.wave_size) for t in args.target]
+    results = [occupancy(t, threads=args.threads, **_inputs(args, t.vendor,
+                                                            len(args.target) > 1))
+               for t in args.target]
     plots = [args.plot] if args.plot else []
     if args.out_dir is not None and len(results) == 1:
         plots.append(args.out_dir.file("staircase.png"))
@@ -64,6 +64,19 @@ def run(args) -> int:
              "reason": o.reason} for o in results]
     common.emit(args, doc, rows=rows, render=lambda con: [_print(con, o) for o in results])
     return 0
+
+
+def _inputs(args, vendor: str, mixed: bool) -> dict:
+    """The resource numbers for one target. With several targets, each vendor takes its
+    own (--regs/--smem for NVIDIA, --vgprs/--agprs/--sgprs/--lds/--wave-size for AMD), so
+    one command compares an H100 with an MI300X; with one target, numbers of the other
+    vendor are an error (the calculator names them)."""
+    nv = {"regs": args.regs, "smem": args.smem}
+    amd = {"vgprs": args.vgprs, "agprs": args.agprs, "sgprs": args.sgprs, "lds": args.lds,
+           "wave_size": args.wave_size}
+    if not mixed:
+        return {**nv, **amd}
+    return nv if vendor == "nvidia" else amd
 
 
 def _print(con, occ) -> None:

@@ -64,7 +64,7 @@ def recorded_jobs(directory) -> list:
         try:
             rows = json.loads(decode(f.read_bytes(), str(f)))[key]
             configs = {i: str(r.get("config") or "") for i, r in enumerate(rows)}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
             raise ParseError(f"--from-csv {f}: expected an object with a '{key}' list of "
                              "rows with 'config'") from None
         break
