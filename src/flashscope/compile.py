@@ -10,7 +10,8 @@ Results are kept in a content-addressed cache: the key hashes the kernel's sourc
 ``cache_key``, which covers the functions it calls), the kernel name, config, target, head
 dim, dtype, causal flag, problem shape, Triton version and the launcher's source (which
 derives the compile options from the config). The cache lives
-in ``$FLASHSCOPE_CACHE`` or ``~/.cache/flashscope``; a hit needs neither torch nor a compile.
+in ``$FLASHSCOPE_CACHE``, else ``$XDG_CACHE_HOME/flashscope`` or ``~/.cache/flashscope``; a
+hit needs neither torch nor a compile.
 
 Kernels are looked up in :data:`KERNELS`; :func:`register_kernel` adds more (the backward
 kernels register theirs the same way). Each compile runs in a forked child
@@ -168,7 +169,13 @@ class Artifact:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("FLASHSCOPE_CACHE") or Path.home() / ".cache" / "flashscope")
+    """``$FLASHSCOPE_CACHE``, else ``$XDG_CACHE_HOME/flashscope``, else
+    ``~/.cache/flashscope`` (the XDG base directory default)."""
+    if os.environ.get("FLASHSCOPE_CACHE"):
+        return Path(os.environ["FLASHSCOPE_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "flashscope"
 
 
 def _jit_function(spec: KernelSpec, cfg=None):
