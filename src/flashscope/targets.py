@@ -203,7 +203,8 @@ PRODUCTS = {
 }
 
 _VENDOR_WORDS = re.compile(r"^(nvidia|amd|geforce|tesla|radeon|instinct|pro)+")
-_FORM_WORDS = re.compile(r"(sxm\d?|pcie|nvl\d*|hbm\d?e?|(16|24|32|40|48|64|80|94|96|141|192|256|288)gb)+$")
+_FORM_WORDS = re.compile(r"(sxm\d?|pcie|nvl\d*|hbm\d?e?"
+                         r"|(16|24|32|40|48|64|80|94|96|141|192|256|288)gb)+$")
 
 
 def _product_key(name: str) -> str:

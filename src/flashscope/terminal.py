@@ -70,10 +70,10 @@ def _cell_widths(text: str) -> tuple:
 
 def fit(tab, width: int):
     """Give each column of ``tab`` a fixed width so that the table fits ``width`` and
-    cells break at spaces: every column gets its longest word, then the room left goes to
-    the columns that need least to show their longest line whole (so short columns never
-    wrap and the long text ones share the rest). Only a table whose longest words alone
-    overflow folds inside words."""
+    cells break at spaces: every column gets its longest word, then the room left goes,
+    one character at a time, to the column whose longest cell would wrap onto the most
+    lines (so rows stay as short as the width allows). Only a table whose longest words
+    alone overflow folds inside words; headers fold before cells do."""
     gaps = 2 * len(tab.columns) - 1  # one space of padding per column, one between
     room = width - gaps
     lo, hi = [], []
@@ -87,16 +87,12 @@ def fit(tab, width: int):
         widths = hi
     elif sum(lo) > room:
         return tab  # rich folds what it must
-    else:
+    else:  # one column at a time to whichever would wrap onto the most lines
         widths = list(lo)
-        spare = room - sum(lo)
-        order = sorted(range(len(lo)), key=lambda i: hi[i] - lo[i])
-        for k, i in enumerate(order):
-            share = spare // (len(order) - k)  # an even share of what is left, at most
-            give = min(hi[i] - lo[i], share) if k < len(order) - 1 else min(
-                hi[i] - lo[i], spare)
-            widths[i] += give
-            spare -= give
+        for _ in range(room - sum(lo)):
+            open_ = [i for i in range(len(widths)) if widths[i] < hi[i]]
+            i = max(open_, key=lambda k: (-(-hi[k] // widths[k]), hi[k] - widths[k]))
+            widths[i] += 1
     for col, w in zip(tab.columns, widths):
         col.width = max(1, w)
     return tab

@@ -79,6 +79,19 @@ def test_failed_build_is_said_not_missing(wide, page):
     assert "FAILED: config m128n128w8s2q1" in text  # its ablation cell (BLOCK_N doubled)
 
 
+def test_terminal_summary_fits_100_columns(wide, capsys, monkeypatch):
+    """The same six-target report in the terminal, redirected: 100 columns, no cell cut."""
+    from flashscope.report.render_terminal import render
+    from flashscope.terminal import console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    render(wide, console())
+    out = capsys.readouterr().out
+    assert "m128n128w8s2q1" in out and "FAILED" in out and "build failed" in out
+    assert max(len(x.rstrip()) for x in out.splitlines()) <= 100
+    assert "\u2026" not in out
+
+
 def test_every_table_has_a_sortable_header(page):
     out, _ = page
     text = (out / "report.html").read_text()

@@ -53,7 +53,7 @@ def register(sub):
     common.add_causal(p, default="both")
     common.add_head_dim(p, default="64,128,256", help="suite head dims, comma list "
                                                       "(default 64,128,256)")
-    p.add_argument("--lengths", default=None, type=common._checked(common.parse_int_list,
+    p.add_argument("--lengths", default=None, type=common.argtype(common.parse_int_list,
                                                                    "lengths"),
                    help="suite lengths N (comma list; default 512..16384)")
     p.add_argument("--only", help="comma list of providers to run")

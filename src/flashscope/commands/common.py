@@ -14,9 +14,10 @@ checked where they are parsed: an integer out of range, a number that is not fin
 (``nan``, ``inf``, ``1e400``) or a negative time ends the command at once.
 
 Results: a table on the terminal (:mod:`flashscope.terminal`: readable at 100 columns and
-when redirected, long cells wrapped instead of cut); ``--json`` prints the command's JSON document on stdout
-and ``--csv`` its rows, header first; ``--out DIR`` writes ``<command>.json`` (the same
-document) and ``<command>.csv`` (the same rows) plus the command's own files. The folder
+when redirected, long cells wrapped instead of cut); ``--json`` prints the command's JSON
+document on stdout and ``--csv`` its rows, header first; ``--out DIR`` writes
+``<command>.json`` (the same document) and ``<command>.csv`` (the same rows) plus the
+command's own files. The folder
 and every file a command will write are checked before any work starts: the parent must
 exist, the place must be writable, and a file already there is only replaced with
 ``--force``. Files are written whole (a temporary file renamed into place), so a killed run
@@ -50,7 +51,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
 
 
-def _checked(fn: Callable, what: str) -> Callable:
+def argtype(fn: Callable, what: str) -> Callable:
     """An argparse ``type`` from ``fn``: a FlashscopeError or ValueError becomes argparse's
     one-line error naming the flag (argparse adds 'argument --flag: ')."""
     def convert(text):
@@ -76,7 +77,7 @@ def integer(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable:
         if (lo is not None and v < lo) or (hi is not None and v > hi):
             raise ValueError(f"expected {what}, got {v}")
         return v
-    return _checked(parse, what)
+    return argtype(parse, what)
 
 
 def number(lo: Optional[float] = None, *, strict: bool = False) -> Callable:
@@ -91,7 +92,7 @@ def number(lo: Optional[float] = None, *, strict: bool = False) -> Callable:
         if not math.isfinite(v) or (lo is not None and (v <= lo if strict else v < lo)):
             raise ValueError(f"expected {what}, got {text!r}")
         return v
-    return _checked(parse, what)
+    return argtype(parse, what)
 
 
 def _split(text) -> list:
@@ -139,7 +140,7 @@ def _targets(text) -> list:
 def add_target(p, default: Optional[str] = "sm90", required: bool = False,
                help: str = "") -> None:
     p.add_argument("--target", "--targets", dest="target", required=required,
-                   default=default, type=_checked(_targets, "target names"),
+                   default=default, type=argtype(_targets, "target names"),
                    metavar="LIST", help=help or "comma list of architectures or products, "
                    "e.g. sm90,gfx942 or H100,MI300X" + (f" (default {default})"
                                                          if default else ""))
@@ -147,7 +148,7 @@ def add_target(p, default: Optional[str] = "sm90", required: bool = False,
 
 def add_dtype(p, default: str = "bf16", help: str = "") -> None:
     p.add_argument("--dtype", "--dtypes", dest="dtype", default=default,
-                   type=_checked(parse_dtypes, "dtype names"), metavar="LIST",
+                   type=argtype(parse_dtypes, "dtype names"), metavar="LIST",
                    help=help or f"bf16 and/or fp16, comma list (default {default})")
 
 
@@ -164,14 +165,14 @@ def add_causal(p, default: str = "no", both: bool = True, help: str = "") -> Non
     value (:func:`one` takes it out)."""
     choices = "no|yes|both" if both else "no|yes"
     p.add_argument("--causal", nargs="?", const="yes", default=default,
-                   type=_checked(parse_causal if both else _causal_one, choices),
+                   type=argtype(parse_causal if both else _causal_one, choices),
                    metavar=choices,
                    help=help or f"mask; --causal alone means yes (default {default})")
 
 
 def add_head_dim(p, default: Optional[str] = "128", help: str = "") -> None:
     p.add_argument("--head-dim", "--head-dims", dest="head_dim", default=default,
-                   type=_checked(parse_int_list, "head dims"), metavar="LIST",
+                   type=argtype(parse_int_list, "head dims"), metavar="LIST",
                    help=help or "head dims, comma list" + (f" (default {default})"
                                                            if default else ""))
 
@@ -185,7 +186,8 @@ def one(values, flag: str, what: str = "value"):
     return values[0]
 
 
-def add_output(p, *, csv: bool = True, out: bool = True, plot: bool = False) -> None:
+def add_output(p, *, csv: bool = True, out: bool = True, plot: bool = False,
+               out_help: str = "", force_help: str = "") -> None:
     """``--json`` / ``--csv`` (stdout), ``--out DIR``, ``--force`` and, with ``plot``,
     ``--plot FILE``."""
     g = p.add_mutually_exclusive_group()
@@ -196,13 +198,13 @@ def add_output(p, *, csv: bool = True, out: bool = True, plot: bool = False) -> 
                        help="print the result rows as CSV on stdout, header first")
     if out:
         p.add_argument("--out", metavar="DIR",
-                       help="write <command>.json, <command>.csv and the command's files "
-                            "into DIR (its parent must exist)")
+                       help=out_help or "write <command>.json, <command>.csv and the "
+                                        "command's files into DIR (its parent must exist)")
     if plot:
         p.add_argument("--plot", metavar="FILE",
                        help="write the plot to FILE (.png, .svg or .pdf)")
     p.add_argument("--force", action="store_true",
-                   help="replace files that are already there")
+                   help=force_help or "replace files that are already there")
 
 
 # ---------------------------------------------------------------------------------------

@@ -39,13 +39,9 @@ def register(sub):
                    help="knobs to ablate around the base: Q_IN_REGS,BLOCK_M,BLOCK_N,"
                         "num_warps,HEAD_DIM (default all), or none; with --kernel bwd: "
                         "BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2,num_warps,HEAD_DIM")
-    common.add_output(p)
-    p.set_defaults(out=None)
-    for a in p._actions:  # the report always writes its folder: say where by default
-        if a.dest == "out":
-            a.help = ("output folder (default: a new flashscope-report-YYYYmmdd-HHMMSS); "
-                      "its parent must exist, and files of an earlier report are replaced "
-                      "only with --force")
+    common.add_output(p, out_help="output folder (default: a new "
+                      "flashscope-report-YYYYmmdd-HHMMSS); its parent must exist, and files "
+                      "of an earlier report are replaced only with --force")
     p.add_argument("--jobs", type=common.integer(0), default=0,
                    help="compile worker processes (default 0: one per CPU core)")
     p.set_defaults(func=run)

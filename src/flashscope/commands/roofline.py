@@ -22,7 +22,7 @@ def register(sub):
     p.add_argument("--hkv", type=common.integer(1), help="key/value heads (default: H)")
     common.add_causal(p, both=False)
     p.add_argument("--direction", choices=("fwd", "bwd", "fwd+bwd"), default="fwd")
-    p.add_argument("--dtype", default="bf16", type=common._checked(_element_bytes, "dtype"),
+    p.add_argument("--dtype", default="bf16", type=common.argtype(_element_bytes, "dtype"),
                    help="bf16, fp16 or fp32 (torch names too): bytes per element "
                         "(default bf16)")
     p.add_argument("--ceilings", default="h100-measured",

@@ -68,9 +68,6 @@ def register(sub) -> None:
                    help="output folder (default sweep-out; its parent must exist)")
     g.add_argument("--resume", action="store_true",
                    help="continue the sweep in --out, skipping finished points")
-    g.add_argument("--force", action="store_true",
-                   help="replace a summary, plot or comparison already in --out, and "
-                        "entries of --write-tuned files for the same problem")
     g.add_argument("--executor", default="local", choices=("local", "gpus", "ray"),
                    help="local process pool (default), one worker per GPU, or Ray "
                         "(pip install \"flashscope[ray]\")")
@@ -86,11 +83,9 @@ def register(sub) -> None:
     g.add_argument("--no-plot", action="store_true", help="skip pareto.png")
     g.add_argument("--compare", nargs=2, metavar=("EXHAUSTIVE", "EVOLVE"),
                    help="compare an evolve results file with an exhaustive one")
-    out = g.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true",
-                     help="print the summary (summary.json) on stdout")
-    out.add_argument("--csv", action="store_true",
-                     help="print one row per problem (summary.csv) on stdout")
+    common.add_output(g, out=False,  # --out is the sweep's folder, above
+                      force_help="replace a summary, plot or comparison already in --out, "
+                                 "and --write-tuned entries for the same problem")
     p.set_defaults(func=run)
 
 

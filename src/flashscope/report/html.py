@@ -43,8 +43,9 @@ code{background:#f4f4f4;padding:0 3px}.muted{color:#666}.bad{color:#a40000}
 #: Click-to-sort for every table (numbers by value: '25.0%', '+14.4 KB', '1 -> 2' read as
 #: their first number; '-' and empty cells last).
 _SCRIPT = """
-function fsKey(t){var m=t.replace(/,/g,'').match(/^[^0-9+\\-.]*([+\\-]?[0-9]*\\.?[0-9]+(e[+\\-]?[0-9]+)?)/i);
-return m&&t.trim()!=='-'?parseFloat(m[1]):null}
+function fsKey(t){
+ var m=t.replace(/,/g,'').match(/^[^0-9+\\-.]*([+\\-]?[0-9]*\\.?[0-9]+(e[+\\-]?[0-9]+)?)/i);
+ return m&&t.trim()!=='-'?parseFloat(m[1]):null}
 document.querySelectorAll('table').forEach(function(tb){
  tb.querySelectorAll('th').forEach(function(th,i){th.title='sort by this column';
   th.addEventListener('click',function(){
