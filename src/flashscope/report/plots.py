@@ -7,8 +7,8 @@
 - ``staircase.png``: per target, occupancy against registers (VGPRs) per thread for each
   block size in the report, the register limit alone (solid); each config is plotted at
   its measured registers and its actual occupancy. Where shared memory (LDS) is what holds
-  a config down, the staircase with its shared memory is drawn too (dashed), so the cap it
-  sets is on the plot. Labels never overlap (:func:`flashscope.plotting.place_labels`).
+  a config down, the staircase with its shared memory is drawn too (dashed, in the colour
+  of its block size), so the cap it sets is on the plot. Labels never overlap (:func:`flashscope.plotting.place_labels`).
 """
 
 from __future__ import annotations
@@ -113,15 +113,19 @@ def plot_staircase(report, path) -> str:
         t = get_target(name)
         mine = [r for r in rows if r.target == name]
         wave = None if t.vendor == "nvidia" else t.warp_size
+        colour = {}
         for k, threads in enumerate(sorted({r.record.threads for r in mine})):
+            colour[threads] = f"C{k}"
             xs, ys = zip(*staircase(t, threads=threads, wave_size=wave))
             ax.step(xs, [100 * y for y in ys], where="post", linewidth=1.2, color=f"C{k}",
                     label=f"{threads} threads, registers alone")
-        for threads, shared in _shared_caps(t, mine):
+        for k, (threads, shared) in enumerate(_shared_caps(t, mine)):
             kw = {"smem": shared} if t.vendor == "nvidia" else {"lds": shared}
             xs, ys = zip(*staircase(t, threads=threads, wave_size=wave, **kw))
-            ax.step(xs, [100 * y for y in ys], where="post", linewidth=1.0, ls="--",
-                    color="#a40000",
+            # the colour of its block size, a dash pattern of its own
+            ax.step(xs, [100 * y for y in ys], where="post", linewidth=1.0,
+                    ls=((0, (5, 2)), (0, (2, 2)), (0, (6, 2, 1, 2)), (0, (1, 1)))[k % 4],
+                    color=colour.get(threads, "#a40000"),
                     label=f"{threads} threads with {shared:,} B "
                           f"{'shared memory' if t.vendor == 'nvidia' else 'LDS'} (its cap)")
         points = {}
