@@ -146,8 +146,9 @@ def user_cases(shapes: Iterable[str], *, dtypes, causal, modes) -> list:
 
 
 def parse_dtype(text: str) -> str:
+    """``bf16``/``fp16`` or the torch names (``bfloat16``, ``torch.float16``, ``half``)."""
     try:
-        return DTYPE_ALIASES[text.strip().lower()]
+        return DTYPE_ALIASES[text.strip().lower().removeprefix("torch.")]
     except KeyError:
         raise FlashscopeError(f"--dtype {text!r}: expected bf16 or fp16") from None
 
