@@ -15,6 +15,7 @@ from typing import NamedTuple
 import torch
 
 from . import kernels
+from .compat import CODEGEN_OPTIONS
 from .config import AttentionBwdConfig, AttentionConfig, head_dim_pad
 from .errors import ConfigError
 from .schedule import lpt_schedule, section_heads, split_schedule
@@ -43,8 +44,11 @@ def launch_options(cfg: AttentionConfig, device: torch.device) -> dict:
 def vendor_options(cfg, vendor: "str | None") -> dict:
     """num_warps/num_stages, plus ``maxnreg`` for "nvidia" or ``waves_per_eu`` for "amd"
     when the config sets them (``vendor=None``: neither, as for the interpreter). Shared by
-    the launchers and offline compilation (:mod:`flashscope.compile`)."""
+    the launchers and offline compilation (:mod:`flashscope.compile`); compiled launches
+    add :data:`flashscope.compat.CODEGEN_OPTIONS`."""
     opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    if vendor is not None:
+        opts.update(CODEGEN_OPTIONS)
     if vendor == "amd":
         if cfg.waves_per_eu is not None:
             opts["waves_per_eu"] = cfg.waves_per_eu
@@ -453,7 +457,7 @@ class GluonPlan(NamedTuple):
         args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
                 triton_cdiv(N_Q, block_m), *out.stride())
         consts = dict(HEAD_DIM=d, BLOCK_M=block_m, ROWS=64, RETURN_LSE=lse is not None)
-        launch_compiled(kernel, grid, args, consts, {"num_warps": 4},
+        launch_compiled(kernel, grid, args, consts, {"num_warps": 4, **CODEGEN_OPTIONS},
                         cache=self.merge_compiled)
 
 
@@ -599,7 +603,7 @@ def backward(dout, q, k, v, out, lse, *, causal: bool, scale: float, cfg: Attent
 
 
 # The preprocess (delta = rowsum(dO * O)) reads two tiles and writes a vector: memory-bound.
-_PRE_OPTIONS = {"num_warps": 4, "num_stages": 1}
+_PRE_OPTIONS = {"num_warps": 4, "num_stages": 1, **CODEGEN_OPTIONS}
 
 
 def backward_calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, causal: bool, scale: float,

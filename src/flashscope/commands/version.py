@@ -6,7 +6,8 @@ import json
 
 
 def register(sub):
-    p = sub.add_parser("version", help="versions of flashscope, Triton, torch, numpy; GPU visibility")
+    p = sub.add_parser("version", help="versions of flashscope, Triton (and whether it is a "
+                       "supported release), torch, numpy; GPU visibility")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -17,11 +18,15 @@ def versions() -> dict:
     import triton
 
     from .. import __version__
+    from ..compat import SUPPORTED, supported
 
     gpu = None
     if torch.cuda.is_available():
         gpu = torch.cuda.get_device_name(0)
-    return {"flashscope": __version__, "triton": triton.__version__, "torch": torch.__version__,
+    oldest, newest = (".".join(map(str, v)) for v in SUPPORTED)
+    return {"flashscope": __version__, "triton": triton.__version__,
+            "triton_supported": f"{'yes' if supported() else 'no'} ({oldest} to {newest})",
+            "torch": torch.__version__,
             "numpy": numpy.__version__, "gpu": gpu,
             "backend": "rocm" if torch.version.hip else ("cuda" if torch.version.cuda else "cpu")}
 
@@ -32,5 +37,5 @@ def run(args) -> int:
         print(json.dumps(v, indent=2))
     else:
         for k, val in v.items():
-            print(f"{k:<11} {val if val is not None else 'none visible'}")
+            print(f"{k:<17} {val if val is not None else 'none visible'}")
     return 0
