@@ -1,12 +1,12 @@
 """``flashscope targets``: every compile target with its hardware facts (the tables the
-occupancy calculator reads) and whether Triton 3.6 compiles for it."""
+occupancy calculator reads) and whether Triton (3.6 to 3.9) compiles for it."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 
-#: Triton 3.6 backends: CUDA for sm_80 and later; HIP for CDNA2+ and RDNA3+.
+#: Triton's backends (3.6 to 3.9): CUDA for sm_80 and later; HIP for CDNA2+ and RDNA3+.
 TRITON_VENDORS = ("nvidia", "amd")
 
 
