@@ -379,8 +379,11 @@ def cubin_parts(cubin: bytes, what: str = "cubin") -> tuple:
         if "registers" not in per:
             raise ArtifactError(f"{what}: no EIATTR_REGCOUNT for kernel {k}")
         shared = hdr.get(f".nv.shared.{k}")
+        # A kernel without shared memory has no .nv.shared.<k>, and no window either
+        # (cuobjdump: SHARED:0), even in a cubin with the reserved-shared markers.
         static, reserved = _split_shared(int(shared["sh_size"]) if shared else 0,
-                                         reserved_layout, f"{what}: kernel {k}")
+                                         reserved_layout and shared is not None,
+                                         f"{what}: kernel {k}")
         rows.append({
             "kernel": k, "arch": arch, "registers": per["registers"],
             "local_bytes": per.get("frame", 0),
