@@ -26,7 +26,9 @@ def register(sub):
                     "1 KB system reserve of sm_90+ cubins reported apart), and the "
                     "instruction mix. With PATH, read a .cubin, a .hsaco or a Triton cache "
                     "directory instead.")
-    p.add_argument("path", nargs="?", help=".cubin, .hsaco, or a Triton cache directory")
+    p.add_argument("path", nargs="?", help=".cubin, .hsaco, a Triton cache directory, or "
+                   "FILE.py:KERNEL (any @triton.jit or Gluon kernel, compiled for --target "
+                   "with --signature and --constexpr)")
     p.add_argument("--target", default="sm90",
                    help="comma-separated targets, e.g. sm90,gfx942 (default sm90)")
     p.add_argument("--config", action="append", default=[], metavar="K=V,...",
@@ -45,6 +47,23 @@ def register(sub):
     p.add_argument("--diff", nargs=2, metavar=("A", "B"),
                    help="compare two configs (K=V,... on the first --target) or two artifacts")
     p.add_argument("--opcodes", action="store_true", help="also print per-opcode counts")
+    p.add_argument("--lines", action="store_true",
+                   help="per source line: instructions by class, live registers (peak and "
+                        "mean), spills, and what inlined helpers add at their call sites; "
+                        "with the register checks of each kernel")
+    p.add_argument("--top", type=int, default=0, metavar="N",
+                   help="with --lines: the N lines with the most instructions (default all)")
+    user = p.add_argument_group("FILE.py:KERNEL (a kernel of your own)")
+    user.add_argument("--signature", default="", metavar="NAME=TYPE,...",
+                      help="types of the non-constexpr parameters, e.g. "
+                           "'X=*fp32,Y=*fp32,N=i32:16' or '*fp32,*fp32,i32' in order "
+                           "(pointers 16-byte aligned unless TYPE:1; an integer :16 is a "
+                           "multiple of 16)")
+    user.add_argument("--constexpr", action="append", default=[], metavar="NAME=VALUE",
+                      help="a tl.constexpr value (repeatable); parameters with a default "
+                           "may be left out")
+    user.add_argument("--num-warps", type=int, default=4)
+    user.add_argument("--num-stages", type=int, default=3)
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON on stdout")
     out.add_argument("--csv", action="store_true", help="CSV on stdout")
@@ -109,6 +128,15 @@ def _compile_records(args):
     return items, results
 
 
+def _artifacts(args, items, results):
+    """The compiled artifacts behind the records of a config run (cache hits by now)."""
+    from .. import compile as fcompile
+
+    kw = _build_kw(args)
+    return [fcompile.build(c, t, **kw) for (c, t), r in zip(items, results)
+            if not isinstance(r, Exception)]
+
+
 def _resolve_side(text, args):
     """A --diff operand: an existing path (its single kernel), else a config."""
     from ..errors import FlashscopeError
@@ -129,6 +157,39 @@ def _resolve_side(text, args):
                           **_build_kw(args))
 
 
+def _user_records(args):
+    """Records and artifacts of ``FILE.py:KERNEL`` for each --target."""
+    from ..errors import FlashscopeError
+    from ..isa import attach_occupancy, record_for, user_kernel
+    from ..targets import parse_targets
+
+    if args.config or args.configs:
+        raise FlashscopeError("FILE.py:KERNEL takes --signature/--constexpr, not --config")
+    if args.num_warps < 1 or args.num_stages < 1:
+        raise FlashscopeError("--num-warps and --num-stages: expected positive integers")
+    path, name = user_kernel.parse_spec(args.path)
+    src = user_kernel.KernelSource(path, name, args.signature,
+                                   user_kernel.parse_constexprs(args.constexpr),
+                                   args.num_warps, args.num_stages)
+    targets = parse_targets(args.target)
+    records, arts, errors = [], [], []
+    for t, art in zip(targets, user_kernel.build(src, [t.name for t in targets], args.jobs)):
+        if isinstance(art, FlashscopeError):
+            errors.append({"target": t.name, "config": {"key": src.key}, "error": str(art)})
+            continue
+        records.append(attach_occupancy(record_for(art)))
+        arts.append(art)
+    if not records:
+        raise FlashscopeError(errors[0]["error"])
+    return records, arts, errors
+
+
+def _is_user_kernel(path) -> bool:
+    import re
+
+    return bool(path) and re.search(r"\.py:[A-Za-z_]\w*$", path) is not None
+
+
 def run(args):
     from ..errors import FlashscopeError
     from ..isa import diff, read_path
@@ -145,8 +206,14 @@ def run(args):
         else:
             _diff_table(d)
         return 0
-    errors = []
-    if args.path:
+    errors, arts = [], None
+    if args.top < 0:
+        raise FlashscopeError(f"--top {args.top}: expected 0 (all lines) or more")
+    if (args.signature or args.constexpr) and not _is_user_kernel(args.path):
+        raise FlashscopeError("--signature/--constexpr go with FILE.py:KERNEL")
+    if _is_user_kernel(args.path):
+        records, arts, errors = _user_records(args)
+    elif args.path:
         if args.config or args.configs:
             raise FlashscopeError("PATH and --config/--configs exclude each other")
         records = read_path(args.path)
@@ -157,6 +224,12 @@ def run(args):
                   for (c, t), r in zip(items, results) if isinstance(r, Exception)]
         if not records:
             raise errors and FlashscopeError(errors[0]["error"])
+        if args.lines:
+            arts = _artifacts(args, items, results)
+    if args.lines:
+        from .inspect_lines import show
+
+        return show(args, records, arts, errors)
     if args.json:
         json.dump({"kernels": [r.as_dict() for r in records], "errors": errors},
                   sys.stdout, indent=1)
