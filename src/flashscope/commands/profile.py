@@ -43,6 +43,24 @@ def register(sub):
     p.add_argument("--ncu", default="ncu", help="ncu executable (default %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write profile.json, profile.csv and ncu's raw CSV output here")
     p.add_argument("--json", action="store_true", help="print JSON")
+    lines = p.add_argument_group("per source line (--lines)")
+    lines.add_argument("--lines", action="store_true",
+                       help="warp stalls by reason and instructions executed per source line "
+                            "of one flashscope launch (ncu's source page), beside its "
+                            "registers, spills and instruction mix")
+    lines.add_argument("--source-page", metavar="FILE",
+                       help="replay a recorded source page (ncu --page source --csv "
+                            "--print-source sass; .csv or .csv.gz) instead of running ncu")
+    lines.add_argument("--binary", metavar="PATH",
+                       help="with --source-page: the recorded kernel's binary (its Triton "
+                            "cache folder, a .cubin or a flashscope cache entry); default: "
+                            "the config built offline for --target at --shape")
+    lines.add_argument("--target", default="sm90",
+                       help="with --source-page and no --binary: the GPU it was recorded on")
+    lines.add_argument("--kernel-name", default="",
+                       help="the kernel of a page that holds several (part of its name)")
+    lines.add_argument("--top", type=int, default=0, metavar="N",
+                       help="with --lines: the N lines with the most stall samples")
     p.set_defaults(func=run)
 
 
@@ -69,6 +87,10 @@ def _gates(specs):
 def run(args) -> int:
     from ..profile import runner, session
 
+    if args.lines or args.source_page:
+        from .profile_lines import run_lines
+
+        return run_lines(args)
     shape = parse_shape(args.shape)
     gates = _gates(args.gate)
     providers = [x.strip() for x in args.providers.split(",") if x.strip()]
