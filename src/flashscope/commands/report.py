@@ -37,6 +37,10 @@ def register(sub):
     p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
     p.add_argument("--jobs", type=int, default=0,
                    help="compile worker processes (default: one per CPU core)")
+    p.add_argument("--lines", action="store_true",
+                   help="registers, spills and instructions per source line of every kernel "
+                        "(lines.json and a section of report.html with the source, a heat "
+                        "strip of live registers and the budget checked line by line)")
     p.set_defaults(func=run)
 
 
@@ -71,12 +75,21 @@ def run(args) -> int:
     if args.jobs < 0:
         raise FlashscopeError(f"--jobs {args.jobs}: expected 0 (one per core) or more")
     if getattr(args, "kernel", "fwd") == "bwd":
+        if getattr(args, "lines", False):
+            raise FlashscopeError("--lines goes with --kernel fwd (the budget it checks is "
+                                  "the forward's)")
         return _run_bwd(args)
     spec = make_spec(args.targets, args.configs, args.head_dims, args.dtype, args.causal,
                      args.ablate)
     out = _out_dir(args)
     report = _with_progress(collect, spec, args.jobs)
-    files = write_report(report, out)
+    lines = None
+    if getattr(args, "lines", False):
+        from ..report.lines import collect_lines
+
+        lines = collect_lines(report, args.jobs)
+        report.timings.update(lines.timings)
+    files = write_report(report, out, lines)
     if args.json:
         summary = {"out": str(out), "files": files, "timings": report.timings,
                    "model": report.model_summary(),
@@ -90,6 +103,11 @@ def run(args) -> int:
         sys.stdout.write("\n")
         return 0
     render(report, Console(), out_dir=out)
+    if lines is not None:
+        checks = [c["ok"] for v in lines.views.values() for c in v.checks]
+        Console().print(f"per source line: {len(lines.views)} kernels, register checks "
+                        f"{sum(checks)}/{len(checks)} ok ({files['lines']}, {files['html']})"
+                        + (f"; {len(lines.errors)} without a view" if lines.errors else ""))
     return 0
 
 

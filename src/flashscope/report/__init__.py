@@ -20,9 +20,10 @@ __all__ = ["DEFAULT_BASE", "DEFAULT_HEAD_DIMS", "DEFAULT_TARGETS", "Report", "Re
            "Row", "collect", "default_configs", "load_configs", "make_spec", "write_report"]
 
 
-def write_report(report: Report, out_dir) -> dict:
+def write_report(report: Report, out_dir, lines=None) -> dict:
     """Write report.json, budget.png, staircase.png and report.html into ``out_dir``
-    (created if missing); returns {name: path}."""
+    (created if missing), and with ``lines`` (a :class:`.lines.LinesSection`) lines.json
+    and its section of the page; returns {name: path}."""
     from .html import write_html
     from .plots import write_plots
 
@@ -32,5 +33,11 @@ def write_report(report: Report, out_dir) -> dict:
     (out / "report.json").write_text(json.dumps(report.as_dict(), indent=1, default=str))
     plots = write_plots(report, out)
     files.update(plots)
-    files["html"] = write_html(report, out / "report.html", plots)
+    extra = ""
+    if lines is not None:
+        from .lines import html_section, write_json
+
+        files["lines"] = write_json(lines, out / "lines.json")
+        extra = html_section(report, lines)
+    files["html"] = write_html(report, out / "report.html", plots, extra)
     return files

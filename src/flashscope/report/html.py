@@ -125,8 +125,9 @@ def _cliff_section(report) -> str:
             + _table(head, rows, left=("target", "config", "resource"), classes=classes))
 
 
-def write_html(report, path, plots: dict) -> str:
-    """Write the page to ``path``; ``plots`` maps names to PNG paths (embedded inline)."""
+def write_html(report, path, plots: dict, extra: str = "") -> str:
+    """Write the page to ``path``; ``plots`` maps names to PNG paths (embedded inline);
+    ``extra``: more sections (HTML) placed before the plots."""
     s = report.spec
     title = "flashscope report: register budget and occupancy cliffs"
     meta = (f"targets {', '.join(t.name for t in s.targets)}; head dims "
@@ -138,6 +139,6 @@ def write_html(report, path, plots: dict) -> str:
             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
             f"<h1>{escape(title)}</h1><p class=\"muted\">{escape(meta)}</p>"
             + _budget_section(report) + _ablation_section(report) + _cliff_section(report)
-            + imgs + "</body></html>")
+            + extra + imgs + "</body></html>")
     Path(path).write_text(page, encoding="utf-8")
     return str(path)
