@@ -157,3 +157,5 @@ def test_inspect_lines_on_files_without_lines(capsys, tmp_path, artifacts):
     cubin.write_bytes(bytes(data))
     code, out, err = _run(capsys, str(cubin), "--lines")
     assert code == 2 and "115" in out and "no line table" in err
+    code, out, err = _run(capsys, "--diff", str(cubin), str(cubin), "--lines")
+    assert code == 2 and "without --diff" in err

@@ -195,6 +195,8 @@ def run(args):
     from ..isa import diff, read_path
 
     if args.diff:
+        if args.lines:
+            raise FlashscopeError("--lines reads kernels one by one; give them without --diff")
         if args.path or args.config or args.configs:
             raise FlashscopeError("--diff A B takes its two operands alone (no PATH/--config)")
         d = diff(_resolve_side(args.diff[0], args), _resolve_side(args.diff[1], args))

@@ -39,10 +39,6 @@ from .dataflow import Step
 #: register class -> (first bit, number of registers); the zero/true register of each
 #: class (RZ = R255, PT = P7, URZ = UR63, UPT = UP7) is not counted.
 CLASSES = {"R": (0, 255), "P": (256, 7), "UR": (264, 63), "UP": (328, 7)}
-GPR_MASK = (1 << 255) - 1
-UGPR_MASK = ((1 << 63) - 1) << 264
-PRED_MASK = ((1 << 7) - 1) << 256
-UPRED_MASK = ((1 << 7) - 1) << 328
 
 _REG = re.compile(r"(?<![A-Za-z0-9_])(!?)(UR|UP|R|P)(\d+|Z|T)((?:\.64|\.128)?)(?![0-9])")
 _MEM = re.compile(r"(g?desc)\[(UR\d+)\]")
