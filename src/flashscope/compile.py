@@ -486,6 +486,20 @@ def _run_compiler(spec, cfg, t, head_dim, dtype, causal, extra, key, src, target
         import sys
 
         sys.stderr.write(native[0])
+    meta = compiled_metadata(compiled)
+    binkey = "cubin" if t.vendor == "nvidia" else "hsaco"
+    asmkey = "ptx" if t.vendor == "nvidia" else "amdgcn"
+    return Artifact(kernel=spec.name, target=t.name, vendor=t.vendor,
+                    binary=bytes(compiled.asm[binkey]), asm=str(compiled.asm[asmkey]),
+                    metadata=meta, config=_config_dict(cfg), head_dim=head_dim, dtype=dtype,
+                    causal=bool(causal), constants=constants, key=key, extra=dict(extra))
+
+
+def compiled_metadata(compiled) -> dict:
+    """What an Artifact keeps of a compiled kernel's metadata (JSON-ready): name, warps,
+    stages, dynamic shared bytes, target, Triton's version and the register options."""
+    import triton
+
     md = compiled.metadata
     meta = {"name": md.name, "num_warps": md.num_warps, "num_stages": md.num_stages,
             "shared": md.shared, "target": {"backend": md.target.backend,
@@ -495,12 +509,7 @@ def _run_compiler(spec, cfg, t, head_dim, dtype, causal, extra, key, src, target
     for opt in ("maxnreg", "waves_per_eu"):
         if getattr(md, opt, None) is not None:
             meta[opt] = getattr(md, opt)
-    binkey = "cubin" if t.vendor == "nvidia" else "hsaco"
-    asmkey = "ptx" if t.vendor == "nvidia" else "amdgcn"
-    return Artifact(kernel=spec.name, target=t.name, vendor=t.vendor,
-                    binary=bytes(compiled.asm[binkey]), asm=str(compiled.asm[asmkey]),
-                    metadata=meta, config=_config_dict(cfg), head_dim=head_dim, dtype=dtype,
-                    causal=bool(causal), constants=constants, key=key, extra=dict(extra))
+    return meta
 
 
 def _config_dict(cfg) -> dict:

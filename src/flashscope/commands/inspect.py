@@ -28,7 +28,9 @@ def register(sub):
                     "instruction mix. With PATH, read a .cubin, a .hsaco or a Triton cache "
                     "directory instead (links leading outside the directory are not "
                     "followed).")
-    p.add_argument("path", nargs="?", help=".cubin, .hsaco, or a Triton cache directory")
+    p.add_argument("path", nargs="?", help=".cubin, .hsaco, a Triton cache directory, or "
+                   "FILE.py:KERNEL (any @triton.jit or Gluon kernel, compiled for --target "
+                   "with --signature and --constexpr)")
     common.add_target(p, default="sm90")
     p.add_argument("--config", action="append", default=[], metavar="[FAMILY:]K=V,...",
                    help="config, e.g. BLOCK_M=128,num_warps=8 (repeatable; keys not given "
@@ -50,6 +52,23 @@ def register(sub):
                    help="compare two configs (K=V,... on the first --target) or two artifacts")
     p.add_argument("--opcodes", action="store_true", help="also print per-opcode counts")
     common.add_output(p)
+    p.add_argument("--lines", action="store_true",
+                   help="per source line: instructions by class, live registers (peak and "
+                        "mean), spills, and what inlined helpers add at their call sites; "
+                        "with the register checks of each kernel")
+    p.add_argument("--top", type=common.integer(0), default=0, metavar="N",
+                   help="with --lines: the N lines with the most instructions (default all)")
+    user = p.add_argument_group("FILE.py:KERNEL (a kernel of your own)")
+    user.add_argument("--signature", default="", metavar="NAME=TYPE,...",
+                      help="types of the non-constexpr parameters, e.g. "
+                           "'X=*fp32,Y=*fp32,N=i32:16' or '*fp32,*fp32,i32' in order "
+                           "(pointers 16-byte aligned unless TYPE:1; an integer :16 is a "
+                           "multiple of 16)")
+    user.add_argument("--constexpr", action="append", default=[], metavar="NAME=VALUE",
+                      help="a tl.constexpr value (repeatable); parameters with a default "
+                           "may be left out")
+    user.add_argument("--num-warps", type=common.integer(1), default=4)
+    user.add_argument("--num-stages", type=common.integer(1), default=3)
     p.set_defaults(func=run)
 
 
@@ -115,6 +134,14 @@ def _compile_records(args):
     return items, results
 
 
+def _artifacts(items, results):
+    """The compiled artifacts behind the records of a config run (cache hits by now)."""
+    from .. import compile as fcompile
+
+    return [fcompile.build(c, t, **kw) for (c, t, kw), r in zip(items, results)
+            if not isinstance(r, Exception)]
+
+
 def _resolve_side(text, args):
     """A --diff operand: an existing path (its single kernel), else a config."""
     from ..errors import FlashscopeError
@@ -132,11 +159,43 @@ def _resolve_side(text, args):
     return inspect_config(_parse(args, text, t, d, dt, c), t, **_build_kw(args, d, dt, c))
 
 
+def _user_records(args):
+    """Records and artifacts of ``FILE.py:KERNEL`` for each --target."""
+    from ..errors import FlashscopeError
+    from ..isa import attach_occupancy, record_for, user_kernel
+
+    if args.config or args.configs:
+        raise FlashscopeError("FILE.py:KERNEL takes --signature/--constexpr, not --config")
+    path, name = user_kernel.parse_spec(args.path)
+    src = user_kernel.KernelSource(path, name, args.signature,
+                                   user_kernel.parse_constexprs(args.constexpr),
+                                   args.num_warps, args.num_stages)
+    targets = args.target
+    records, arts, errors = [], [], []
+    for t, art in zip(targets, user_kernel.build(src, [t.name for t in targets], args.jobs)):
+        if isinstance(art, FlashscopeError):
+            errors.append({"target": t.name, "config": {"key": src.key}, "error": str(art)})
+            continue
+        records.append(attach_occupancy(record_for(art)))
+        arts.append(art)
+    if not records:
+        raise FlashscopeError(errors[0]["error"])
+    return records, arts, errors
+
+
+def _is_user_kernel(path) -> bool:
+    import re
+
+    return bool(path) and re.search(r"\.py:[A-Za-z_]\w*$", path) is not None
+
+
 def run(args):
     from ..errors import FlashscopeError
     from ..isa import diff, read_path
 
     if args.diff:
+        if args.lines:
+            raise FlashscopeError("--lines reads kernels one by one; give them without --diff")
         if args.path or args.config or args.configs:
             raise FlashscopeError("--diff A B takes its two operands alone (no PATH/--config)")
         common.prepare(args)
@@ -144,8 +203,13 @@ def run(args):
         rows = [{"field": name, **e} for name, e in _diff_rows(d)]
         common.emit(args, d, rows=rows, render=lambda con: _diff_table(con, d))
         return 0
-    errors = []
-    if args.path:
+    errors, arts = [], None
+    if (args.signature or args.constexpr) and not _is_user_kernel(args.path):
+        raise FlashscopeError("--signature/--constexpr go with FILE.py:KERNEL")
+    if _is_user_kernel(args.path):
+        common.prepare(args)
+        records, arts, errors = _user_records(args)
+    elif args.path:
         if args.config or args.configs:
             raise FlashscopeError("PATH and --config/--configs exclude each other")
         common.prepare(args)
@@ -160,6 +224,12 @@ def run(args):
                   for (c, t, kw), r in zip(items, results) if isinstance(r, Exception)]
         if not records:
             raise FlashscopeError(errors[0]["error"])
+        if args.lines:
+            arts = _artifacts(items, results)
+    if args.lines:
+        from .inspect_lines import show
+
+        return show(args, records, arts, errors)
     doc = {"kernels": [r.as_dict() for r in records], "errors": errors}
     rows = [_flat(r) for r in records] + [
         {"target": e["target"], "config": e["config"].get("label"), "head_dim": e["head_dim"],

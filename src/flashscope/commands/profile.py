@@ -50,6 +50,24 @@ def register(sub):
                         "speed instead of ncu's durations")
     p.add_argument("--ncu", default="ncu", help="ncu executable (default %(default)s)")
     common.add_output(p)
+    lines = p.add_argument_group("per source line (--lines)")
+    lines.add_argument("--lines", action="store_true",
+                       help="warp stalls by reason and instructions executed per source line "
+                            "of one flashscope launch (ncu's source page), beside its "
+                            "registers, spills and instruction mix")
+    lines.add_argument("--source-page", metavar="FILE",
+                       help="replay a recorded source page (ncu --page source --csv "
+                            "--print-source sass; .csv or .csv.gz) instead of running ncu")
+    lines.add_argument("--binary", metavar="PATH",
+                       help="with --source-page: the recorded kernel's binary (its Triton "
+                            "cache folder, a .cubin or a flashscope cache entry); default: "
+                            "the config built offline for --target at --shape")
+    common.add_target(lines, help="with --source-page and no --binary: the GPU it was "
+                      "recorded on (default sm90)")
+    lines.add_argument("--kernel-name", default="",
+                       help="the kernel of a page that holds several (part of its name)")
+    lines.add_argument("--top", type=common.integer(0), default=0, metavar="N",
+                       help="with --lines: the N lines with the most stall samples")
     p.set_defaults(func=run)
 
 
@@ -80,6 +98,10 @@ def run(args) -> int:
     from ..errors import FlashscopeError
     from ..profile import runner, session
 
+    if args.lines or args.source_page:
+        from .profile_lines import run_lines
+
+        return run_lines(args)
     shape = parse_shape(args.shape)
     dtype = {"bfloat16": "bf16", "float16": "fp16"}[common.one(args.dtype, "--dtype",
                                                                "dtype")]

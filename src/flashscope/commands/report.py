@@ -44,6 +44,10 @@ def register(sub):
                       "of an earlier report are replaced only with --force")
     p.add_argument("--jobs", type=common.integer(0), default=0,
                    help="compile worker processes (default 0: one per CPU core)")
+    p.add_argument("--lines", action="store_true",
+                   help="registers, spills and instructions per source line of every kernel "
+                        "(lines.json and a section of report.html with the source, a heat "
+                        "strip of live registers and the budget checked line by line)")
     p.set_defaults(func=run)
 
 
@@ -65,25 +69,44 @@ def _spec_args(args) -> dict:
 
 
 def run(args) -> int:
+    from ..errors import FlashscopeError
     from ..families.triton_fwd import TritonFwdConfig
     from ..report import collect, make_spec, write_report
     from ..report.render_terminal import render
 
     if args.kernel == "bwd":
+        if args.lines:
+            raise FlashscopeError("--lines goes with --kernel fwd (the budget it checks is "
+                                  "the forward's)")
         return _run_bwd(args)
     if args.configs:  # every entry checked here, with its place, before the spec reads it
         common.read_configs(args.configs, TritonFwdConfig)
     kw = _spec_args(args)
     spec = make_spec(kw["targets"], args.configs, kw["head_dims"], kw["dtype"], kw["causal"],
                      kw["ablate"])
-    out = _prepare(args, FWD_FILES)
+    files = dict(FWD_FILES, **({"lines": "lines.json"} if args.lines else {}))
+    out = _prepare(args, files)
     report = _collect(collect, spec, args.jobs)
-    doc = report.as_dict() | {"out": str(out), "files": _paths(out, FWD_FILES)}
-    write_report(report, out.file("."), doc)
+    lines = None
+    if args.lines:
+        from ..report.lines import collect_lines
+
+        lines = collect_lines(report, args.jobs)
+        report.timings.update(lines.timings)
+    doc = report.as_dict() | {"out": str(out), "files": _paths(out, files)}
+    write_report(report, out.file("."), doc, lines=lines)
     rows = [_row(r) for r in report.main_rows()]
     common.write_atomic(out.file("report.csv"), common.csv_text(rows))
-    common.emit(args, doc, rows=rows, write=False,
-                render=lambda con: render(report, con, out_dir=out))
+
+    def show(con):
+        render(report, con, out_dir=out)
+        if lines is not None:
+            checks = [c["ok"] for v in lines.views.values() for c in v.checks]
+            con.print(f"per source line: {len(lines.views)} kernels, register checks "
+                      f"{sum(checks)}/{len(checks)} ok ({out.path / 'lines.json'})"
+                      + (f"; {len(lines.errors)} without a view" if lines.errors else ""))
+
+    common.emit(args, doc, rows=rows, write=False, render=show)
     return 0
 
 

@@ -56,6 +56,7 @@ EIATTR_MAXREG_COUNT = 0x1B
 EIATTR_REQNTID = 0x10  # required block size (x, y, z), u32 each
 EIATTR_NUM_BARRIERS = 0x4C  # CUDA 13 cubins (ELF ABI 8): named barriers, moved here from
 #                             the .text section flags
+EIATTR_INDIRECT_BRANCH_TARGETS = 0x34  # per BRX: its address and where it may go
 #: Bytes at the start of the shared window that ptxas reserves for the system on cubins
 #: with the reserved-shared layout (sm_90+; same 1 KB as the driver's per-block reserve).
 SYSTEM_RESERVED_SHARED = 1024
@@ -202,6 +203,26 @@ def disassemble_many(cubins: list) -> list:
             sm, texts = None, []
         batches.append((sm, texts))
     return disassemble_texts(batches)
+
+
+_COUNT_ROW = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/.*//\s*\|\s*(\d*)\s*\|")
+
+
+def live_counts(cubin: bytes, what: str = "cubin") -> dict:
+    """{kernel: {address: live general registers}} as ``nvdisasm --life-range-mode count``
+    prints them: the reference :mod:`flashscope.isa.lines` is checked against. nvdisasm
+    refuses kernels of 255 registers ("Invalid register count"), which raises."""
+    text = _run_on_bytes([tool("nvdisasm"), "-c", "--life-range-mode", "count"], cubin, what)
+    out, cur = {}, None
+    for line in text.splitlines():
+        m = _TEXT_HEADER.match(line)
+        if m:
+            cur = out.setdefault(m.group(1), {})
+            continue
+        m = _COUNT_ROW.match(line)
+        if m and cur is not None:
+            cur[int(m.group(1), 16)] = int(m.group(2) or 0)
+    return out
 
 
 def resource_usage(cubin: bytes, what: str = "cubin") -> dict:
@@ -419,8 +440,11 @@ def cubin_parts(cubin: bytes, what: str = "cubin") -> tuple:
         if "registers" not in per:
             raise ArtifactError(f"{what}: no EIATTR_REGCOUNT for kernel {k}")
         shared = hdr.get(f".nv.shared.{k}")
+        # A kernel without shared memory has no .nv.shared.<k>, and no window either
+        # (cuobjdump: SHARED:0), even in a cubin with the reserved-shared markers.
         static, reserved = _split_shared(int(shared["sh_size"]) if shared else 0,
-                                         reserved_layout, f"{what}: kernel {k}")
+                                         reserved_layout and shared is not None,
+                                         f"{what}: kernel {k}")
         rows.append({
             "kernel": k, "arch": arch, "registers": per["registers"],
             "local_bytes": per.get("frame", 0),
@@ -430,6 +454,28 @@ def cubin_parts(cubin: bytes, what: str = "cubin") -> tuple:
         })
         texts.append((k, elfmod.section_data(elf, f".text.{k}", what) or b""))
     return rows, sm, texts
+
+
+def indirect_branches(cubin: bytes, kernel: str, what: str = "cubin") -> dict:
+    """{address of a BRX: (target addresses)} of one kernel (section-relative), from
+    EIATTR_INDIRECT_BRANCH_TARGETS in ``.nv.info.<kernel>``: per branch a u32 address,
+    two u16 fields, a u32 count and that many u32 targets (what nvdisasm prints as
+    ``BRANCH_TARGETS``)."""
+    elf, _ = elfmod.open_elf(cubin, what)
+    out = {}
+    for attr, val in parse_nv_info(elfmod.section_data(elf, f".nv.info.{kernel}", what) or b"",
+                                   what):
+        if attr != EIATTR_INDIRECT_BRANCH_TARGETS or not isinstance(val, bytes):
+            continue
+        off = 0
+        while off + 12 <= len(val):
+            addr, _, _, n = struct.unpack_from("<IHHI", val, off)
+            off += 12
+            if off + 4 * n > len(val):
+                raise ArtifactError(f"{what}: truncated branch-target list for 0x{addr:x}")
+            out[addr] = struct.unpack_from(f"<{n}I", val, off)
+            off += 4 * n
+    return out
 
 
 def with_mix(rows: list, sass: str) -> list:

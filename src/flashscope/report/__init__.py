@@ -27,9 +27,10 @@ def write_json(path, doc) -> str:
     return str(write_atomic(path, json_text(doc)))
 
 
-def write_report(report: Report, out_dir, doc=None) -> dict:
+def write_report(report: Report, out_dir, doc=None, lines=None) -> dict:
     """Write report.json (``doc``, default ``report.as_dict()``), budget.png,
-    staircase.png and report.html into ``out_dir`` (created if missing); returns
+    staircase.png and report.html into ``out_dir`` (created if missing), and with ``lines``
+    (a :class:`.lines.LinesSection`) lines.json and its section of the page; returns
     {name: path}."""
     from .html import write_html
     from .plots import write_plots
@@ -40,5 +41,12 @@ def write_report(report: Report, out_dir, doc=None) -> dict:
                                 else doc)}
     plots = write_plots(report, out)
     files.update(plots)
-    files["html"] = write_html(report, out / "report.html", plots)
+    extra = ""
+    if lines is not None:
+        from .lines import html_section
+        from .lines import write_json as write_lines
+
+        files["lines"] = write_lines(lines, out / "lines.json")
+        extra = html_section(report, lines)
+    files["html"] = write_html(report, out / "report.html", plots, extra)
     return files

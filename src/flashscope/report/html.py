@@ -234,10 +234,12 @@ def page(title: str, meta: str, body: str) -> str:
             f"<script>{_SCRIPT}</script></body></html>")
 
 
-def write_html(report, path, plots: dict, default_kernels: Optional[Mapping] = None) -> str:
+def write_html(report, path, plots: dict, extra: str = "",
+               default_kernels: Optional[Mapping] = None) -> str:
     """Write the page to ``path``; ``plots`` maps names to PNG paths (embedded inline);
-    ``default_kernels`` adds to or replaces the report's own per-target description of the
-    kernel that runs by default (:meth:`Report.default_kernels`)."""
+    ``extra``: more sections (HTML) placed before the plots; ``default_kernels`` adds to or
+    replaces the report's own per-target description of the kernel that runs by default
+    (:meth:`Report.default_kernels`)."""
     s = report.spec
     title = "flashscope report: register budget and occupancy cliffs"
     meta = escape(f"targets {', '.join(t.name for t in s.targets)}; head dims "
@@ -249,6 +251,6 @@ def write_html(report, path, plots: dict, default_kernels: Optional[Mapping] = N
     body = (default_kernel_sentence([t.name for t in s.targets], kernels)
             + failed_note(report.main_rows()) + _defaults_section(report)
             + _budget_section(report) + _ablation_section(report) + _cliff_section(report)
-            + imgs)
+            + extra + imgs)
     Path(path).write_text(page(title, meta, body), encoding="utf-8")
     return str(path)

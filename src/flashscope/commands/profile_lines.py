@@ -1,0 +1,104 @@
+"""``flashscope profile --lines``: one launch's warp stalls and executed instructions per
+source line (:mod:`flashscope.profile.lines`), in the terminal, as JSON, or into --out."""
+
+from __future__ import annotations
+
+import os
+
+from . import common
+
+
+def _artifact(target, shape, dtype: str, causal: bool, config: str):
+    """The config built offline for ``target`` at ``shape`` (what the page is joined to
+    when no --binary is given): ``config`` on top of the target's default, as a launch
+    with that config text would run it."""
+    from .. import compile as fcompile
+    from ..families import Problem, config_from_text
+
+    B, H, N, D = shape
+    cfg = config_from_text(config, Problem(target.name, dtype, D, causal, N, N, H))
+    return fcompile.build(cfg, target, head_dim=D, dtype=dtype, causal=causal,
+                          problem=(B, H, H, N, N))
+
+
+def run_lines(args) -> int:
+    from ..errors import FlashscopeError
+    from ..profile.lines import profile_lines, record
+    from .profile import parse_shape
+
+    shape = parse_shape(args.shape)
+    dtype = common.one(args.dtype, "--dtype", "dtype")
+    causal = common.one(args.causal, "--causal")
+    target = common.one(args.target, "--target", "target")
+    configs = [c.strip() for c in args.configs.split(";") if c.strip()]
+    if len(configs) > 1:
+        raise FlashscopeError("--lines profiles one launch: give one config in --configs")
+    if args.ncu_csv or args.from_csv:
+        raise FlashscopeError("--lines reads a source page (--source-page), not "
+                              "--ncu-csv/--from-csv")
+    if args.source_page:
+        common.check_input_file(args.source_page, "--source-page")
+    if args.binary and not os.path.isdir(args.binary):
+        common.check_input_file(args.binary, "--binary")
+    common.prepare(args, extra=["source.csv", "lines.ncu-rep", "triton-cache"])
+    config = configs[0] if configs else ""
+    if args.source_page:
+        if args.binary:
+            view, page = profile_lines(args.source_page, binary=args.binary,
+                                       kernel_name=args.kernel_name)
+        else:
+            view, page = profile_lines(args.source_page,
+                                       artifact=_artifact(target, shape, dtype, causal, config),
+                                       kernel_name=args.kernel_name)
+        page_path = args.source_page
+    else:
+        import tempfile
+
+        out = str(args.out_dir.path) if args.out_dir else tempfile.mkdtemp(
+            prefix="flashscope-lines-")
+        short = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
+        page_path, cache = record(shape, short, causal, config, out, args.ncu)
+        view, page = profile_lines(page_path, binary=cache, kernel_name=args.kernel_name)
+    result = {"source_page": page_path, "kernel": view.kernel, "config": config,
+              "shape": dict(zip("BHND", shape)), "lines": view.as_dict(),
+              "stalls_by_reason": _reasons(view)}
+    from .lines_view import csv_rows
+
+    rows = csv_rows([(view.kernel, view)], extra=lambda _, r: dict(r.counters or {}))
+    common.emit(args, result, rows=rows, render=lambda con: _print(con, view, result, args.top))
+    return 0
+
+
+def _reasons(view) -> dict:
+    from ..profile.source_page import by_reason
+
+    return dict(sorted(by_reason(view.rows).items(), key=lambda kv: -kv[1]))
+
+
+def _print(console, view, result, top: int) -> None:
+    from rich.table import Table
+
+    from .lines_view import _fmt, _short, head
+
+    total = sum((r.counters or {}).get("stall_samples", 0) for r in view.rows) or 1.0
+    rows = [r for r in view.rows if r.counters]
+    if top:
+        rows = sorted(rows, key=lambda r: -r.counters.get("stall_samples", 0))[:top]
+    t = Table(title=f"{view.kernel}@{view.target}: {head(view)}", title_justify="left")
+    for col in ("line", "source", "warp instr executed", "stall samples", "share",
+                "top reasons", "instr", "live max"):
+        t.add_column(col, justify="left" if col in ("line", "source", "top reasons")
+                     else "right")
+    for r in rows:
+        c = r.counters
+        reasons = sorted(((v, k[len("stall."):]) for k, v in c.items()
+                          if k.startswith("stall.") and v), reverse=True)[:2]
+        t.add_row(f"{'  ' if r.helper else ''}{_short(r.file)}:{r.line}",
+                  (r.source or "").strip()[:56], f"{c.get('instructions_executed', 0):,.0f}",
+                  f"{c.get('stall_samples', 0):,.0f}",
+                  f"{c.get('stall_samples', 0) / total:.1%}",
+                  ", ".join(f"{k} {v / total:.1%}" for v, k in reasons), str(r.count),
+                  _fmt(r.live_registers_max))
+    console.print(t)
+    console.print("stalls by reason: " + ", ".join(
+        f"{k} {v / total:.1%}" for k, v in list(result["stalls_by_reason"].items())[:8]))

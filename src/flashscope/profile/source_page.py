@@ -1,0 +1,164 @@
+"""Nsight Compute's source page, per SASS instruction, joined to the per-line view.
+
+``ncu -i REPORT --page source --csv --print-source sass`` writes, for each profiled kernel,
+a ``"Kernel Name","<name>"`` line, then a header (``"Address","Source",<counters>...``) and
+one row per SASS instruction: its runtime address, its text, and counters summed over the
+launch. The counters read here: ``Instructions Executed`` (warp instructions),
+``Thread Instructions Executed``, ``Warp Stall Sampling (All Samples)`` and
+``(Not-issued Samples)``, and one ``stall_<reason>`` column per warp-stall reason (the
+``(Not Issued)`` variants are left out). A report recorded with ``--section SourceCounters
+--section WarpStateStats`` has them all.
+
+The join (:func:`join`): the first row is the kernel's first instruction, so address -
+first address is the section-relative offset the cubin's own listing uses; every row must
+land on an instruction of the binary, with the same text once predicates' spacing, commas,
+``.reuse`` flags and branch targets (absolute at runtime) are set aside. A page of another
+build of the kernel fails there, with the first address that differs, rather than adding
+counters to the wrong lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import re
+from dataclasses import dataclass, field
+
+from ..errors import ParseError
+from .ncu_csv import decode, parse_number
+
+EXECUTED = "Instructions Executed"
+#: page column -> counter key in the per-line rows
+COLUMNS = {
+    EXECUTED: "instructions_executed",
+    "Thread Instructions Executed": "thread_instructions_executed",
+    "Warp Stall Sampling (All Samples)": "stall_samples",
+    "Warp Stall Sampling (Not-issued Samples)": "stall_samples_not_issued",
+}
+
+
+@dataclass
+class SourcePage:
+    """One kernel of a source page: addresses, SASS text and counters per instruction."""
+
+    kernel: str
+    addresses: list = field(default_factory=list)
+    sass: list = field(default_factory=list)
+    counters: list = field(default_factory=list)  # one {key: value} per instruction
+    source: str = ""
+
+
+def read(text: str, source: str) -> list:
+    """The kernels of a source-page CSV, in order; ParseError naming the line for anything
+    malformed (no header, a row of the wrong width, a count that is not a number)."""
+    pages, cur, header, kernel = [], None, None, None
+    rows = list(csv.reader(io.StringIO(text)))
+    for n, row in enumerate(rows, 1):
+        if not row or not any(c.strip() for c in row):
+            continue
+        if row[0] == "Kernel Name":
+            kernel, header, cur = (row[1] if len(row) > 1 else ""), None, None
+            continue
+        if row[0] == "Address":
+            header = row
+            if "Source" not in header:
+                raise ParseError(f"{source}:{n}: source-page header without a Source column")
+            cur = SourcePage(kernel or "", source=source)
+            pages.append(cur)
+            continue
+        if header is None:
+            if row[0].startswith("==PROF=="):
+                continue
+            raise ParseError(f"{source}:{n}: expected a \"Kernel Name\" or \"Address\" line "
+                             "of ncu's source page (--page source --csv)")
+        if len(row) != len(header):
+            raise ParseError(f"{source}:{n}: {len(row)} fields, the header has {len(header)}")
+        d = dict(zip(header, row))
+        try:
+            addr = int(d["Address"], 16)
+        except ValueError:
+            raise ParseError(f"{source}:{n}: address {d['Address']!r} is not hexadecimal") \
+                from None
+        values = {}
+        for col, val in d.items():
+            key = COLUMNS.get(col) or (f"stall.{col[len('stall_'):]}" if col.startswith(
+                "stall_") and "Not Issued" not in col else None)
+            if key:
+                v = parse_number(val, f"{source}:{n} {col}")
+                if v is not None:
+                    values[key] = v
+        cur.addresses.append(addr)
+        cur.sass.append(d["Source"])
+        cur.counters.append(values)
+    if not pages or not any(p.addresses for p in pages):
+        raise ParseError(f"{source}: no instruction rows (expected ncu's --page source --csv "
+                         "--print-source sass output)")
+    return pages
+
+
+def load(path) -> list:
+    """:func:`read` of a file, plain or gzipped."""
+    p = str(path)
+    try:
+        with open(p, "rb") as f:
+            data = f.read()
+        if p.endswith(".gz"):
+            data = gzip.decompress(data)
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise ParseError(f"{p}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    return read(decode(data, p), p)
+
+
+def pick(pages: list, kernel: str = "") -> SourcePage:
+    """The page of ``kernel`` (a substring of its name), or the only one."""
+    hits = [p for p in pages if kernel in p.kernel] if kernel else pages
+    if len(hits) != 1:
+        names = ", ".join(p.kernel for p in pages)
+        raise ParseError(f"{pages[0].source}: {len(hits)} kernels match {kernel!r} "
+                         f"({names}); name one with --kernel-name")
+    return hits[0]
+
+
+_NORM = [(re.compile(r"\.reuse\b"), ""), (re.compile(r"\(\*.*?\*\)"), ""),
+         (re.compile(r"[\s,;]+"), " ")]
+_BRANCH = re.compile(r"\b(BRA|BRX|CALL|JMP|JMX|BSSY|RET)\b")
+_TARGET = re.compile(r"`?\(?\.L_x_\d+\)?|0x[0-9a-f]+")
+
+
+def _norm(text: str) -> str:
+    """SASS text as both listings agree on it: no ``.reuse``, one space between operands,
+    branch targets (absolute at runtime, labels or offsets offline) left out."""
+    t = text
+    for pat, rep in _NORM:
+        t = pat.sub(rep, t)
+    if _BRANCH.search(t):
+        t = _TARGET.sub("T", t)
+    return t.strip()
+
+
+def join(page: SourcePage, instructions: list) -> None:
+    """Set ``counters`` on each :class:`~flashscope.isa.lines.Instruction` from the page
+    row at its offset; ParseError when a row finds no instruction or another one."""
+    at = {i.address: i for i in instructions}
+    base = page.addresses[0]
+    for addr, sass, values in zip(page.addresses, page.sass, page.counters):
+        off = addr - base
+        ins = at.get(off)
+        if ins is None:
+            raise ParseError(f"{page.source}: the page has an instruction at +0x{off:x} "
+                             f"({sass.strip()}), the binary none: not this build's page")
+        if _norm(ins.text) != _norm(sass):
+            raise ParseError(f"{page.source}: at +0x{off:x} the page has "
+                             f"{sass.strip()!r}, the binary {ins.text!r}: not this build's page")
+        ins.counters = values
+
+
+def by_reason(rows) -> dict:
+    """{stall reason: samples} summed over per-line rows' own counters."""
+    out = {}
+    for r in rows:
+        for k, v in (r.counters or {}).items():
+            if k.startswith("stall."):
+                out[k[len("stall."):]] = out.get(k[len("stall."):], 0) + v
+    return out

@@ -1,0 +1,167 @@
+"""The per-line view (flashscope.isa.lines) on real builds for sm80, sm90, gfx942 and
+gfx1100: checks that tie it to what the binary declares, attribution of inlined helpers,
+spills per line, and the binaries without PTX, line tables or text."""
+
+import json
+
+import pytest
+
+from flashscope import cli
+from flashscope.errors import ArtifactError
+from flashscope.isa import dwarf_lines, elf, lines
+from flashscope.isa.read import record_for
+
+from .golden import CASES, case_id
+
+
+def _view(art):
+    (view,) = [v for v in lines.lines_for_binary(art.binary, "t", art.asm, target=art.target)
+               if v.kernel == art.name]
+    return view
+
+
+def _every_kernel(artifacts, user_builds):
+    return list(artifacts.values()) + list(user_builds)
+
+
+def test_checks_hold_on_every_kernel_and_target(artifacts, user_builds, spilling_255):
+    """highest register + 1 + reserved = the allocation the binary declares; live peak at
+    most the allocation; rows add up; the PTX chain agrees with .debug_line."""
+    seen = set()
+    for art in _every_kernel(artifacts, user_builds) + [spilling_255]:
+        v = _view(art)
+        assert v.checks and all(c["ok"] for c in v.checks), (art.kernel, art.target, v.checks)
+        assert v.line_table and v.call_sites and v.live_peak <= v.registers
+        assert v.gap == v.registers - v.live_peak
+        rec = record_for(art)
+        assert v.registers == rec.registers
+        if v.vendor == "nvidia":
+            assert v.highest_register["R"] + 3 == rec.registers
+        seen.add(art.target)
+    assert seen == {"sm80", "sm90", "gfx942", "gfx1100"}
+    v = _view(spilling_255)
+    assert v.highest_register["R"] == 252 and v.registers == 255
+
+
+def test_json_rows_and_inlined_helpers(user_builds):
+    """Each row names its file, line and text; an instruction of an inlined helper counts
+    on its own line and under ``inlined`` at each call site up to the kernel."""
+    art = next(a for a in user_builds if a.kernel == "attention" and a.target == "sm90")
+    v = _view(art)
+    d = json.loads(json.dumps(v.as_dict()))
+    for r in d["rows"]:
+        for key in ("file", "line", "source", "instructions", "live_registers_max",
+                    "spill_stores", "spill_loads"):
+            assert key in r
+    rows = {(r.file.rsplit("/", 1)[-1], r.line): r for r in v.rows}
+    dot = next(r for k, r in rows.items() if r.source and "tl.dot(q, k)" in r.source)
+    assert dot.helper and dot.count > 0 and dot.instructions.get("mma", 0) > 0
+    # the call of _fold_tiles (Triton places it on the call's last line)
+    call = max((r for r in v.rows if r.inlined and not r.helper),
+               key=lambda r: r.inlined["count"])
+    assert 40 <= call.line <= 42 and call.inlined["count"] >= dot.count
+    assert call.inlined["instructions"]["mma"] >= dot.instructions["mma"]
+    tl_max = [r for r in v.rows if "/triton/language/" in r.file]
+    assert tl_max and all(r.helper for r in tl_max)
+    assert sum(r.count for r in v.rows) + v.unattributed == v.instructions
+
+
+def test_spills_per_line_add_up_to_the_binary(artifacts):
+    art = artifacts[case_id(CASES[2])]  # sm80 with maxnreg=32: spills
+    v, rec = _view(art), record_for(art)
+    assert rec.spill_stores > 0
+    assert sum(r.spill_stores for r in v.rows) == rec.spill_stores
+    assert sum(r.spill_loads for r in v.rows) == rec.spill_loads
+    assert any(r.spill_stores for r in v.rows if not r.helper or r.inlined)
+
+
+def test_bare_cubin_gives_own_lines_and_says_the_call_sites_are_unknown(artifacts):
+    art = artifacts[case_id(CASES[0])]
+    full = _view(art)
+    (bare,) = lines.lines_for_binary(art.binary, "bare.cubin")
+    assert not bare.call_sites and "call sites unknown" in bare.note
+    own = {(r.file, r.line): r.count for r in full.rows if r.count}
+    assert {(r.file, r.line): r.count for r in bare.rows if r.count} == own
+
+
+def test_ptx_of_another_build_is_not_used(artifacts):
+    a, b = artifacts[case_id(CASES[0])], artifacts[case_id(CASES[1])]
+    (v,) = lines.lines_for_binary(a.binary, "a.cubin", b.asm)
+    check = next(c for c in v.checks if c["name"] == "PTX matches the cubin")
+    assert not check["ok"] and not v.call_sites
+
+
+def test_corrupt_line_table_is_one_error(artifacts):
+    art = artifacts[case_id(CASES[0])]
+    e, _ = elf.open_elf(art.binary)
+    data = elf.section_data(e, ".debug_line", "t")
+    with pytest.raises(ArtifactError, match="line table"):
+        dwarf_lines.programs(data[:40], "t")
+    with pytest.raises(ArtifactError, match="version 7"):
+        dwarf_lines.programs(data[:4] + b"\x07\x00" + data[6:], "t")
+
+
+def test_code_object_alone_has_no_lines(artifacts):
+    art = artifacts[case_id(CASES[3])]
+    with pytest.raises(ArtifactError, match="amdgcn text"):
+        lines.lines_for_binary(art.binary, "k.hsaco")
+
+
+def test_kernel_without_shared_memory_on_sm90(user_builds):
+    """No .nv.shared.<k> section at all: static and reserved shared memory are 0 (the
+    reader refused such cubins before)."""
+    art = next(a for a in user_builds if a.kernel == "add" and a.target == "sm90")
+    rec = record_for(art)
+    assert rec.static_shared_bytes == 0 and rec.reserved_shared_bytes == 0
+
+
+def _run(capsys, *argv):
+    code = cli.main(["inspect", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_inspect_lines_json_and_csv(capsys, artifacts):
+    code, out, err = _run(capsys, "--target", "sm80", "--config",
+                          "BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=2", "--head-dim",
+                          "64", "--causal", "--lines", "--json")
+    assert code == 0, err
+    (k,) = json.loads(out)["kernels"]
+    from flashscope.isa import record_for
+
+    from .golden import CASES, case_id
+
+    assert CASES[1] == ("sm80", "BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=2", 64, True)
+    regs = record_for(artifacts[case_id(CASES[1])]).registers
+    assert k["registers"] == regs and k["lines"]["registers"] == regs
+    assert all(c["ok"] for c in k["lines"]["checks"]) and k["cliffs"]
+    code, out, _ = _run(capsys, "--target", "sm80", "--config",
+                        "BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=2", "--head-dim", "64",
+                        "--causal", "--lines", "--csv")
+    head = out.splitlines()[0].split(",")
+    assert code == 0 and {"file", "line", "live_registers_max", "spill_stores"} <= set(head)
+    code, out, _ = _run(capsys, "--target", "sm80", "--config",
+                        "BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=2", "--head-dim", "64",
+                        "--causal", "--lines", "--top", "5")
+    assert code == 0 and "checks 4/4 ok" in out and "at the peak" in out
+
+
+def test_inspect_lines_on_files_without_lines(capsys, tmp_path, artifacts):
+    """A code object without its amdgcn text and a cubin stripped of its line table: the
+    totals are printed, then one line says what is missing, exit 2."""
+    hsaco = tmp_path / "k.hsaco"
+    hsaco.write_bytes(artifacts[case_id(CASES[3])].binary)
+    code, out, err = _run(capsys, str(hsaco), "--lines")
+    assert code == 2 and "gfx942" in out and "amdgcn text" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    data = bytearray(artifacts[case_id(CASES[0])].binary)
+    e, _ = elf.open_elf(bytes(data))
+    for name in (".debug_line", ".nv_debug_line_sass"):  # rename: no line table left
+        off = data.find(name.encode() + b"\0")
+        data[off + 1] = ord("X")
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(bytes(data))
+    code, out, err = _run(capsys, str(cubin), "--lines")
+    assert code == 2 and "115" in out and "no line table" in err
+    code, out, err = _run(capsys, "--diff", str(cubin), str(cubin), "--lines")
+    assert code == 2 and "without --diff" in err

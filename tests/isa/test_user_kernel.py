@@ -1,0 +1,61 @@
+"""``flashscope inspect FILE.py:KERNEL``: any @triton.jit kernel compiled offline for any
+target, with everything inspect gives flashscope's own kernels; bad input is one line and
+exit 2."""
+
+import csv
+import io
+import json
+
+from .conftest import KERNELS
+from .test_cli import _bad, _run
+
+ADD = str(KERNELS / "small.py") + ":add"
+ADD_SIG = ("--signature", "X=*fp32,Y=*fp32,Out=*fp32,N=i32", "--constexpr", "BLOCK=1024")
+
+
+def test_user_kernel_json(capsys, user_builds):
+    code, out, err = _run(capsys, ADD, *ADD_SIG, "--target", "sm90,gfx942", "--json",
+                          "--lines")
+    assert code == 0, err
+    ks = json.loads(out)["kernels"]
+    assert [k["target"] for k in ks] == ["sm90", "gfx942"]
+    for k in ks:
+        assert k["kernel"] == "add" and k["registers"] > 0 and k["occupancy"] > 0
+        assert k["mix"] and k["cliffs"] and k["constants"]["BLOCK"] == 1024
+        rows = k["lines"]["rows"]
+        assert {r["line"] for r in rows} >= {12, 13, 14}  # offsets, the loads, the store
+        assert all(c["ok"] for c in k["lines"]["checks"])
+    assert ks[0]["mix"]["global"] > 0 and ks[1]["mix"]["buffer_load"] > 0
+
+
+def test_user_kernel_table(capsys, user_builds):
+    code, out, err = _run(capsys, ADD, *ADD_SIG, "--target", "sm90", "--csv")
+    assert code == 0, err
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert "BLOCK=1024" in row["config"] and float(row["occupancy"]) > 0
+
+
+def test_bad_user_kernels(capsys, tmp_path):
+    _bad(capsys, str(tmp_path / "none.py") + ":k", *ADD_SIG, match="no such file")
+    _bad(capsys, str(KERNELS / "small.py") + ":nope", *ADD_SIG, match="no kernel 'nope'")
+    _bad(capsys, ADD, "--signature", "*fp32,*fp32,i32", "--constexpr", "BLOCK=1024",
+         match="3 types for the 4 non-constexpr parameters")
+    _bad(capsys, ADD, "--signature", "X=*fp32,Y=*fp32,Out=*fp32,M=i32", "--constexpr",
+         "BLOCK=1024", match="no parameter 'M'")
+    _bad(capsys, ADD, "--signature", "X=*fp32,Y=*fp32,Out=*fp32,N=int", "--constexpr",
+         "BLOCK=1024", match="N=int: expected a Triton type")
+    _bad(capsys, ADD, "--signature", "X=*fp32,Y=*fp32,Out=*fp32,N=i32", match="no value for BLOCK")
+    _bad(capsys, ADD, "--signature", "X=*fp32,Y=*fp32,Out=*fp32,N=i32", "--constexpr",
+         "BLOCK", match="NAME=VALUE")
+    _bad(capsys, ADD, "--signature", "X=*fp32,Y=*fp32,Out=*fp32,BLOCK=i32", match="tl.constexpr")
+    _bad(capsys, "--signature", "X=*fp32", match="FILE.py:KERNEL")
+    broken = tmp_path / "broken.py"
+    broken.write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                      "def k(X, BLOCK: tl.constexpr):\n"
+                      "    x = tl.load(X + tl.arange(0, BLOCK))\n"
+                      "    tl.store(X + tl.arange(0, 2 * BLOCK), x)\n")
+    _bad(capsys, f"{broken}:k", "--signature", "X=*fp32", "--constexpr", "BLOCK=64",
+         "--target", "sm90", match="could not compile it for sm90")
+    syntax = tmp_path / "syntax.py"
+    syntax.write_text("def k(:\n")
+    _bad(capsys, f"{syntax}:k", "--signature", "X=*fp32", match="importing it failed (line 1)")

@@ -1,0 +1,100 @@
+"""``flashscope profile --lines`` replayed: a source page recorded on the H100 (ncu's
+SASS rows with warp-stall samples and executed instructions) joined to the per-line view
+of the binary it came from."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from flashscope import cli
+from flashscope.errors import ParseError
+from flashscope.profile import source_page
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "profile" / "source_page"
+PAGE = DATA / "gluon_n16k_source.csv.gz"
+
+
+@pytest.fixture(scope="module")
+def binary(tmp_path_factory):
+    """The recorded config's cubin and PTX, as a Triton cache folder holds them."""
+    d = tmp_path_factory.mktemp("gluon")
+    for name in ("_attn_fwd_sm90.cubin", "_attn_fwd_sm90.ptx"):
+        (d / name).write_bytes(gzip.decompress((DATA / f"{name}.gz").read_bytes()))
+    return d
+
+
+def _run(capsys, *argv):
+    code = cli.main(["profile", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_replay_joins_every_instruction(capsys, binary):
+    page = source_page.pick(source_page.load(PAGE))
+    assert page.kernel == "_attn_fwd_sm90" and len(page.addresses) == 4296
+    code, out, err = _run(capsys, "--lines", "--source-page", str(PAGE), "--binary",
+                          str(binary), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    rows = d["lines"]["rows"]
+    for key in ("instructions_executed", "stall_samples"):
+        total = sum(c.get(key, 0) for c in page.counters)
+        assert total > 0
+        assert sum((r["counters"] or {}).get(key, 0) for r in rows) == pytest.approx(total)
+    # warp-stall reasons over the whole launch, as ncu attributes them per instruction
+    samples = sum(c.get("stall_samples", 0) for c in page.counters)
+    reasons = d["stalls_by_reason"]
+    assert reasons["wait"] / samples == pytest.approx(0.234, abs=0.001)
+    assert reasons["long_sb"] / samples == pytest.approx(0.221, abs=0.001)
+    top = max(rows, key=lambda r: (r["counters"] or {}).get("stall_samples", 0))
+    assert top["source"].strip() == "p = gl.exp2(x)" and top["live_registers_max"] > 100
+    assert all(c["ok"] for c in d["lines"]["checks"])
+
+
+def test_replay_table(capsys, binary, tmp_path):
+    out_dir = tmp_path / "out"
+    code, out, err = _run(capsys, "--lines", "--source-page", str(PAGE), "--binary",
+                          str(binary), "--top", "5", "--out", str(out_dir))
+    assert code == 0, err
+    assert "stalls by reason: wait 23.4%" in out and "gl.exp2" in out
+    assert json.loads((out_dir / "profile.json").read_text())["kernel"] == "_attn_fwd_sm90"
+
+
+def test_page_of_another_build_is_refused(capsys, binary, tmp_path):
+    """One instruction that differs (another build of the kernel) stops the join at its
+    address instead of adding counters to the wrong lines."""
+    text = gzip.decompress(PAGE.read_bytes()).decode()
+    row = next(ln for ln in text.splitlines() if '"      FMNMX ' in ln)
+    altered = tmp_path / "other.csv"
+    altered.write_text(text.replace(row, row.replace("FMNMX", "FMUL", 1), 1))
+    code, out, err = _run(capsys, "--lines", "--source-page", str(altered), "--binary",
+                          str(binary))
+    assert code == 2 and "not this build's page" in err and "FMUL" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text,match", [
+    ("", "file is empty"),
+    ('"Address","Source","Instructions Executed"\n"0x10","NOP","x"\n', "expected a number"),
+    ('"Kernel Name","k",\n"Address","Source"\n"0x10","NOP","1"\n', "3 fields"),
+    ('"Kernel Name","k",\n"Address","Source"\n"zz","NOP"\n', "not hexadecimal"),
+    ("hello\n", "source page"),
+])
+def test_malformed_pages(tmp_path, capsys, binary, text, match):
+    p = tmp_path / "page.csv"
+    p.write_text(text)
+    with pytest.raises(ParseError, match=match):
+        source_page.load(p)
+    code, _, err = _run(capsys, "--lines", "--source-page", str(p), "--binary", str(binary))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_record_command_is_what_the_docs_say():
+    from flashscope.profile.lines import record_command
+
+    cmd = record_command((4, 16, 4096, 128), "bf16", False, "BLOCK_M=128", "OUT/lines")
+    assert cmd[:7] == ["ncu", "--clock-control", "none", "--section", "SourceCounters",
+                       "--section", "WarpStateStats"]
+    assert cmd[-5:] == ["flashscope", "4,16,4096,128", "bf16", "0", "BLOCK_M=128"]
