@@ -80,8 +80,8 @@ def parse_tuned(data, target: str, where: str) -> dict:
         return ArtifactError(f"{where}: {msg}")
 
     if isinstance(data, dict) and data.get("format") == 1:
-        raise bad("format 1 (one record for both forward kernels): convert it with "
-                  f"`flashscope tune convert {where}`")
+        raise bad("format 1 (one record for both forward kernels): convert it in place "
+                  f"with `flashscope tune convert {where} --force`")
     if not isinstance(data, dict) or set(data) != {"format", "target", "entries"}:
         raise bad("expected an object with keys format, target, entries")
     if data["format"] != FORMAT:
@@ -198,11 +198,14 @@ def write_entries(target, entries: list, data_dir=None) -> Path:
             "entries": [merged[k] for k in sorted(merged, key=str)]}
     path = tuned_path(name, d)
     parse_tuned(data, name, str(path))
-    _atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return path
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, fsync,
+    rename (a reader sees the old file or the new one, never a part)."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:

@@ -11,7 +11,8 @@ propagates.
 - :class:`GpuExecutor`: one single-process pool per GPU, each started with
   ``CUDA_VISIBLE_DEVICES`` (and ``HIP_VISIBLE_DEVICES``) set to its device before CUDA is
   initialized (spawned, not forked: a forked CUDA context is unusable). Each GPU runs one
-  item at a time, so timings never share a device.
+  item at a time, so timings never share a device. Workers die with the process that
+  started them.
 - :class:`RayExecutor`: ``ray.remote`` tasks on the cluster at ``address`` (None: start or
   join a local instance), ``num_gpus`` per task for GPU work. Ray does the scheduling.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -74,9 +76,25 @@ class LocalExecutor:
             self._pool = None
 
 
-def _pin_device(device: str) -> None:
+def _pin_device(device: str, parent: int = 0) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = device
     os.environ["HIP_VISIBLE_DEVICES"] = device
+    _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    """On Linux, have this worker killed when the thread that started it exits, so a run
+    killed with SIGKILL leaves no worker behind still timing on its GPU (a pool worker
+    otherwise outlives its parent until its item ends, then waits on its queue forever);
+    if ``parent`` is gone already, exit now."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if parent and os.getppid() != parent:
+        os._exit(1)
 
 
 def visible_devices() -> list:
@@ -99,7 +117,8 @@ class GpuExecutor:
                                   "empty or torch sees no device); use --executor local")
         ctx = multiprocessing.get_context("spawn")
         self._pools = [ProcessPoolExecutor(max_workers=1, mp_context=ctx,
-                                           initializer=_pin_device, initargs=(d,))
+                                           initializer=_pin_device,
+                                           initargs=(d, os.getpid()))
                        for d in self.devices]
 
     def imap(self, fn: Callable, items: list) -> Iterator:
