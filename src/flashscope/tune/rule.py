@@ -67,14 +67,19 @@ class Reading:
     ids: dict
     times: dict
 
-    def ratios(self, identity: str) -> Optional[list]:
-        """The per-round ratios of the variant with this identity (of the one with the
-        lowest median, if several names run it); None if this reading has none."""
+    def name(self, identity: str) -> Optional[str]:
+        """The variant that runs this identity (the one with the lowest median ratio, if
+        several names run it); None if this reading has none."""
         names = [n for n, i in self.ids.items() if i == identity]
         if not names:
             return None
-        return min((round_ratios(self.times, n, self.base) for n in names),
-                   key=statistics.median)
+        return min(names, key=lambda n: statistics.median(round_ratios(self.times, n,
+                                                                       self.base)))
+
+    def ratios(self, identity: str) -> Optional[list]:
+        """The per-round ratios of :meth:`name`'s variant; None if there is none."""
+        name = self.name(identity)
+        return None if name is None else round_ratios(self.times, name, self.base)
 
 
 @dataclass(frozen=True)
@@ -99,12 +104,6 @@ def _candidates(readings: list) -> list:
     return list(dict.fromkeys(readings[0].ids.values()))
 
 
-def _name(reading: Reading, identity: str) -> str:
-    names = [n for n, i in reading.ids.items() if i == identity]
-    return min(names, key=lambda n: statistics.median(round_ratios(reading.times, n,
-                                                                   reading.base)))
-
-
 def per_reading(readings: list, max_ratio: float, q3_below: float = 1.0) -> Optional[Decision]:
     """The candidate that passes :func:`passes` in every reading with the lowest median in
     the first, or None."""
@@ -116,7 +115,7 @@ def per_reading(readings: list, max_ratio: float, q3_below: float = 1.0) -> Opti
         stats = [stat(rs) for rs in per]
         if all(passes(s, max_ratio, q3_below) for s in stats) and (
                 best is None or stats[0].ratio < best.stat.ratio):
-            best = Decision(ident, _name(readings[0], ident), stats[0], len(readings))
+            best = Decision(ident, readings[0].name(ident), stats[0], len(readings))
     return best
 
 
@@ -139,5 +138,5 @@ def pooled(readings: list, max_ratio: float, alpha: float = 0.01) -> Optional[De
         if (s.ratio <= max_ratio and p <= alpha
                 and all(statistics.median(rs) <= 1 for rs in per)
                 and (best is None or s.ratio < best.stat.ratio)):
-            best = Decision(ident, _name(readings[0], ident), s, len(readings), p)
+            best = Decision(ident, readings[0].name(ident), s, len(readings), p)
     return best

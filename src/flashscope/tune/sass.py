@@ -136,9 +136,9 @@ def summary(rows, n_top: int = 12) -> dict:
 
 def compare(path_a, path_b, n: int = 16) -> dict:
     """The two pages' :func:`summary` and the ``n`` opcodes whose counts differ most."""
-    rows_a, rows_b = read_source(path_a), read_source(path_b)
-    a, b = summary(rows_a), summary(rows_b)
-    diff = opcode_diff(opcode_mix(rows_a), opcode_mix(rows_b), n)
+    a, b = summary(read_source(path_a)), summary(read_source(path_b))
+    diff = opcode_diff(*([(v, k) for k, v in side["opcodes"].items()] for side in (a, b)),
+                       n)
     return {"a": {"path": str(path_a), **a}, "b": {"path": str(path_b), **b},
             "opcode_diff": [{"opcode": k, "a": x, "b": y, "a_minus_b": d}
                             for k, x, y, d in diff],
