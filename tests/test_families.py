@@ -75,7 +75,7 @@ def test_vendor_knobs_checked():
 
 @pytest.mark.parametrize("cfg,target,d,msg", [
     (Sm90FwdConfig(), "sm80", 128, "is not sm_90"),
-    (Sm90FwdConfig(), "sm90", 96, "head dim 64 or 128"),
+    (Sm90FwdConfig(), "sm90", 32, "head dims 33..256"),
     (Sm90FwdConfig(BLOCK_M=96), "sm90", 128, "BLOCK_M=96: expected 64 or 128 or 192"),
     (Sm90FwdConfig(BLOCK_M=64, PINGPONG=True), "sm90", 128, "PINGPONG=1 needs two or three"),
     (Sm90FwdConfig(num_stages=5), "sm90", 128, "num_stages=5"),
@@ -116,7 +116,8 @@ def test_defaults_are_feasible_everywhere(t, d):
 
 def test_forward_family_rule():
     assert forward_family(Problem("sm90", "float16", 128)) is sm90_fwd
-    assert forward_family(Problem("sm90", head_dim=96)) is triton_fwd
+    assert forward_family(Problem("sm90", head_dim=96)) is sm90_fwd  # at width 128
+    assert forward_family(Problem("sm90", head_dim=32)) is triton_fwd
     assert forward_family(Problem("sm90", head_dim=64, window=True)) is triton_fwd
     assert forward_family(Problem("sm80", head_dim=64)) is triton_fwd
     assert FORWARD[-1] is triton_fwd  # accepts everything: the fallback
@@ -128,6 +129,10 @@ def test_sm90_rule_by_head_dim_and_mask():
     d128 = sm90_fwd.select(Problem("sm90", head_dim=128))
     assert d128 == Sm90FwdConfig() and sm90_fwd.select(
         Problem("sm90", head_dim=128, causal=True)).BALANCE
+    assert sm90_fwd.select(Problem("sm90", head_dim=80)) == d128  # its padded width's
+    d256 = sm90_fwd.select(Problem("sm90", head_dim=256))
+    assert (d256.BLOCK_N, d256.EARLY_Q, d256.Q_IN_REGS) == (64, False, False)
+    assert sm90_fwd.check(d256, "sm90", 256) is d256
 
 
 def test_config_from_text_fills_from_the_targets_own_default():

@@ -92,14 +92,18 @@ def _flag(name: str, value) -> bool:
     return value
 
 
-def check_mask_args(is_causal, window, align) -> Mask:
+def check_mask_args(is_causal, window, align, softcap=None) -> Mask:
     """The :class:`~flashscope.masks.Mask` of ``attention``'s mask keywords, or a
     TypeError/ValueError naming the one that is wrong."""
     causal = _flag("is_causal", is_causal)
     if not isinstance(align, str) or align not in ALIGNS:
         raise FlashscopeError(f"align: expected one of {', '.join(map(repr, ALIGNS))}, got "
                               f"{align!r}")
-    return Mask.of(causal, window, align)
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(
+            softcap, (int, float)) or not math.isfinite(softcap) or softcap <= 0):
+        raise FlashscopeError(f"softcap: expected a finite number > 0 or None, got "
+                              f"{softcap!r}")
+    return Mask.of(causal, window, align, None if softcap is None else float(softcap))
 
 
 def problem_of(q, k, mask: Mask, target: Optional[str]) -> Problem:
@@ -110,7 +114,7 @@ def problem_of(q, k, mask: Mask, target: Optional[str]) -> Problem:
     banded = (mask.left_bounded or (mask.right_bounded and not mask.causal)
               or mask.offset(Nq, Nk) != 0)
     return Problem(target or "sm90", _DTYPES[q.dtype], D, mask.causal, Nq, Nk, B * H,
-                   window=banded)
+                   window=banded, softcap=mask.softcap is not None)
 
 
 def resolve_config(config, head_dim: int, dtype: str, device: torch.device,
@@ -183,24 +187,27 @@ def parse_config_text(text: str) -> Knobs:
     return family(kernel).Config.parse(body)
 
 
-def _mask_of(is_causal: bool, left: int, right: int, bottom_right: bool) -> Mask:
-    return Mask.of(is_causal, (left, right), "bottom_right" if bottom_right else "top_left")
+def _mask_of(is_causal: bool, left: int, right: int, bottom_right: bool,
+             softcap: float) -> Mask:
+    return Mask.of(is_causal, (left, right), "bottom_right" if bottom_right else "top_left",
+                   softcap or None)
 
 
 @torch.library.custom_op("flashscope::attention_fwd", mutates_args=())
 def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
-                   left: int, right: int, bottom_right: bool, scale: float,
+                   left: int, right: int, bottom_right: bool, softcap: float, scale: float,
                    config: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, H, Nq, D) like q, lse (B, H, Nq) fp32). ``left``/``right``: window bounds,
-    -1 unbounded. ``config`` "" = the default for the device, resolved here, out of the
-    compiler's sight (it may read tuned data files)."""
-    mask = _mask_of(is_causal, left, right, bottom_right)
+    -1 unbounded; ``softcap`` 0: none. ``config`` "" = the default for the device,
+    resolved here, out of the compiler's sight (it may read tuned data files)."""
+    mask = _mask_of(is_causal, left, right, bottom_right, softcap)
     cfg = parse_config_text(config) if config else _default_config(q, k, v, mask, scale)
     return launch.forward(q, k, v, mask=mask, scale=scale, cfg=cfg, return_lse=True)
 
 
 @_attention_fwd.register_fake
-def _attention_fwd_fake(q, k, v, is_causal, left, right, bottom_right, scale, config):
+def _attention_fwd_fake(q, k, v, is_causal, left, right, bottom_right, softcap, scale,
+                        config):
     B, H, Nq, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, H, Nq), dtype=torch.float32)
 
@@ -208,25 +215,25 @@ def _attention_fwd_fake(q, k, v, is_causal, left, right, bottom_right, scale, co
 @torch.library.custom_op("flashscope::attention_bwd", mutates_args=())
 def _attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    out: torch.Tensor, lse: torch.Tensor, is_causal: bool, left: int,
-                   right: int, bottom_right: bool, scale: float,
+                   right: int, bottom_right: bool, softcap: float, scale: float,
                    config: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq like q, dk like k, dv like v); dk, dv summed over each GQA group."""
-    mask = _mask_of(is_causal, left, right, bottom_right)
+    mask = _mask_of(is_causal, left, right, bottom_right, softcap)
     cfg = parse_config_text(config) if config else _backward_config(q, k, mask)
     return launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
 
 
 @_attention_bwd.register_fake
-def _attention_bwd_fake(dout, q, k, v, out, lse, is_causal, left, right, bottom_right, scale,
-                        config):
+def _attention_bwd_fake(dout, q, k, v, out, lse, is_causal, left, right, bottom_right,
+                        softcap, scale, config):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, is_causal, left, right, bottom_right, scale, _ = inputs
+    q, k, v, is_causal, left, right, bottom_right, softcap, scale, _ = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.mask_args = (is_causal, left, right, bottom_right)
+    ctx.mask_args = (is_causal, left, right, bottom_right, softcap)
     ctx.scale = scale
     ctx.mark_non_differentiable(lse)
 
@@ -236,7 +243,7 @@ def _backward(ctx, dout, _dlse):
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _attention_bwd(dout, q, k, v, out, lse, *ctx.mask_args, ctx.scale, "")
-    return dq, dk, dv, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -257,7 +264,8 @@ def _window_ints(mask: Mask) -> tuple:
 def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
               is_causal: bool = False, scale: Optional[float] = None,
               enable_gqa: bool = False, *, window=None, align: str = "top_left",
-              config: Optional[Knobs] = None, return_lse: bool = False):
+              softcap: Optional[float] = None, config: Optional[Knobs] = None,
+              return_lse: bool = False):
     """softmax(Q K^T * scale [+ mask]) V, like SDPA, with FlashAttention's memory.
 
     query (B, H, Nq, D); key, value (B, Hkv, Nk, D) with Hkv == H, or H % Hkv == 0 with
@@ -268,6 +276,8 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
     p_i - left <= j <= p_i + right (None or a negative side: unbounded; causal clamps
     right to 0). ``align``: "top_left" (p_i = i, SDPA's) or "bottom_right" (p_i = i + Nk -
     Nq, FlashAttention's). A row that sees no key returns zeros and a log-sum-exp of -inf.
+    ``softcap=c`` caps the scaled scores as c tanh(s / c) before the softmax (Gemma 2's
+    logit softcapping), forward and backward.
     ``scale`` defaults to 1/sqrt(D). ``config``: a forward config record (default: chosen
     for the device and problem, :func:`flashscope.families.default_config`). Returns the
     output (B, H, Nq, D) laid out like ``query``; with ``return_lse`` also the
@@ -285,7 +295,7 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
     _flag("enable_gqa", enable_gqa)
     _flag("return_lse", return_lse)
     _check_inputs(query, key, value, enable_gqa, scale)
-    mask = check_mask_args(is_causal, window, align)
+    mask = check_mask_args(is_causal, window, align, softcap)
     D = query.shape[-1]
     cfg = None if config is None else resolve_config(config, D, _DTYPES[query.dtype],
                                                      query.device)
@@ -294,7 +304,7 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
         left, right = _window_ints(mask)
         text = "" if cfg is None else config_text(cfg)
         out, lse = _attention_fwd(query, key, value, mask.causal, left, right,
-                                  mask.align == "bottom_right", sc, text)
+                                  mask.align == "bottom_right", mask.softcap or 0.0, sc, text)
     else:
         out, lse = launch.forward(query, key, value, mask=mask, scale=sc,
                                   cfg=cfg or _default_config(query, key, value, mask, sc),

@@ -10,7 +10,8 @@ Results are kept in a content-addressed cache: the key hashes the kernel's sourc
 ``cache_key``, which covers the functions it calls), the kernel name, config, target, head
 dim, dtype, causal flag, problem shape, Triton version and the sources that build the
 argument list and options (launch.py, the family's module). The cache lives
-in ``$FLASHSCOPE_CACHE`` or ``~/.cache/flashscope``; a hit needs neither torch nor a compile.
+in ``$FLASHSCOPE_CACHE``, else ``$XDG_CACHE_HOME/flashscope`` or ``~/.cache/flashscope``; a
+hit needs neither torch nor a compile.
 
 Kernels are looked up in :data:`KERNELS` (every family's kernels, registered by
 :func:`_register_all`; ``fwd`` stands for the forward family a target runs by default).
@@ -214,7 +215,13 @@ class Artifact:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("FLASHSCOPE_CACHE") or Path.home() / ".cache" / "flashscope")
+    """``$FLASHSCOPE_CACHE``, else ``$XDG_CACHE_HOME/flashscope``, else
+    ``~/.cache/flashscope`` (the XDG base directory default)."""
+    if os.environ.get("FLASHSCOPE_CACHE"):
+        return Path(os.environ["FLASHSCOPE_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "flashscope"
 
 
 def _jit_function(spec: KernelSpec, cfg=None):
@@ -661,15 +668,23 @@ def run_clean_iter(fn, items, jobs: int = 1):
     if method == "fork":
         import torch  # noqa: F401  (bound once here, not once per forked worker)
     saved = os.environ.pop("TRITON_INTERPRET", None) if clean else None
+    from .workers import pool_args, stop_pool
+
     try:
-        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items))),
-                                 mp_context=multiprocessing.get_context(method)) as pool:
+        pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items))),
+                                   mp_context=multiprocessing.get_context(method),
+                                   **pool_args())
+        try:
             futs = {pool.submit(fn, it): i for i, it in enumerate(items)}
             if saved is not None:  # spawned workers are started by now: restore at once
                 os.environ["TRITON_INTERPRET"] = saved
                 saved = None
             for f in as_completed(futs):
                 yield futs[f], f.result()
+        except BaseException:  # Ctrl-C, an error, or the consumer gone: stop at once
+            stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
     finally:
         if saved is not None:
             os.environ["TRITON_INTERPRET"] = saved

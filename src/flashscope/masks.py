@@ -1,5 +1,8 @@
 """Which keys a query sees: the one description of a mask, and the key ranges it gives.
 
+A :class:`Mask` also carries the logit cap (``softcap``), the one change to the scores
+themselves that the kernels make: both travel from the API to every kernel together.
+
 Query row i sits at position p_i = i + offset in the key sequence: ``offset`` is 0 with
 ``align="top_left"`` (SDPA's ``is_causal``) and N_K - N_Q with ``align="bottom_right"``
 (FlashAttention's, where the last query sits at the last key). It sees key j when
@@ -53,6 +56,7 @@ class Mask:
     left: Optional[int] = None
     right: Optional[int] = None
     align: str = "top_left"
+    softcap: Optional[float] = None  #: scores become c tanh(s / c) (c > 0)
 
     def __post_init__(self):
         if self.align not in ALIGNS:
@@ -63,9 +67,14 @@ class Mask:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise FlashscopeError(f"window {name}: expected an integer >= 0 or None, "
                                       f"got {v!r}")
+        c = self.softcap
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))
+                              or not math.isfinite(c) or c <= 0):
+            raise FlashscopeError(f"softcap: expected a finite number > 0 or None, got {c!r}")
 
     @classmethod
-    def of(cls, causal: bool = False, window=None, align: str = "top_left") -> "Mask":
+    def of(cls, causal: bool = False, window=None, align: str = "top_left",
+           softcap=None) -> "Mask":
         """The mask of ``attention``'s keywords: ``window=(left, right)`` with None or a
         negative side unbounded, causal clamping the right side to 0."""
         left = right = None
@@ -84,7 +93,8 @@ class Mask:
             left, right = sides
         if causal:
             right = 0 if right is None else min(right, 0)
-        return cls(bool(causal), left, right, align)
+        return cls(bool(causal), left, right, align,
+                   None if softcap is None or softcap == 0 else softcap)
 
     @property
     def right_bounded(self) -> bool:
@@ -125,6 +135,12 @@ class Mask:
         """The kernels' runtime mask arguments (OFFSET, LEFT, RIGHT), 0 where unused."""
         return self.offset(n_q, n_k), self.left or 0, self.right or 0
 
+    def cap_args(self, scale: float) -> tuple:
+        """(cap_in, cap_out) = (scale / c, c log2(e)) of the logit cap, (0, 0) without."""
+        if self.softcap is None:
+            return 0.0, 0.0
+        return float(scale) / self.softcap, self.softcap * 1.4426950408889634
+
     def switches(self, n_q: int, n_k: int) -> dict:
         """The kernels' constexpr mask switches: CAUSAL; HAS_LEFT/HAS_RIGHT (window
         bounds; a causal mask's right bound is CAUSAL's); SHIFTED (OFFSET != 0); GUARD
@@ -134,7 +150,8 @@ class Mask:
         return dict(CAUSAL=self.causal, HAS_LEFT=self.left_bounded,
                     HAS_RIGHT=self.right_bounded and not self.causal,
                     SHIFTED=self.offset(n_q, n_k) != 0,
-                    GUARD=self.left_bounded or self.may_empty(n_q, n_k))
+                    GUARD=self.left_bounded or self.may_empty(n_q, n_k),
+                    SOFTCAP=self.softcap is not None)
 
 
 def _floor(x: int, b: int) -> int:

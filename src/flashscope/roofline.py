@@ -204,12 +204,11 @@ def measure_ceilings(device: str = "cuda") -> Ceilings:
 
 
 def plot(points, c: Ceilings, path, title: str = "") -> None:
-    """Log-log roofline PNG: the two roofs, the ridge, and each kernel with a time."""
-    import matplotlib
+    """Log-log roofline PNG: the two roofs, the ridge, and each kernel with a time
+    (labels placed so that no two overlap)."""
+    from .plotting import place_labels, pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     ais = [p.intensity for p in points] + [c.ridge]
     lo, hi = min(ais) / 8, max(ais) * 8
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
@@ -217,16 +216,16 @@ def plot(points, c: Ceilings, path, title: str = "") -> None:
     ax.loglog(xs, [min(c.flops, x * c.bandwidth) / 1e12 for x in xs], color="black", lw=1.5,
               label=f"roof: {c.flops / 1e12:.0f} TFLOP/s, {c.bandwidth / 1e12:.2f} TB/s")
     ax.axvline(c.ridge, color="grey", ls=":", lw=1)
-    for p in points:
-        if p.achieved:
-            ax.scatter([p.intensity], [p.achieved / 1e12], zorder=3)
-            ax.annotate(f"{p.name} {p.achieved / 1e12:.0f}", (p.intensity, p.achieved / 1e12),
-                        textcoords="offset points", xytext=(5, -10), fontsize=8)
+    timed = [p for p in points if p.achieved]
+    for p in timed:
+        ax.scatter([p.intensity], [p.achieved / 1e12], zorder=3)
     ax.set_xlabel("arithmetic intensity (FLOP / minimum DRAM byte)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title or "attention roofline", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
+    place_labels(ax, [(p.intensity, p.achieved / 1e12) for p in timed],
+                 [f"{p.name} {p.achieved / 1e12:.0f}" for p in timed], fontsize=8)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -8,7 +8,7 @@ moment should read the K and V of few heads, so those stay in L2. Sorting every 
 blocks by length (all heads' last block first) balances well and ruins locality: at
 N = 4096, D = 64 the 132 programs of one moment read 124 heads' K and V, 124 MB against
 the H100's 50 MB of L2, and Nsight Compute counted a 9% L2 hit rate and DRAM at 67-70%
-of its peak (run 39).
+of its peak.
 
 So the list is cut into sections of S heads whose K and V fit in half the L2 (other
 data streams through the rest), each section sorted longest block first, and the
@@ -56,10 +56,10 @@ L2_SHARE = 0.5
 #: query rows of one consumer warpgroup: the unit a row block's padding is passed in.
 CONSUMER_ROWS = 64
 #: time per key tile of a block with one consumer of real rows, as a share of a whole
-#: block's: 0.63 at D = 64, 192 x 128, three consumers (run 130 of the performance
-#: record, clock stamps: 0.635 of a whole block's time at Nq = 16384, 0.70 at 1024 where
+#: block's: 0.63 at D = 64, 192 x 128, three consumers (the kernel's clock stamps:
+#: 0.635 of a whole block's time at Nq = 16384, 0.70 at 1024 where
 #: the fixed cost per block weighs more; 0.63 too for the padded last block of a causal
-#: head at 16384, run 136). The lone consumer's chain is latency-bound, so it takes far
+#: head at 16384). The lone consumer's chain is latency-bound, so it takes far
 #: more than the third of the block its rows are. Two of three: interpolated.
 LONE_SHARE = 0.63
 
@@ -246,9 +246,9 @@ def split_schedule(n_m: int, bh: int, block_m: int, block_n: int, n_k: int, prog
     ragged end cut along the keys: (schedule, merges, slots).
 
     Blocks dealt whole leave the programs' loads up to a block apart: at Nq = 16384,
-    D = 64, 192 x 128, 2752 blocks over 132 programs run 21 rounds where the work is
-    20.76 (1.1%), and a causal list ends 1-4% over its mean (run 136 of the performance
-    record). Here each program over a target load gives up its last blocks, and those are
+    D = 64, 192 x 128, 2752 blocks over 132 programs take 21 rounds where the work is
+    20.76 (1.1%), and a causal list ends 1-4% over its mean (the kernel's clock stamps).
+    Here each program over a target load gives up its last blocks, and those are
     placed again on the programs with room, cut along the key tiles where a program's
     room ends (:func:`_place`). A piece of a cut block accumulates O over its key range
     only and writes (O, m, l) unnormalized to a slot of a float32 workspace, and a merge

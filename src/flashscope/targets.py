@@ -6,7 +6,8 @@ One frozen record per architecture; the occupancy calculator, the config feasibi
 Sources: CUDA Programming Guide, "Compute Capabilities" tables, and the CUDA toolkit's
 ``cuda_occupancy.h`` (NVIDIA); LLVM's ``AMDGPUBaseInfo.cpp`` / ``AMDGPUUsage`` and the ROCm
 GPU specification table (AMD). Names parse as ``sm90``, ``sm_90``, ``sm90a``, ``90``,
-``gfx942`` (case-insensitive).
+``gfx942`` (case-insensitive), or as the product a person has in hand: ``H100``, ``A100``,
+``MI300X``, ``RX7900``, ``RTX 4090`` (:data:`PRODUCTS`).
 """
 
 from __future__ import annotations
@@ -176,9 +177,48 @@ AMD_ARCHS = (
 ALL_TARGETS = NVIDIA_ARCHS + AMD_ARCHS
 _BY_NAME = {t.name: t for t in ALL_TARGETS}
 
+#: Product names -> architecture, keyed as :func:`_product_key` writes them (lower case,
+#: no spaces or dashes, no vendor or form-factor words). Compute capabilities from NVIDIA's
+#: CUDA GPUs table; gfx names from the ROCm GPU specification table.
+PRODUCTS = {
+    # NVIDIA Ampere (sm80: data centre; sm86: workstation and GeForce 30)
+    "a100": "sm80", "a800": "sm80", "a30": "sm80",
+    "a10": "sm86", "a40": "sm86", "a16": "sm86", "a2": "sm86", "a6000": "sm86",
+    "rtxa6000": "sm86", "rtx3090": "sm86", "rtx3090ti": "sm86", "rtx3080": "sm86",
+    "rtx3080ti": "sm86", "rtx3070": "sm86", "rtx3060": "sm86",
+    # Ada
+    "l4": "sm89", "l40": "sm89", "l40s": "sm89", "rtx6000ada": "sm89", "rtx4090": "sm89",
+    "rtx4080": "sm89", "rtx4070": "sm89",
+    # Hopper
+    "h100": "sm90", "h200": "sm90", "h800": "sm90", "h20": "sm90", "gh200": "sm90",
+    # Blackwell (data centre sm100; GeForce 50 and RTX PRO sm120)
+    "b200": "sm100", "b100": "sm100", "gb200": "sm100",
+    "rtx5090": "sm120", "rtx5080": "sm120", "rtxpro6000": "sm120",
+    # AMD CDNA
+    "mi250x": "gfx90a", "mi250": "gfx90a", "mi210": "gfx90a",
+    "mi300x": "gfx942", "mi300a": "gfx942", "mi300": "gfx942", "mi325x": "gfx942",
+    "mi350x": "gfx950", "mi355x": "gfx950",
+    # AMD RDNA
+    "rx7900": "gfx1100", "rx7900xtx": "gfx1100", "rx7900xt": "gfx1100",
+    "rx7900gre": "gfx1100", "w7900": "gfx1100", "w7800": "gfx1100",
+    "rx9070": "gfx1201", "rx9070xt": "gfx1201", "r9700": "gfx1201",
+}
+
+_VENDOR_WORDS = re.compile(r"^(nvidia|amd|geforce|tesla|radeon|instinct|pro)+")
+_FORM_WORDS = re.compile(r"(sxm\d?|pcie|nvl\d*|hbm\d?e?"
+                         r"|(16|24|32|40|48|64|80|94|96|141|192|256|288)gb)+$")
+
+
+def _product_key(name: str) -> str:
+    """``NVIDIA H100 SXM5 80GB`` -> ``h100``; ``Radeon RX 7900 XTX`` -> ``rx7900xtx``."""
+    s = re.sub(r"[\s_\-]+", "", str(name).lower())
+    s = _VENDOR_WORDS.sub("", s)
+    return _FORM_WORDS.sub("", s) or s
+
 
 def canonical_name(name: str) -> str:
-    """Normalise ``sm_90``, ``SM90a``, ``90``, ``cuda:90``, ``GFX942`` to a table key."""
+    """Normalise ``sm_90``, ``SM90a``, ``90``, ``cuda:90``, ``GFX942``, ``H100``,
+    ``MI300X`` to a table key."""
     s = str(name).strip().lower()
     s = re.sub(r"^(cuda|hip|rocm)[:/]", "", s)
     m = re.fullmatch(r"(?:sm_?|compute_?)?(\d{2,3})a?", s)
@@ -187,7 +227,7 @@ def canonical_name(name: str) -> str:
     m = re.fullmatch(r"(gfx[0-9a-f]+)(?::.*)?", s)
     if m:
         return m.group(1)
-    return s
+    return PRODUCTS.get(_product_key(s), s)
 
 
 def get_target(name) -> Target:
@@ -202,21 +242,36 @@ def get_target(name) -> Target:
         return _BY_NAME[key]
     except KeyError:
         raise UnknownTargetError(
-            f"unknown target {name!r}{closest(key, _BY_NAME)}; known targets: "
-            + ", ".join(_BY_NAME)
+            f"unknown target {name!r}{_suggest(name)}; known targets: "
+            + ", ".join(_BY_NAME) + " or products such as H100, A100, MI300X, RX7900"
         ) from None
 
 
-def parse_targets(spec: str) -> list:
-    """``"sm90,gfx942"`` -> list of records, order kept, duplicates dropped."""
+def _suggest(name) -> str:
+    """' (did you mean X?)' over architectures and products alike: a product's close
+    match names its architecture, so 'H10' is not taken for an sm100 look-alike."""
+    key = _product_key(name)
+    pool = {**{n: n for n in _BY_NAME}, **{p: f"{p.upper()} ({a})" for p, a in
+                                            PRODUCTS.items()}}
+    hint = closest(key, pool)
+    if not hint:
+        return ""
+    match = hint.split("'")[1]
+    return f" (did you mean {pool[match]}?)" if match in PRODUCTS else hint
+
+
+def parse_targets(spec) -> list:
+    """``"sm90,gfx942"`` (or a list of names) -> list of records, order kept, duplicates
+    dropped."""
+    parts = str(spec).split(",") if isinstance(spec, str) else list(spec)
     out = []
-    for part in str(spec).split(","):
-        if part.strip():
-            t = get_target(part)
+    for part in parts:
+        if str(part).strip():
+            t = get_target(str(part).strip())
             if t not in out:
                 out.append(t)
     if not out:
-        raise UnknownTargetError("no target given (expected e.g. 'sm90,gfx942')")
+        raise UnknownTargetError("no target given (expected e.g. 'sm90,gfx942' or 'H100')")
     return out
 
 

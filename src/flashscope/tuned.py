@@ -183,6 +183,19 @@ def make_entry(cfg, dtype: str, head_dim: int, causal: bool, cls: str, **meta) -
             **{k: v for k, v in meta.items() if v is not None}}
 
 
+def check_replacements(target, entries: list, data_dir=None, force: bool = False,
+                       flag: str = "tuned file") -> None:
+    """FlashscopeError when an entry would replace one of the same key that holds another
+    config, unless ``force``: a measured entry is never overwritten unasked."""
+    existing = load_tuned(target, data_dir)
+    for e in entries:
+        k = entry_key(e["kernel"], e["dtype"], e["head_dim"], e["causal"], e["seq_class"])
+        if k in existing and existing[k][1]["config"] != e["config"] and not force:
+            raise FlashscopeError(f"{flag}: {tuned_path(target, data_dir)} already has an "
+                                  f"entry for {k} with another config; pass --force to "
+                                  "replace it")
+
+
 def write_entries(target, entries: list, data_dir=None) -> Path:
     """The one writer of tuned files: ``entries`` replace those of the same key in the
     target's file (the others stay), the result is checked by :func:`parse_tuned` and
@@ -198,14 +211,11 @@ def write_entries(target, entries: list, data_dir=None) -> Path:
             "entries": [merged[k] for k in sorted(merged, key=str)]}
     path = tuned_path(name, d)
     parse_tuned(data, name, str(path))
-    atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return path
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, fsync,
-    rename (a reader sees the old file or the new one, never a part)."""
-    path = Path(path)
+def _atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:

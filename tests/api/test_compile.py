@@ -84,16 +84,18 @@ def test_custom_ops_pass_opcheck(device):
                .requires_grad_() for _ in range(3))
     fwd_cfg = config_text(flashscope.TritonFwdConfig(32, 16, 4, 1))
     torch.library.opcheck(torch.ops.flashscope.attention_fwd.default,
-                          (q, k, v, True, -1, -1, False, 0.25, fwd_cfg), test_utils=CHECKS)
-    # a window (8 keys to the left) and bottom-right alignment cross the op boundary too
+                          (q, k, v, True, -1, -1, False, 0.0, 0.25, fwd_cfg), test_utils=CHECKS)
+    # a window (8 keys to the left), bottom-right alignment and a softcap cross the op
+    # boundary too
     torch.library.opcheck(torch.ops.flashscope.attention_fwd.default,
-                          (q, k, v, False, 8, 2, True, 0.25, fwd_cfg), test_utils=CHECKS)
-    out, lse = torch.ops.flashscope.attention_fwd(q, k, v, True, -1, -1, False, 0.25, fwd_cfg)
+                          (q, k, v, False, 8, 2, True, 30.0, 0.25, fwd_cfg), test_utils=CHECKS)
+    out, lse = torch.ops.flashscope.attention_fwd(q, k, v, True, -1, -1, False, 0.0, 0.25,
+                                                  fwd_cfg)
     dout = torch.randn_like(out).transpose(1, 2).contiguous().transpose(1, 2)
     bwd_cfg = config_text(TritonBwdConfig(16, 16, 16, 16, 4, 1, PRE_BLOCK=16))
     torch.library.opcheck(torch.ops.flashscope.attention_bwd.default,
                           (dout, q.detach(), k[:, :2].detach(), v[:, :2].detach(),
-                           out.detach(), lse, True, -1, -1, False, 0.25, bwd_cfg),
+                           out.detach(), lse, True, -1, -1, False, 0.0, 0.25, bwd_cfg),
                           test_utils=("test_schema", "test_faketensor"))
 
 

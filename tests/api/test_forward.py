@@ -25,13 +25,15 @@ LENGTHS = [(1, 1), (1, 37), (17, 33), (129, 77), (257, 130), (64, 64)]
 HEAD_DIMS = [32, 64, 80, 128]
 
 
-def reference_lse(q, k, *, is_causal, scale, window=None, align="top_left"):
+def reference_lse(q, k, *, is_causal, scale, window=None, align="top_left", softcap=None):
     from flashscope.testing.reference import _hidden
 
     qd, kd = q.double(), k.double()
     if kd.shape[1] != qd.shape[1]:
         kd = kd.repeat_interleave(qd.shape[1] // kd.shape[1], dim=1)
     s = (qd @ kd.transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     n_q, n_k = s.shape[-2:]
     hidden = _hidden(0, n_q, n_q, n_k, is_causal, window, align, s.device)
     if hidden is not None:
@@ -40,32 +42,34 @@ def reference_lse(q, k, *, is_causal, scale, window=None, align="top_left"):
 
 
 def run_case(device, *, B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd, cfg, with_lse,
-             window=None, align="top_left"):
+             window=None, align="top_left", softcap=None):
     seed = fresh_seed()
     q, k, v = make_qkv(device, B, H, Nq, Nk, D, Hkv=Hkv, dtype=dtype, bnhd=bnhd)
     return check_case(q, k, v, causal=causal, cfg=cfg, with_lse=with_lse, window=window,
-                      align=align,
+                      align=align, softcap=softcap,
                       tag=f"seed={seed} B={B} H={H}/{Hkv} Nq={Nq} Nk={Nk} D={D} "
                           f"causal={causal} window={window} {align} {dtype} {cfg.label}")
 
 
-def check_case(q, k, v, *, causal, cfg, with_lse, tag, window=None, align="top_left"):
+def check_case(q, k, v, *, causal, cfg, with_lse, tag, window=None, align="top_left",
+               softcap=None):
     """The forward of q, k, v (B, H, N, D) into a NaN-poisoned output, against the float64
     reference: every element written, relative error within the dtype's bound, and the
     log-sum-exp within 2e-3 (-inf exactly where a row sees no key)."""
     B, H, Nq, D = q.shape
     scale = 1.0 / math.sqrt(D)
     out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
-    out, lse = launch.forward(q, k, v, mask=Mask.of(causal, window, align), scale=scale,
-                              cfg=cfg, return_lse=with_lse, out=out)
-    ref = reference_attention(q, k, v, is_causal=causal, window=window, align=align)
+    out, lse = launch.forward(q, k, v, mask=Mask.of(causal, window, align, softcap),
+                              scale=scale, cfg=cfg, return_lse=with_lse, out=out)
+    ref = reference_attention(q, k, v, is_causal=causal, window=window, align=align,
+                              softcap=softcap)
     assert not torch.isnan(out).any(), f"unwritten or NaN output elements ({tag})"
     err = rel_error(out, ref)
     bound = ERROR_BOUND[q.dtype]
     assert err <= bound, f"relative error {err:.2e} > {bound:.0e} ({tag})"
     if with_lse:
         ref_lse = reference_lse(q, k, is_causal=causal, scale=scale, window=window,
-                                align=align).cpu()
+                                align=align, softcap=softcap).cpu()
         got = lse.double().cpu()
         assert lse.shape == (B, H, Nq) and lse.dtype == torch.float32
         assert torch.equal(torch.isneginf(got), torch.isneginf(ref_lse)), f"-inf rows ({tag})"

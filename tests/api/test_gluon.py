@@ -39,7 +39,8 @@ def test_label_and_round_trip():
 @pytest.mark.parametrize("change,target,D,match", [
     ({}, "sm80", 128, "not sm_90"),
     ({}, "gfx942", 64, "not sm_90"),
-    ({}, "sm90", 96, "head dim 64 or 128"),
+    ({}, "sm90", 32, "head dims 33..256"),
+    ({}, "sm90", 257, "head dim"),
     ({"BLOCK_M": 32}, "sm90", 64, "BLOCK_M=32: expected 64 or 128 or 192"),
     ({"BLOCK_M": 256}, "sm90", 64, "BLOCK_M=256: expected 64 or 128 or 192"),
     ({"BLOCK_N": 32}, "sm90", 64, "BLOCK_N=32: expected 64 or 128"),
@@ -91,7 +92,8 @@ def _tile_id(tiles) -> str:
 
 
 SHAPES = [(77, 101, 2, 64), (130, 70, 4, 128), (1, 33, 1, 64), (200, 200, 2, 128),
-          (257, 513, 1, 64), (64, 1, 4, 128)]
+          (257, 513, 1, 64), (64, 1, 4, 128), (150, 300, 2, 80), (77, 200, 4, 96),
+          (130, 257, 2, 40)]
 
 
 @pytest.mark.gpu
@@ -192,6 +194,20 @@ def test_divisors_that_are_not_powers_of_two(device, monkeypatch, programs, caus
     cfg = G.replace(BLOCK_M=128, BLOCK_N=128, num_stages=2, **_flags("xlhk"))
     run_case(device, B=3, H=6, Hkv=2, Nq=700, Nk=650, D=64, causal=causal,
              dtype=torch.bfloat16, bnhd=False, cfg=cfg, with_lse=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("D", [40, 80, 96, 192, 256])
+def test_padded_and_wide_head_dims_take_the_rule(device, causal, dtype, D):
+    """Head dims that are not 64 or 128 run the kernel at their padded width (TMA fills
+    the columns past D with zeros and clips them on the store) with the rule's config, on
+    shapes with partial tiles, GQA, Nq != Nk and a (B, N, H, D) view."""
+    _needs_sm90(device)
+    cfg = sm90_fwd.select(Problem("sm90", str(dtype)[6:], D, causal, 333, 500))
+    run_case(device, B=2, H=4, Hkv=2, Nq=333, Nk=500, D=D, causal=causal, dtype=dtype,
+             bnhd=True, cfg=cfg, with_lse=True)
 
 
 # lengths inside each class of the tuned file, none a tile multiple

@@ -1,4 +1,4 @@
-"""Sliding windows and bottom-right alignment, forward and backward, against the float64
+"""Sliding windows, bottom-right alignment and softcapping, forward and backward, against the float64
 reference (which writes the masks from their definition): one-sided and two-sided windows,
 windows wider than the sequence, zero-width windows, Nq != Nk both ways (rows that see no
 key return zeros and a log-sum-exp of -inf), GQA, fp16 and bf16. Small tiles, so the
@@ -83,3 +83,39 @@ def test_sdpa_signature_by_position(device):
     b = torch.nn.functional.scaled_dot_product_attention(q.float().cpu(), k.float().cpu(),
                                                          v.float().cpu(), None, 0.0, True)
     assert rel_error(a, b) <= ERROR_BOUND[torch.float16]
+
+
+@pytest.mark.parametrize("causal,window,align", [(False, None, "top_left"),
+                                                 (True, (9, 0), "bottom_right"),
+                                                 (True, None, "top_left")])
+@pytest.mark.parametrize("cap", [2.0, 30.0])
+def test_softcap_forward_and_backward(device, causal, window, align, cap):
+    """c tanh(s / c) with scores large enough that the cap bites (inputs x4: |s| up to
+    ~25): c = 2 changes every row, c = 30 few; forward, log-sum-exp and gradients."""
+    from flashscope import launch
+    from flashscope.masks import Mask
+
+    fresh_seed()
+    q, k, v = make_qkv(device, 1, 4, 45, 70, 32, Hkv=2, dtype=torch.float16,
+                       scale_inputs=4.0)
+    run_case(device, B=1, H=4, Hkv=2, Nq=45, Nk=70, D=32, causal=causal,
+             dtype=torch.float16, bnhd=False, cfg=CFG, with_lse=True, window=window,
+             align=align, softcap=cap)
+    mask = Mask.of(causal, window, align, cap)
+    dout = torch.randn_like(q)
+    out, lse = launch.forward(q, k, v, mask=mask, scale=32 ** -0.5, cfg=CFG, return_lse=True)
+    dq, dk, dv = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=32 ** -0.5, cfg=BWD)
+    ref = reference_attention_grads(q, k, v, dout, is_causal=causal, window=window,
+                                    align=align, softcap=cap)
+    plain = reference_attention_grads(q, k, v, dout, is_causal=causal, window=window,
+                                      align=align)
+    for name, got, r, p in zip(("dq", "dk", "dv"), (dq, dk, dv), ref[1:], plain[1:]):
+        assert rel_error(got, r) <= 4 * ERROR_BOUND[torch.float16], name
+    assert rel_error(ref[1], plain[1]) > 0.05, "the cap must change the gradient"
+
+
+@pytest.mark.parametrize("cap", [0.0, -1.0, float("nan"), float("inf"), "5", True])
+def test_bad_softcap_is_refused(device, cap):
+    q, k, v = make_qkv(device, 1, 1, 8, 8, 16, dtype=torch.float16)
+    with pytest.raises((TypeError, ValueError), match="softcap"):
+        flashscope.attention(q, k, v, softcap=cap)

@@ -58,7 +58,7 @@ def test_merge_matches_float64(device, block_m, D):
                      dtype=torch.float16).transpose(1, 2)
     lse = torch.full((B, H, n_q), float("nan"), device=device)
     merge = kernels.load("attention_merge", interpret=device == "cpu")._merge_parts
-    merge[(len(blocks), block_m // 64)](part, table, out, lse, H, n_q, n_m, *out.stride(),
+    merge[(len(blocks), block_m // 64)](part, table, out, lse, H, n_q, n_m, D, *out.stride(),
                                         HEAD_DIM=D, BLOCK_M=block_m, ROWS=64,
                                         RETURN_LSE=True)
     written = torch.zeros(B, H, n_q, dtype=torch.bool)

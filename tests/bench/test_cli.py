@@ -18,9 +18,13 @@ def test_help_states_the_formulas(capsys):
 
 
 def test_list_baselines_gives_reasons(capsys):
+    assert main(["bench", "--list-baselines", "--device", "cpu", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert not rows["sdpa-cudnn"]["available"] and "fa4" in rows
+    assert "needs a CUDA GPU" in rows["sdpa-cudnn"]["why_not"]
     assert main(["bench", "--list-baselines", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "sdpa-cudnn" in out and "needs a CUDA GPU" in out and "fa4" in out
+    assert "sdpa-cudnn" in out and "fa4" in out and "CUDA GPU" in out
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -31,7 +35,10 @@ def test_list_baselines_gives_reasons(capsys):
     (["--shape", "1,2,64,32", "--dtype", "fp8"], "--dtype 'fp8'"),
     (["--shape", "1,2,64,32", "--mode", "back"], "--mode 'back'"),
     (["--shape", "1,2,64,32", "--only", "sdpa-math", "--baseline", "fa4"], "--baseline 'fa4'"),
-    (["--shape", "1,2,64,32", "--rounds", "0"], "--rounds 0: expected 1 or more"),
+    (["--shape", "1,2,64,32", "--rounds", "0"], "argument --rounds: expected an integer >= 1"),
+    (["--shape", "1,2,64,32", "--warmup-ms", "-1"], "argument --warmup-ms: expected a finite"),
+    (["--shape", "1,2,64,32", "--rep-ms", "nan"], "argument --rep-ms: expected a finite"),
+    (["--suite"], "--suite needs a GPU"),
     ([], "give --suite"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, needle):
@@ -56,10 +63,11 @@ def test_results_files_are_stamped(tmp_path, capsys):
     assert rows["flashscope"]["max_rel_error"] <= 2e-3
     assert rows["sdpa-math"]["speedup"] == pytest.approx(1.0)
     assert len(rows["flashscope"]["ms_rounds"]) == 2
-    lines = (tmp_path / "bench.csv").read_text().splitlines()
-    assert lines[0].startswith("# date:") and any(x.startswith("# command:") for x in lines)
-    table = list(csv.DictReader(x for x in lines if not x.startswith("#")))
+    # the CSV starts with its header (the stamp is its sidecar, bench.meta.json)
+    with open(tmp_path / "bench.csv", newline="") as f:
+        table = list(csv.DictReader(f))
     assert {r["provider"] for r in table} == {"sdpa-math", "flashscope"}
+    assert json.loads((tmp_path / "bench.meta.json").read_text()) == meta
     assert (tmp_path / "bench.png").stat().st_size > 1000
     md = (tmp_path / "bench.md").read_text()
     assert "| fwd | fp16 | 1,2,40,16 | yes |" in md and "Command: `flashscope bench" in md

@@ -72,7 +72,8 @@ def test_recorded_cpu_traces(name, attention):
 
 def test_ncu_csv_export(capsys):
     (r,) = _json(capsys, ["--ncu-csv", str(DATA / "profile" / "ncu_raw_h100.csv")])
-    assert _share(r, "attention")["share"] == 1.0 and r["amdahl_ceiling"] == float("inf")
+    # attention is all of the time: the ceiling is unbounded, null in strict JSON
+    assert _share(r, "attention")["share"] == 1.0 and r["amdahl_ceiling"] is None
     # the three H100 SDPA kernels: 831,968 + 1,536,704 + 3,118,912 ns
     assert r["total_seconds"] == pytest.approx(5.487584e-3, rel=1e-12)
 
@@ -93,7 +94,7 @@ def test_model_runs_on_cpu_with_both_attentions(capsys, tmp_path):
 @pytest.mark.parametrize("args, msg", [
     (["--preset", "lc0-encodr"], "did you mean"),
     (["--width", "100", "--heads", "3"], "not divisible"),
-    (["--layers", "0"], "positive"),
+    (["--layers", "0"], "argument --layers: expected an integer >= 1, got 0"),
 ])
 def test_bad_model_arguments_exit_2(capsys, args, msg):
     assert main(["breakdown", *args]) == 2
@@ -113,7 +114,7 @@ TRACE_HDR = ("Kind,Agent_Id,Kernel_Name,Start_Timestamp,End_Timestamp,VGPR_Count
     ("--rocprof", (TRACE_HDR + "K,1,k,100,150,eight,64\n").encode(), "VGPR_Count"),
     ("--rocprof", (TRACE_HDR + "K,1,k,100\n").encode(), "columns"),
     ("--stats", b'"Name","Calls"\n"k",3\n', "TotalDurationNs"),
-    ("--stats", b'"Name","Calls","TotalDurationNs"\n"k",3,"12ms"\n', "expected a number"),
+    ("--stats", b'"Name","Calls","TotalDurationNs"\n"k",3,"12ms"\n', "expected a finite time"),
     ("--trace", b"{not json", "invalid JSON"),
     ("--trace", b'{"traceEvents": [{"ph": "X", "name": "k", "cat": "kernel"}]}', "event 0"),
     ("--trace", b'{"traceEvents": []}', "no kernel or cpu_op"),

@@ -74,10 +74,10 @@ def test_bad_inputs(capsys, tmp_path):
     _bad(capsys, "--jobs", "-1", match="--jobs")
     cfgs = tmp_path / "c.json"
     cfgs.write_text("{not json")
-    _bad(capsys, "--configs", str(cfgs), match="not JSON")
+    _bad(capsys, "--configs", str(cfgs), match="not valid JSON")
     cfgs.write_text("[3]")
-    _bad(capsys, "--configs", str(cfgs), match="each entry")
-    _bad(capsys, "--configs", str(tmp_path / "missing.json"), match="cannot read")
+    _bad(capsys, "--configs", str(cfgs), match="entry 0: expected an object or a 'K=V,...'")
+    _bad(capsys, "--configs", str(tmp_path / "missing.json"), match="no such file")
     _bad(capsys, str(tmp_path / "nothing.cubin"), match="no such file")
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -100,3 +100,18 @@ def test_truncated_cubin(capsys, tmp_path, cubin):
 def test_over_the_lds_limit(capsys):
     _bad(capsys, "--target", "gfx942", "--config", "BLOCK_M=128,BLOCK_N=64,num_warps=8,"
          "num_stages=3", "--head-dim", "128", match="LDS per block; gfx942 allows 65536")
+
+
+def test_a_directory_is_read_without_following_links_out_of_it(capsys, tmp_path, cubin):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "k.cubin").write_bytes(cubin)
+    inside = tmp_path / "cache"
+    (inside / "sub").mkdir(parents=True)
+    (inside / "sub" / "away.cubin").symlink_to(outside / "k.cubin")
+    (inside / "away_dir").symlink_to(outside, target_is_directory=True)
+    _bad(capsys, str(inside), match="links leading outside it are not followed")
+    (inside / "sub" / "own.cubin").write_bytes(cubin)  # a link within the folder is read
+    (inside / "near.cubin").symlink_to(inside / "sub" / "own.cubin")
+    code, out, _ = _run(capsys, str(inside), "--json")
+    assert code == 0 and len(json.loads(out)["kernels"]) == 2

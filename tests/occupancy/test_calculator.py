@@ -86,7 +86,7 @@ def test_record():
 def test_cli_json_and_error(capsys, tmp_path):
     assert main(["occupancy", "--target", "gfx942", "--vgprs", "192", "--threads", "256",
                  "--lds", "32768", "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    (d,) = json.loads(capsys.readouterr().out)  # one result per --target
     assert set(d) == {"target", "active_blocks", "active_warps", "occupancy", "limiter",
                       "limits", "cliffs", "waves_per_simd"}
     assert main(["occupancy", "--target", "sm90", "--regs", "300", "--threads", "64"]) == 2

@@ -1,4 +1,5 @@
-"""``flashscope profile`` offline (--csv): tables, JSON, files, and exit 2 on bad input."""
+"""``flashscope profile`` offline (--ncu-csv): tables, JSON, files, and exit 2 on bad
+input."""
 
 import json
 from pathlib import Path
@@ -14,8 +15,8 @@ FLOPS = 4 * 4 * 16 * 4096**2 * 128  # B=4, H=16, N=4096, D=128, non-causal
 
 
 def test_profile_from_csv_json(capsys, tmp_path):
-    rc = main(["profile", "--csv", str(DATA / "ncu_00_cudnn.csv"), "--csv",
-               str(DATA / "ncu_01_flash.csv"), "--csv", str(DATA / "ncu_02_efficient.csv"),
+    rc = main(["profile", "--ncu-csv", str(DATA / "ncu_00_cudnn.csv"), "--ncu-csv",
+               str(DATA / "ncu_01_flash.csv"), "--ncu-csv", str(DATA / "ncu_02_efficient.csv"),
                "--json", "--gate", "eligible_warps>=0.5", "--out", str(tmp_path)])
     assert rc == 0
     res = json.loads(capsys.readouterr().out)
@@ -70,9 +71,12 @@ def test_from_csv_bad_directory_exit_2(capsys, tmp_path, setup, msg):
 
 
 def test_profile_table(capsys):
-    assert main(["profile", "--csv", str(DATA / "ncu_raw_h100.csv")]) == 0
+    assert main(["profile", "--ncu-csv", str(DATA / "ncu_raw_h100.csv")]) == 0
     out = capsys.readouterr().out
-    assert "fail 4/4" in out and "fail 3/4" in out and "Spearman" in out
+    assert "4 of 4" in out and "3 of 4" in out and "Spearman" in out
+    # the gates are said on screen, with what they are and what they are not
+    assert "occupancy plan's thresholds" in out and "fails all four" in out
+    assert "achieved_occupancy>=20" in out and "fail 4/4" not in out
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -82,7 +86,7 @@ def test_profile_table(capsys):
     (["--configs", "BLOCK_Q=64"], "unknown key"),
 ])
 def test_profile_bad_arguments_exit_2(capsys, args, msg):
-    assert main(["profile", "--csv", str(DATA / "ncu_raw_h100.csv"), *args]) == 2
+    assert main(["profile", "--ncu-csv", str(DATA / "ncu_raw_h100.csv"), *args]) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err
 
@@ -93,6 +97,6 @@ def test_profile_bad_arguments_exit_2(capsys, args, msg):
 def test_profile_malformed_csv_exit_2(capsys, tmp_path, data):
     f = tmp_path / "bad.csv"
     f.write_bytes(data)
-    assert main(["profile", "--csv", str(f)]) == 2
+    assert main(["profile", "--ncu-csv", str(f)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("flashscope profile: error:") and "Traceback" not in err

@@ -84,6 +84,6 @@ def test_speed_from_a_sweep_file_replaces_ncu_durations(tmp_path, capsys):
 def test_bad_speed_file_exit_2(tmp_path, capsys):
     sweep = tmp_path / "s.json"
     sweep.write_text('[{"config": "m64n64w4s3q1", "ms": "fast"}]')
-    assert main(["profile", "--csv", str(DATA / "ncu_raw_h100.csv"), "--speed",
+    assert main(["profile", "--ncu-csv", str(DATA / "ncu_raw_h100.csv"), "--speed",
                  str(sweep)]) == 2
-    assert "'tflops' or 'ms'" in capsys.readouterr().err
+    assert "row 0: ms is 'fast', expected a number" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """The report end to end on a tiny spec (one config, Q_IN_REGS ablation, sm90 + gfx942,
 head dim 64): records, ablation deltas, cliffs, the files, the HTML in Chromium, the CLI."""
 
+import csv
 import json
 import re
 import shutil
@@ -166,12 +167,18 @@ def test_cli_end_to_end(report, tmp_path, capsys):
     argv = ["report", "--targets", TARGETS, "--configs", str(cfgs), "--head-dims", "64",
             "--ablate", "Q_IN_REGS", "--out", str(out), "--json", "--jobs", "2"]
     assert main(argv) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert [r["measured"] for r in summary["rows"]] == \
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["measured"]["registers"] for r in doc["rows"][:2]] == \
         [r.record.registers for r in report.rows[:2]]
+    # stdout's JSON is the file's document
+    assert doc == json.loads((out / "report.json").read_text())
+    assert sorted(doc["files"]) == ["budget", "csv", "html", "json", "staircase"]
     assert (out / "report.html").is_file()
+    with open(out / "report.csv", newline="") as f:  # header first: DictReader reads it
+        rows = list(csv.DictReader(f))
+    assert [int(r["registers"]) for r in rows] == [r.record.registers for r in report.rows[:2]]
     assert main(argv) == 2  # the folder now holds a report: no silent overwrite
-    assert "not empty" in capsys.readouterr().err
+    assert "report.json is already there" in capsys.readouterr().err
     assert main(argv + ["--force"]) == 0
 
 
@@ -207,4 +214,4 @@ def test_cli_out_is_a_file(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
     assert main(["report", "--out", str(f)]) == 2
-    assert "not a directory" in capsys.readouterr().err
+    assert "exists and is not a folder" in capsys.readouterr().err

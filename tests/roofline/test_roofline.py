@@ -76,7 +76,7 @@ def test_cli_with_counters_json_and_plot(tmp_path, capsys):
     (["--ceilings", "h100-measurd"], "did you mean"),
     (["--peak-tflops", "100"], "go together"),
     (["--time", "x=-1"], "NAME=MILLISECONDS"),
-    (["--hkv", "5"], "divisible"),
+    (["--hkv", "5"], "expected a divisor of H"),
     (["--shape", "1,2,a,4"], "--shape"),
 ])
 def test_cli_bad_input_exit_2(capsys, args, msg):

@@ -1,6 +1,8 @@
-"""A sweep whose points take 0.1 s each (no compiler), for the kill/resume test.
+"""A sweep whose points take 0.1 s each (no compiler), for the kill/resume and durability
+tests.
 
-Run as ``python slow_sweep.py OUT_JSONL``; importable for the same space and evaluator."""
+Run as ``python slow_sweep.py OUT_JSONL [JOBS]`` (JOBS > 1: a local pool of forked
+workers); importable for the same space and evaluator."""
 
 import sys
 import time
@@ -25,9 +27,10 @@ def slow_eval(item):
 
 
 def request(out, **kw):
-    return SweepRequest(space=parse_space(SPACE), out=out, jobs=1, progress=False,
-                        evaluator=kw.pop("evaluator", slow_eval), **kw)
+    return SweepRequest(space=parse_space(SPACE), out=out, jobs=kw.pop("jobs", 1),
+                        progress=False, evaluator=kw.pop("evaluator", slow_eval), **kw)
 
 
 if __name__ == "__main__":
-    run_sweep(request(sys.argv[1]))
+    jobs = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    run_sweep(request(sys.argv[1], jobs=jobs))

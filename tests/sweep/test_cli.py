@@ -73,9 +73,13 @@ def test_offline_sweep_end_to_end_then_resume(tmp_path, capsys):
     assert (out / "pareto.png").read_bytes()[:4] == b"\x89PNG"
     assert main(argv) == 2
     assert "pass --resume" in capsys.readouterr().err
-    assert main(argv + ["--resume"]) == 0
+    assert main(argv + ["--resume", "--json"]) == 0
     assert len(read_records(out / "results.jsonl")) == 2
-    assert json.loads((out / "summary.json").read_text())["skipped_done"] == 2
+    doc = json.loads(capsys.readouterr().out)  # --json prints summary.json's document
+    assert doc == json.loads((out / "summary.json").read_text())
+    assert doc["skipped_done"] == 2
+    rows = (out / "summary.csv").read_text().splitlines()
+    assert rows[0].startswith("job,target,dtype,head_dim") and len(rows) == 2
 
 
 def test_evolve_offline_uses_history(tmp_path):

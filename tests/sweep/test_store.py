@@ -18,38 +18,60 @@ sys.path.insert(0, str(HERE))
 import slow_sweep  # noqa: E402
 
 
+def rec(key, **kw) -> dict:
+    """The smallest record a sweep writes (an offline point that failed)."""
+    return {"key": key, "kind": "offline", "status": "failed", "target": "sm90",
+            "dtype": "bfloat16", "head_dim": 64, "causal": False,
+            "config": {"BLOCK_M": 64}, "config_key": "m64", **kw}
+
+
+def line(key, **kw) -> bytes:
+    return (json.dumps(rec(key, **kw), sort_keys=True) + "\n").encode()
+
+
 def test_append_and_read(tmp_path):
     p = tmp_path / "r.jsonl"
     with ResultStore(p) as s:
-        s.append({"key": "a", "x": 1})
-        s.append({"key": "b", "x": [1, 2]})
-    assert read_records(p) == [{"key": "a", "x": 1}, {"key": "b", "x": [1, 2]}]
+        s.append(rec("a", x=1))
+        s.append(rec("b", x=[1, 2]))
+    assert read_records(p) == [rec("a", x=1), rec("b", x=[1, 2])]
     assert p.read_text().count("\n") == 2
 
 
 def test_existing_results_need_resume(tmp_path):
     p = tmp_path / "r.jsonl"
     with ResultStore(p) as s:
-        s.append({"key": "a"})
+        s.append(rec("a"))
     with pytest.raises(FlashscopeError, match="already holds results; pass --resume"):
         ResultStore(p)
     with ResultStore(p, resume=True) as s:
         assert s.done == {"a"}
 
 
+def test_a_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
+    p = tmp_path / "r.jsonl"
+    with ResultStore(p) as s:
+        s.append(rec("a"))
+        with pytest.raises(FlashscopeError, match="being written by another sweep"):
+            ResultStore(p, resume=True)
+        s.append(rec("b"))
+    with ResultStore(p, resume=True) as s:  # the lock went with the first writer
+        assert s.done == {"a", "b"}
+
+
 def test_torn_last_line_is_ignored_then_cut_on_resume(tmp_path):
     p = tmp_path / "r.jsonl"
-    p.write_bytes(b'{"key": "a"}\n{"key": "b", "x": 1')
-    assert read_records(p) == [{"key": "a"}]
+    p.write_bytes(line("a") + line("b")[:-9])
+    assert read_records(p) == [rec("a")]
     with ResultStore(p, resume=True) as s:
         assert s.done == {"a"}
-        s.append({"key": "c"})
-    assert p.read_bytes() == b'{"key": "a"}\n{"key": "c"}\n'
+        s.append(rec("c"))
+    assert p.read_bytes() == line("a") + line("c")
 
 
 def test_damage_in_the_middle_is_an_error(tmp_path):
     p = tmp_path / "r.jsonl"
-    p.write_bytes(b'{"key": "a"}\n{"key": \n{"key": "c"}\n')
+    p.write_bytes(line("a") + b'{"key": \n' + line("c"))
     with pytest.raises(ArtifactError, match="line 2 is not a JSON object"):
         read_records(p)
     p.write_bytes(b'[1, 2]\n')
@@ -108,6 +130,6 @@ def _fast(item):
 def test_records_are_single_json_lines(tmp_path):
     p = tmp_path / "r.jsonl"
     with ResultStore(p) as s:
-        s.append({"key": "k", "reason": "line one\nline two"})
+        s.append(rec("k", reason="line one\nline two"))
     lines = p.read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["reason"] == "line one\nline two"

@@ -73,7 +73,10 @@ def test_merge_keeps_other_entries(tmp_path):
     write_tuned([gpu_rec(B, 1.0, causal=True)], tmp_path)
     assert lookup(P(), "triton-fwd", tmp_path)[:2] == (A, True)
     assert lookup(P(causal=True), "triton-fwd", tmp_path)[:2] == (B, True)
-    write_tuned([gpu_rec(C, 0.1)], tmp_path)
+    with pytest.raises(FlashscopeError, match="pass --force to replace it"):
+        write_tuned([gpu_rec(C, 0.1)], tmp_path)  # an entry of the same problem exists
+    assert lookup(P(), "triton-fwd", tmp_path)[0] == A
+    write_tuned([gpu_rec(C, 0.1)], tmp_path, force=True)
     assert lookup(P(), "triton-fwd", tmp_path)[0] == C
     assert len(json.loads((tmp_path / "sm90.json").read_text())["entries"]) == 2
 

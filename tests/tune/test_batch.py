@@ -17,8 +17,8 @@ from flashscope.sweep.executors import GpuExecutor, SerialExecutor
 from flashscope.tune.batch import FolderLock, run_cells
 from flashscope.tune.results import read_result, result_paths
 
-sys.path.insert(0, str(Path(__file__).parent))
-import slow_cells  # noqa: E402
+from ..sweep.test_durability import _alive, _children
+from . import slow_cells
 
 HERE = Path(__file__).parent
 QUICK = slow_cells.Settings(rounds=2, reps=1)
@@ -51,7 +51,6 @@ def test_each_cell_is_timed_whole_on_one_pinned_worker(tmp_path):
     assert gpus == {"3", "5"}  # two cells start on the two free workers at once
     assert [r["cell"] for r in summary["cells"]] == list(plan)
     assert all(r["ratios"]["d"] == 1.0 and r["gpu"] in ("3", "5") for r in summary["cells"])
-    assert (tmp_path / "summary.json").exists()
 
 
 def test_a_folder_with_results_needs_resume_or_force(tmp_path):
@@ -78,19 +77,6 @@ def test_a_second_run_on_the_folder_is_refused_while_one_runs(tmp_path):
     run_cells(slow_cells.plan(1), tmp_path, QUICK, executor=SerialExecutor(), device="cpu")
 
 
-def _children(pid: int) -> set:
-    out = set()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.add(int(d.name))
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigkill_keeps_every_finished_cell_leaves_no_worker_and_resumes(tmp_path):
@@ -98,17 +84,17 @@ def test_sigkill_keeps_every_finished_cell_leaves_no_worker_and_resumes(tmp_path
         [str(HERE.parents[1] / "src"), str(HERE), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, str(HERE / "slow_cells.py"), str(tmp_path)],
                             env=env)
-    workers = set()
+    workers = []
     deadline = time.time() + 180
     try:
         while time.time() < deadline:
-            workers |= _children(proc.pid)
+            workers += [w for w in _children(proc.pid) if w not in workers]
             if len(result_paths(tmp_path)) >= 2:
                 break
             time.sleep(0.05)
         else:
             pytest.fail("no cell finished in 180 s")
-        workers |= _children(proc.pid)
+        workers += [w for w in _children(proc.pid) if w not in workers]
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -118,8 +104,7 @@ def test_sigkill_keeps_every_finished_cell_leaves_no_worker_and_resumes(tmp_path
     for p in result_paths(tmp_path):
         read_result(p)  # every file written is whole
     time.sleep(1.0)
-    alive = [w for w in workers if Path(f"/proc/{w}").exists()
-             and "zombie" not in Path(f"/proc/{w}/status").read_text().lower()]
+    alive = [w for w in workers if _alive(w)]
     assert workers and not alive, f"workers left behind: {alive}"
     summary = run_cells(slow_cells.plan(), tmp_path, slow_cells.SETTINGS,
                         executor=SerialExecutor(), device="cpu", resume=True)

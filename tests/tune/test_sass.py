@@ -80,8 +80,11 @@ def test_cli_compares_and_refuses_with_one_line(tmp_path, capsys):
     assert main(["tune", "compare-sass", str(E), str(FA4), "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "A 1836.8, B 1784.0 (+52.8)" in out and "UIADD3" in out and "stall_wait" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
     assert main(["tune", "compare-sass", str(E), str(FA4), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["opcode_diff"]) == 16
+    assert main(["tune", "compare-sass", str(E), str(FA4), "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "opcode,a,b,a_minus_b"
     bad = _page(tmp_path, "bad.csv", [("FADD R1, R2, R3", "12x", 1, 1)])
     assert main(["tune", "compare-sass", str(bad), str(E)]) == 2
     err = capsys.readouterr().err

@@ -1,12 +1,10 @@
-"""Benchmark output: a rich table for the terminal, JSON and CSV files stamped with the run's
-date, device, versions and exact command, PNG charts (TFLOP/s against N), and a markdown
-table for ``docs/performance.md``."""
+"""Benchmark output: a rich table for the terminal, the stamp of a run (date, device,
+versions, exact command) that heads its JSON document and sits beside its CSV as
+``bench.meta.json``, PNG charts (TFLOP/s against N), and a markdown table for the docs."""
 
 from __future__ import annotations
 
-import csv
 import datetime
-import json
 import platform
 import shlex
 import statistics
@@ -20,12 +18,12 @@ from ..errors import unknown
 
 #: metric name -> (Result attribute, column title, format)
 METRICS = MappingProxyType({
-    "latency": ("ms", "ms", "{:.3f}"),
+    "latency": ("ms", "time (ms)", "{:.3f}"),
     "tflops": ("tflops", "TFLOP/s", "{:.1f}"),
     "speedup": ("speedup", "x base", "{:.2f}"),
     "gemm": ("pct_gemm", "% GEMM", "{:.1f}"),
     "copy": ("pct_copy", "% copy", "{:.1f}"),
-    "memory": ("peak_mib", "peak MiB", "{:.0f}"),
+    "memory": ("peak_mib", "peak (MiB)", "{:.0f}"),
     "error": ("max_rel_error", "rel err", "{:.1e}"),
 })
 
@@ -88,42 +86,18 @@ def _fmt(value, fmt: str) -> str:
 
 
 def table(results, metrics, title: str = ""):
-    from rich.table import Table
+    """The terminal table: one row per (case, provider); failed rows in red with the
+    reason, unsupported and unavailable ones dimmed."""
+    from ..terminal import table as make_table
 
-    t = Table(title=title or None)
-    for col in ("case", "provider", "status", *(METRICS[m][1] for m in metrics), "reason"):
-        t.add_column(col, overflow="fold")
+    t = make_table("case", "provider", "status", *(METRICS[m][1] for m in metrics), "reason",
+                   title=title, left=("case", "provider", "status", "reason"))
     for r in results:
         style = {"ok": None, "failed": "red", "error": "red"}.get(r.status, "dim")
         t.add_row(r.case.label, r.provider, r.status,
                   *(_fmt(getattr(r, METRICS[m][0]), METRICS[m][2]) for m in metrics),
                   r.reason, style=style)
     return t
-
-
-def write_json(path, meta: dict, results) -> Path:
-    path = Path(path)
-    path.write_text(json.dumps({"meta": meta, "results": [r.row() for r in results]},
-                               indent=1, default=str) + "\n")
-    return path
-
-
-def write_csv(path, meta: dict, results) -> Path:
-    """CSV with the stamp as leading ``# key: value`` lines (``comment='#'`` in pandas)."""
-    path = Path(path)
-    rows = [r.row() for r in results]
-    cols = list(rows[0]) if rows else []
-    with path.open("w", newline="") as f:
-        for key in ("date", "device", "command", "git_commit", "baseline"):
-            f.write(f"# {key}: {meta.get(key)}\n")
-        f.write(f"# versions: {json.dumps(meta.get('versions'))}\n")
-        f.write(f"# ceilings: {json.dumps(meta.get('ceilings'))}\n")
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        for row in rows:
-            row["validated_shapes"] = ";".join(row["validated_shapes"])
-            w.writerow(row)
-    return path
 
 
 def plot(path, results, meta: dict) -> Optional[Path]:
@@ -170,7 +144,7 @@ def round_ratios(subject, peers) -> "tuple | None":
     """(median, lowest, highest) over rounds of the fastest peer's time over the
     subject's in the same round, or None unless every one has the same two or more
     rounds. Within a round the providers run back to back, so the clock's drift between
-    rounds (5-15% on an H100, run 98 of the performance record) cancels in the ratio."""
+    rounds (5-15% on an H100) cancels in the ratio."""
     runs = [r for r in (subject, *peers) if r is not None and r.status == "ok"]
     if subject not in runs or len(runs) < 2:
         return None

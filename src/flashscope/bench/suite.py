@@ -4,12 +4,17 @@ provider must also get right before any of its timings counts.
 A :class:`Case` is one problem: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), a mask, a dtype and a
 mode (``fwd``, ``bwd`` = the backward alone, ``fwd+bwd``). The standard suite is the
 FlashAttention papers' one: B*N = 16384 tokens and H*D = 2048 model width, so every N does
-the same GEMM work per token and TFLOP/s are comparable across N.
+the same GEMM work per token and TFLOP/s are comparable across N. Named suites are data
+(``flashscope/data/suites/<name>.json``, a table of rows with the model each comes from):
+``models`` holds the attention shapes of real models, from a ViT's 197 tokens to a
+128k-token context, head dims 64 to 256, GQA and MHA.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Iterable
 
 from ..errors import FlashscopeError
@@ -37,6 +42,7 @@ class Case:
     causal: bool
     dtype: str = "bfloat16"
     mode: str = "fwd"
+    name: str = ""  #: the model a suite row comes from
 
     @property
     def gqa(self) -> bool:
@@ -54,7 +60,8 @@ class Case:
 
     @property
     def label(self) -> str:
-        return (f"{self.shape} {'causal' if self.causal else 'full'} "
+        return ((f"{self.name}: " if self.name else "")
+                + f"{self.shape} {'causal' if self.causal else 'full'} "
                 f"{'bf16' if self.dtype == 'bfloat16' else 'fp16'} {self.mode}")
 
     def with_(self, **changes) -> "Case":
@@ -72,6 +79,41 @@ def standard_suite(*, dtypes: Iterable[str] = ("bfloat16",), head_dims=SUITE_HEA
                     for N in lengths:
                         out.append(Case(SUITE_TOKENS // N, SUITE_WIDTH // D, N, N, D,
                                         SUITE_WIDTH // D, c, dtype, mode))
+    return out
+
+
+SUITES_DIR = Path(__file__).resolve().parent.parent / "data" / "suites"
+#: suites by name: the standard one is built from its axes, the others are data files
+SUITE_NAMES = ("standard", "models")
+_COLUMNS = ["model", "B", "H", "Hkv", "Nq", "Nk", "D", "causal"]
+
+
+def table_suite(name: str, *, dtypes: Iterable[str] = ("bfloat16",), modes=("fwd",),
+                path=None) -> list:
+    """The cases of a suite held as a table (``data/suites/<name>.json``), each row in every
+    dtype and mode given; FlashscopeError naming the file and row when it is malformed."""
+    p = Path(path) if path else SUITES_DIR / f"{name}.json"
+    try:
+        data = json.loads(p.read_text())
+    except OSError as e:
+        raise FlashscopeError(f"--suite {name}: cannot read {p} ({e.strerror or e})") from None
+    except (ValueError, RecursionError) as e:
+        raise FlashscopeError(f"--suite {name}: {p} is not valid JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("columns") != _COLUMNS or \
+            not isinstance(data.get("rows"), list):
+        raise FlashscopeError(f"--suite {name}: {p}: expected columns {_COLUMNS} and rows")
+    out = []
+    for i, row in enumerate(data["rows"]):
+        ok = (isinstance(row, list) and len(row) == len(_COLUMNS) and isinstance(row[0], str)
+              and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                      for v in row[1:7]) and isinstance(row[7], bool) and row[2] % row[3] == 0)
+        if not ok:
+            raise FlashscopeError(f"--suite {name}: {p}: rows[{i}] {row!r} is not "
+                                  f"[model, B, H, Hkv, Nq, Nk, D, causal] with Hkv | H")
+        model, B, H, Hkv, Nq, Nk, D, causal = row
+        for mode in modes:
+            for dtype in dtypes:
+                out.append(Case(B, H, Nq, Nk, D, Hkv, causal, dtype, mode, name=model))
     return out
 
 
@@ -104,8 +146,9 @@ def user_cases(shapes: Iterable[str], *, dtypes, causal, modes) -> list:
 
 
 def parse_dtype(text: str) -> str:
+    """``bf16``/``fp16`` or the torch names (``bfloat16``, ``torch.float16``, ``half``)."""
     try:
-        return DTYPE_ALIASES[text.strip().lower()]
+        return DTYPE_ALIASES[text.strip().lower().removeprefix("torch.")]
     except KeyError:
         raise FlashscopeError(f"--dtype {text!r}: expected bf16 or fp16") from None
 

@@ -95,7 +95,7 @@ def round_orders(n: int, rounds: int, seed: int = 0) -> list:
     runs right after the same one. A GPU's clock follows the power of the burst before:
     in a rotation (d f v n, f v n d, ...) the variant after FlashAttention-4 ran right
     after it in three rounds of four and read 1.4% slower against the same config than
-    when timed without it (runs 154-156 of docs/performance.md)."""
+    when timed without it."""
     rng = random.Random(seed)
     orders = []
     for _ in range(rounds):

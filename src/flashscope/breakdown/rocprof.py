@@ -19,6 +19,7 @@ the per-SIMD register file, allocation granules and wave slots instead.
 from __future__ import annotations
 
 import csv
+import math
 import re
 from pathlib import Path
 
@@ -53,13 +54,20 @@ def _read_csv(path, what: str):
 
 
 def _int(row, col, where, default=None):
+    """A count, size or timestamp cell: an integer >= 0 (thousands separators allowed)."""
     v = row.get(col)
     if v is None or v.strip() == "":
         return default
     try:
-        return int(float(v.replace(",", "")))
+        x = float(v.replace(",", ""))
+        if not math.isfinite(x) or x != int(x):
+            raise ValueError
     except ValueError:
         raise ParseError(f"{where}: column {col}: expected an integer, got {v!r}") from None
+    if x < 0:
+        raise ParseError(f"{where}: column {col}: {v.strip()} is impossible (a negative "
+                         "count, size or time)")
+    return int(x)
 
 
 def read_kernel_trace(path) -> list:
@@ -108,8 +116,10 @@ def read_stats(path) -> list:
         where = f"--stats {p}: line {i}"
         try:
             total = float(r["TotalDurationNs"])
+            if not math.isfinite(total) or total < 0:
+                raise ValueError
         except ValueError:
-            raise ParseError(f"{where}: TotalDurationNs: expected a number, got "
+            raise ParseError(f"{where}: TotalDurationNs: expected a finite time >= 0, got "
                              f"{r['TotalDurationNs']!r}") from None
         out.append((r[name_col], total * 1e-9, _int(r, "Calls", where, 1)))
     if not out:

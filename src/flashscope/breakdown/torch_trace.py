@@ -11,6 +11,7 @@ are not counted twice and the buckets add up to the profiled time.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ..errors import ParseError
@@ -55,6 +56,8 @@ def read_trace(path) -> tuple:
     except json.JSONDecodeError as e:
         raise ParseError(f"{p}: not a Chrome trace (invalid JSON: {e.msg} at line "
                          f"{e.lineno})") from None
+    except (ValueError, RecursionError):
+        raise ParseError(f"{p}: not a Chrome trace (JSON nested too deeply)") from None
     evs = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(evs, list):
         raise ParseError(f"{p}: not a Chrome trace (expected 'traceEvents')")
@@ -63,10 +66,19 @@ def read_trace(path) -> tuple:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         try:
-            complete.append((str(e.get("cat", "")), str(e["name"]), float(e["ts"]),
-                             float(e["dur"]), e.get("pid"), e.get("tid")))
-        except (KeyError, TypeError, ValueError):
-            raise ParseError(f"{p}: event {i}: expected name, ts and dur numbers") from None
+            name = e["name"]
+            ts, dur = _time(e["ts"]), _time(e["dur"])
+            if not isinstance(name, str):
+                raise TypeError
+        except (KeyError, TypeError, ValueError, OverflowError):
+            raise ParseError(f"{p}: event {i}: expected a name, and ts and dur as finite "
+                             "numbers") from None
+        if dur < 0:
+            raise ParseError(f"{p}: event {i} ({name[:40]}): negative duration {dur:g} us")
+        pid, tid = e.get("pid"), e.get("tid")
+        complete.append((str(e.get("cat", "")), name, ts, dur,
+                         pid if isinstance(pid, (int, str)) else str(pid),
+                         tid if isinstance(tid, (int, str)) else str(tid)))
     gpu = [(n, d * 1e-6) for c, n, _, d, _, _ in complete if c in GPU_CATS]
     if gpu:
         return gpu, "gpu"
@@ -74,6 +86,16 @@ def read_trace(path) -> tuple:
     if not cpu:
         raise ParseError(f"{p}: no kernel or cpu_op events in the trace")
     return cpu, "cpu"
+
+
+def _time(v) -> float:
+    """A trace's ts or dur (microseconds): a finite JSON number (or its text)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError
+    x = float(v)
+    if not math.isfinite(x):
+        raise ValueError
+    return x
 
 
 def _self_times(ops) -> list:

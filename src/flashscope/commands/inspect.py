@@ -3,9 +3,10 @@ kernels, for any config x target, without a GPU; or from binaries already on dis
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from . import common
 
 SCALARS = ("kernel", "target", "config", "head_dim", "dtype", "causal", "num_warps",
            "num_stages", "wave_size", "threads", "registers", "agprs", "sgprs",
@@ -25,64 +26,67 @@ def register(sub):
                     "bytes, shared = static + dynamic bytes as the driver counts them (the "
                     "1 KB system reserve of sm_90+ cubins reported apart), and the "
                     "instruction mix. With PATH, read a .cubin, a .hsaco or a Triton cache "
-                    "directory instead.")
+                    "directory instead (links leading outside the directory are not "
+                    "followed).")
     p.add_argument("path", nargs="?", help=".cubin, .hsaco, or a Triton cache directory")
-    p.add_argument("--target", default="sm90",
-                   help="comma-separated targets, e.g. sm90,gfx942 (default sm90)")
+    common.add_target(p, default="sm90")
     p.add_argument("--config", action="append", default=[], metavar="[FAMILY:]K=V,...",
                    help="config, e.g. BLOCK_M=128,num_warps=8 (repeatable; keys not given "
                         "keep the target's own default); a family prefix picks the kernel, "
                         "e.g. sm90-fwd:BLOCK_M=192; default: the target's default config")
     p.add_argument("--configs", metavar="FILE",
                    help="JSON list of configs (objects or 'K=V,...' strings)")
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
-    p.add_argument("--causal", action="store_true")
+    common.add_head_dim(p, default="128")
+    common.add_dtype(p, default="bf16")
+    common.add_causal(p, default="no")
     p.add_argument("--lse", action="store_true",
                    help="build the variant that also writes the log-sum-exp (training)")
     p.add_argument("--kernel", default="fwd",
                    help="fwd (default: the forward kernel each target runs), triton-fwd, "
                         "sm90-fwd, bwd_preprocess, bwd_dkdv or bwd_dq")
-    p.add_argument("--jobs", type=int, default=0,
-                   help="parallel compile processes (default: one per CPU core)")
+    p.add_argument("--jobs", type=common.integer(0), default=0,
+                   help="parallel compile processes (default 0: one per CPU core)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"),
                    help="compare two configs (K=V,... on the first --target) or two artifacts")
     p.add_argument("--opcodes", action="store_true", help="also print per-opcode counts")
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="JSON on stdout")
-    out.add_argument("--csv", action="store_true", help="CSV on stdout")
+    common.add_output(p)
     p.set_defaults(func=run)
 
 
-def _config_texts(args) -> list:
-    """The --config texts and --configs entries (objects or 'K=V,...' strings), unparsed:
-    each is parsed per target, on top of that target's own default."""
-    from ..errors import ConfigError
-
-    texts = list(args.config)
+def _config_items(args) -> list:
+    """The --config texts and --configs entries (objects or 'K=V,...' strings), each parsed
+    later per target and variant, on top of that target's own default."""
+    items = list(args.config)
     if args.configs:
-        try:
-            items = json.loads(Path(args.configs).read_text())
-        except OSError as e:
-            raise ConfigError(f"--configs {args.configs}: cannot read ({e.strerror})") from None
-        except (ValueError, RecursionError) as e:
-            raise ConfigError(f"--configs {args.configs}: not JSON ({e})") from None
-        if not isinstance(items, list) or not items:
-            raise ConfigError(f"--configs {args.configs}: expected a non-empty JSON list")
-        for it in items:
-            if isinstance(it, dict):
-                texts.append({k: v for k, v in it.items() if k not in ("key", "label")})
-            elif isinstance(it, str):
-                texts.append(it)
-            else:
-                raise ConfigError(f"--configs {args.configs}: each entry must be an object "
-                                  f"or a 'K=V,...' string, got {type(it).__name__}")
-    return texts
+        data = common.read_json(args.configs, "--configs")
+        if isinstance(data, dict) and "configs" in data:
+            data = data["configs"]
+        if not isinstance(data, list) or not data:
+            from ..errors import FlashscopeError
+
+            raise FlashscopeError(f"--configs {args.configs}: expected a non-empty JSON list "
+                                  "of configs (objects or 'K=V,...' strings)")
+        items += [(i, it) for i, it in enumerate(data)]
+    return items
 
 
-def _build_kw(args):
-    kw = dict(head_dim=args.head_dim, dtype=args.dtype, causal=args.causal,
-              kernel=args.kernel)
+def _parse(args, item, target, d, dt, c):
+    from .. import compile as fcompile
+
+    where = (f"--configs {args.configs}: entry {item[0]}" if isinstance(item, tuple)
+             else f"--config {item!r}")  # a --diff operand is a --config alike
+    text = item[1] if isinstance(item, tuple) else item
+    return common.config_from(
+        lambda x: fcompile.parse_config(x, args.kernel, target, d, dt, c), text, where)
+
+
+def _variants(args) -> list:
+    """(head_dim, dtype, causal) of every kernel variant asked for."""
+    return [(d, t, c) for d in args.head_dim for t in args.dtype for c in args.causal]
+
+
+def _build_kw(args, head_dim, dtype, causal) -> dict:
+    kw = dict(head_dim=head_dim, dtype=dtype, causal=causal, kernel=args.kernel)
     if args.lse:
         kw["return_lse"] = True
     return kw
@@ -90,39 +94,42 @@ def _build_kw(args):
 
 def _compile_records(args):
     from .. import compile as fcompile
-    from ..errors import FlashscopeError
     from ..isa import inspect_pairs
-    from ..targets import parse_targets
+    from ..progress import Progress
 
-    if args.jobs < 0:
-        raise FlashscopeError(f"--jobs {args.jobs}: expected 0 (one per core) or more")
     fcompile.kernel_spec(args.kernel)  # an unknown --kernel is refused before any work
-    targets = parse_targets(args.target)
-    texts = _config_texts(args) or [""]
-    kw = _build_kw(args)
-    items = [(fcompile.parse_config(text, args.kernel, t, args.head_dim, args.dtype,
-                                    args.causal), t) for text in texts for t in targets]
-    return items, inspect_pairs(items, jobs=args.jobs, **kw)
+    texts = _config_items(args) or [""]
+    batches = []  # (items, pairs, kw)
+    for d, dt, c in _variants(args):
+        kw = _build_kw(args, d, dt, c)
+        pairs = [(_parse(args, x, t, d, dt, c), t) for x in texts for t in args.target]
+        batches.append(([(cfg, t, kw) for cfg, t in pairs], pairs, kw))
+    total = sum(len(b[0]) for b in batches)
+    items, results = [], []
+    with Progress("compiling", total) as bar:
+        for its, pairs, kw in batches:
+            before = len(results)
+            results += inspect_pairs(pairs, jobs=args.jobs,
+                                     progress=lambda done, _: bar.update(before + done), **kw)
+            items += its
+    return items, results
 
 
 def _resolve_side(text, args):
     """A --diff operand: an existing path (its single kernel), else a config."""
     from ..errors import FlashscopeError
     from ..isa import inspect_config, read_path
-    from ..targets import parse_targets
 
     if Path(text).exists():
         recs = read_path(text)
         if len(recs) != 1:
             raise FlashscopeError(f"--diff {text}: holds {len(recs)} kernels; give one binary")
         return recs[0]
-    from .. import compile as fcompile
-
     if "=" not in text:
         raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a K=V config")
-    t = parse_targets(args.target)[0]
-    cfg = fcompile.parse_config(text, args.kernel, t, args.head_dim, args.dtype, args.causal)
-    return inspect_config(cfg, t, **_build_kw(args))
+    d, dt, c = common.one(_variants(args), "--head-dim/--dtype/--causal", "variant")
+    t = args.target[0]
+    return inspect_config(_parse(args, text, t, d, dt, c), t, **_build_kw(args, d, dt, c))
 
 
 def run(args):
@@ -132,35 +139,33 @@ def run(args):
     if args.diff:
         if args.path or args.config or args.configs:
             raise FlashscopeError("--diff A B takes its two operands alone (no PATH/--config)")
+        common.prepare(args)
         d = diff(_resolve_side(args.diff[0], args), _resolve_side(args.diff[1], args))
-        if args.json:
-            json.dump(d, sys.stdout, indent=1)
-            print()
-        elif args.csv:
-            _diff_csv(d)
-        else:
-            _diff_table(d)
+        rows = [{"field": name, **e} for name, e in _diff_rows(d)]
+        common.emit(args, d, rows=rows, render=lambda con: _diff_table(con, d))
         return 0
     errors = []
     if args.path:
         if args.config or args.configs:
             raise FlashscopeError("PATH and --config/--configs exclude each other")
+        common.prepare(args)
         records = read_path(args.path)
     else:
+        common.prepare(args)
         items, results = _compile_records(args)
         records = [r for r in results if not isinstance(r, Exception)]
-        errors = [{"target": t.name, "config": c.as_dict(), "label": c.label, "error": str(r)}
-                  for (c, t), r in zip(items, results) if isinstance(r, Exception)]
+        errors = [{"target": t.name, "config": c.as_dict() | {"key": c.key, "label": c.label},
+                   "head_dim": kw["head_dim"], "dtype": kw["dtype"], "causal": kw["causal"],
+                   "error": str(r)}
+                  for (c, t, kw), r in zip(items, results) if isinstance(r, Exception)]
         if not records:
-            raise errors and FlashscopeError(errors[0]["error"])
-    if args.json:
-        json.dump({"kernels": [r.as_dict() for r in records], "errors": errors},
-                  sys.stdout, indent=1)
-        print()
-    elif args.csv:
-        _csv(records)
-    else:
-        _table(records, errors, args.opcodes)
+            raise FlashscopeError(errors[0]["error"])
+    doc = {"kernels": [r.as_dict() for r in records], "errors": errors}
+    rows = [_flat(r) for r in records] + [
+        {"target": e["target"], "config": e["config"].get("label"), "head_dim": e["head_dim"],
+         "dtype": e["dtype"], "causal": e["causal"], "error": e["error"]} for e in errors]
+    common.emit(args, doc, rows=rows, render=lambda con: _table(con, records, errors,
+                                                                 args.opcodes))
     if errors:
         raise FlashscopeError(f"{len(errors)} of {len(errors) + len(records)} builds failed; "
                               f"first: {errors[0]['error']}")
@@ -173,7 +178,7 @@ def _flat(rec) -> dict:
     for k in SCALARS:
         v = d.get(k)
         if k == "config":
-            v = ((v or {}).get("label") or (v or {}).get("key")) if isinstance(v, dict) else v
+            v = common.label(v) if v else None
         elif isinstance(v, list):
             v = ";".join(map(str, v))
         row[k] = v
@@ -182,80 +187,77 @@ def _flat(rec) -> dict:
     return row
 
 
-def _csv(records):
-    import csv
-
-    rows = [_flat(r) for r in records]
-    cols = list(SCALARS) + sorted({k for r in rows for k in r if k.startswith("mix.")})
-    w = csv.DictWriter(sys.stdout, fieldnames=cols, restval="")
-    w.writeheader()
-    w.writerows(rows)
+def _n(v):
+    return "-" if v is None else str(v)
 
 
-def _fmt(v):
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.0%}" if v <= 1 else f"{v:.2f}"
-    return str(v)
+def _shared(r) -> str:
+    s = _n(r.shared_bytes)
+    if r.dynamic_shared_bytes is not None and r.static_shared_bytes:
+        s += f" ({r.static_shared_bytes} static)"
+    if r.reserved_shared_bytes:
+        s += f" +{r.reserved_shared_bytes} reserved"
+    return s
 
 
-def _table(records, errors, opcodes):
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+#: Table columns: header, cell of a record, and whether the column is shown for a set of
+#: records (columns that would hold one value or dashes only are left to --json/--csv).
+_COLUMNS = (
+    ("target", lambda r: r.target, None),
+    ("config", lambda r: common.label(r.config) if r.config else r.kernel, None),
+    ("D", lambda r: _n(r.head_dim), lambda rs: len({r.head_dim for r in rs}) > 1),
+    ("mask", lambda r: "causal" if r.causal else "full",
+     lambda rs: len({r.causal for r in rs}) > 1),
+    ("dtype", lambda r: _n(r.dtype), lambda rs: len({r.dtype for r in rs}) > 1),
+    ("warps", lambda r: _n(r.num_warps), None),
+    ("regs per thread", lambda r: _n(r.registers), None),
+    ("AGPR/ SGPR", lambda r: f"{_n(r.agprs)}/ {_n(r.sgprs)}" if r.vendor == "amd" else "-",
+     lambda rs: any(r.vendor == "amd" for r in rs)),
+    ("spills", lambda r: (f"{r.spill_stores}/{r.spill_loads}" if r.vendor == "nvidia"
+                          else f"v{_n(r.vgpr_spills)} s{_n(r.sgpr_spills)}"), None),
+    ("local (B)", lambda r: _n(r.local_bytes), lambda rs: any(r.local_bytes for r in rs)),
+    ("shared (B)", _shared, None),
+    ("mma", lambda r: _n((r.mix or {}).get("mma", (r.mix or {}).get("mfma"))), None),
+    ("occupancy", lambda r: common.pct(r.occupancy), None),
+    ("limiter", lambda r: ", ".join(r.limiter) if r.limiter else "-", None),
+)
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    t = Table(title="Kernel resources, read from the binaries")
-    for col in ("target", "config", "warps", "regs", "agpr/sgpr", "spills st/ld",
-                "local B", "shared B (static+dyn)", "mma", "exp", "features", "occupancy",
-                "limiter"):
-        t.add_column(col)
+
+def _table(con, records, errors, opcodes):
+    cols = [c for c in _COLUMNS if c[2] is None or c[2](records)]
+    t = common.table(*(c[0] for c in cols),
+                     title="Kernel resources, read from the binaries (spills: NVIDIA "
+                           "stores/loads, AMD VGPR/SGPR; --json for the instruction mix)",
+                     left=("target", "config", "mask", "dtype", "limiter"))
     for r in records:
-        cfg = ((r.config or {}).get("label") or (r.config or {}).get("key")) \
-            if isinstance(r.config, dict) else None
-        spills = (f"{r.spill_stores}/{r.spill_loads}" if r.vendor == "nvidia"
-                  else f"v{_fmt(r.vgpr_spills)} s{_fmt(r.sgpr_spills)}")
-        gprs = f"{_fmt(r.agprs)}/{_fmt(r.sgprs)}" if r.vendor == "amd" else "-"
-        shared = (f"{_fmt(r.shared_bytes)} ({_fmt(r.static_shared_bytes)}+"
-                  f"{_fmt(r.dynamic_shared_bytes)})"
-                  + (f" +{r.reserved_shared_bytes} rsv" if r.reserved_shared_bytes else ""))
-        mix = r.mix or {}
-        t.add_row(r.target, cfg or r.kernel, _fmt(r.num_warps), _fmt(r.registers), gprs,
-                  spills, _fmt(r.local_bytes), shared, _fmt(mix.get("mma", mix.get("mfma"))),
-                  _fmt(mix.get("exp")), ", ".join(r.features) or "-", _fmt(r.occupancy),
-                  ", ".join(r.limiter) if r.limiter else "-")
+        t.add_row(*(c[1](r) for c in cols))
     for e in errors:
-        t.add_row(e["target"], e["label"], *["-"] * 8, "error", "-", "-")
-    console.print(t)
+        cells = {"target": e["target"], "config": common.label(e["config"]),
+                 "D": str(e["head_dim"]), "regs per thread": "FAILED",
+                 "limiter": e["error"]}
+        t.add_row(*(cells.get(c[0], "-") for c in cols))
+    common.show(con, t)
     if opcodes:
         for r in records:
-            console.print(f"[bold]{escape(r.label)}[/bold] " + " ".join(
+            con.print(f"{r.label} (features: {', '.join(r.features) or '-'}) " + " ".join(
                 f"{k}:{v}" for k, v in sorted((r.opcodes or {}).items(),
                                               key=lambda kv: -kv[1])))
 
 
-def _diff_table(d):
-    from rich.console import Console
-    from rich.table import Table
+def _diff_rows(d) -> list:
+    return list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]
 
-    from rich.markup import escape
 
-    t = Table(title=escape(f"B - A   A = {d['a']}   B = {d['b']}"))
-    for col in ("field", "A", "B", "delta"):
-        t.add_column(col)
-    for name, e in list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]:
+def _diff_table(con, d):
+    t = common.table("field", "A", "B", "B - A", title=f"B - A   A = {d['a']}   "
+                                                      f"B = {d['b']}", left=("field",))
+    for name, e in _diff_rows(d):
         delta = e["delta"]
-        t.add_row(name, _fmt(e["a"]), _fmt(e["b"]),
+        t.add_row(name, _n(e["a"]), _n(e["b"]),
                   "-" if delta is None else (f"{delta:+d}" if isinstance(delta, int)
                                              else f"{delta:+}"))
-    Console(width=None if sys.stdout.isatty() else 160).print(t)
+    common.show(con, t)
 
 
-def _diff_csv(d):
-    import csv
-
-    w = csv.writer(sys.stdout)
-    w.writerow(["field", "a", "b", "delta"])
-    for name, e in list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]:
-        w.writerow([name, e["a"], e["b"], e["delta"]])
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run as: flashscope inspect ...")

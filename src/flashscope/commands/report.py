@@ -1,6 +1,6 @@
 """``flashscope report``: registers, budget model, ablations and occupancy cliffs of the
 forward kernel across configs and targets, compiled offline (no GPU), as a terminal summary,
-JSON, PNG plots and one self-contained HTML page.
+JSON, CSV, PNG plots and one self-contained HTML page.
 
 With no arguments: targets sm90, sm80, gfx942, gfx1100; head dim 128 (bf16, non-causal); the
 base config m128n64w8s2q1 and its single-knob ablation variants; output in a new folder
@@ -12,93 +12,99 @@ its one-knob ablations (BLOCK_M1/N1/M2/N2, num_warps, head dim), measured only.
 
 from __future__ import annotations
 
+from . import common
+
+#: What each report writes into its folder (the JSON document lists them as "files").
+FWD_FILES = {"json": "report.json", "csv": "report.csv", "html": "report.html",
+             "budget": "budget.png", "staircase": "staircase.png"}
+BWD_FILES = {"json": "report.json", "csv": "report.csv", "html": "report.html",
+             "registers": "bwd_registers.png", "staircase": "staircase.png"}
+
 
 def register(sub):
     p = sub.add_parser("report", help="register budget, ablations and occupancy cliffs of "
-                                      "the attention kernel across configs and GPUs")
+                                      "the attention kernel across configs and GPUs",
+                       description=__doc__)
     p.add_argument("--kernel", default="fwd", choices=("fwd", "bwd"),
                    help="fwd (default): the forward kernel; bwd: the dK/dV and dQ kernels "
                         "of the default backward config and its ablations (measured only)")
-    p.add_argument("--targets", default="sm90,sm80,gfx942,gfx1100",
-                   help="comma-separated targets (default: sm90,sm80,gfx942,gfx1100)")
+    common.add_target(p, default="sm90,sm80,gfx942,gfx1100")
     p.add_argument("--configs", metavar="FILE",
                    help="JSON list of configs, e.g. [{\"BLOCK_M\": 128, \"BLOCK_N\": 64, "
                         "\"num_warps\": 8}]; the first is the ablation base")
-    p.add_argument("--head-dims", help="comma-separated head dims (default: 128)")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
-    p.add_argument("--causal", action="store_true", help="build the causal kernel")
+    common.add_head_dim(p, default="128")
+    common.add_dtype(p, default="bf16", help="bf16 or fp16 (one; default bf16)")
+    common.add_causal(p, both=False, help="build the causal kernel (default no)")
     p.add_argument("--ablate", default="all", metavar="KNOBS",
                    help="knobs to ablate around the base: Q_IN_REGS,BLOCK_M,BLOCK_N,"
                         "num_warps,HEAD_DIM (default all), or none; with --kernel bwd: "
                         "BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2,num_warps,HEAD_DIM")
-    p.add_argument("--out", metavar="DIR", help="output folder (default: a new "
-                   "flashscope-report-YYYYmmdd-HHMMSS); must be absent or empty")
-    p.add_argument("--force", action="store_true", help="write into a non-empty --out DIR")
-    p.add_argument("--json", action="store_true", help="print the JSON summary to stdout")
-    p.add_argument("--jobs", type=int, default=0,
-                   help="compile worker processes (default: one per CPU core)")
+    common.add_output(p, out_help="output folder (default: a new "
+                      "flashscope-report-YYYYmmdd-HHMMSS); its parent must exist, and files "
+                      "of an earlier report are replaced only with --force")
+    p.add_argument("--jobs", type=common.integer(0), default=0,
+                   help="compile worker processes (default 0: one per CPU core)")
     p.set_defaults(func=run)
 
 
-def _out_dir(args):
+def _prepare(args, files):
     import time
-    from pathlib import Path
-
-    from ..errors import FlashscopeError
 
     if args.out is None:
-        out = Path(f"flashscope-report-{time.strftime('%Y%m%d-%H%M%S')}")
-    else:
-        out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise FlashscopeError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not args.force:
-        raise FlashscopeError(f"--out {out}: directory exists and is not empty (a previous "
-                              "report?); pick another folder or pass --force")
-    return out
+        args.out = f"flashscope-report-{time.strftime('%Y%m%d-%H%M%S')}"
+    common.prepare(args, csv=False, extra=files.values())
+    return args.out_dir
+
+
+def _spec_args(args) -> dict:
+    """The report's spec inputs as the library's spec builders take them."""
+    return dict(targets=",".join(t.name for t in args.target),
+                head_dims=",".join(map(str, args.head_dim)),
+                dtype=common.one(args.dtype, "--dtype", "dtype"),
+                causal=common.one(args.causal, "--causal"), ablate=args.ablate)
 
 
 def run(args) -> int:
-    import json
-    import sys
-
-    from rich.console import Console
-
-    from ..errors import FlashscopeError
+    from ..families.triton_fwd import TritonFwdConfig
     from ..report import collect, make_spec, write_report
     from ..report.render_terminal import render
 
-    if args.jobs < 0:
-        raise FlashscopeError(f"--jobs {args.jobs}: expected 0 (one per core) or more")
-    if getattr(args, "kernel", "fwd") == "bwd":
+    if args.kernel == "bwd":
         return _run_bwd(args)
-    spec = make_spec(args.targets, args.configs, args.head_dims, args.dtype, args.causal,
-                     args.ablate)
-    out = _out_dir(args)
-    report = _with_progress(collect, spec, args.jobs)
-    files = write_report(report, out)
-    if args.json:
-        summary = {"out": str(out), "files": files, "timings": report.timings,
-                   "model": report.model_summary(),
-                   "rows": [{"config": r.config.key, "head_dim": r.head_dim,
-                             "target": r.target, "error": r.error,
-                             **(r.comparison or {}),
-                             "occupancy": r.occ.occupancy if r.occ else None}
-                            for r in report.main_rows()],
-                   "near_cliffs": [c for c in report.cliffs if c["near"]]}
-        json.dump(summary, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-        return 0
-    render(report, Console(), out_dir=out)
+    if args.configs:  # every entry checked here, with its place, before the spec reads it
+        common.read_configs(args.configs, TritonFwdConfig)
+    kw = _spec_args(args)
+    spec = make_spec(kw["targets"], args.configs, kw["head_dims"], kw["dtype"], kw["causal"],
+                     kw["ablate"])
+    out = _prepare(args, FWD_FILES)
+    report = _collect(collect, spec, args.jobs)
+    doc = report.as_dict() | {"out": str(out), "files": _paths(out, FWD_FILES)}
+    write_report(report, out.file("."), doc)
+    rows = [_row(r) for r in report.main_rows()]
+    common.write_atomic(out.file("report.csv"), common.csv_text(rows))
+    common.emit(args, doc, rows=rows, write=False,
+                render=lambda con: render(report, con, out_dir=out))
     return 0
 
 
+def _paths(out, files) -> dict:
+    return {k: str(out.path / n) for k, n in files.items()}
+
+
+def _row(r) -> dict:
+    """One CSV row of the report's table (forward or backward)."""
+    rec, c = r.record, getattr(r, "comparison", None) or {}
+    return {"kernel": getattr(r, "kernel", "fwd"), "config": common.label(r.config),
+            "head_dim": r.head_dim, "target": r.target, "error": r.error,
+            "registers": rec.registers if rec else None,
+            "spills": r.spills if rec else None,
+            "shared_bytes": rec.shared_bytes if rec else None,
+            "predicted_registers": c.get("predicted"), "dominant": c.get("dominant"),
+            "occupancy": r.occ.occupancy if r.occ else None,
+            "limiter": list(r.occ.limiter) if r.occ else None}
+
+
 def _run_bwd(args) -> int:
-    import json
-    import sys
-
-    from rich.console import Console
-
     from ..errors import FlashscopeError
     from ..report.backward import collect_bwd, make_bwd_spec
     from ..report.backward_out import render_bwd, write_bwd_report
@@ -106,36 +112,24 @@ def _run_bwd(args) -> int:
     if args.configs:
         raise FlashscopeError("--configs applies to --kernel fwd; the backward report starts "
                               "from each target's default backward config")
-    spec = make_bwd_spec(args.targets, args.head_dims, args.dtype, args.causal, args.ablate)
-    out = _out_dir(args)
-    report = _with_progress(collect_bwd, spec, args.jobs)
-    files = write_bwd_report(report, out)
-    if args.json:
-        summary = {"out": str(out), "files": files, "kernel": "bwd",
-                   "timings": report.timings, "model": report.as_dict()["model"],
-                   "rows": [{"kernel": r.kernel, "config": r.config.key,
-                             "head_dim": r.head_dim, "target": r.target, "error": r.error,
-                             "registers": r.record.registers if r.record else None,
-                             "spills": r.spills if r.record else None,
-                             "shared_bytes": r.record.shared_bytes if r.record else None,
-                             "occupancy": r.occ.occupancy if r.occ else None,
-                             "limiter": list(r.occ.limiter) if r.occ else None}
-                            for r in report.main_rows()],
-                   "near_cliffs": [c for c in report.cliffs if c["near"]]}
-        json.dump(summary, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-        return 0
-    render_bwd(report, Console(width=160), out_dir=out)
+    kw = _spec_args(args)
+    spec = make_bwd_spec(kw["targets"], kw["head_dims"], kw["dtype"], kw["causal"],
+                         kw["ablate"])
+    out = _prepare(args, BWD_FILES)
+    report = _collect(collect_bwd, spec, args.jobs)
+    doc = report.as_dict() | {"kernel": "bwd", "out": str(out),
+                              "files": _paths(out, BWD_FILES)}
+    write_bwd_report(report, out.file("."), doc)
+    rows = [_row(r) for r in report.main_rows()]
+    common.write_atomic(out.file("report.csv"), common.csv_text(rows))
+    common.emit(args, doc, rows=rows, write=False,
+                render=lambda con: render_bwd(report, con, out_dir=out))
     return 0
 
 
-def _with_progress(collect, spec, jobs: int):
-    """``collect(spec, jobs=, progress=)`` under a transient progress bar on stderr."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+def _collect(collect, spec, jobs: int):
+    """``collect(spec, jobs=, progress=)`` with compiles done/total and ETA on a terminal."""
+    from ..progress import Progress
 
-    with Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("compile", total=None)
-        return collect(spec, jobs=jobs, progress=lambda done, total: bar.update(
-            task, completed=done, total=total))
+    with Progress("compiling") as bar:
+        return collect(spec, jobs=jobs, progress=bar.update)

@@ -7,7 +7,7 @@ before the kernels are built); with one, ``--device cuda`` runs it for real.
 
 from __future__ import annotations
 
-import json
+from . import common
 
 #: The embedded default problem: small enough for the interpreter, with odd lengths,
 #: GQA and a padded head dim so every masked path runs.
@@ -16,16 +16,17 @@ DEFAULT_PROBLEM = dict(B=1, H=4, Hkv=2, Nq=97, Nk=130, D=80)
 
 def register(sub):
     p = sub.add_parser("selfcheck", help="run the kernel on a default shape and check it "
-                                         "against a float64 reference")
+                                         "against a float64 reference", description=__doc__)
     p.add_argument("--device", choices=("cpu", "cuda"), default=None,
                    help="cpu = Triton interpreter (default when no GPU is visible)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    common.add_output(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..testing.interpreter import choose_device
 
+    common.prepare(args)
     device = choose_device(args.device)
     import torch
 
@@ -45,15 +46,16 @@ def run(args) -> int:
                          "rel_error": err, "bound": ERROR_BOUND[dtype],
                          "ok": err <= ERROR_BOUND[dtype]})
     ok = all(r["ok"] for r in rows)
-    if args.json:
-        print(json.dumps({"device": device, "problem": p, "results": rows, "ok": ok}, indent=2))
-    else:
+    where = "Triton interpreter (CPU)" if device == "cpu" else torch.cuda.get_device_name()
+    doc = {"device": device, "where": where, "problem": p, "results": rows, "ok": ok}
+
+    def render(con):
         shape = (f"q ({p['B']}, {p['H']}, {p['Nq']}, {p['D']}), k/v ({p['B']}, {p['Hkv']}, "
                  f"{p['Nk']}, {p['D']})")
-        where = "Triton interpreter (CPU)" if device == "cpu" else torch.cuda.get_device_name()
-        print(f"flashscope selfcheck on {where}: {shape}, GQA, against float64")
+        con.print(f"flashscope selfcheck on {where}: {shape}, GQA, against float64")
         for r in rows:
-            print(f"  {r['dtype']:<9} causal={str(r['causal']):<5}  rel. error "
-                  f"{r['rel_error']:.2e}  (bound {r['bound']:.0e})  "
-                  f"{'ok' if r['ok'] else 'FAILED'}")
+            con.print(f"  {r['dtype']:<9} causal={str(r['causal']):<5}  rel. error "
+                      f"{r['rel_error']:.2e}  (bound {r['bound']:.0e})  "
+                      f"{'ok' if r['ok'] else 'FAILED'}")
+    common.emit(args, doc, rows=rows, render=render)
     return 0 if ok else 1

@@ -2,17 +2,18 @@
 default and the peers, the one-knob and transplant search steps, the adoption rule that
 writes the tuned files, and the offline tools around them (:mod:`flashscope.tune`).
 
-On a GPU: ``ab`` (one shape), ``cells`` (many cells, one worker per GPU). Anywhere:
-``adopt`` (recorded A/B results -> tuned entries), ``convert`` (a format-1 tuned file ->
-format 2), ``compare-sass`` (two Nsight Compute source pages)."""
+Files: ``ab --out DIR`` writes ``DIR/<cell>.json`` (the A/B result, what ``--json``
+prints) and ``<cell>.csv`` (its rows); ``cells --out DIR`` one such JSON per cell as each
+ends, and ``summary.json``/``summary.csv``; ``adopt`` and ``compare-sass`` write
+``adopt.*``/``compare-sass.*`` under ``--out``; ``convert`` writes ``DIR/<target>.json``
+(or the file itself, with ``--force``)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from ..errors import FlashscopeError
+from . import common
 
 HELP = "A/B-time configs, search around the tuned defaults, adopt the winners"
 DESCRIPTION = """\
@@ -32,11 +33,8 @@ def register(sub) -> None:
     p = sub.add_parser("tune", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     tsub = p.add_subparsers(dest="tune_command", metavar="SUBCOMMAND")
-    _ab(tsub)
-    _cells(tsub)
-    _adopt(tsub)
-    _convert(tsub)
-    _compare(tsub)
+    for add in (_ab, _cells, _adopt, _convert, _compare):
+        add(tsub)
     p.set_defaults(func=lambda args: _usage(p))
 
 
@@ -46,21 +44,21 @@ def _usage(p) -> int:
 
 
 def _timing(q, rounds: int) -> None:
-    q.add_argument("--dtype", default="bf16", help="bf16 or fp16 (default bf16)")
-    q.add_argument("--rounds", type=int, default=rounds,
+    common.add_dtype(q, help="bf16 or fp16 (default bf16)")
+    q.add_argument("--rounds", type=common.integer(1), default=rounds,
                    help=f"interleaved rounds (default {rounds})")
-    q.add_argument("--reps", type=int, default=10,
+    q.add_argument("--reps", type=common.integer(1), default=10,
                    help="timed launches per burst, after one warm-up (default 10)")
     q.add_argument("--no-flush", action="store_true",
                    help="do not evict the L2 before every launch (the default evicts it, "
                         "as the bench harness does)")
-    q.add_argument("--seed", type=int, default=0, help="seed of the round orders")
+    q.add_argument("--seed", type=common.integer(0), default=0,
+                   help="seed of the round orders")
     q.add_argument("--tuned", metavar="DIR", help="tuned files to read the defaults from "
                                                   "(default: the package's)")
     q.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: Triton's interpreter, the portable kernel only (tests, tiny "
                         "shapes; never adopted)")
-    q.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def _ab(tsub) -> None:
@@ -69,11 +67,10 @@ def _ab(tsub) -> None:
                                     "interleaved bursts; print each one's median time, "
                                     "TFLOP/s and median (IQR) ratio to the first.")
     q.add_argument("--shape", required=True, metavar="B,H,N,D[,Nk[,Hkv]]")
-    q.add_argument("--causal", action="store_true")
+    common.add_causal(q, both=False)
     q.add_argument("--variants", required=True, help=VARIANTS)
-    q.add_argument("--out", metavar="DIR", help="write DIR/<cell>.json (the A/B result)")
-    q.add_argument("--force", action="store_true", help="overwrite that file")
     _timing(q, 20)
+    common.add_output(q, out_help="write DIR/<cell>.json (the A/B result) and <cell>.csv")
     q.set_defaults(func=run_ab)
 
 
@@ -95,14 +92,14 @@ def _cells(tsub) -> None:
                    help="the other tuned entries of the cell's kernel, dtype and head dim")
     q.add_argument("--peers", default="cudnn",
                    help="comma list of cudnn, fa4 (named n, f), or none (default cudnn)")
-    q.add_argument("--out", required=True, metavar="DIR",
-                   help="DIR/<cell>.json per cell, DIR/summary.json")
-    q.add_argument("--resume", action="store_true", help="skip the cells already in DIR")
-    q.add_argument("--force", action="store_true", help="time every cell again into DIR")
+    q.add_argument("--resume", action="store_true", help="skip the cells already in --out")
     q.add_argument("--devices", help="GPU ids to use (default: every visible one)")
-    q.add_argument("--jobs", type=int, default=0,
+    q.add_argument("--jobs", type=common.integer(0), default=0,
                    help="processes of the offline compiles first (default: one per core)")
     _timing(q, 12)
+    common.add_output(q, out_help="DIR/<cell>.json per cell as it ends, DIR/summary.json "
+                                  "and summary.csv (required)",
+                      force_help="time every cell again into --out")
     q.set_defaults(func=run_cells)
 
 
@@ -114,29 +111,28 @@ def _adopt(tsub) -> None:
     q.add_argument("ab_dir", metavar="AB_DIR")
     q.add_argument("--confirm", action="append", default=[], metavar="DIR",
                    help="another A/B run of the same cells that must agree (repeatable)")
-    q.add_argument("--max-ratio", type=float, default=0.995,
+    q.add_argument("--max-ratio", type=common.number(0, strict=True), default=0.995,
                    help="largest median ratio to the default adopted (default 0.995)")
-    q.add_argument("--q3-below", type=float, default=1.0,
+    q.add_argument("--q3-below", type=common.number(1), default=1.0,
                    help="bound on each reading's third quartile (default 1; above 1 only "
                         "with two or more --confirm runs)")
     q.add_argument("--pooled", action="store_true",
                    help="the rule on every reading's rounds pooled (sign test) instead of "
                         "bounds per reading; needs --confirm")
-    q.add_argument("--alpha", type=float, default=0.01,
+    q.add_argument("--alpha", type=common.number(0, strict=True), default=0.01,
                    help="--pooled: the sign test's level (default 0.01)")
     q.add_argument("--tuned", metavar="DIR", help="tuned files to update (default: the "
                                                   "package's)")
-    q.add_argument("--dry-run", action="store_true", help="decide, write nothing")
-    q.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    q.add_argument("--dry-run", action="store_true", help="decide, write no tuned file")
+    common.add_output(q, out_help="write DIR/adopt.json (the verdicts) and adopt.csv")
     q.set_defaults(func=run_adopt)
 
 
 def _convert(tsub) -> None:
     q = tsub.add_parser("convert", help="a format-1 tuned file -> format 2 (offline)")
     q.add_argument("file", metavar="FILE")
-    q.add_argument("--out", metavar="PATH", help="where to write (default: FILE itself)")
-    q.add_argument("--force", action="store_true", help="overwrite PATH")
-    q.add_argument("--json", action="store_true", help="print the converted file")
+    common.add_output(q, csv=False, out_help="write DIR/<target>.json (default: FILE "
+                                             "itself, which needs --force)")
     q.set_defaults(func=run_convert)
 
 
@@ -145,87 +141,101 @@ def _compare(tsub) -> None:
                                              "(offline)")
     q.add_argument("a", metavar="A", help="ncu --page source --csv export (.csv or .csv.gz)")
     q.add_argument("b", metavar="B")
-    q.add_argument("--top", type=int, default=16, help="opcodes shown (default 16)")
-    q.add_argument("--json", action="store_true", help="print JSON")
+    q.add_argument("--top", type=common.integer(1), default=16,
+                   help="opcodes shown (default 16)")
+    common.add_output(q, out_help="write DIR/compare-sass.json and compare-sass.csv")
     q.set_defaults(func=run_compare)
 
 
 # -- GPU subcommands -------------------------------------------------------------------------
 
 def _settings(args):
-    from ..bench.suite import parse_dtype
     from ..tune.ab import Settings
 
-    args.dtype = parse_dtype(args.dtype)
+    args.dtype = common.one(args.dtype, "--dtype", "dtype")
     return Settings(args.rounds, args.reps, not args.no_flush, args.seed)
 
 
 def _device_target(args) -> "str | None":
-    """The GPU's target; refused at once when there is no GPU (``--device cpu``: None)."""
-    from .bench import _device
+    """The GPU's target; refused at once when no GPU is visible (``--device cpu``:
+    None)."""
+    from ..testing.interpreter import choose_device
 
-    dev = _device(args)
-    if dev.type == "cpu":
+    if choose_device(args.device, f"tune {args.tune_command}") == "cpu":
         return None
     import torch
 
     from ..launch import device_target
 
-    if not torch.cuda.is_available():
-        raise FlashscopeError(f"tune {args.tune_command}: needs a CUDA/ROCm GPU and none is "
-                              "visible (adopt, convert and compare-sass run anywhere)")
-    target = device_target(dev)
+    target = device_target(torch.device("cuda"))
     if target is None:
-        raise FlashscopeError(f"tune {args.tune_command}: {torch.cuda.get_device_name(dev)} "
-                              "is not in flashscope's target tables")
+        raise FlashscopeError(f"tune {args.tune_command}: {torch.cuda.get_device_name()} "
+                              "is not in flashscope's target tables (flashscope targets)")
     return target
 
 
 def run_ab(args) -> int:
+    from ..progress import Progress
     from ..tune.ab import run_ab as time_cell
     from ..tune.cells import shape_cell
-    from ..tune.results import write_result
+    from ..tune.results import document
     from ..tune.variants import parse_variants
 
     settings = _settings(args)
-    cell = shape_cell(args.shape, args.causal, args.dtype)
+    cell = shape_cell(args.shape, common.one(args.causal, "--causal", "mask"), args.dtype)
     specs = parse_variants(args.variants)
-    path = Path(args.out) / f"{cell.name}.json" if args.out else None
-    if path is not None and path.exists() and not args.force:
-        raise FlashscopeError(f"--out: {path} exists; pass --force to replace it")
+    common.prepare(args, name=cell.name)
     _device_target(args)
-    res = time_cell(cell, specs, settings, device=args.device, data_dir=args.tuned,
-                    log=_stderr)
-    if path is not None:
-        write_result(path, res)
-    if args.json:
-        print(json.dumps(res, indent=1))
-    else:
-        _print_ab(res)
-        if path is not None:
-            print(f"wrote {path}")
+    with Progress(f"{cell.name}: rounds", settings.rounds) as bar:
+        def log(text):
+            bar.note(text)
+            if ": round " in text:
+                bar.advance()
+
+        res = time_cell(cell, specs, settings, device=args.device, data_dir=args.tuned,
+                        log=log)
+    common.emit(args, document(res), rows=res["rows"], render=lambda con: _ab_table(con, res),
+                name=cell.name)
     return 0
 
 
+def _ab_table(con, res: dict) -> None:
+    m = res["meta"]
+    t = common.table("variant", "time (ms)", "TFLOP/s", f"/ {res['rows'][0]['name']}",
+                     "IQR", "config", left=("variant", "config"),
+                     title=f"{m['cell']} ({m['shape']}{' causal' if m['causal'] else ''}, "
+                           f"{m['dtype']}) on {m['device']}"
+                           f"{', L2 flushed' if m['flush'] else ''}: median of "
+                           f"{m['rounds']} rounds of {m['reps']}")
+    for r in res["rows"]:
+        t.add_row(r["name"], f"{r['ms']:.4f}", f"{r['tflops']:.1f}", f"{r['ratio']:.4f}",
+                  f"{r['ratio_q1']:.4f}-{r['ratio_q3']:.4f}", r.get("label", r["provider"]))
+    for name, why in res["dropped"].items():
+        t.add_row(name, "-", "-", "-", "-", f"dropped: {why}")
+    common.show(con, t)
+
+
 def run_cells(args) -> int:
+    from ..progress import Progress
     from ..tune.batch import cell_specs, parse_extra, run_cells as time_cells
     from ..tune.cells import parse_cells
     from ..tune.variants import parse_variants
 
     settings = _settings(args)
+    if not args.out:
+        raise FlashscopeError("tune cells: --out DIR is required (one result file per cell)")
     if args.resume and args.force:
         raise FlashscopeError("--resume and --force: give one or the other")
-    if args.jobs < 0:
-        raise FlashscopeError(f"--jobs {args.jobs}: expected 0 (one per core) or more")
     cells = parse_cells(args.cells, args.dtype)
-    common = parse_variants(args.variants)
+    common_specs = parse_variants(args.variants)
     extra = parse_extra(args.extra, cells)
     peers = [] if args.peers.strip() == "none" else [
         p.strip() for p in args.peers.split(",") if p.strip()]
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices \
         else None
+    args.out_dir = common.check_out_dir(args.out, (), force=True)  # cells: --resume/--force
     target = _device_target(args)
-    plan = {c.name: (c, cell_specs(c, target, common=common, extra=extra.get(c.name),
+    plan = {c.name: (c, cell_specs(c, target, common=common_specs, extra=extra.get(c.name),
                                    neighbours=args.neighbours, transplants=args.transplants,
                                    peers=peers, data_dir=args.tuned)) for c in cells}
     executor = None
@@ -233,55 +243,37 @@ def run_cells(args) -> int:
         from ..sweep.executors import SerialExecutor
 
         executor = SerialExecutor()
+    with Progress("cells", len(plan)) as bar:
+        def log(row):
+            bar.note(f"{row['cell']}: " + (f"FAILED: {row['error']}" if "error" in row
+                                           else f"done on GPU {row['gpu']} ({row['device']})"))
+            bar.advance()
 
-    def log(row):
-        if "error" in row:
-            _stderr(f"{row['cell']}: FAILED: {row['error']}")
-        else:
-            _stderr(f"{row['cell']}: done on GPU {row['gpu']} ({row['device']})")
-
-    summary = time_cells(plan, args.out, settings, target=target, devices=devices,
-                         executor=executor, device=args.device, data_dir=args.tuned,
-                         resume=args.resume, force=args.force, jobs=args.jobs, log=log)
-    if args.json:
-        print(json.dumps(summary, indent=1))
-    else:
-        _print_cells(summary)
+        summary = time_cells(plan, args.out, settings, target=target, devices=devices,
+                             executor=executor, device=args.device, data_dir=args.tuned,
+                             resume=args.resume, force=args.force, jobs=args.jobs, log=log)
+    rows = [{"cell": r["cell"], "gpu": r.get("gpu"), "variant": n, "ratio": ratio,
+             "tflops": r["tflops"][n], "error": r.get("error")}
+            for r in summary["cells"] for n, ratio in r.get("ratios", {"-": None}).items()]
+    common.emit(args, summary, rows=rows, render=lambda con: _cells_table(con, summary),
+                name="summary")
     return 1 if summary["cells"] and all("error" in r for r in summary["cells"]) else 0
 
 
-def _stderr(text: str) -> None:
-    import sys
-
-    print(text, file=sys.stderr, flush=True)
-
-
-def _print_ab(res: dict) -> None:
-    m = res["meta"]
-    print(f"{m['cell']} ({m['shape']}{' causal' if m['causal'] else ''}, {m['dtype']}) on "
-          f"{m['device']}{', L2 flushed' if m['flush'] else ''}: time / "
-          f"{res['rows'][0]['name']}'s, median of {m['rounds']} rounds of {m['reps']} (IQR)")
-    for r in res["rows"]:
-        print(f"  {r['name']:>14} {r['ms']:9.4f} ms {r['tflops']:7.1f} TFLOP/s  "
-              f"{r['ratio']:.4f} ({r['ratio_q1']:.4f}-{r['ratio_q3']:.4f})  "
-              f"{r.get('label', r['provider'])}")
-    for name, why in res["dropped"].items():
-        print(f"  {name:>14} dropped: {why}")
-
-
-def _print_cells(summary: dict) -> None:
+def _cells_table(con, summary: dict) -> None:
     names = []
     for r in summary["cells"]:
         names += [n for n in r.get("ratios", {}) if n not in names]
-    print("time / d's, median of rounds; d's TFLOP/s")
-    print(f"{'cell':>22} {'d TF/s':>7} " + " ".join(f"{n:>10}" for n in names))
+    t = common.table("cell", "d TFLOP/s", *names, left=("cell",),
+                     title="time / d's, median of rounds")
     for r in summary["cells"]:
         if "error" in r:
-            print(f"{r['cell']:>22} FAILED: {r['error']}")
+            t.add_row(r["cell"], f"FAILED: {r['error']}", *["" for _ in names])
             continue
         rat = r["ratios"]
-        print(f"{r['cell']:>22} {r['tflops'].get('d', 0):7.1f} " + " ".join(
-            f"{rat[n]:10.3f}" if n in rat else f"{'-':>10}" for n in names))
+        t.add_row(r["cell"], f"{r['tflops'].get('d', 0):.1f}",
+                  *(f"{rat[n]:.3f}" if n in rat else "-" for n in names))
+    common.show(con, t)
 
 
 # -- offline subcommands ---------------------------------------------------------------------
@@ -291,66 +283,75 @@ def run_adopt(args) -> int:
 
     rule = Rule(args.max_ratio, args.q3_below, args.alpha if args.pooled else None,
                 tuple(args.confirm))
+    common.prepare(args, name="adopt")
     verdicts = adopt(args.ab_dir, rule, data_dir=args.tuned, dry_run=args.dry_run)
-    if args.json:
-        print(json.dumps([v.as_dict() for v in verdicts], indent=1))
-    else:
+    doc = {"dry_run": args.dry_run, "verdicts": [v.as_dict() for v in verdicts]}
+    rows = [{"cell": v.cell, "action": v.action, "line": v.line, **v.stats}
+            for v in verdicts]
+
+    def render(con):
         for v in verdicts:
-            print(v.line)
+            con.print(v.line, highlight=False, markup=False)
         if args.dry_run:
-            print("dry run: nothing written")
+            con.print("dry run: no tuned file written")
+    common.emit(args, doc, rows=rows, render=render, name="adopt")
     return 0
 
 
 def run_convert(args) -> int:
-    from ..errors import ArtifactError
-    from ..tuned import atomic_write, convert, read_json
+    from ..outfiles import json_text
+    from ..tuned import convert, read_json
 
-    out = Path(args.out or args.file)
-    if out.exists() and not args.force:
-        raise FlashscopeError(f"{out}: exists; pass --force to replace it"
-                              + (" (converting in place)" if out == Path(args.file) else ""))
-    if out.exists() and out.is_dir():
-        raise FlashscopeError(f"--out {out}: is a folder, expected a file path")
-    data = convert(read_json(args.file), args.file)
-    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(out, text)
-    except OSError as e:
-        raise ArtifactError(f"{out}: cannot write ({e.strerror or e})") from None
-    if args.json:
-        print(text, end="")
+    source = common.check_input_file(args.file, "tune convert")
+    data = convert(read_json(source), str(source))
+    if args.out:
+        name = f"{data['target']}.json"
+        path = common.check_out_dir(args.out, (name,), args.force).file(name)
+    elif args.force:
+        path = source
     else:
-        print(f"wrote {out}: {len(data['entries'])} entries, format 2")
+        raise FlashscopeError(f"tune convert: {source} would be replaced by its conversion; "
+                              "pass --force to convert it in place, or --out DIR")
+    common.write_atomic(path, json_text(data))
+    common.emit(args, data, write=False, render=lambda con: con.print(
+        f"wrote {path}: {len(data['entries'])} entries, format 2"))
     return 0
 
 
 def run_compare(args) -> int:
     from ..tune.sass import compare
 
-    if args.top < 1:
-        raise FlashscopeError(f"--top {args.top}: expected 1 or more")
+    common.prepare(args, name="compare-sass")
     res = compare(args.a, args.b, args.top)
-    if args.json:
-        print(json.dumps(res, indent=1))
-        return 0
+    common.emit(args, res, rows=res["opcode_diff"], render=lambda con: _sass_tables(con, res),
+                name="compare-sass")
+    return 0
+
+
+def _sass_tables(con, res: dict) -> None:
     a, b = res["a"], res["b"]
     ta, tb = a["instructions"], b["instructions"]
-    print(f"== warp instructions executed (millions): A {ta / 1e6:.1f}, B {tb / 1e6:.1f} "
-          f"({(ta - tb) / 1e6:+.1f})")
-    print(f"  {'opcode':<28} {'A':>9} {'B':>9} {'A - B':>9}")
+    con.print(f"warp instructions executed, millions: A {ta / 1e6:.1f}, B {tb / 1e6:.1f} "
+              f"({(ta - tb) / 1e6:+.1f})", highlight=False)
+    t = common.table("opcode", "A (M)", "B (M)", "A - B (M)", left=("opcode",),
+                     title="largest differences")
     for d in res["opcode_diff"]:
-        print(f"  {d['opcode']:<28} {d['a'] / 1e6:9.1f} {d['b'] / 1e6:9.1f} "
-              f"{d['a_minus_b'] / 1e6:+9.1f}")
-    print("== stall reasons, share of samples: A, B, A - B")
+        t.add_row(d["opcode"], f"{d['a'] / 1e6:.1f}", f"{d['b'] / 1e6:.1f}",
+                  f"{d['a_minus_b'] / 1e6:+.1f}")
+    common.show(con, t)
+    s = common.table("stall reason", "A", "B", "A - B", left=("stall reason",),
+                     title="share of warp-stall samples")
     order = sorted(res["stall_diff"], key=lambda k: -max(a["stall_reasons"].get(k, 0),
                                                          b["stall_reasons"].get(k, 0)))
     for k in order[:10]:
-        print(f"  {k:<28} {a['stall_reasons'].get(k, 0):8.1%} "
-              f"{b['stall_reasons'].get(k, 0):8.1%} {res['stall_diff'][k]:+8.1%}")
+        s.add_row(k, common.pct(a["stall_reasons"].get(k, 0)),
+                  common.pct(b["stall_reasons"].get(k, 0)), f"{res['stall_diff'][k]:+.1%}")
+    common.show(con, s)
     for side, name in ((a, "A"), (b, "B")):
-        print(f"== {name} ({side['path']}): most stalled instructions")
-        for t in side["top_stalls"][:6]:
-            print(f"  {t['share']:6.1%} {t['address']:>16} {t['sass']:<60} {t['reasons']}")
-    return 0
+        top = common.table("share", "address", "SASS", "reasons", left=("address", "SASS",
+                                                                        "reasons"),
+                           title=f"{name} ({side['path']}): most stalled instructions")
+        for x in side["top_stalls"][:6]:
+            top.add_row(common.pct(x["share"]), x["address"], x["sass"],
+                        ", ".join(f"{k} {v}" for k, v in x["reasons"].items()))
+        common.show(con, top)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
+from . import common
 
 
 def register(sub):
-    p = sub.add_parser("version", help="versions of flashscope, Triton, torch, numpy; GPU visibility")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser("version", help="versions of flashscope, Triton, torch, numpy; GPU "
+                                       "visibility", description=__doc__)
+    common.add_output(p)
     p.set_defaults(func=run)
 
 
@@ -27,10 +28,11 @@ def versions() -> dict:
 
 
 def run(args) -> int:
+    common.prepare(args)
     v = versions()
-    if args.json:
-        print(json.dumps(v, indent=2))
-    else:
+
+    def render(con):
         for k, val in v.items():
-            print(f"{k:<11} {val if val is not None else 'none visible'}")
+            con.print(f"{k:<11} {val if val is not None else 'none visible'}")
+    common.emit(args, v, rows=[v], render=render)
     return 0

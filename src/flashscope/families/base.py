@@ -355,8 +355,9 @@ class Problem:
     n_q: int = 1024
     n_k: int = 1024
     heads: int = 1  # batch x query heads
-    window: bool = False  # a sliding window bounds the keys a row sees
+    window: bool = False  # a sliding window (or bottom-right alignment) bounds the keys
     varlen: bool = False  # packed sequences of different lengths
+    softcap: bool = False  # scores capped by c tanh(s / c)
 
     @property
     def seq_len(self) -> int:

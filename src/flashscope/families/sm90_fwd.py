@@ -15,12 +15,20 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple, Optional
 
 from ..errors import ConfigError
-from .base import DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, needs, shared_memory
+from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, head_dim_pad,
+                   shared_memory)
 
 KERNEL = "sm90-fwd"
 MODULE, FUNCTION = "attention_fwd_sm90", "_attn_fwd_sm90"
-#: head dims the kernel is built for
-HEAD_DIMS = (64, 128)
+#: head dims the kernel runs: any D whose padded width (the next power of two, the
+#: tensor-core tile it is built for) is 64, 128 or 256; TMA zero-fills the columns past D on
+#: loads and clips them on the output store, so Q K^T and P V pay for the padding but need
+#: no masks
+MIN_HEAD_DIM, MAX_HEAD_DIM = 33, 256
+
+
+def head_dim_ok(d: int) -> bool:
+    return MIN_HEAD_DIM <= d <= MAX_HEAD_DIM
 #: warps of one consumer warpgroup (the kernel's num_warps)
 WARPS = 4
 #: setmaxnreg budgets by consumer warpgroups: with a 24-register producer warpgroup, two
@@ -100,7 +108,7 @@ def min_shared_bytes(cfg: Sm90FwdConfig, head_dim: int, dtype: str = "bfloat16")
     """The kernel's shared memory but its barriers, in bytes: Q (and the output slot with
     EARLY_Q), the K/V ring, and 16 bytes a row of the row maxima the consumers store."""
     rows = cfg.BLOCK_M * (2 if cfg.EARLY_Q else 1) + 2 * cfg.num_stages * cfg.BLOCK_N
-    return rows * head_dim * DTYPE_BYTES[dtype] + 16 * cfg.BLOCK_M
+    return rows * head_dim_pad(head_dim) * DTYPE_BYTES[dtype] + 16 * cfg.BLOCK_M
 
 
 def _target(cfg, ctx):
@@ -111,9 +119,9 @@ def _target(cfg, ctx):
 
 
 def _head_dim(cfg, ctx):
-    if ctx.head_dim not in HEAD_DIMS:
-        shown = " or ".join(map(str, HEAD_DIMS))
-        return f"{KERNEL} takes head dim {shown}, got {ctx.head_dim} (use triton-fwd)"
+    if not head_dim_ok(ctx.head_dim):
+        return (f"{KERNEL} takes head dims {MIN_HEAD_DIM}..{MAX_HEAD_DIM}, got "
+                f"{ctx.head_dim} (use triton-fwd)")
     return None
 
 
@@ -152,10 +160,10 @@ def accepts(problem: Problem) -> Optional[str]:
     t = problem.target_record()
     if t.vendor != "nvidia" or t.cc // 10 != 9:
         return f"{t.name} is not sm_90"
-    if problem.head_dim not in HEAD_DIMS:
-        return f"head dim {problem.head_dim} (the kernel takes {HEAD_DIMS})"
-    if problem.window or problem.varlen:
-        return "windows and packed sequences run on triton-fwd"
+    if not head_dim_ok(problem.head_dim):
+        return f"head dim {problem.head_dim} (the kernel takes {MIN_HEAD_DIM}..{MAX_HEAD_DIM})"
+    if problem.window or problem.varlen or problem.softcap:
+        return "windows, packed sequences and softcap run on triton-fwd"
     return None
 
 
@@ -171,20 +179,28 @@ def select(problem: Problem) -> Sm90FwdConfig:
     - D = 128: two consumers (128 x 128), a 2-stage ring with early K hand-backs (the
       shared memory leaves room for the output slot), Q in registers, the lazy rescale,
       the masked tiles first; causal adds the balanced work list.
+    - D = 256: two consumers over 64-key tiles (128 x 64) and a 2-stage ring: Q, K and V
+      then fill 192 KB, which leaves no room for an output slot (no EARLY_Q), and the 64 x
+      256 fp32 accumulator takes 128 of a consumer's 240 registers, so Q stays in shared
+      memory (the shape FlashAttention-3 runs at this head dim, 128 x 80, in powers of two).
 
-    Tuned entries (:mod:`flashscope.tuned`) override this where an A/B beat it."""
+    Head dims in between take the recipe of their padded width. Tuned entries
+    (:mod:`flashscope.tuned`) override this where an A/B beat it."""
     base = Sm90FwdConfig()
-    if problem.head_dim <= 64:
+    d = head_dim_pad(problem.head_dim)
+    if d <= 64:
         return base.replace(BLOCK_M=192, num_stages=3, Q_IN_REGS=False, PINGPONG=True,
                             LAZY_RESCALE=problem.causal, K_EARLY=problem.causal,
                             MASKED_FIRST=problem.causal, BALANCE=True)
-    return base.replace(BALANCE=problem.causal)
+    if d <= 128:
+        return base.replace(BALANCE=problem.causal)
+    return base.replace(BLOCK_N=64, Q_IN_REGS=False, EARLY_Q=False, BALANCE=problem.causal)
 
 
 def tensors_problem(q, k, v, scale: "float | None" = None) -> Optional[str]:
     """Why the kernel cannot run on these tensors, or None: head dim, scale > 0 (it folds
     the scale into the row maximum) and a rank-4 TMA descriptor for each."""
-    if q.shape[-1] not in HEAD_DIMS:
+    if not head_dim_ok(q.shape[-1]):
         return f"head dim {q.shape[-1]}"
     if scale is not None and scale <= 0:
         return f"scale {scale} (needs > 0)"
@@ -251,8 +267,9 @@ def _desc4_fields(shape, strides, elt: int, bf16: bool, rows: int) -> dict:
     stride TMA accepts."""
     strides = [st if n > 1 else 16 // elt * max(1, shape[3]) for st, n in
                zip(strides[:3], shape[:3])] + [1]
-    return dict(shape=list(shape), strides=strides, block_shape=[1, 1, rows, shape[3]],
-                layout=_nvmma_layout(rows, shape[3], bf16), padding="zero")
+    width = head_dim_pad(shape[3])  # the block's columns past D: zeros in, clipped out
+    return dict(shape=list(shape), strides=strides, block_shape=[1, 1, rows, width],
+                layout=_nvmma_layout(rows, width, bf16), padding="zero")
 
 
 @functools.lru_cache(maxsize=None)
@@ -375,7 +392,7 @@ class Sm90Plan(NamedTuple):
         kernel = kernels.load("attention_merge")._merge_parts
         grid = (self.split.merges.shape[0], block_m // 64)
         args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
-                triton_cdiv(N_Q, block_m), *out.stride())
+                triton_cdiv(N_Q, block_m), out.shape[3], *out.stride())
         consts = dict(HEAD_DIM=d, BLOCK_M=block_m, ROWS=64, RETURN_LSE=lse is not None)
         launch_compiled(kernel, grid, args, consts, {"num_warps": 4},
                         cache=self.merge_compiled)
@@ -429,7 +446,7 @@ def _build_plan(q, k, v, out, lse, causal, scale, cfg, trace) -> Sm90Plan:
                              tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64)))
     scalars = (H, H // Hkv, Nq, Nk, B * H, scale * LOG2E,
                *divider(n_m), *divider(H), *divider(H // Hkv))
-    consts = dict(HEAD_DIM=D, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+    consts = dict(HEAD_DIM=head_dim_pad(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                   STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
                   IS_CAUSAL=bool(causal), RETURN_LSE=lse is not None,
                   LPT=(2 if causal or cfg.BALANCE else 1) if lpt else 0,
@@ -457,9 +474,9 @@ def call(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig):
 
 def _check_mask(mask, n_q: int, n_k: int) -> None:
     if mask.left_bounded or (mask.right_bounded and not mask.causal) or \
-            mask.offset(n_q, n_k) != 0:
+            mask.offset(n_q, n_k) != 0 or mask.softcap is not None:
         raise ConfigError(f"{KERNEL} runs causal (top-left aligned) or unmasked attention; "
-                          "windows and bottom-right alignment need triton-fwd")
+                          "windows, bottom-right alignment and softcap need triton-fwd")
 
 
 def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig) -> None:

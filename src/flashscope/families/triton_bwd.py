@@ -139,7 +139,7 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
     common = {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D)}
     switches = mask.switches(Nq, Nk)
     switches.pop("GUARD")  # rows that see no key have L = -inf and every score masked
-    scalars = mask.scalars(Nq, Nk)
+    scalars = (*mask.scalars(Nq, Nk), *mask.cap_args(scale))
     opts = launch_options(cfg, q.device)
     return {
         "bwd_preprocess": (

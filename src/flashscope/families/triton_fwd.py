@@ -129,7 +129,8 @@ def call(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig):
     switches = mask.switches(Nq, Nk)
     args = (q, k, v, out, lse if lse is not None else out,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            H, H // Hkv, Nq, Nk, scale * LOG2E, *mask.scalars(Nq, Nk))
+            H, H // Hkv, Nq, Nk, scale * LOG2E, *mask.scalars(Nq, Nk),
+            *mask.cap_args(scale))
     consts = dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
                   BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, Q_IN_REGS=bool(cfg.Q_IN_REGS),
                   RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0),

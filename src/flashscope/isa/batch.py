@@ -52,17 +52,20 @@ def _cached(cfg, target, kw):
         return None
 
 
-def inspect_configs(configs, targets, *, jobs: int = 0, occupancy: bool = True, **kw) -> list:
+def inspect_configs(configs, targets, *, jobs: int = 0, occupancy: bool = True,
+                    progress=None, **kw) -> list:
     """One entry per (config, target), configs outer: a :class:`KernelRecord`, or the
     :class:`FlashscopeError` that config raised for that target (e.g. over the LDS limit).
 
     ``kw``: head_dim, dtype, causal, kernel, problem, and kernel extras (``return_lse``).
-    ``jobs``: worker processes for compiles (0: one per CPU core)."""
+    ``jobs``: worker processes for compiles (0: one per CPU core). ``progress(done,
+    total)``: called as compiles finish (cache hits count as done at once)."""
     return inspect_pairs([(c, t) for c in configs for t in targets], jobs=jobs,
-                         occupancy=occupancy, **kw)
+                         occupancy=occupancy, progress=progress, **kw)
 
 
-def inspect_pairs(pairs, *, jobs: int = 0, occupancy: bool = True, **kw) -> list:
+def inspect_pairs(pairs, *, jobs: int = 0, occupancy: bool = True, progress=None,
+                  **kw) -> list:
     """:func:`inspect_configs` for a list of (config, target) pairs (each target with
     configs of its own), compiled in one pool."""
     items = [(c, t, kw) for c, t in pairs]
@@ -89,8 +92,14 @@ def inspect_pairs(pairs, *, jobs: int = 0, occupancy: bool = True, **kw) -> list
     else:
         built = ((j, _task(items[i])) for j, i in enumerate(misses))
     reader, slots = Reader(), []
+    done = len(items) - len(misses)
+    if progress is not None:
+        progress(done, len(items))
     for j, art in built:  # each artifact is read as it arrives, while others compile
         i = misses[j]
+        done += 1
+        if progress is not None:
+            progress(done, len(items))
         if isinstance(art, FlashscopeError):
             results[i] = art
         else:

@@ -31,29 +31,46 @@ class FoundKernel:
     artifact: Optional[dict] = None  # flashscope's artifact.json, when present
 
 
-def _json(path: Path) -> Optional[dict]:
+def _inside(path: Path, root: Optional[Path]) -> bool:
+    """Whether ``path``, links resolved, lies under ``root`` (None: no bound)."""
+    if root is None:
+        return True
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
+def _json(path: Path, root: Optional[Path] = None) -> Optional[dict]:
+    if not _inside(path, root):
+        return None
     try:
         d = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     return d if isinstance(d, dict) else None
 
 
-def _found(binary: Path) -> FoundKernel:
+def _found(binary: Path, root: Optional[Path] = None) -> FoundKernel:
     d = binary.parent
-    meta = _json(binary.with_suffix(".json"))
-    art = _json(d / "artifact.json")
+    meta = _json(binary.with_suffix(".json"), root)
+    art = _json(d / "artifact.json", root)
     if art is not None and art.get("binary_file") != binary.name:
         art = None
     if art is not None and meta is None:
         meta = art.get("metadata")
+        meta = meta if isinstance(meta, dict) else None
     asm = binary.with_suffix(ASM_EXTS[binary.suffix])
-    return FoundKernel(binary, meta, asm if asm.exists() else None, art)
+    return FoundKernel(binary, meta, asm if asm.exists() and _inside(asm, root) else None,
+                       art)
 
 
 def find(path) -> list:
     """Kernels at ``path``: a .cubin/.hsaco file, or a directory searched recursively.
 
+    In a directory, links are followed only while they stay inside it: a binary, metadata
+    file or folder that a symbolic link places outside the directory is not read (a cache
+    folder handed over by someone else cannot point flashscope at other files).
     Raises ArtifactError for a missing path, a file of another kind, or a directory
     without any kernel binary."""
     p = Path(path)
@@ -65,8 +82,11 @@ def find(path) -> list:
             # readers decide the kind.
             return [FoundKernel(p)]
         return [_found(p)]
-    binaries = sorted(q for q in p.rglob("*") if q.suffix in BINARY_EXTS and q.is_file())
+    root = p.resolve()
+    binaries = sorted(q for q in p.rglob("*") if q.suffix in BINARY_EXTS
+                      and _inside(q, root) and q.is_file())
     if not binaries:
         raise ArtifactError(f"{path}: no kernels here (expected a Triton cache directory "
-                            "with .cubin or .hsaco files, e.g. $TRITON_CACHE_DIR)")
-    return [_found(b) for b in binaries]
+                            "with .cubin or .hsaco files, e.g. $TRITON_CACHE_DIR; links "
+                            "leading outside it are not followed)")
+    return [_found(b, root) for b in binaries]

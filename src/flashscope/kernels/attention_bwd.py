@@ -36,7 +36,7 @@ Triton only: compiles for any target without torch or a GPU.
 import triton
 import triton.language as tl
 
-from flashscope.kernels.common import LOG2E, load_tile
+from flashscope.kernels.common import LOG2E, load_tile, softcapped
 from flashscope.kernels.keyrange import key_range, query_range, visible
 
 
@@ -71,10 +71,11 @@ def _attn_bwd_dkdv_tiles(
     dk, dv, k, v,
     q_base, do_base, lse_base, delta_base,
     stride_qm, stride_qd, stride_dom, stride_dod,
-    offs_n, offs_d, N_Q, qk_scale, OFFSET, LEFT, RIGHT, lo, hi,
+    offs_n, offs_d, N_Q, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, hi,
     BLOCK_M1: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     MASK_M: tl.constexpr, MASK_BAND: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     """Fold query tiles [lo, hi) into (dk, dv) of one key tile. Transposed tiles (keys on
     rows) so no register transpose of P is needed. MASK_M masks query rows >= N_Q,
@@ -93,7 +94,11 @@ def _attn_bwd_dkdv_tiles(
         else:
             lse = tl.load(lse_base + offs_m)
         # p^T (BLOCK_N1, BLOCK_M1) = 2^(k q^T * scale*log2e - L*log2e)
-        pt = tl.math.exp2(tl.dot(k, qt) * qk_scale - (lse * LOG2E)[None, :])
+        if SOFTCAP:
+            st, tt = softcapped(tl.dot(k, qt), cap_in, cap_out)
+            pt = tl.math.exp2(st - (lse * LOG2E)[None, :])
+        else:
+            pt = tl.math.exp2(tl.dot(k, qt) * qk_scale - (lse * LOG2E)[None, :])
         if MASK_BAND:
             keep = visible(offs_m[None, :], offs_n[:, None], OFFSET, LEFT, RIGHT, CAUSAL,
                            HAS_LEFT, HAS_RIGHT, SHIFTED)
@@ -107,6 +112,8 @@ def _attn_bwd_dkdv_tiles(
         dv = tl.dot(pt.to(do.dtype), do, dv)
         dpt = tl.dot(v, tl.trans(do))
         dst = pt * (dpt - delta[None, :])
+        if SOFTCAP:  # d(c tanh(s / c)) / ds = 1 - tanh^2
+            dst = dst * (1.0 - tt * tt)
         dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk)
     return dk, dv
 
@@ -120,11 +127,11 @@ def _attn_bwd_dkdv(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-    H, HKV, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT,
+    H, HKV, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, EVEN_M: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-    SHIFTED: tl.constexpr,
+    SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     """dK, dV for one key tile. Grid: (cdiv(N_K, BLOCK_N1), B * HKV).
     scale = softmax scale, qk_scale = scale * log2(e)."""
@@ -163,19 +170,19 @@ def _attn_bwd_dkdv(
             dk, dv = _attn_bwd_dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                 stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
-                OFFSET, LEFT, RIGHT, lo, full_lo, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, False,
-                True, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+                OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo, BLOCK_M1, HEAD_DIM,
+                HEAD_DIM_PAD, False, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
         dk, dv = _attn_bwd_dkdv_tiles(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base,
             stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
-            OFFSET, LEFT, RIGHT, full_lo, full_hi, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, False,
-            False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+            OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi, BLOCK_M1, HEAD_DIM,
+            HEAD_DIM_PAD, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
         if HAS_LEFT or not EVEN_M:
             dk, dv = _attn_bwd_dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                 stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
-                OFFSET, LEFT, RIGHT, full_hi, hi, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD,
-                not EVEN_M, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+                OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi, BLOCK_M1, HEAD_DIM,
+                HEAD_DIM_PAD, not EVEN_M, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
 
     dk = dk * scale
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh
@@ -190,10 +197,11 @@ def _attn_bwd_dkdv(
 def _attn_bwd_dq_tiles(
     dq, q, do, lse2, delta,
     k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, lo, hi,
+    offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, hi,
     BLOCK_N2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     MASK_N: tl.constexpr, MASK_BAND: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     """Fold key tiles [lo, hi) into dq of one query tile. lse2 = L * log2(e).
     MASK_N masks keys >= N_K, MASK_BAND the pairs the mask hides."""
@@ -208,7 +216,11 @@ def _attn_bwd_dq_tiles(
                        n_ok, d_ok[:, None], MASK_N, PAD_D)
         vt = load_tile(v_base + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd,
                        n_ok, d_ok[:, None], MASK_N, PAD_D)
-        p = tl.math.exp2(tl.dot(q, kt) * qk_scale - lse2[:, None])
+        if SOFTCAP:
+            s, t = softcapped(tl.dot(q, kt), cap_in, cap_out)
+            p = tl.math.exp2(s - lse2[:, None])
+        else:
+            p = tl.math.exp2(tl.dot(q, kt) * qk_scale - lse2[:, None])
         if MASK_BAND:
             keep = visible(offs_m[:, None], offs_n[None, :], OFFSET, LEFT, RIGHT, CAUSAL,
                            HAS_LEFT, HAS_RIGHT, SHIFTED)
@@ -217,6 +229,8 @@ def _attn_bwd_dq_tiles(
             p = tl.where(n_ok, p, 0.0)
         dp = tl.dot(do, vt)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - t * t)
         dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq)
     return dq
 
@@ -229,11 +243,11 @@ def _attn_bwd_dq(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
-    H, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT,
+    H, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, EVEN_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-    SHIFTED: tl.constexpr,
+    SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     """dQ for one query tile. Grid: (cdiv(N_Q, BLOCK_M2), B * H). Programs run last tile
     first: under a causal mask the last query tiles have the most keys to visit."""
@@ -267,19 +281,20 @@ def _attn_bwd_dq(
     if HAS_LEFT:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, lo, full_lo,
+            offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo,
             BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, True, CAUSAL, HAS_LEFT, HAS_RIGHT,
-            SHIFTED)
+            SHIFTED, SOFTCAP)
     dq = _attn_bwd_dq_tiles(
         dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, full_lo, full_hi,
-        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+        offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi,
+        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED,
+        SOFTCAP)
     if BAND or not EVEN_N:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, full_hi, hi,
+            offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi,
             BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT,
-            SHIFTED)
+            SHIFTED, SOFTCAP)
 
     dq = dq * scale
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh

@@ -32,7 +32,7 @@ This module imports Triton only, so it compiles for any target without torch or 
 import triton
 import triton.language as tl
 
-from flashscope.kernels.common import LN2, load_tile
+from flashscope.kernels.common import LN2, load_tile, softcapped
 from flashscope.kernels.keyrange import key_range, visible
 
 
@@ -40,11 +40,12 @@ from flashscope.kernels.keyrange import key_range, visible
 def _attn_fwd_tiles(
     acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
     stride_kn, stride_kd, stride_vn, stride_vd,
-    offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, lo, hi,
+    offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, hi,
     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     Q_IN_REGS: tl.constexpr, MASK_N: tl.constexpr, MASK_BAND: tl.constexpr,
     SCALE_POS: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr, GUARD: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     """Fold key tiles [lo, hi) into (acc, l_i, m_i). MASK_N masks keys >= N_K, MASK_BAND
     the keys the mask hides from a row; both are compile-time switches."""
@@ -61,8 +62,11 @@ def _attn_fwd_tiles(
         kt = load_tile(k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd,
                        cols[None, :] < N_K, d_ok[:, None], MASK_N, PAD_D)
         qk = tl.dot(q, kt)
-        if MASK_BAND or MASK_N or not SCALE_POS:
-            s = qk * qk_scale
+        if MASK_BAND or MASK_N or not SCALE_POS or SOFTCAP:
+            if SOFTCAP:
+                s, _ = softcapped(qk, cap_in, cap_out)
+            else:
+                s = qk * qk_scale
             if MASK_BAND:
                 keep = visible(offs_m[:, None], cols[None, :], OFFSET, LEFT, RIGHT, CAUSAL,
                                HAS_LEFT, HAS_RIGHT, SHIFTED)
@@ -97,16 +101,18 @@ def _attn_fwd(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    H, GROUP, N_Q, N_K, qk_scale, OFFSET, LEFT, RIGHT,
+    H, GROUP, N_Q, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, Q_IN_REGS: tl.constexpr,
     RETURN_LSE: tl.constexpr, EVEN_N: tl.constexpr, SCALE_POS: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr, GUARD: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     """Grid: (cdiv(N_Q, BLOCK_M), B * H). qk_scale = scale * log2(e); OFFSET, LEFT, RIGHT
     and the mask switches as :meth:`flashscope.masks.Mask.scalars` and ``switches`` give
-    them. HEAVY_FIRST (causal) hands the first programs of each head the last row blocks,
+    them. SOFTCAP: scores become c tanh(s / c) before the softmax, cap_in = scale / c and
+    cap_out = c log2(e) (:func:`~flashscope.kernels.common.softcapped`). HEAVY_FIRST (causal) hands the first programs of each head the last row blocks,
     which have the most key tiles: the GPU starts blocks in program order, so the grid ends
     on short blocks instead of leaving SMs idle behind long ones (longest-processing-time
     first)."""
@@ -139,20 +145,23 @@ def _attn_fwd(
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
-            OFFSET, LEFT, RIGHT, lo, full_lo, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS,
-            not EVEN_N, True, SCALE_POS, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, GUARD)
+            OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo, BLOCK_N, HEAD_DIM,
+            HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, True, SCALE_POS, CAUSAL, HAS_LEFT,
+            HAS_RIGHT, SHIFTED, GUARD, SOFTCAP)
     # the tiles every row of the block sees whole: no mask
     acc, l_i, m_i = _attn_fwd_tiles(
         acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
         stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
-        OFFSET, LEFT, RIGHT, full_lo, full_hi, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS,
-        False, False, SCALE_POS, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, GUARD)
+        OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi, BLOCK_N, HEAD_DIM,
+        HEAD_DIM_PAD, Q_IN_REGS, False, False, SCALE_POS, CAUSAL, HAS_LEFT, HAS_RIGHT,
+        SHIFTED, GUARD, SOFTCAP)
     if BAND or not EVEN_N:  # the band's right edge (the diagonal) and a partial last tile
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
             stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
-            OFFSET, LEFT, RIGHT, full_hi, hi, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, Q_IN_REGS,
-            not EVEN_N, BAND, SCALE_POS, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, GUARD)
+            OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi, BLOCK_N, HEAD_DIM,
+            HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, BAND, SCALE_POS, CAUSAL, HAS_LEFT,
+            HAS_RIGHT, SHIFTED, GUARD, SOFTCAP)
 
     if GUARD:  # rows that saw no key (acc 0, m -inf): output 0, log-sum-exp -inf
         l_i = tl.where(l_i == 0.0, 1.0, l_i)

@@ -72,7 +72,7 @@ Each program reads its work list one tile ahead and divides tile indices by mult
 the host computed (``_divmod``): at N = 1024 the list's global loads and two integer
 divisions otherwise sat between one work tile's output and the next one's first product.
 A ``TRACE = R`` build stamps the SM clock at fixed points of each work tile (``_stamp``;
-:mod:`flashscope.profile.timeline` reads them, ``scripts/gpu/trace_fwd.py`` runs them);
+:mod:`flashscope.profile.timeline` reads them);
 with TRACE = 0 the stamps compile away.
 
 Three modules hold the pieces: :mod:`~flashscope.kernels.sm90_worklist` (which work
@@ -378,7 +378,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         if IS_CAUSAL or MASKED_FIRST:
             p0 = _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
         else:  # only the last key tile masks, and no piece starts there (split_points);
-            p0 = 0  # a position read from the list here cost the loop 0.3% (run 151)
+            p0 = 0  # a position read from the list here cost the loop 0.3%
         s = _masked(s, p0, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
         m_i = gl.max(s, 1) * qk_scale
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
@@ -455,7 +455,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
 
         # a piece of a cut block writes its rows too (the merge overwrites them), so the
         # epilogue is the one without SPLIT: a branch choosing between the two stores
-        # moved ptxas's loop schedule, 0.5-1% a key tile (runs 149-151)
+        # moved ptxas's loop schedule, 0.5-1% a key tile
         _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
                    pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s)
         if SPLIT:

@@ -25,13 +25,14 @@ from flashscope.kernels.common import LN2
 
 
 @triton.jit
-def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m,
+def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
                  stride_ob, stride_oh, stride_om, stride_od,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr,
                  RETURN_LSE: tl.constexpr):
     """Grid (cut blocks, BLOCK_M / ROWS). Merge (int32 [M, 3]): per cut block (work tile
     t = pid_bh * n_m + pid_m, first slot, pieces). Out (B, H, N_Q, D), any strides; Lse
-    (B, H, N_Q) fp32, contiguous. Rows at or past N_Q are not written."""
+    (B, H, N_Q) fp32, contiguous; the workspace holds HEAD_DIM >= D columns (the padded
+    width). Rows at or past N_Q and columns at or past D are not written."""
     i = tl.program_id(0)
     c = tl.program_id(1)
     t = tl.load(Merge + 3 * i)
@@ -62,7 +63,7 @@ def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m,
     h = pid_bh % H
     dst = (Out + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
            + q_rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_od)
-    tl.store(dst, out.to(Out.dtype.element_ty), mask=keep[:, None])
+    tl.store(dst, out.to(Out.dtype.element_ty), mask=keep[:, None] & (cols[None, :] < D))
     if RETURN_LSE:
         lse = (big + tl.math.log2(total)) * LN2
         tl.store(Lse + pid_bh.to(tl.int64) * N_Q + q_rows, lse, mask=keep)

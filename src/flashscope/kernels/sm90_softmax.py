@@ -99,7 +99,7 @@ def _lazy_rescale(acc, alpha):
     output tied to its input, so nothing is copied when the jump is taken. A branch in
     Gluon itself would need a scalar condition, a reduction across the warpgroup
     through shared memory (two ``bar.sync`` a tile); that version measured no better
-    (run 45 of the performance record)."""
+    (docs/experiments.md)."""
     N: gl.constexpr = acc.shape[1] // 2
     a, _ = gl.broadcast(gl.convert_layout(gl.expand_dims(alpha, 1), acc.type.layout), acc)
     return gl.inline_asm_elementwise(_lazy_rescale_asm(N), _lazy_rescale_constraints(N),

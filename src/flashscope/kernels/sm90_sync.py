@@ -62,7 +62,7 @@ def _take_turn(C: gl.constexpr, k, PINGPONG: gl.constexpr):
     arrival has its sync. Ids 8.. sit above the ones Triton 3.6 gives its
     partitions (0 the CTA, 1 the join, 2.. one per partition). Against an mbarrier per
     consumer (a warpgroup bar.sync and a polled try_wait to take, a bar.sync and one
-    thread's arrive to pass) 0.7-1.4% faster on the six PINGPONG cells (run 167)."""
+    thread's arrive to pass) 0.7-1.4% faster on the six PINGPONG cells of the suite."""
     if PINGPONG:
         gl.inline_asm_elementwise(_turn_asm(True, 8 + C, C == 0), "=r,r", [k],
                                   dtype=gl.int32, is_pure=False, pack=1)

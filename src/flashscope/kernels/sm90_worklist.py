@@ -78,7 +78,7 @@ def _divmod(n, d, m, k):
     A division by a value the compiler does not know costs a reciprocal on MUFU and about
     twenty dependent integer instructions, redone for every work tile: two of them took
     most of the 470 clocks between one work tile's output and the next one's start at
-    N = 1024 (run 81 of the performance record); computed in the kernel once, the
+    N = 1024; computed in the kernel once, the
     multipliers take registers the D = 128 consumers do not have (spills). One asm block
     keeps the 64-bit steps on the per-tile value: widened in Triton, the arguments' 64-bit
     copies are hoisted to the kernel's start and spilled on the way into the partitions."""
@@ -138,11 +138,11 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     N_Q take one tile (its store is clipped). With BLOCK_M = 192 and BLOCK_N = 128 a
     work tile holds 1.5 consumer tiles above the diagonal on average and the last one of
     a head two consumers of padding: 23%, 8.2% and 2.3% of the consumer tiles at
-    N = 1024, 4096 and 16384, none with BLOCK_M = 128 (runs 70-71 of the performance
-    record: 5% and 2-3% less time at 4096 and 16384). Non-causal work tiles need every
+    N = 1024, 4096 and 16384, none with BLOCK_M = 128 (passing them measured 5% and 2-3%
+    less time at 4096 and 16384). Non-causal work tiles need every
     key tile; only the padding rows of a last work tile can pass. Dealt round-robin that
     saves nothing (the programs holding those tiles are not the last to finish) and
-    measured 5% slower than computing them at N = 1024 (run 70), so they pass only with
+    measured 5% slower than computing them at N = 1024, so they pass only with
     LPT = 2, whose list (BALANCE) puts the cheaper tiles where they shorten the grid."""
     if IS_CAUSAL:
         _, _, mask_own, hi = key_range(row0, N_K, 0, 0, 0, ROWS, BLOCK_N, True, False,

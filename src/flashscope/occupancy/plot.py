@@ -1,5 +1,6 @@
 """The occupancy staircase: occupancy against registers (VGPRs) per thread for one target
-and block size, the kernel's point and its nearest cliff marked. PNG via matplotlib (Agg)."""
+and block size, the kernel's point and its nearest cliff marked, and, when shared memory
+(LDS) is what limits the kernel, the cap it sets drawn across. PNG via matplotlib (Agg)."""
 
 from __future__ import annotations
 
@@ -24,16 +25,20 @@ def staircase(target, *, threads, smem=0, lds=0, sgprs=None, wave_size=None) -> 
 def plot_staircase(path, occ, *, threads, regs, smem=0, lds=0, sgprs=None,
                    wave_size=None) -> str:
     """Write the staircase PNG for the kernel ``occ`` (an Occupancy) to ``path``."""
-    import matplotlib
+    from ..plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps = staircase(occ.target, threads=threads, smem=smem, lds=lds, sgprs=sgprs,
                       wave_size=wave_size)
     xs, ys = zip(*steps)
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
     ax.step(xs, [100 * y for y in ys], where="post", color="tab:blue")
+    if any(k in ("shared_mem", "lds") for k in occ.limiter):
+        # with the fewest registers, what is left is the other limits: shared memory's cap
+        cap = 100 * steps[0][1]
+        what = "shared memory" if get_target(occ.target).vendor == "nvidia" else "LDS"
+        ax.axhline(cap, color="#a40000", ls="--", lw=1,
+                   label=f"{what} cap: {cap:.1f}% ({smem or lds:,} B per block)")
     ax.plot([regs], [100 * occ.occupancy], "o", color="tab:red", label=f"kernel: {regs}")
     c = occ.cliffs.get("registers", {})
     if c.get("save_to_gain"):

@@ -8,6 +8,7 @@ occupancy >= 33 %. Whether passing them predicts speed is a separate, measured q
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ def parse_gate(text: str) -> Gate:
         threshold = float(value)
     except ValueError:
         raise FlashscopeError(f"--gate {text!r}: {value!r} is not a number") from None
+    if not math.isfinite(threshold):
+        raise FlashscopeError(f"--gate {text!r}: {value!r} is not a finite number")
     return Gate(metric.key, op, threshold)
 
 

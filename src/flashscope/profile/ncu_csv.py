@@ -10,8 +10,9 @@ ncu writes two layouts:
 Both may be preceded by the profiled program's own output and ``==PROF==`` lines, and
 followed by ``==PROF== Disconnected``. Values may carry thousands separators
 (``"65,536"``) and read ``n/a`` where a metric does not apply. Anything else malformed
-(no header, a row of the wrong width, a value that is not a number, binary garbage, a
-file that is not UTF-8) raises :class:`~flashscope.errors.ParseError` naming the line.
+(no header, a row of the wrong width, a value that is not a number, a negative or infinite
+counter, binary garbage, a file that is not UTF-8) raises
+:class:`~flashscope.errors.ParseError` naming the line.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class KernelCounters:
 
 
 def parse_number(text: str, where: str) -> Optional[float]:
-    """ncu's printed number -> float; n/a -> None; anything else -> ParseError."""
+    """ncu's printed number -> float; n/a -> None; anything else (text, an infinity, a
+    negative value: no counter ncu prints can be below zero) -> ParseError."""
     s = text.strip()
     if s in _NA:
         return None
@@ -79,6 +81,9 @@ def parse_number(text: str, where: str) -> Optional[float]:
         raise ParseError(f"{where}: expected a number or n/a, got {text!r}") from None
     if v != v:
         return None
+    if v in (float("inf"), float("-inf")) or v < 0:
+        raise ParseError(f"{where}: {text.strip()!r} is impossible for a counter (expected a "
+                         "finite number >= 0)")
     return v
 
 
@@ -105,10 +110,13 @@ def read_ncu_csv(path) -> list:
     return parse_ncu_csv(decode(data, str(p)), source=str(p))
 
 
-def _find_header(lines):
+def _find_header(lines, source):
     for i, line in enumerate(lines):
         if line.startswith('"ID"') or line.startswith("ID,"):
-            cells = next(csv.reader([line]))
+            try:
+                cells = next(csv.reader([line], strict=True))
+            except csv.Error as e:
+                raise ParseError(f"{source}: line {i + 1}: {e}") from None
             if "Kernel Name" in cells:
                 return i, cells
     return None, None
@@ -119,7 +127,7 @@ def parse_ncu_csv(text: str, source: str = "ncu csv") -> list:
     if not text.strip():
         raise ParseError(f"{source}: empty input")
     lines = text.splitlines()
-    start, header = _find_header(lines)
+    start, header = _find_header(lines, source)
     if header is None:
         raise ParseError(f'{source}: no ncu CSV header (a row starting "ID" with a "Kernel '
                          'Name" column); was ncu run with --csv?')

@@ -66,7 +66,7 @@ def find_ncu(ncu: str = "ncu") -> str:
     path = shutil.which(ncu)
     if path is None:
         raise FlashscopeError(f"--ncu: {ncu!r} not found on PATH (Nsight Compute is needed to "
-                              "profile; use --csv FILE to read an existing ncu CSV)")
+                              "profile; use --ncu-csv FILE to read an existing ncu CSV)")
     return path
 
 

@@ -10,7 +10,6 @@ on which side of an occupancy cliff, per target, NVIDIA and AMD side by side.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .collect import (DEFAULT_BASE, DEFAULT_HEAD_DIMS, DEFAULT_TARGETS, Report, ReportSpec,
@@ -20,16 +19,25 @@ __all__ = ["DEFAULT_BASE", "DEFAULT_HEAD_DIMS", "DEFAULT_TARGETS", "Report", "Re
            "Row", "collect", "default_configs", "load_configs", "make_spec", "write_report"]
 
 
-def write_report(report: Report, out_dir) -> dict:
-    """Write report.json, budget.png, staircase.png and report.html into ``out_dir``
-    (created if missing); returns {name: path}."""
+def write_json(path, doc) -> str:
+    """``doc`` as strict JSON (non-finite numbers as null), written whole: a temporary file
+    renamed into place."""
+    from ..outfiles import json_text, write_atomic
+
+    return str(write_atomic(path, json_text(doc)))
+
+
+def write_report(report: Report, out_dir, doc=None) -> dict:
+    """Write report.json (``doc``, default ``report.as_dict()``), budget.png,
+    staircase.png and report.html into ``out_dir`` (created if missing); returns
+    {name: path}."""
     from .html import write_html
     from .plots import write_plots
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = {"json": str(out / "report.json")}
-    (out / "report.json").write_text(json.dumps(report.as_dict(), indent=1, default=str))
+    files = {"json": write_json(out / "report.json", report.as_dict() if doc is None
+                                else doc)}
     plots = write_plots(report, out)
     files.update(plots)
     files["html"] = write_html(report, out / "report.html", plots)

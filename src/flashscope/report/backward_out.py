@@ -9,76 +9,57 @@
 
 from __future__ import annotations
 
-import json
 from html import escape
 from pathlib import Path
 from types import SimpleNamespace
 
 from .backward import BWD_KERNELS
-from .render_terminal import _pct, _signed
+from ..terminal import label, pct, show, table
+from .render_terminal import ablation_cell
 
 _SHORT = {"bwd_dkdv": "dkdv", "bwd_dq": "dq"}
 
 
 def _measured(r) -> list:
     """config, D, target, kernel, registers, spills, shared, occupancy, limiter."""
-    head = [r.config.label, r.head_dim, r.target, BWD_KERNELS[r.kernel][0]]
+    head = [label(r.config), r.head_dim, r.target, BWD_KERNELS[r.kernel][0]]
     if r.record is None:
-        return head + ["-", "-", "-", "-", (r.error or "")[:48]]
+        return head + ["FAILED", "-", "-", "-", f"build failed: {r.error or 'no record'}"]
     return head + [r.record.registers, r.spills, r.record.shared_bytes,
-                   _pct(r.occ.occupancy if r.occ else None),
-                   ",".join(r.occ.limiter) if r.occ else (r.error or "-")[:48]]
+                   pct(r.occ.occupancy if r.occ else None),
+                   ", ".join(r.occ.limiter) if r.occ else (r.error or "-")]
 
 
-_MEASURED_HEAD = ("config", "D", "target", "kernel", "registers", "spills", "shared B",
+_MEASURED_HEAD = ("config", "D", "target", "kernel", "registers", "spills", "shared (B)",
                   "occupancy", "limiter")
 
 
-def _ablation_cell(e) -> str:
-    if e is None:
-        return ""
-    if "d_registers" not in e:
-        bad = e["before"] if not e["before"]["ok"] else e["after"]
-        return "not built" if not bad.get("error") else bad["error"][:28]
-    return (f"{_signed(e['d_registers'])} r / {_signed(e['d_spills'])} sp / "
-            f"{_pct(e['before']['occupancy'])}->{_pct(e['after']['occupancy'])}")
-
-
 def render_bwd(report, console=None, out_dir=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from ..terminal import console as make_console
 
-    console = console or Console()
+    console = console or make_console()
     names = [t.name for t in report.spec.targets]
     bases = ", ".join(f"{t} {k}" for t, k in report.as_dict()["spec"]["base"].items())
-    tab = Table(title=f"Backward kernels, measured (no analytic budget); bases: {bases}",
-                title_justify="left")
-    for col in _MEASURED_HEAD:
-        tab.add_column(col, justify="left" if col in ("config", "target", "kernel",
-                                                       "limiter") else "right")
+    measured = table(*_MEASURED_HEAD, title=f"Backward kernels, measured (no analytic "
+                     f"budget); bases: {bases}", left=("config", "target", "kernel",
+                                                       "limiter"))
     for r in sorted(report.main_rows(), key=lambda r: (r.kernel, r.target)):
-        tab.add_row(*map(str, _measured(r)))
-    console.print(tab)
-    tab = Table(title="Backward ablations (compiled): d registers / d spills / occupancy "
-                      "before -> after", title_justify="left")
-    tab.add_column("kernel")
-    tab.add_column("step")
-    for n in names:
-        tab.add_column(n)
+        measured.add_row(*map(str, _measured(r)))
+    abl = table("kernel", "step", *names, title="Backward ablations (compiled): d "
+                "registers, d spills, occupancy before -> after",
+                left=("kernel", "step", *names))
     for a in report.ablations:
-        tab.add_row(BWD_KERNELS[a["kernel"]][0], a["name"],
-                    *[_ablation_cell(a["targets"].get(n)) for n in names])
-    console.print(tab)
-    tab = Table(title="Just past a cliff: the saving that gains a block (workgroup)",
-                title_justify="left")
-    for col in ("target", "kernel", "config", "resource", "now", "save", "occupancy"):
-        tab.add_column(col)
+        abl.add_row(BWD_KERNELS[a["kernel"]][0], a["name"],
+                    *[ablation_cell(a["targets"].get(n)) for n in names])
+    cliffs = table("target", "kernel", "config", "resource", "now", "save", "occupancy",
+                   title="Just past a cliff: the saving that gains a block (workgroup)",
+                   left=("target", "kernel", "config", "resource"))
     for c in report.cliffs:
         if c["near"]:
-            tab.add_row(c["target"], BWD_KERNELS[c["kernel"]][0], c["config"], c["resource"],
-                        str(c["value"]), str(c["save_to_gain"]),
-                        f"{_pct(c['occupancy'])} -> {_pct(c['occupancy_after'])}")
-    console.print(tab)
+            cliffs.add_row(c["target"], BWD_KERNELS[c["kernel"]][0], c["config"],
+                           c["resource"], str(c["value"]), str(c["save_to_gain"]),
+                           f"{pct(c['occupancy'])} -> {pct(c['occupancy_after'])}")
+    show(console, measured, abl, cliffs)
     t = report.timings
     tail = f"{t.get('kernels', 0)} kernels in {t.get('compile_s', 0):.1f} s"
     if out_dir is not None:
@@ -87,9 +68,9 @@ def render_bwd(report, console=None, out_dir=None) -> None:
 
 
 def plot_registers(report, path) -> str:
-    from .plots import _plt
+    from ..plotting import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     names = [t.name for t in report.spec.targets]
     fig, axes = plt.subplots(len(names), 1, figsize=(11, 3.2 * len(names)), squeeze=False)
     for ax, name in zip(axes[:, 0], names):
@@ -126,52 +107,54 @@ def plot_staircase_bwd(report, path) -> str:
     return plot_staircase(shim, path)
 
 
-def write_bwd_html(report, path, plots: dict) -> str:
-    from .html import _CSS, _img, _table
+def write_bwd_html(report, path, plots: dict, default_kernels=None) -> str:
+    from . import html
 
     s = report.spec
-    measured = _table(_MEASURED_HEAD, [_measured(r) for r in
-                                       sorted(report.main_rows(),
-                                              key=lambda r: (r.kernel, r.target))],
-                      left=("config", "target", "kernel", "limiter"),
-                      classes=["spill" if r.spills or r.record is None else "" for r in
-                               sorted(report.main_rows(), key=lambda r: (r.kernel, r.target))])
+    ordered = sorted(report.main_rows(), key=lambda r: (r.kernel, r.target))
+    measured = html._table(_MEASURED_HEAD, [_measured(r) for r in ordered],
+                           left=("config", "target", "kernel", "limiter"),
+                           classes=["fail" if r.record is None else "spill" if r.spills
+                                    else "" for r in ordered])
     names = [t.name for t in s.targets]
-    abl = _table(("kernel", "step", *names),
-                 [[BWD_KERNELS[a["kernel"]][0], a["name"],
-                   *[_ablation_cell(a["targets"].get(n)) for n in names]]
-                  for a in report.ablations], left=("kernel", "step", *names))
+    abl = html._table(("kernel", "step", *names),
+                      [[BWD_KERNELS[a["kernel"]][0], a["name"],
+                        *[html.ablation_cell(a["targets"].get(n)) for n in names]]
+                       for a in report.ablations], left=("kernel", "step", *names))
     near = [c for c in report.cliffs if c["near"]]
-    cliffs = _table(("target", "kernel", "config", "resource", "now", "save", "occupancy"),
-                    [[c["target"], BWD_KERNELS[c["kernel"]][0], c["config"], c["resource"],
-                      c["value"], c["save_to_gain"],
-                      f"{_pct(c['occupancy'])} -> {_pct(c['occupancy_after'])}"]
-                     for c in near], left=("target", "kernel", "config", "resource"))
-    bases = ", ".join(f"{t} <code>{escape(k)}</code>"
+    cliffs = html._table(("target", "kernel", "config", "resource", "now", "save",
+                          "occupancy"),
+                         [[c["target"], BWD_KERNELS[c["kernel"]][0], c["config"],
+                           c["resource"], c["value"], c["save_to_gain"],
+                           f"{pct(c['occupancy'])} -> {pct(c['occupancy_after'])}"]
+                          for c in near], left=("target", "kernel", "config", "resource"))
+    bases = ", ".join(f"{escape(t)} <code>{escape(k)}</code>"
                       for t, k in report.as_dict()["spec"]["base"].items())
-    title = "flashscope report: backward kernels (dK/dV, dQ)"
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
-            f"<style>{_CSS}</style></head><body><h1>{title}</h1>"
-            f"<p class='muted'>{', '.join(names)}; head dim {s.head_dim}, {s.dtype}, "
+    meta = (f"{escape(', '.join(names))}; head dim {s.head_dim}, {escape(s.dtype)}, "
             f"{'causal' if s.causal else 'non-causal'}; bases (each target's default "
             f"backward config): {bases}; {report.timings.get('kernels', 0)} kernels. "
-            "Measured only: no analytic register budget for the backward.</p>"
-            f"<h2>Registers, spills, shared memory, occupancy</h2>{measured}"
-            f"{_img(plots['registers'])}<h2>Ablations</h2>"
+            "Measured only: no analytic register budget for the backward.")
+    body = (html.default_kernel_sentence(names, default_kernels or {})
+            + html.failed_note(report.main_rows())
+            + f"<h2>Registers, spills, shared memory, occupancy</h2>{measured}"
+            f"{html._img(plots['registers'])}<h2>Ablations</h2>"
             "<p>One knob of each target's base at a time; a tile knob changes only the "
             "kernel that uses it (BLOCK_M1/BLOCK_N1: dK/dV, BLOCK_M2/BLOCK_N2: dQ).</p>"
-            f"{abl}<h2>Occupancy cliffs</h2>{cliffs}{_img(plots['staircase'])}"
-            "</body></html>")
-    Path(path).write_text(page)
+            f"{abl}<h2>Occupancy cliffs</h2>{cliffs}{html._img(plots['staircase'])}")
+    title = "flashscope report: backward kernels (dK/dV, dQ)"
+    Path(path).write_text(html.page(title, meta, body), encoding="utf-8")
     return str(path)
 
 
-def write_bwd_report(report, out_dir) -> dict:
-    """report.json, bwd_registers.png, staircase.png and report.html into ``out_dir``."""
+def write_bwd_report(report, out_dir, doc=None) -> dict:
+    """report.json (``doc``, default ``report.as_dict()``), bwd_registers.png,
+    staircase.png and report.html into ``out_dir``."""
+    from . import write_json
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = {"json": str(out / "report.json")}
-    (out / "report.json").write_text(json.dumps(report.as_dict(), indent=1, default=str))
+    files = {"json": write_json(out / "report.json", report.as_dict() if doc is None
+                                else doc)}
     plots = {"registers": plot_registers(report, out / "bwd_registers.png"),
              "staircase": plot_staircase_bwd(report, out / "staircase.png")}
     files.update(plots)

@@ -1,124 +1,111 @@
 """The terminal summary (rich): budget vs measurement, the model's error, ablations with
-NVIDIA and AMD side by side, and the configs just past a cliff."""
+NVIDIA and AMD side by side, and the configs just past a cliff. Tables fit 100 columns
+(:mod:`flashscope.terminal`): the budget's components share one wrapped cell."""
 
 from __future__ import annotations
 
 from ..budget import COMPONENTS
+from ..terminal import label, pct, show, table
 
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def _signed(x) -> str:
     return "-" if x is None else f"{x:+d}" if isinstance(x, int) else f"{x:+.1f}"
 
 
-def budget_table(report):
-    from rich.table import Table
+def _parts(budget) -> str:
+    return ", ".join(f"{k} {budget.parts[k]:.0f}" for k in COMPONENTS)
 
-    tab = Table(title="Registers per thread (lane): measured vs the analytic budget",
-                title_justify="left")
-    for col in ("config", "D", "target", "measured", "spills", *COMPONENTS, "predicted",
-                "error", "dominant", "occupancy", "limiter"):
-        tab.add_column(col, justify="left" if col in ("config", "target", "dominant",
-                                                       "limiter") else "right")
-    for r in report.main_rows():
+
+def budget_table(report):
+    rows = report.main_rows()
+    dims = len({r.head_dim for r in rows}) > 1
+    cols = ["config", *(["D"] if dims else []), "target", "regs", "budget (error)",
+            "budget parts", "dominant", "spills", "occupancy", "limiter"]
+    tab = table(*cols, title="Registers per thread (lane): measured vs the analytic budget "
+                "(spills marked * cap the count: it is what the allocator was allowed)",
+                left=("config", "target", "budget parts", "dominant", "limiter"))
+    for r in rows:
+        head = [label(r.config), *([str(r.head_dim)] if dims else []), r.target]
         if r.record is None or r.comparison is None:
-            tab.add_row(r.config.label, str(r.head_dim), r.target, "-", "-",
-                        *["" for _ in COMPONENTS], "-", "-", (r.error or "")[:48], "-", "-")
+            tab.add_row(*head, "FAILED", "-", "-", "-", "-", "-",
+                        f"build failed: {r.error or 'no record'}")
             continue
         c, b = r.comparison, r.budget
-        err = f"{c['error']:+.0f} ({100 * c['rel_error']:+.0f}%)" + (" spills" if c["spilled"]
-                                                                      else "")
-        tab.add_row(r.config.label, str(r.head_dim), r.target, str(c["measured"]),
-                    str(r.spills), *[f"{b.parts[k]:.0f}" for k in COMPONENTS],
-                    f"{c['predicted']:.0f}", err, c["dominant"],
-                    _pct(r.occ.occupancy if r.occ else None),
-                    ",".join(r.occ.limiter) if r.occ else "-")
+        tab.add_row(*head, str(c["measured"]),
+                    f"{c['predicted']:.0f} ({100 * c['rel_error']:+.0f}%)", _parts(b),
+                    c["dominant"], str(r.spills) + ("*" if c["spilled"] else ""),
+                    pct(r.occ.occupancy if r.occ else None),
+                    ", ".join(r.occ.limiter) if r.occ else "-")
     return tab
 
 
 def model_table(report):
-    from rich.table import Table
-
-    tab = Table(title="How well the budget predicts the measurement", title_justify="left")
-    for col in ("target", "rows", "mean |error| (no spills)", "max |error|", "spilling rows",
-                "dominant"):
-        tab.add_column(col)
+    tab = table("target", "rows", "mean |error| (no spills)", "max |error|", "spilling rows",
+                "dominant", title="How well the budget predicts the measurement",
+                left=("target", "dominant"))
     for t, s in report.model_summary().items():
         dom = ", ".join(f"{k} {v}" for k, v in sorted(s["dominant"].items(),
                                                       key=lambda kv: -kv[1]))
-        tab.add_row(t, str(s["rows"]), _pct(s["mean_abs_rel_error"]),
-                    _pct(s["max_abs_rel_error"]), str(s["spilled"]), dom)
+        tab.add_row(t, str(s["rows"]), pct(s["mean_abs_rel_error"]),
+                    pct(s["max_abs_rel_error"]), str(s["spilled"]), dom)
     return tab
 
 
-def ablation_table(report):
-    from rich.table import Table
+def ablation_cell(e) -> str:
+    """One target's cell of an ablation step: d registers / d spills / occupancy."""
+    if e is None:
+        return ""
+    if "d_registers" not in e:
+        bad = e["before"] if not e["before"]["ok"] else e["after"]
+        return "FAILED" + (f": {bad['error']}" if bad.get("error") else "")
+    return (f"{_signed(e['d_registers'])} regs, {_signed(e['d_spills'])} spills, "
+            f"{pct(e['before']['occupancy'])} -> {pct(e['after']['occupancy'])}")
 
+
+def ablation_table(report):
     names = [t.name for t in report.spec.targets]
-    tab = Table(title="Ablations (compiled): d registers / d spills / occupancy before -> "
-                      "after", title_justify="left")
-    tab.add_column("step")
-    for n in names:
-        tab.add_column(n)
+    tab = table("step", *names, title="Ablations (compiled): d registers, d spills, "
+                "occupancy before -> after", left=("step", *names))
     for a in report.ablations:
-        cells = []
-        for n in names:
-            e = a["targets"][n]
-            if "d_registers" not in e:
-                bad = e["before"] if not e["before"]["ok"] else e["after"]
-                cells.append("not built" if not bad.get("error") else bad["error"][:28])
-                continue
-            cells.append(f"{_signed(e['d_registers'])} r / {_signed(e['d_spills'])} sp / "
-                         f"{_pct(e['before']['occupancy'])}->{_pct(e['after']['occupancy'])}")
-        tab.add_row(a["name"], *cells)
+        tab.add_row(a["name"], *[ablation_cell(a["targets"][n]) for n in names])
     return tab
 
 
 def cliff_table(report):
-    from rich.table import Table
-
-    tab = Table(title="Just past a cliff: the saving that gains a block (workgroup)",
-                title_justify="left")
-    for col in ("target", "config", "D", "resource", "now", "save", "occupancy"):
-        tab.add_column(col)
+    tab = table("target", "config", "D", "resource", "now", "save", "occupancy",
+                title="Just past a cliff: the saving that gains a block (workgroup)",
+                left=("target", "config", "resource"))
     for c in report.cliffs:
         if not c["near"]:
             continue
         tab.add_row(c["target"], c["config"], str(c["head_dim"]), c["resource"],
                     str(c["value"]), str(c["save_to_gain"]),
-                    f"{_pct(c['occupancy'])} -> {_pct(c['occupancy_after'])}")
+                    f"{pct(c['occupancy'])} -> {pct(c['occupancy_after'])}")
     return tab
 
 
 def defaults_table(report):
     """The kernel each target runs by default, as compiled."""
-    from rich.table import Table
-
-    tab = Table(title="The kernel that runs (by default, per target)", title_justify="left")
-    for col in ("target", "D", "config", "registers", "spills", "occupancy"):
-        tab.add_column(col, justify="left" if col in ("target", "config") else "right",
-                       overflow="fold")
+    tab = table("target", "D", "runs by default", "regs", "spills", "occupancy",
+                title="The kernel that runs (the default config per target)",
+                left=("target", "runs by default"))
     for r in report.defaults:
         rec = r.record
-        tab.add_row(r.target, str(r.head_dim), r.config.label,
-                    "failed" if rec is None else str(rec.registers),
+        tab.add_row(r.target, str(r.head_dim), label(r.config),
+                    "FAILED" if rec is None else str(rec.registers),
                     "-" if rec is None else str(r.spills),
-                    _pct(r.occ.occupancy if r.occ else None))
+                    pct(r.occ.occupancy if r.occ else None))
     return tab
 
 
 def render(report, console=None, out_dir=None) -> None:
-    from rich.console import Console
+    from ..terminal import console as make_console
 
-    console = console or Console()
-    console.print(defaults_table(report))
-    console.print(budget_table(report))
-    console.print(model_table(report))
-    console.print(ablation_table(report))
-    console.print(cliff_table(report))
+    console = console or make_console()
+    tables = [budget_table(report), model_table(report), ablation_table(report),
+              cliff_table(report)]
+    show(console, *([defaults_table(report)] if report.defaults else []), *tables)
     t = report.timings
     tail = f"{t.get('kernels', 0)} kernels in {t.get('compile_s', 0):.1f} s"
     if out_dir is not None:

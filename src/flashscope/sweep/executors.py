@@ -11,21 +11,25 @@ propagates.
 - :class:`GpuExecutor`: one single-process pool per GPU, each started with
   ``CUDA_VISIBLE_DEVICES`` (and ``HIP_VISIBLE_DEVICES``) set to its device before CUDA is
   initialized (spawned, not forked: a forked CUDA context is unusable). Each GPU runs one
-  item at a time, so timings never share a device. Workers die with the process that
-  started them.
+  item at a time, so timings never share a device.
 - :class:`RayExecutor`: ``ray.remote`` tasks on the cluster at ``address`` (None: start or
-  join a local instance), ``num_gpus`` per task for GPU work. Ray does the scheduling.
+  join a local instance), ``num_gpus`` per task for GPU work. Ray does the scheduling; it
+  comes with the ``ray`` extra (``pip install "flashscope[ray]"``).
+
+Local and per-GPU workers die with the sweep (:mod:`flashscope.workers`): a sweep killed
+with SIGKILL leaves no worker behind, and Ctrl-C stops the pool without a traceback from
+every worker.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, Iterator, Optional
 
 from ..errors import FlashscopeError
+from ..workers import init_worker, pool_args, stop_pool
 
 EXECUTORS = ("local", "gpus", "ray")
 
@@ -58,7 +62,8 @@ class LocalExecutor:
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context(self.start or (
                 "fork" if "fork" in methods else "spawn"))
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx,
+                                             **pool_args())
         futures = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
         try:
             pending = set(futures)
@@ -66,6 +71,10 @@ class LocalExecutor:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     yield futures[f], f.result()
+        except BaseException:  # Ctrl-C, a bug in fn, or the consumer gone: stop at once
+            stop_pool(self._pool)
+            self._pool = None
+            raise
         finally:
             for f in futures:
                 f.cancel()
@@ -76,25 +85,10 @@ class LocalExecutor:
             self._pool = None
 
 
-def _pin_device(device: str, parent: int = 0) -> None:
+def _pin_device(device: str, parent_pid: int) -> None:
+    init_worker(parent_pid)
     os.environ["CUDA_VISIBLE_DEVICES"] = device
     os.environ["HIP_VISIBLE_DEVICES"] = device
-    _die_with_parent(parent)
-
-
-def _die_with_parent(parent: int) -> None:
-    """On Linux, have this worker killed when the thread that started it exits, so a run
-    killed with SIGKILL leaves no worker behind still timing on its GPU (a pool worker
-    otherwise outlives its parent until its item ends, then waits on its queue forever);
-    if ``parent`` is gone already, exit now."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    if parent and os.getppid() != parent:
-        os._exit(1)
 
 
 def visible_devices() -> list:
@@ -136,6 +130,11 @@ class GpuExecutor:
                     i, pool = running.pop(f)
                     free.append(pool)
                     yield i, f.result()
+        except BaseException:
+            for p in self._pools:
+                stop_pool(p)
+            self._pools = []
+            raise
         finally:
             for f in running:
                 f.cancel()
@@ -161,7 +160,7 @@ class RayExecutor:
             import ray
         except ImportError:
             raise FlashscopeError("--executor ray: the ray package is not installed "
-                                  "(pip install ray)") from None
+                                  "(pip install \"flashscope[ray]\")") from None
         self.ray = ray
         self.num_gpus = num_gpus
         if not ray.is_initialized():

@@ -1,5 +1,6 @@
 """Pareto plots of a sweep (matplotlib, Agg): every measured point, the front drawn as a
-step line and labelled with config keys. One panel per front and problem."""
+step line and labelled with config keys (placed so that no two overlap). One panel per
+front and problem."""
 
 from __future__ import annotations
 
@@ -21,11 +22,9 @@ def _problem(r: dict) -> str:
 
 def plot_pareto(records, path, kind: str = "offline") -> "Path | None":
     """Write the PNG; None when no record has the measurements (nothing to draw)."""
-    import matplotlib
+    from ..plotting import place_labels, pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fronts = ["offline"] if kind == "offline" else ["gpu_registers", "gpu_occupancy"]
     recs = [r for r in records if r.get("kind") == kind and r.get("status") == "ok"]
     problems = sorted({_problem(r) for r in recs})
@@ -33,6 +32,7 @@ def plot_pareto(records, path, kind: str = "offline") -> "Path | None":
         return None
     fig, axes = plt.subplots(len(problems), len(fronts), squeeze=False,
                              figsize=(6 * len(fronts), 3.6 * len(problems)))
+    pending = []
     for i, prob in enumerate(problems):
         rows = [r for r in recs if _problem(r) == prob]
         for j, name in enumerate(fronts):
@@ -53,15 +53,16 @@ def plot_pareto(records, path, kind: str = "offline") -> "Path | None":
                 labels = {}
                 for r in front:  # configs on the same spot share one label
                     labels.setdefault((r[xk], r[yk]), []).append(r["config_key"])
-                for (x, y), keys in labels.items():
-                    ax.annotate(", ".join(sorted(keys)), (x, y), fontsize=6,
-                                xytext=(3, 3), textcoords="offset points")
+                pending.append((ax, list(labels), [", ".join(sorted(k))
+                                                   for k in labels.values()]))
             ax.set_xlabel(_LABELS[xk])
             ax.set_ylabel(_LABELS[yk])
             ax.set_title(prob, fontsize=9)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
     fig.tight_layout()
+    for ax, anchors, texts in pending:  # after the layout: no two labels overlap
+        place_labels(ax, anchors, texts)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -11,7 +11,7 @@
    seeded with the tuned and default configs and knowing the scores of ``history`` files
    and of this file's own records;
 5. appends each record the moment it arrives (:class:`~flashscope.sweep.store.ResultStore`),
-   under a progress bar with ETA;
+   under a progress bar with ETA on a terminal (:class:`~flashscope.progress.Progress`);
 6. returns a summary (counts, best per job, Pareto fronts, evolve traces) that the command
    writes as ``summary.json`` next to ``results.jsonl`` and plots as ``pareto.png``.
 
@@ -32,6 +32,7 @@ from typing import Callable, Optional
 from ..errors import FlashscopeError
 from ..families import Problem as FamilyProblem
 from ..families import family
+from ..progress import Progress
 from . import evaluate as ev
 from .evolve import Evolution, objective
 from .executors import LocalExecutor, make_executor
@@ -125,32 +126,6 @@ def check_request(req: SweepRequest) -> list:
         if not Path(h).is_file():
             raise FlashscopeError(f"--history {h}: no such file")
     return list_jobs(req)
-
-
-class _Progress:
-    """rich progress bar (stderr) with ETA; a no-op when disabled."""
-
-    def __init__(self, enabled: bool, total: int, what: str):
-        self.bar = None
-        if enabled and total:
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
-
-            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                                MofNCompleteColumn(), TimeElapsedColumn(),
-                                TextColumn("ETA"), TimeRemainingColumn(),
-                                console=Console(stderr=True))
-            self.bar.start()
-            self.task = self.bar.add_task(what, total=total)
-
-    def advance(self, n: int = 1):
-        if self.bar is not None:
-            self.bar.advance(self.task, n)
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.stop()
 
 
 class _Runner:
@@ -258,19 +233,15 @@ def run_sweep(req: SweepRequest) -> dict:
                         summary["skipped_done"] += 1
                     else:
                         items.append(it)
-            runner.progress = _Progress(req.progress, len(items), f"{runner.kind} sweep")
-            try:
+            with Progress(f"{runner.kind} sweep", len(items), req.progress) as bar:
+                runner.progress = bar
                 runner.evaluate(items, "exhaustive")
-            finally:
-                runner.progress.close()
         else:
-            runner.progress = _Progress(req.progress, req.budget * len(plan), "evolve")
-            try:
+            with Progress("evolve", req.budget * len(plan), req.progress) as bar:
+                runner.progress = bar
                 for job, _, _ in plan:
                     summary.setdefault("evolve", {})[job.label] = _evolve_job(
                         req, runner, store, job, history)
-            finally:
-                runner.progress.close()
         for job, cfgs, n_pruned in plan:
             summary["jobs"].append(job_summary(job, store.records, runner.kind, len(cfgs),
                                               n_pruned))

@@ -12,7 +12,7 @@ files (the tuner's adoptions go through it too).
 from __future__ import annotations
 
 from ..errors import FlashscopeError
-from ..tuned import entry_key, make_entry, seq_class, write_entries
+from ..tuned import check_replacements, entry_key, make_entry, seq_class, write_entries
 from .evaluate import item_config, parse_gpu_shape
 
 
@@ -52,10 +52,15 @@ def best_entries(records, source: str = "", check=None) -> dict:
     return out
 
 
-def write_tuned(records, data_dir=None, source: str = "", check=None) -> list:
-    """Merge the best entries into ``<data_dir>/<target>.json``; returns the paths."""
+def write_tuned(records, data_dir=None, source: str = "", check=None,
+                force: bool = False) -> list:
+    """Merge the best entries into ``<data_dir>/<target>.json``; returns the paths. An
+    entry already there for the same problem is replaced only with ``force`` (checked for
+    every file before any is written)."""
     per_target = best_entries(records, source, check)
     if not per_target:
         raise FlashscopeError("--write-tuned: no validated GPU timings in these results "
                               "(tuned files hold measured configs only; run with --gpu)")
+    for target, entries in per_target.items():  # every file checked before any is written
+        check_replacements(target, entries, data_dir, force, "--write-tuned")
     return [write_entries(target, entries, data_dir) for target, entries in per_target.items()]

@@ -49,12 +49,17 @@ def patch_bf16_dot() -> bool:
     return True
 
 
-def choose_device(requested=None) -> str:
+def choose_device(requested=None, flag: str = "--device cuda") -> str:
     """"cpu" (Triton's interpreter, bf16 fix applied) or "cuda" for a command's
     ``--device``; None picks the GPU when one is visible and the interpreter is not forced.
-    Sets TRITON_INTERPRET before the kernels are built, which the CPU path needs."""
+    Sets TRITON_INTERPRET before the kernels are built, which the CPU path needs. Asking
+    for "cuda" where torch sees no GPU is an error naming ``flag``."""
     import os
 
+    from ..errors import FlashscopeError
+
+    if requested not in (None, "cpu", "cuda"):
+        raise FlashscopeError(f"--device {requested!r}: expected cpu or cuda")
     if requested in (None, "cpu"):
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
@@ -63,6 +68,10 @@ def choose_device(requested=None) -> str:
     if device is None:
         device = "cuda" if torch.cuda.is_available() and os.environ.get(
             "TRITON_INTERPRET", "0") in ("", "0") else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise FlashscopeError(f"{flag}: no CUDA or ROCm GPU is visible here "
+                              "(torch.cuda.is_available() is False)"
+                              + ("; use --device cpu" if flag.startswith("--device") else ""))
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
         patch_bf16_dot()

@@ -74,7 +74,7 @@ def _softmax(s: torch.Tensor, hidden) -> torch.Tensor:
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                         is_causal: bool = False, scale: Optional[float] = None,
                         compute_dtype: torch.dtype = torch.float64, window=None,
-                        align: str = "top_left") -> torch.Tensor:
+                        align: str = "top_left", softcap=None) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v in ``compute_dtype`` (float64 by default), shape
     (B, H, Nq, D), on q's device. ``scale`` defaults to 1/sqrt(D)."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -99,6 +99,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     for r0 in range(0, Nq, rows):
         r1 = min(Nq, r0 + rows)
         s = (qd[:, :, r0:r1] @ kt) * scale
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
         hidden = _hidden(r0, r1, Nq, Nk, is_causal, window, align, q.device)
         out[:, :, r0:r1] = _softmax(s, hidden) @ vd
     return out
@@ -126,14 +128,15 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def reference_attention_grads(q, k, v, dout, *, is_causal: bool = False,
                               scale: Optional[float] = None,
                               compute_dtype: torch.dtype = torch.float64, window=None,
-                              align: str = "top_left"):
+                              align: str = "top_left", softcap=None):
     """(out, dq, dk, dv) in ``compute_dtype`` for the loss <out, dout>, by the closed form
     (chunked over query rows like the forward, no autograd graph):
     P = softmax(scale Q K^T), dV = P^T dO, dP = dO V^T, Delta_i = sum_d dO_id O_id,
     dS = P (dP - Delta), dQ = scale dS K, dK = scale dS^T Q; GQA sums dK, dV over each group
     of H / Hkv query heads. dout has q's shape (B, H, Nq, D)."""
     out = reference_attention(q, k, v, is_causal=is_causal, scale=scale,
-                              compute_dtype=compute_dtype, window=window, align=align)
+                              compute_dtype=compute_dtype, window=window, align=align,
+                              softcap=softcap)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if tuple(dout.shape) != tuple(q.shape):
@@ -152,11 +155,17 @@ def reference_attention_grads(q, k, v, dout, *, is_causal: bool = False,
     for r0 in range(0, Nq, rows):
         r1 = min(Nq, r0 + rows)
         s = (qd[:, :, r0:r1] @ kd.transpose(-1, -2)) * scale
+        t = None
+        if softcap:
+            t = torch.tanh(s / softcap)
+            s = softcap * t
         p = _softmax(s, _hidden(r0, r1, Nq, Nk, is_causal, window, align, q.device))
         do = dod[:, :, r0:r1]
         dv += p.transpose(-1, -2) @ do
         delta = (do * out[:, :, r0:r1]).sum(-1, keepdim=True)
         ds = p * (do @ vd.transpose(-1, -2) - delta)
+        if t is not None:  # d(c tanh(s / c)) / ds
+            ds = ds * (1 - t * t)
         dq[:, :, r0:r1] = (ds @ kd) * scale
         dk += (ds.transpose(-1, -2) @ qd[:, :, r0:r1]) * scale
     if Hkv != H:

@@ -22,13 +22,11 @@ keeps a second run from writing into it at the same time.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import FlashscopeError
-from ..tuned import atomic_write
 from .ab import Settings, run_ab
 from .cells import Cell, parse_cell, problem
 from .results import read_result, result_paths, write_result
@@ -151,7 +149,7 @@ def run_cells(plan: dict, out, settings: Settings, *, target: "str | None" = Non
               resume: bool = False, force: bool = False, jobs: int = 0,
               log: Optional[Callable] = None) -> dict:
     """Time every cell of ``plan`` ({cell name: (cell, specs)}) into ``out`` (module
-    docstring); returns the summary also written to ``out/summary.json``. ``target``
+    docstring); returns the summary: each cell's ratios and TFLOP/s by variant. ``target``
     (the GPUs' target) enables the offline compiles first; ``jobs`` their processes."""
     from ..sweep.executors import GpuExecutor
 
@@ -174,10 +172,8 @@ def run_cells(plan: dict, out, settings: Settings, *, target: "str | None" = Non
         finally:
             if executor is None:
                 ex.close()
-        summary = {"cells": [rows.get(n) or _done_row(out / f"{n}.json") for n in plan],
-                   "settings": settings.__dict__}
-        atomic_write(out / "summary.json", json.dumps(summary, indent=1) + "\n")
-    return summary
+        return {"cells": [rows.get(n) or _done_row(out / f"{n}.json") for n in plan],
+                "settings": settings.__dict__}
 
 
 def _done_row(path: Path) -> dict:

@@ -24,7 +24,6 @@ positive finite number, rounds that do not match.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from ..errors import ArtifactError, ConfigError, FlashscopeError
 from ..families import FAMILIES, family
 from ..families.base import DTYPE_BYTES
 from ..targets import get_target
-from ..tuned import atomic_write
+from ..outfiles import json_text, write_atomic
 from .cells import Cell, parse_cell
 from .rule import Reading
 from .variants import Variant
@@ -75,12 +74,17 @@ class ABResult:
         return next(v for v in self.variants if v.identity == identity)
 
 
+def document(result: dict) -> dict:
+    """An A/B result (as :func:`flashscope.tune.ab.run_ab` returns it) as its file holds
+    it."""
+    return {"kind": KIND, "format": FORMAT, **result}
+
+
 def write_result(path, result: dict) -> Path:
-    """Write an A/B result (as :func:`flashscope.tune.ab.run_ab` returns it) atomically."""
+    """Write an A/B result atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps({"kind": KIND, "format": FORMAT, **result}, indent=1) + "\n")
-    return path
+    return write_atomic(path, json_text(document(result)))
 
 
 def read_result(path) -> ABResult:
@@ -147,7 +151,7 @@ def _variant(row, at: str, bad) -> Variant:
             raise bad(f"{at}.{key}: expected a finite number, got {v!r}")
     if row["provider"] != "flashscope":
         return Variant(row["name"], row["spec"], row["provider"])
-    if row.get("kernel") not in FAMILIES:
+    if not isinstance(row.get("kernel"), str) or row["kernel"] not in FAMILIES:
         raise bad(f"{at}.kernel: {row.get('kernel')!r} is not one of {', '.join(FAMILIES)}")
     try:
         cfg = family(row["kernel"]).Config.from_dict(row.get("config"))
