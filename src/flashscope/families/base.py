@@ -292,6 +292,11 @@ def _caps(cfg, ctx):
 CAPS = Rule("maxnreg,waves_per_eu", "vendor register caps", _caps)
 
 
+def _kb(n: int) -> str:
+    """Bytes as KB, exact where a whole number of KB would hide the difference."""
+    return f"{n // 1024} KB" if n % 1024 == 0 else f"{n:,} bytes"
+
+
 def shared_memory(bound: Callable, tiles: Callable) -> Rule:
     """A rule: the family's lower bound on shared memory (``bound(cfg, head_dim, dtype)``)
     fits a block of the target; ``tiles(cfg)`` names the knobs that decide it."""
@@ -300,8 +305,8 @@ def shared_memory(bound: Callable, tiles: Callable) -> Rule:
         limit = ctx.target.smem_per_block_optin
         if need > limit:
             return (f"{cfg.KERNEL}: {tiles(cfg)}, head dim {ctx.head_dim} with "
-                    f"{cfg.num_stages} stages needs at least {need // 1024} KB of shared "
-                    f"memory, more than the {limit // 1024} KB a {ctx.target.name} block "
+                    f"{cfg.num_stages} stages needs at least {_kb(need)} of shared "
+                    f"memory, more than the {_kb(limit)} a {ctx.target.name} block "
                     "may have")
         return None
     return Rule("shared memory", "one block's shared memory", test)

@@ -105,10 +105,13 @@ class Sm90FwdConfig(Knobs):
 Config = Sm90FwdConfig
 
 def min_shared_bytes(cfg: Sm90FwdConfig, head_dim: int, dtype: str = "bfloat16") -> int:
-    """The kernel's shared memory but its barriers, in bytes: Q (and the output slot with
-    EARLY_Q), the K/V ring, and 16 bytes a row of the row maxima the consumers store."""
+    """The kernel's shared memory but the allocator's alignment, in bytes: Q (and the
+    output slot with EARLY_Q), the K/V ring, 16 bytes a row of the row maxima the
+    consumers store, and 8 bytes an mbarrier (two a consumer's Q slot, three or with
+    K_EARLY four a ring slot)."""
     rows = cfg.BLOCK_M * (2 if cfg.EARLY_Q else 1) + 2 * cfg.num_stages * cfg.BLOCK_N
-    return rows * head_dim_pad(head_dim) * DTYPE_BYTES[dtype] + 16 * cfg.BLOCK_M
+    barriers = 2 * cfg.consumers + (4 if cfg.K_EARLY else 3) * cfg.num_stages
+    return rows * head_dim_pad(head_dim) * DTYPE_BYTES[dtype] + 16 * cfg.BLOCK_M + 8 * barriers
 
 
 def _target(cfg, ctx):
