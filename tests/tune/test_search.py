@@ -79,7 +79,7 @@ def test_neighbour_specs_name_the_move_and_resolve_to_it():
     prob = problem(parse_cell("d128c4k"), "sm90")
     base = default_config(prob)
     specs = neighbour_specs(base, prob)
-    assert specs["pingpong1"] == "+PINGPONG=1" and specs["block-m192"] == "+BLOCK_M=192"
+    assert specs["pingpong1"] == "+PINGPONG=1" and specs["block-m64"] == "+BLOCK_M=64"
     assert "num-stages3" not in specs  # 3 stages of 128 x 128 at D = 128 overflow shared memory
     for name, spec in specs.items():
         cfg = resolve(name, spec, prob).config
