@@ -266,10 +266,10 @@ def _launcher_hash(fam: str) -> str:
 def _bind(spec: KernelSpec, cfg, t, head_dim, dtype, causal, problem, extra):
     """(ASTSource, options dict, constants by name) exactly as ``JITFunction.run`` makes
     them on a device of target ``t``."""
-    import triton
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
+    from .compat import run_keywords
     from .launch import vendor_options
     from .targets import gpu_target
 
@@ -278,10 +278,7 @@ def _bind(spec: KernelSpec, cfg, t, head_dim, dtype, causal, problem, extra):
     backend = make_backend(target)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     args, consts = spec.call(cfg, problem, head_dim, dtype, causal, **extra)
-    kwargs = {**vendor_options(cfg, t.vendor), **consts}
-    # JITFunction.run adds these two before binding.
-    kwargs["debug"] = kwargs.get("debug", fn.debug) or triton.knobs.runtime.debug
-    kwargs["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode
+    kwargs = run_keywords(fn, {**vendor_options(cfg, t.vendor), **consts})
     bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound,
                                                            specialization, options)

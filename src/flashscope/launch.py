@@ -15,6 +15,7 @@ import os
 
 import torch
 
+from .compat import CODEGEN_OPTIONS
 from .families import family_of
 from .masks import Mask
 from .targets import get_target
@@ -36,9 +37,12 @@ def launch_options(cfg, device: torch.device) -> dict:
 def vendor_options(cfg, vendor: "str | None") -> dict:
     """num_warps/num_stages, plus ``maxnreg`` for "nvidia" or ``waves_per_eu`` for "amd"
     when the config sets them (``vendor=None``: neither, as for the interpreter). Shared by
-    the launchers and offline compilation (:mod:`flashscope.compile`)."""
+    the launchers and offline compilation (:mod:`flashscope.compile`); compiled launches
+    add :data:`flashscope.compat.CODEGEN_OPTIONS`."""
     opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     maxnreg, waves = getattr(cfg, "maxnreg", None), getattr(cfg, "waves_per_eu", None)
+    if vendor is not None:
+        opts.update(CODEGEN_OPTIONS)
     if vendor == "amd":
         if waves is not None:
             opts["waves_per_eu"] = waves

@@ -13,9 +13,43 @@ import os
 import pytest
 
 from flashscope import compile as fcompile
+from flashscope.compat import triton_version
 from flashscope.isa.read import records_for
 
 from .test_gluon import G
+
+#: What a Triton release's binary does not meet, measured by running this file under it:
+#: {(major, minor): {test id: what its build does}}. The schedule's needs are 3.6's
+#: binaries (the tuned entries were chosen with them); these tests are expected to fail
+#: under that release, strictly, so a release that meets them again shows up.
+RELEASE_DIFFERENCES = {
+    (3, 8): {  # ptxas 12.9
+        "test_sm90_binary[64-False-192-128-knobs7]": "113 spill stores (OVERLAP=1, D = 64)",
+        "test_lean_release_drops_a_barrier_a_key_tile[64-192-knobs0]":
+            "53 BAR.SYNC with LEAN_RELEASE and without it",
+    },
+    (3, 9): {  # ptxas 13.4 (ptxas-blackwell) builds sm_90
+        "test_sm90_binary[64-False-192-128-knobs7]": "3 spill stores (OVERLAP=1, D = 64)",
+        "test_sm90_binary[128-True-128-128-knobs14]": "4 spill stores (Q_IN_REGS, D = 128)",
+        "test_joint_kv_waits_once_a_key_tile[128-128-knobs1]": "3 spill stores",
+        "test_lean_release_drops_a_barrier_a_key_tile[64-192-knobs0]":
+            "53 BAR.SYNC with LEAN_RELEASE and without it",
+        "test_lean_release_drops_a_barrier_a_key_tile[128-128-knobs1]": "3 spill stores",
+        "test_q_in_regs_feeds_the_score_product_from_registers[128-False-knobs0]":
+            "3 spill stores with Q_IN_REGS",
+        "test_q_in_regs_feeds_the_score_product_from_registers[128-True-knobs1]":
+            "5 spill stores with Q_IN_REGS",
+    },
+}
+
+
+@pytest.fixture(autouse=True)
+def _release_differences(request):
+    release = triton_version()
+    why = RELEASE_DIFFERENCES.get(release, {}).get(request.node.name)
+    if why:
+        request.node.add_marker(pytest.mark.xfail(
+            reason=f"Triton {release[0]}.{release[1]}: {why}", strict=True))
 
 #: offline test name -> its parameters -> {variant: (config, build keywords)}: the sm_90
 #: builds the test compiles, which :func:`_prebuilt` compiles ahead for all of them at once

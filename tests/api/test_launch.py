@@ -8,6 +8,7 @@ tensors (the binder reads only dtypes, data pointers and values). On an sm_90 GP
 repeated calls take the direct path and still match the float64 reference.
 """
 
+import dataclasses
 import itertools
 
 import pytest
@@ -15,6 +16,7 @@ import torch
 import triton
 
 from flashscope import kernels, launch
+from flashscope.compat import run_keywords
 from flashscope.families import sm90_fwd
 from flashscope.families.sm90_fwd import Sm90FwdConfig
 from flashscope.masks import Mask
@@ -51,9 +53,9 @@ def _launch_args(B, H, Hkv, Nq, Nk, D, dtype, causal, lse_offset, cfg):
 
 def test_key_changes_exactly_when_the_binder_specializes_differently():
     binder = _binder()
-    extra = {"debug": False, "instrumentation_mode": triton.knobs.compilation.instrumentation_mode}
+    fn = kernels.load("attention_fwd_sm90")._attn_fwd_sm90
     seen = {}
-    plain = launch.plain_params(kernels.load("attention_fwd_sm90")._attn_fwd_sm90)
+    plain = launch.plain_params(fn)
     assert plain, "the division multipliers are declared do_not_specialize"
     problems = itertools.product(
         # B, H, Hkv: == 1, % 16 == 0, GQA; H and the group not powers of two
@@ -67,7 +69,7 @@ def test_key_changes_exactly_when_the_binder_specializes_differently():
         args, consts, opts = _launch_args(B, H, Hkv, Nq, Nk, D, dtype, causal, lse_offset,
                                           cfg)
         key = launch.launch_key(args, consts, opts, 0, plain)
-        _, spec, options = binder(*args, **consts, **opts, **extra)
+        _, spec, options = binder(*args, **run_keywords(fn, {**consts, **opts}))
         spec = (tuple(spec), tuple(sorted(options.items())))
         assert seen.setdefault(key, spec) == spec, (B, H, Hkv, Nq, Nk, D, dtype, causal)
     specs = set(seen.values())
@@ -87,7 +89,11 @@ def test_descriptor_fields_match_the_constructor():
     fast = sm90_fwd.tma_desc4(x, "query", 64)
     slow = TensorDescriptor(x, fast.shape, fast.strides, fast.block_shape, fast.layout)
     assert isinstance(fast, TensorDescriptor)
-    for name in ("shape", "strides", "block_shape", "layout", "padding"):
+    # every field of this release's descriptor (3.7 adds round_f32_to_tf32), the ones the
+    # constructor defaults included: the launcher reads them all
+    names = [f.name for f in dataclasses.fields(TensorDescriptor) if f.name != "base"]
+    assert {"shape", "strides", "block_shape", "layout", "padding"} <= set(names)
+    for name in names:
         assert getattr(fast, name) == getattr(slow, name), name
     # the size-1 head dimension gets a stride TMA accepts; it is never stepped
     assert fast.base is x and fast.strides == [6400, 512, 64, 1]

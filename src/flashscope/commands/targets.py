@@ -1,6 +1,6 @@
 """``flashscope targets``: every compile target with its hardware facts (the tables the
-occupancy calculator reads), the product names that resolve to it, and whether Triton 3.6
-compiles for it."""
+occupancy calculator reads), the product names that resolve to it, and whether Triton (3.6
+to 3.9) compiles for it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 
 from . import common
 
-#: Triton 3.6 backends: CUDA for sm_80 and later; HIP for CDNA2+ and RDNA3+.
+#: Triton's backends (3.6 to 3.9): CUDA for sm_80 and later; HIP for CDNA2+ and RDNA3+.
 TRITON_VENDORS = ("nvidia", "amd")
 
 

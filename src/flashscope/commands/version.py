@@ -6,8 +6,8 @@ from . import common
 
 
 def register(sub):
-    p = sub.add_parser("version", help="versions of flashscope, Triton, torch, numpy; GPU "
-                                       "visibility", description=__doc__)
+    p = sub.add_parser("version", help="versions of flashscope, Triton (and whether it is a "
+                       "supported release), torch, numpy; GPU visibility", description=__doc__)
     common.add_output(p)
     p.set_defaults(func=run)
 
@@ -18,11 +18,15 @@ def versions() -> dict:
     import triton
 
     from .. import __version__
+    from ..compat import SUPPORTED, supported
 
     gpu = None
     if torch.cuda.is_available():
         gpu = torch.cuda.get_device_name(0)
-    return {"flashscope": __version__, "triton": triton.__version__, "torch": torch.__version__,
+    oldest, newest = (".".join(map(str, v)) for v in SUPPORTED)
+    return {"flashscope": __version__, "triton": triton.__version__,
+            "triton_supported": f"{'yes' if supported() else 'no'} ({oldest} to {newest})",
+            "torch": torch.__version__,
             "numpy": numpy.__version__, "gpu": gpu,
             "backend": "rocm" if torch.version.hip else ("cuda" if torch.version.cuda else "cpu")}
 
@@ -33,6 +37,6 @@ def run(args) -> int:
 
     def render(con):
         for k, val in v.items():
-            con.print(f"{k:<11} {val if val is not None else 'none visible'}")
+            con.print(f"{k:<17} {val if val is not None else 'none visible'}")
     common.emit(args, v, rows=[v], render=render)
     return 0

@@ -14,6 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple, Optional
 
+from ..compat import CODEGEN_OPTIONS
 from ..errors import ConfigError
 from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, head_dim_pad,
                    shared_memory)
@@ -397,7 +398,7 @@ class Sm90Plan(NamedTuple):
         args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
                 triton_cdiv(N_Q, block_m), out.shape[3], *out.stride())
         consts = dict(HEAD_DIM=d, BLOCK_M=block_m, ROWS=64, RETURN_LSE=lse is not None)
-        launch_compiled(kernel, grid, args, consts, {"num_warps": 4},
+        launch_compiled(kernel, grid, args, consts, {"num_warps": 4, **CODEGEN_OPTIONS},
                         cache=self.merge_compiled)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
+from ..compat import CODEGEN_OPTIONS
 from .base import (CAPS, DTYPE_BYTES, WARPS, Knobs, Problem, check_rules, head_dim_pad,
                    pow2_tiles, shared_memory, stages, table_select)
 
@@ -21,7 +22,7 @@ FUNCTIONS = {"bwd_preprocess": "_attn_bwd_preprocess", "bwd_dkdv": "_attn_bwd_dk
              "bwd_dq": "_attn_bwd_dq"}
 #: The preprocess (delta = rowsum(dO * O)) reads two tiles and writes a vector:
 #: memory-bound, launched with fixed options.
-PRE_OPTIONS = {"num_warps": 4, "num_stages": 1}
+PRE_OPTIONS = {"num_warps": 4, "num_stages": 1, **CODEGEN_OPTIONS}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ single binary with or without Triton's metadata JSON next to it.
 A Triton cache (``$TRITON_CACHE_DIR``, default ``~/.triton/cache``) holds one directory per
 compiled kernel: ``<name>.json`` (metadata: name, num_warps, num_stages, shared = dynamic
 shared bytes, target), the binary ``<name>.cubin`` or ``<name>.hsaco`` and the assembly
-(``<name>.ptx`` / ``<name>.amdgcn``). Triton 3.6 does not write the constexpr values there,
+(``<name>.ptx`` / ``<name>.amdgcn``). Triton (3.6, 3.8) does not write the constexpr values there,
 so ``constants`` is None for those kernels; flashscope's own cache entries keep them.
 """
 

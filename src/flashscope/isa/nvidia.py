@@ -253,21 +253,61 @@ def _per_symbol(entries, syms, what) -> dict:
     return out
 
 
-def sass_lines(sass: str) -> dict:
-    """{kernel: [(opcode, line), ...]}: each kernel's instruction lines in program order,
-    with the base mnemonic of each (MUFU keeps its function: MUFU.EX2)."""
+def _opcode(line: str) -> "str | None":
+    """The base mnemonic of a SASS instruction line (MUFU keeps its function: MUFU.EX2),
+    or None for any other line."""
+    m = _SASS_LINE.match(line)
+    if not m:
+        return None
+    op, mods = m.group(1), m.group(2)
+    return op + "." + mods[1:].split(".")[0] if op == "MUFU" and mods else op
+
+
+def _kernels(sass: str) -> dict:
+    """{kernel: ([(opcode, line), ...], {label: index of the instruction it names})}."""
     out, cur = {}, None
     for line in sass.splitlines():
         m = _TEXT_HEADER.match(line)
         if m:
-            cur = out.setdefault(m.group(1), [])
+            cur = out.setdefault(m.group(1), ([], {}))
             continue
-        m = _SASS_LINE.match(line)
-        if m and cur is not None:
-            op, mods = m.group(1), m.group(2)
-            if op == "MUFU" and mods:
-                op += "." + mods[1:].split(".")[0]
-            cur.append((op, line))
+        if cur is None:
+            continue
+        m = _LABEL.match(line)
+        if m:
+            cur[1][m.group(1)] = len(cur[0])
+            continue
+        op = _opcode(line)
+        if op is not None:
+            cur[0].append((op, line))
+    return out
+
+
+def sass_lines(sass: str) -> dict:
+    """{kernel: [(opcode, line), ...]}: each kernel's instruction lines in program order,
+    with the base mnemonic of each (MUFU keeps its function: MUFU.EX2)."""
+    return {k: lines for k, (lines, _) in _kernels(sass).items()}
+
+
+_LABEL = re.compile(r"^\s*(\.L_\w+):")
+_BRANCH_TO = re.compile(r"\bBRA\s+`\((\.L_\w+)\)")
+
+
+def loops(sass: str) -> dict:
+    """{kernel: [body, ...]}: each kernel's loops, every branch back to an earlier label
+    giving one body, the ``(opcode, line)`` list from that label to the branch, in program
+    order (nested loops give nested bodies). Branches past the kernel's last EXIT are
+    left out: they end ptxas's out-of-line blocks (a failed mbarrier try-wait retried
+    there), which jump back into the code they left."""
+    out = {}
+    for kernel, (lines, labels) in _kernels(sass).items():
+        end = max((i for i, (op, _) in enumerate(lines) if op == "EXIT"), default=len(lines))
+        bodies = []
+        for i, (op, line) in enumerate(lines[:end]):
+            to = _BRANCH_TO.search(line) if op == "BRA" else None
+            if to and labels.get(to.group(1), i + 1) <= i:
+                bodies.append(lines[labels[to.group(1)]:i + 1])
+        out[kernel] = bodies
     return out
 
 

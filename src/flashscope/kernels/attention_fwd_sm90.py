@@ -95,6 +95,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from flashscope.compat import tma_load, tma_store
 from flashscope.kernels.common import LN2
 from flashscope.kernels.sm90_softmax import (
     _lazy_rescale,
@@ -166,8 +167,7 @@ def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
     s = g % STAGES
     _acquire(empty, s, (g // STAGES + 1) & 1, g >= STAGES)
     mbarrier.expect(ready.index(s), desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(desc, [off_b, off_hkv, j * BLOCK_N, 0],
-                                    ready.index(s), smem.index(s))
+    tma_load(desc, [off_b, off_hkv, j * BLOCK_N, 0], ready.index(s), smem.index(s))
 
 
 @gluon.jit
@@ -204,8 +204,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [off_b, off_h, start_m + 64 * c, 0],
-                                            q_ready.index(c), q_smem.index(c))
+            tma_load(q_desc, [off_b, off_h, start_m + 64 * c, 0], q_ready.index(c),
+                     q_smem.index(c))
         _stamp(Trace, pid, 3, r, 1, TRACE)
         if i == 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
@@ -250,7 +250,7 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
         tma.store_wait(0)
     o_slot.store(gl.reshape(out.to(o_smem.dtype), [1, 1, ROWS, HEAD_DIM]))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], o_slot)
+    tma_store(o_desc, [off_b, off_h, row0, 0], o_slot)
     if RETURN_LSE:
         rows = row0 + gl.arange(0, ROWS, layout=row_s)
         lse = (m_i + gl.log2(gl.convert_layout(l_i, row_s))) * LN2

@@ -1,4 +1,4 @@
-"""A fix for Triton 3.6's CPU interpreter on bf16 matrix products.
+"""A fix for Triton's CPU interpreter (3.6 through 3.9) on bf16 matrix products.
 
 The interpreter keeps bf16 tensors as their raw uint16 bit patterns (numpy has no
 bfloat16), and its ``create_dot`` converts only fp8 operands before ``np.matmul``. A bf16

@@ -1,0 +1,99 @@
+"""What differs between the Triton releases flashscope supports, in one place.
+
+flashscope runs on Triton 3.6 through 3.9 (``SUPPORTED``): the releases that torch 2.11
+to 2.15 pin (torch 2.11: 3.6.0; 2.12: 3.7.0, 2.12.1 and 2.13: 3.7.1; 2.14: ~=3.8.0;
+2.15: ~=3.9.0). The rest of the package names Triton's API through this module wherever
+the releases differ, never by testing a version itself:
+
+- Gluon's TMA copies (``tma_load``, ``tma_store``): ``async_copy_global_to_shared``
+  and ``async_copy_shared_to_global`` up to 3.7; 3.8 adds ``async_load`` and
+  ``async_store``, and 3.9 keeps only those (the old names raise).
+- The keywords ``JITFunction.run`` adds before it binds a call (:func:`run_keywords`):
+  ``debug`` and ``instrumentation_mode`` everywhere, ``fpsan_homomorphic_casts`` from 3.9.
+  An offline build binds with the same ones, or its options would not be a launch's.
+- Which ptxas builds for an architecture (:func:`ptxas`): 3.6 to 3.8 run the CUDA 12.x
+  ptxas below sm_100 and ``ptxas-blackwell`` (CUDA 13.x) from sm_100; 3.9 runs
+  ``ptxas-blackwell`` from sm_90 on, so its Hopper binaries come from CUDA 13.4's ptxas.
+- Floating-point contraction (:data:`CODEGEN_OPTIONS`): on by default through 3.9, which
+  warns that 3.10 turns it off. Every build and launch asks for it, so the kernels' mul-add
+  pairs (the softmax's ``s * c - m``) stay single FMAs on every release.
+
+Unchanged across the range and used directly: ``ASTSource``/``GluonASTSource``,
+``make_backend``, ``create_function_from_signature``, ``JITFunction._pack_args``, the
+compiled kernel's ``run`` (grid, stream, function, packed metadata, launch metadata, the
+two hooks, then every parameter), the Gluon layouts, ``warp_specialize`` (3.7 makes the
+register list optional), ``mbarrier``, ``warpgroup_mma``, ``store_wait`` (3.8 adds
+``read_only``, default True: the ``.read`` wait 3.6 emits), ``knobs.runtime.interpret``,
+the interpreter's ``create_dot`` (whose bf16 fault :mod:`flashscope.testing.interpreter`
+mends), and the tools under ``triton/backends/nvidia/bin``. TMA descriptors gain a
+``round_f32_to_tf32`` field in 3.7, with a class default, which the launch's directly
+filled descriptors (:func:`flashscope.launch._descriptor`) inherit.
+
+numpy: Triton 3.6's interpreter turns one-element arrays into Python integers, which
+numpy 2.4 refuses (deprecated since 1.25); 3.7 to 3.9 run on numpy 2.4. pip cannot make
+one package's pin depend on another's version, so the package asks for ``numpy<2.4``.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: (oldest, newest) supported Triton release, as (major, minor).
+SUPPORTED = ((3, 6), (3, 9))
+
+#: Compile options every build and launch passes (see the module docstring).
+CODEGEN_OPTIONS = {"enable_fp_fusion": True}
+
+
+def triton_version(text: "str | None" = None) -> tuple:
+    """(major, minor) of Triton (or of a version string such as ``"3.9.0+git1a2b"``)."""
+    if text is None:
+        import triton
+
+        text = triton.__version__
+    m = re.match(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise ValueError(f"Triton version {text!r}: expected MAJOR.MINOR...")
+    return int(m.group(1)), int(m.group(2))
+
+
+def supported(text: "str | None" = None) -> bool:
+    """Whether this Triton (or ``text``) is in :data:`SUPPORTED`."""
+    return SUPPORTED[0] <= triton_version(text) <= SUPPORTED[1]
+
+
+def __getattr__(name):
+    """``tma_load(desc, coord, barrier, dest, pred=True)``: a Gluon TMA copy of a tile from
+    global to shared memory that signals ``barrier``; ``tma_store(desc, coord, src)``: the
+    other way. Kernels import them from here and call them as Gluon builtins. Looked up on
+    first use, so importing this module does not import Gluon (whose first import patches
+    ``triton.language`` under the process's interpreter mode: :mod:`flashscope.kernels`)."""
+    if name in ("tma_load", "tma_store"):
+        from triton.experimental.gluon.language.nvidia.hopper import tma
+
+        if hasattr(tma, "async_load"):
+            return tma.async_load if name == "tma_load" else tma.async_store
+        return (tma.async_copy_global_to_shared if name == "tma_load"
+                else tma.async_copy_shared_to_global)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def run_keywords(fn, kwargs: dict) -> dict:
+    """``kwargs`` with the keywords ``JITFunction.run`` adds before binding a call of
+    ``fn`` (see the module docstring), so an offline bind specializes as a launch does."""
+    from triton import knobs
+
+    out = dict(kwargs)
+    out["debug"] = out.get("debug", fn.debug) or knobs.runtime.debug
+    out["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    if hasattr(knobs.compilation, "fpsan_homomorphic_casts"):
+        out["fpsan_homomorphic_casts"] = knobs.compilation.fpsan_homomorphic_casts
+    return out
+
+
+def ptxas(arch: int):
+    """Triton's handle on the ptxas that builds for ``arch`` (an SM number such as 90):
+    ``.path`` and ``.version`` (e.g. "12.8")."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    return get_ptxas(arch)
