@@ -30,7 +30,7 @@ import json
 import os
 from pathlib import Path
 
-CONFIGS = (  # (head_dim, causal, config text)
+CONFIGS = (  # (head_dim, causal, config text of the portable kernel, triton-fwd)
     (64, False, "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"),
     (128, False, "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"),
     (128, True, "BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=3"),
@@ -144,7 +144,7 @@ def main():
     out = Path(a.outdir)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("FLASHSCOPE_CACHE", str(out / "flashscope-cache"))
-    from flashscope.config import AttentionConfig
+    from flashscope.families.triton_fwd import TritonFwdConfig
     from flashscope.isa.groundtruth import compare_launch, compare_ncu
 
     if a.mode == "compare":
@@ -155,7 +155,7 @@ def main():
         return
     rows = []
     for head_dim, causal, text in CONFIGS:
-        cfg = AttentionConfig.parse(text)
+        cfg = TritonFwdConfig.parse(text)
         row = {"config": cfg.key, "head_dim": head_dim, "causal": causal,
                "offline": offline(cfg, head_dim, causal)}
         kernel = launch(cfg, head_dim, causal)

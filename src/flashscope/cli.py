@@ -29,7 +29,7 @@ from .errors import FlashscopeError
 
 #: Subcommands in help order (a module missing from the install is not listed).
 COMMANDS = ("report", "selfcheck", "inspect", "occupancy", "targets", "bench", "sweep",
-            "profile", "roofline", "breakdown", "version")
+            "tune", "profile", "roofline", "breakdown", "version")
 
 
 def build_parser() -> argparse.ArgumentParser:

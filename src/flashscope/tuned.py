@@ -80,8 +80,8 @@ def parse_tuned(data, target: str, where: str) -> dict:
         return ArtifactError(f"{where}: {msg}")
 
     if isinstance(data, dict) and data.get("format") == 1:
-        raise bad("format 1 (one record for both forward kernels): convert it with "
-                  f"`flashscope tune convert {where}`")
+        raise bad("format 1 (one record for both forward kernels): convert it in place "
+                  f"with `flashscope tune convert {where} --force`")
     if not isinstance(data, dict) or set(data) != {"format", "target", "entries"}:
         raise bad("expected an object with keys format, target, entries")
     if data["format"] != FORMAT:

@@ -73,6 +73,22 @@ def peak_memory_mib(step: Callable, device: str) -> Optional[float]:
     return peak / 2 ** 20
 
 
+#: Bytes zeroed before a launch to evict its inputs from the L2: what Triton's do_bench
+#: zeroes (256 MB, five times an H100's 50 MB), or four times a larger L2.
+FLUSH_BYTES = 256 << 20
+
+
+def flush_buffer(device):
+    """A buffer on a CUDA ``device`` whose ``zero_()`` evicts the L2 (:data:`FLUSH_BYTES`,
+    or four times the device's L2 where that is more)."""
+    import torch
+
+    from ..launch import l2_bytes
+
+    dev = torch.device(device)
+    return torch.empty(max(FLUSH_BYTES, 4 * l2_bytes(dev)), dtype=torch.int8, device=dev)
+
+
 def round_orders(n: int, rounds: int, seed: int = 0) -> list:
     """The order of n providers in each of ``rounds`` interleaved rounds: a fresh
     permutation per round (seeded, so a run is repeatable), so that no provider mostly

@@ -386,27 +386,29 @@ def out_files(name: str, *, csv: bool = True, meta: bool = False,
 
 
 def prepare(args, *, csv: bool = True, meta: bool = False, extra: Iterable[str] = (),
-            plot: bool = False) -> Optional[OutDir]:
+            plot: bool = False, name: Optional[str] = None) -> Optional[OutDir]:
     """Check ``--out`` (and ``--plot``) before any work; stores the checked folder on
-    ``args`` for :func:`emit`. ``extra``: the command's own files under ``--out``."""
+    ``args`` for :func:`emit`. ``extra``: the command's own files under ``--out``;
+    ``name``: the files' stem where it is not the command's (a subcommand's)."""
     force = getattr(args, "force", False)
     if plot and getattr(args, "plot", None):
         check_new_file(args.plot, "--plot", force, PLOT_EXTS)
     out = None
     if getattr(args, "out", None):
-        out = check_out_dir(args.out, out_files(args.command, csv=csv, meta=meta,
+        out = check_out_dir(args.out, out_files(name or args.command, csv=csv, meta=meta,
                                                 extra=extra), force)
     args.out_dir = out
     return out
 
 
 def emit(args, doc, *, rows: Optional[list] = None, meta: Optional[dict] = None,
-         render: Optional[Callable] = None, write: bool = True) -> None:
+         render: Optional[Callable] = None, write: bool = True,
+         name: Optional[str] = None) -> None:
     """Deliver a command's results: files under ``--out`` (checked by :func:`prepare`;
     ``write=False`` when the command wrote them itself), then ``--json`` / ``--csv`` on
-    stdout, else ``render(console)``."""
+    stdout, else ``render(console)``. ``name``: as for :func:`prepare`."""
     out = getattr(args, "out_dir", None) if write else None
-    name = args.command
+    name = name or args.command
     written = []
     if out is not None:
         written.append(write_atomic(out.file(f"{name}.json"), json_text(doc)))

@@ -83,14 +83,15 @@ def parse_config(text: str, kernel: str, base=None) -> Knobs:
     return family(kernel).Config.parse(text, base)
 
 
-def config_from_text(text, problem: Problem, kernel: "str | None" = None) -> Knobs:
+def config_from_text(text, problem: Problem, kernel: "str | None" = None,
+                     data_dir=None) -> Knobs:
     """A config as a person writes it on a command line, for ``problem``:
     ``[family:]KEY=VALUE,...`` (or a dict of knobs) on top of that family's default for
     the problem (its tuned entry or rule), the family being the one named, ``kernel``, or
     the forward family that runs the problem by default; if that one has no knob of a key
     given, the first forward family whose record has all of them (``num_warps`` is a
     portable-kernel knob). Keys not given keep the target's own default, not a generic
-    one."""
+    one (its tuned entry read from ``data_dir``, default the package's files)."""
     if isinstance(text, dict):
         body, name = text, kernel
     else:
@@ -101,10 +102,20 @@ def config_from_text(text, problem: Problem, kernel: "str | None" = None) -> Kno
             raise ConfigError(f"config {text!r}: {name!r} is not a kernel family; expected "
                               f"one of {', '.join(FAMILIES)} before ':'")
     fam = family(name) if name else _family_with(problem, _keys(body))
-    base = default_config(problem, fam) if fam in FORWARD else fam.select(problem)
+    base = default_config(problem, fam, data_dir) if fam in FORWARD else fam.select(problem)
     return base.replace(**body) if isinstance(body, dict) else type(base).parse(body, base)
+
+
+def neighbours(cfg: Knobs, target, head_dim: int, dtype: str = "bfloat16") -> list:
+    """``(knob, value, config)`` for every config one knob from ``cfg`` that its family's
+    rules accept for the target, head dim and dtype (:func:`.base.neighbours` along the
+    family's ``STEPS``)."""
+    from .base import neighbours as step
+
+    fam = family_of(cfg)
+    return step(cfg, fam.STEPS, fam.RULES, target, head_dim, dtype)
 
 
 __all__ = ["BACKWARD", "FAMILIES", "FORWARD", "Knobs", "Problem", "config_from_text",
            "default_backward", "default_config", "family", "family_of", "forward_family",
-           "parse_config"]
+           "neighbours", "parse_config"]

@@ -312,6 +312,42 @@ def shared_memory(bound: Callable, tiles: Callable) -> Rule:
     return Rule("shared memory", "one block's shared memory", test)
 
 
+def neighbours(cfg, steps: dict, rules, target, head_dim: int, dtype: str) -> list:
+    """``(knob, value, config)`` for every config one knob away from ``cfg`` that its
+    family's ``rules`` accept for (target, head dim, dtype): each switch flipped, and each
+    other knob moved to the nearest value below and above its own on its ladder in
+    ``steps`` that the rules accept (values they refuse are stepped over). A ladder is an
+    ordered tuple; None (no cap) sorts last. One step of a coordinate search."""
+    out = []
+    for f in dataclasses.fields(cfg):
+        knob, now = f.name, getattr(cfg, f.name)
+        if _field_kind(f) == "bool":
+            sides = [[not now]]
+        else:
+            ladder = steps.get(knob)
+            if ladder is None:
+                raise ConfigError(f"{cfg.KERNEL}: knob {knob} has no ladder of values to "
+                                  "step along (the family's STEPS)")
+            rank = [_ladder_rank(v) for v in ladder]
+            here = _ladder_rank(now)
+            sides = [[v for v, r in zip(ladder, rank) if r < here][::-1],
+                     [v for v, r in zip(ladder, rank) if r > here]]
+        for side in sides:
+            for value in side:
+                moved = dataclasses.replace(cfg, **{knob: value})
+                try:
+                    check_rules(moved, rules, target, head_dim, dtype)
+                except ConfigError:
+                    continue
+                out.append((knob, value, moved))
+                break
+    return out
+
+
+def _ladder_rank(v) -> float:
+    return math.inf if v is None else float(v)
+
+
 @dataclass(frozen=True)
 class Problem:
     """The facts a default config is chosen from, all known before any tensor is read:

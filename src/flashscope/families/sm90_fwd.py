@@ -147,6 +147,10 @@ RULES = (
                   + (", EARLY_Q=1" if c.EARLY_Q else "")),
 )
 
+#: the values a one-knob search steps along (:func:`~.base.neighbours`): the tiles and
+#: ring depths the rules allow
+STEPS = {"BLOCK_M": (64, 128, 192), "BLOCK_N": (64, 128), "num_stages": (2, 3, 4)}
+
 
 def check(cfg: Sm90FwdConfig, target="sm90", head_dim: int = 128,
           dtype: str = "bfloat16") -> Sm90FwdConfig:

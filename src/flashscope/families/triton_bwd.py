@@ -76,6 +76,13 @@ RULES = (
     shared_memory(min_shared_bytes, lambda c: f"BLOCK_M1={c.BLOCK_M1}, BLOCK_N2={c.BLOCK_N2}"),
 )
 
+#: the values a one-knob search steps along (:func:`~.base.neighbours`)
+_TILES = (16, 32, 64, 128, 256)
+STEPS = {"BLOCK_M1": _TILES, "BLOCK_N1": _TILES, "BLOCK_M2": _TILES, "BLOCK_N2": _TILES,
+         "PRE_BLOCK": _TILES, "num_warps": (1, 2, 4, 8, 16),
+         "num_stages": (1, 2, 3, 4, 5, 6, 7, 8), "maxnreg": (96, 128, 168, 232, None),
+         "waves_per_eu": (1, 2, 3, 4, None)}
+
 
 def check(cfg: TritonBwdConfig, target="sm90", head_dim: int = 128,
           dtype: str = "bfloat16") -> TritonBwdConfig:

@@ -64,6 +64,12 @@ RULES = (
     shared_memory(min_shared_bytes, lambda c: f"BLOCK_M={c.BLOCK_M}, BLOCK_N={c.BLOCK_N}"),
 )
 
+#: the values a one-knob search steps along (:func:`~.base.neighbours`); the rules decide
+#: which of them a target takes
+STEPS = {"BLOCK_M": (16, 32, 64, 128, 256), "BLOCK_N": (16, 32, 64, 128, 256),
+         "num_warps": (1, 2, 4, 8, 16), "num_stages": (1, 2, 3, 4, 5, 6, 7, 8),
+         "maxnreg": (96, 128, 168, 232, None), "waves_per_eu": (1, 2, 3, 4, None)}
+
 
 def check(cfg: TritonFwdConfig, target="sm90", head_dim: int = 128,
           dtype: str = "bfloat16") -> TritonFwdConfig:

@@ -1,0 +1,88 @@
+"""Cells: the problems a tuner times, named so that a person and a file name can carry them.
+
+A cell is one forward problem, a :class:`flashscope.bench.suite.Case`, under a name:
+
+- a cell of the standard suite, ``d<D><c|n><N>k``: ``d64c1k`` is D = 64, causal,
+  N = 1024, with the suite's B = 16384 / N and H = 2048 / D (``n``: no mask);
+- any other shape, ``<B>x<H>x<Nq>x<D>[x<Nk>[x<Hkv>]]<c|n>``: ``1x32x128x64x16384n`` is 32
+  heads of 128 queries over 16384 keys, no mask (the dimensions of ``--shape``, joined
+  by ``x`` so the name is also a file name).
+
+Each cell maps to the tuned entry it would decide (:func:`problem`): its key length's
+class, head dim, mask and dtype.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..bench.suite import SUITE_TOKENS, SUITE_WIDTH, Case, parse_shape
+from ..errors import FlashscopeError
+from ..families import Problem
+
+_SUITE = re.compile(r"d(\d+)([cn])(\d+)k")
+_SHAPE = re.compile(r"(\d+(?:x\d+){3,5})([cn])")
+FORMS = "d<D><c|n><N>k (e.g. d64c1k) or BxHxNqxD[xNk[xHkv]]<c|n> (e.g. 4x16x4096x128n)"
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    case: Case
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.case.label})"
+
+
+def parse_cell(text: str, dtype: str = "bfloat16") -> Cell:
+    """The cell a name stands for (module docstring); FlashscopeError naming the form
+    expected otherwise."""
+    name = str(text).strip()
+    m = _SUITE.fullmatch(name)
+    if m:
+        D, causal, N = int(m.group(1)), m.group(2) == "c", int(m.group(3)) * 1024
+        if not (0 < N <= SUITE_TOKENS and SUITE_TOKENS % N == 0 and 0 < D <= SUITE_WIDTH
+                and SUITE_WIDTH % D == 0):
+            raise FlashscopeError(f"cell {name!r}: the standard suite has B = 16384 / N and "
+                                  f"H = 2048 / D, so N in 1k..16k and D dividing 2048; name "
+                                  f"other shapes as {FORMS.split(' or ')[1]}")
+        B, H = SUITE_TOKENS // N, SUITE_WIDTH // D
+        return Cell(name, Case(B, H, N, N, D, H, causal, dtype))
+    m = _SHAPE.fullmatch(name)
+    if m:
+        cell = shape_cell(m.group(1).replace("x", ","), m.group(2) == "c", dtype, "cell")
+        return Cell(name, cell.case)
+    raise FlashscopeError(f"cell {name!r}: expected {FORMS}")
+
+
+def shape_cell(shape: str, causal: bool, dtype: str = "bfloat16", what="--shape") -> Cell:
+    """The cell of a ``B,H,N,D[,Nk[,Hkv]]`` shape, named in the ``x`` form."""
+    try:
+        B, H, N, D, Nk, Hkv = parse_shape(shape)
+    except FlashscopeError as e:
+        raise FlashscopeError(str(e).replace("--shape", what, 1)) from None
+    if causal and Nk != N:
+        raise FlashscopeError(f"{what} {shape!r}: causal with Nq != Nk aligns the mask "
+                              "differently across providers; time it without the mask")
+    case = Case(B, H, N, Nk, D, Hkv, causal, dtype)
+    return Cell(case.shape.replace(",", "x") + ("c" if causal else "n"), case)
+
+
+def parse_cells(text: str, dtype: str = "bfloat16") -> list:
+    """``--cells`` (comma-separated) -> cells, in order; a name given twice is refused."""
+    cells = [parse_cell(x, dtype) for x in str(text).split(",") if x.strip()]
+    if not cells:
+        raise FlashscopeError(f"--cells {text!r}: expected a comma-separated list of {FORMS}")
+    names = [c.name for c in cells]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise FlashscopeError(f"--cells: {', '.join(twice)} given twice")
+    return cells
+
+
+def problem(cell: Cell, target: str) -> Problem:
+    """The :class:`~flashscope.families.Problem` a cell poses on ``target``."""
+    c = cell.case
+    return Problem(target, c.dtype, c.D, c.causal, c.Nq, c.Nk, c.B * c.H)
