@@ -135,6 +135,21 @@ def test_sm90_rule_by_head_dim_and_mask():
     assert sm90_fwd.check(d256, "sm90", 256) is d256
 
 
+def test_sm90_fit_takes_the_smaller_tile_only_on_short_padded_rows():
+    """192-row tiles give way to 128-row ones where they pad a quarter more rows (ViT-B's
+    197 tokens: 384 rows against 256); at 512, 577, 1500 and 4096 rows they stay."""
+    for n, block in ((197, 128), (100, 128), (512, 192), (577, 192), (1500, 192),
+                     (4096, 192), (1, 128)):
+        p = Problem("sm90", "bfloat16", 64, False, n, n, 768)
+        assert default_config(p).BLOCK_M == block, n
+        assert sm90_fwd.fit(default_config(p), p).BLOCK_M == block  # fitting is idempotent
+    d128 = Problem("sm90", "bfloat16", 128, False, 197, 197, 768)
+    assert sm90_fwd.fit(default_config(d128), d128) == default_config(d128)  # 128 rows
+    cfg = sm90_fwd.select(Problem("sm90", head_dim=64))
+    assert sm90_fwd.fit(cfg, Problem("sm90", "bfloat16", 64, False, 197)) == \
+        cfg.replace(BLOCK_M=128)  # only the tile changes
+
+
 def test_config_from_text_fills_from_the_targets_own_default():
     p = Problem("gfx942", "bfloat16", 128)
     cfg = config_from_text("BLOCK_M=64", p)

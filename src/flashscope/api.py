@@ -24,7 +24,8 @@ import torch
 
 from . import launch, tuned
 from .errors import ConfigError, FlashscopeError
-from .families import Knobs, Problem, family, family_of, forward_family, sm90_fwd, triton_fwd
+from .families import (Knobs, Problem, default_config, family, family_of, forward_family,
+                       sm90_fwd, triton_fwd)
 from .families.base import check_head_dim
 from .families.triton_bwd import TritonBwdConfig
 from .masks import ALIGNS, Mask
@@ -167,7 +168,7 @@ def _choose_default(q, k, v, mask: Mask, scale: float) -> Knobs:
     fam = forward_family(problem)
     if fam is sm90_fwd and sm90_fwd.tensors_problem(q, k, v, scale):
         fam = triton_fwd
-    return tuned.lookup(problem, fam.KERNEL)[0]
+    return default_config(problem, fam)
 
 
 def _backward_config(q, k, mask: Mask) -> TritonBwdConfig:
