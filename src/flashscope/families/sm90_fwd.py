@@ -214,17 +214,41 @@ def _padded(n: int, block: int) -> int:
     return -(-n // block) * block
 
 
+#: Below this share of the SMs busy over the persistent grid's waves, a non-causal
+#: problem's work list is cut along the keys (SPLIT_KV). SDXL's self-attention (B 2, H 10,
+#: N 4096, D 64: 440 tiles of 192 rows, 4 waves on 132 SMs, 83% busy) ran 486 against 456
+#: TFLOP/s with the cut (H200, bf16); the suite's other shapes fill 94-99%. Causal work
+#: lists are balanced by BALANCE instead.
+WAVE_LIMIT = 0.9
+
+
+def wave_share(tiles: int, sms: int) -> float:
+    """The share of ``sms`` busy over the waves ``tiles`` equal tiles take."""
+    return tiles / (-(-tiles // sms) * sms)
+
+
 def fit(cfg: Sm90FwdConfig, problem: Problem) -> Sm90FwdConfig:
-    """A tuned entry or rule's config fitted to the problem's rows: a 192-row tile gives way
-    to a 128-row one when it pads :data:`ROW_PAD_LIMIT` times as many query rows (short
-    rows, e.g. a ViT's 197 tokens; entries are tuned on lengths in whole thousands, where
-    the two tiles pad alike). Everything else is kept."""
+    """A tuned entry or rule's config fitted to the problem's sizes (entries are tuned on
+    lengths in whole thousands and batches that fill the GPU):
+
+    - a 192-row tile gives way to a 128-row one where it pads :data:`ROW_PAD_LIMIT` times
+      as many query rows (short rows such as a ViT's 197 tokens);
+    - a non-causal problem whose tiles leave the SMs under :data:`WAVE_LIMIT` busy cuts
+      its work list along the keys (SPLIT_KV), when its batch x heads is known.
+
+    Everything else is kept; a change the rules refuse is not made."""
+    out = cfg
     n = max(1, int(problem.n_q))
-    if cfg.BLOCK_M != 192 or _padded(n, 192) <= ROW_PAD_LIMIT * _padded(n, 128):
+    if out.BLOCK_M == 192 and _padded(n, 192) > ROW_PAD_LIMIT * _padded(n, 128):
+        out = out.replace(BLOCK_M=128)
+    sms = getattr(problem.target_record(), "sm_count", 0)
+    if (not problem.causal and not out.SPLIT_KV and problem.heads > 0 and sms
+            and wave_share(-(-n // out.BLOCK_M) * problem.heads, sms) < WAVE_LIMIT):
+        out = out.replace(SPLIT_KV=True)
+    if out is cfg:
         return cfg
-    smaller = cfg.replace(BLOCK_M=128)
     try:
-        return check(smaller, problem.target, problem.head_dim, problem.dtype)
+        return check(out, problem.target, problem.head_dim, problem.dtype)
     except ConfigError:
         return cfg
 
