@@ -71,3 +71,28 @@ def test_results_files_are_stamped(tmp_path, capsys):
     assert (tmp_path / "bench.png").stat().st_size > 1000
     md = (tmp_path / "bench.md").read_text()
     assert "| fwd | fp16 | 1,2,40,16 | yes |" in md and "Command: `flashscope bench" in md
+    assert not (tmp_path / "bench.partial.jsonl").exists()
+
+
+@pytest.mark.interpreter
+def test_a_stopped_run_keeps_its_finished_results(tmp_path, monkeypatch):
+    """Under --out each result is on disk as soon as it is timed: a run stopped on its
+    second result leaves the first in bench.partial.jsonl (a finished run removes it)."""
+    from flashscope.bench import harness
+
+    real, calls = harness._Runner.one, []
+
+    def one(self, p, case):
+        calls.append(p.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, p, case)
+
+    monkeypatch.setattr(harness._Runner, "one", one)
+    argv = ["bench", "--device", "cpu", "--shape", "1,2,40,16", "--causal", "no",
+            "--dtype", "fp16", "--only", "sdpa-math,flashscope", "--out", str(tmp_path)]
+    assert main(argv) == 130  # "interrupted", as Ctrl-C
+    lines = (tmp_path / "bench.partial.jsonl").read_text().splitlines()
+    assert [json.loads(x)["provider"] for x in lines] == [calls[0]]
+    assert json.loads(lines[0])["status"] == "ok" and json.loads(lines[0])["ms"] > 0
+    assert not (tmp_path / "bench.json").exists()

@@ -4,6 +4,7 @@ given shapes; table in the terminal, JSON/CSV/PNG/markdown files on request."""
 from __future__ import annotations
 
 import argparse
+import os
 
 from . import common
 
@@ -38,7 +39,10 @@ def _csv(text):
 
 
 #: Files ``--out DIR`` holds.
-OUT_FILES = ("bench.md", "bench.png")
+OUT_FILES = ("bench.md", "bench.png", "bench.partial.jsonl")
+#: under --out, each result row as its case finishes (a killed run keeps what it timed);
+#: removed once the run's own files are written
+PARTIAL = "bench.partial.jsonl"
 
 
 def register(sub):
@@ -167,11 +171,13 @@ def run(args) -> int:
     timer = Timer(device=device.type, cuda_graph=args.cuda_graph, warmup_ms=args.warmup_ms,
                   rep_ms=args.rep_ms, rounds=args.rounds)
 
+    partial = _Partial(args.out_dir)
     with Progress("benchmark", len(cases) * len(chosen)) as bar:
         def log(r):
             tail = f"{r.tflops:.1f} TFLOP/s" if r.status == "ok" else f"{r.status}: {r.reason}"
             bar.note(f"{r.case.label:<40} {r.provider:<15} {tail}")
             bar.advance()
+            partial.add(r.row())
 
         results, base = run_bench(cases, chosen, device=device, timer=timer,
                                   baseline=args.baseline, options=options,
@@ -189,11 +195,38 @@ def run(args) -> int:
     common.emit(args, doc, rows=doc["results"], meta=meta,
                 render=lambda con: common.show(con, output.table(results, metrics,
                                                                  title=f"baseline: {base}")))
+    partial.close()
     failed = [r for r in results if r.status in ("failed", "error")]
     return 1 if failed and not any(r.status == "ok" for r in results) else 0
 
 
+class _Partial:
+    """``bench.partial.jsonl`` under ``--out``: one JSON line per result, flushed to disk
+    as it is timed, so a run stopped by a signal or a time limit keeps every finished
+    result; :meth:`close` removes it once ``bench.json`` holds them all."""
+
+    def __init__(self, out):
+        self.path = out.file(PARTIAL) if out is not None else None
+        self.fh = open(self.path, "w") if self.path is not None else None
+
+    def add(self, row: dict) -> None:
+        if self.fh is not None:
+            import json
+
+            from ..outfiles import plain
+
+            self.fh.write(json.dumps(plain(row), default=str, allow_nan=False) + "\n")
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            self.path.unlink()
+            self.fh = None
+
+
 SUITE_NEEDS_GPU = (
-    "--suite needs a GPU: its 36 cases per mode and dtype run up to 16384 tokens "
-    "(4*B*H*N^2*D = 2.2 TFLOP each at N = 16384), which Triton's CPU interpreter would take "
-    "days to finish; time small shapes on the CPU with --shape B,H,N,D instead")
+    "--suite needs a GPU: its cases run thousands of tokens (4*B*H*N^2*D = 2.2 TFLOP a "
+    "case at N = 16384), which Triton's CPU interpreter would take days to finish; time "
+    "small shapes on the CPU with --shape B,H,N,D instead")

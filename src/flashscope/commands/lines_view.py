@@ -45,17 +45,15 @@ def _short(path) -> str:
 
 def print_tables(pairs, console=None, top: int = 0) -> None:
     """``pairs``: (label, KernelLines) in order."""
-    from rich.console import Console
-    from rich.table import Table
-
+    from .. import terminal
     from ..isa.lines import row_order
 
-    console = console or Console(width=None if sys.stdout.isatty() else 200)
+    console = console or terminal.console()
     for label, kl in pairs:
-        t = Table(title=f"{label}: {head(kl)}", title_justify="left")
-        for col in ("line", "source", "instr", *[c for c, _ in CLASS_COLUMNS], "live max",
-                    "live mean", "spill st/ld", "inlined here: instr / live max"):
-            t.add_column(col, justify="left" if col in ("line", "source") else "right")
+        t = terminal.table("line", "source", "instr", *[c for c, _ in CLASS_COLUMNS],
+                           "live max", "live mean", "spill st/ld",
+                           "inlined here: instr / live max", title=f"{label}: {head(kl)}",
+                           left=("line", "source"))
         rows = kl.rows
         if top:
             rows = sorted(rows, key=lambda r: -(r.count + (r.inlined or {}).get("count", 0)))
@@ -69,7 +67,7 @@ def print_tables(pairs, console=None, top: int = 0) -> None:
                       f"{r.spill_stores}/{r.spill_loads}" if r.spill_stores or r.spill_loads
                       else "", f"{inl['count']} / {_fmt(inl.get('live_registers_max'))}"
                       if inl else "")
-        console.print(t)
+        terminal.show(console, t)
         for c in kl.checks:
             console.print(f"  {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}")
         if kl.peak and kl.peak.get("by_line"):

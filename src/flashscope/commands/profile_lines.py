@@ -76,19 +76,17 @@ def _reasons(view) -> dict:
 
 
 def _print(console, view, result, top: int) -> None:
-    from rich.table import Table
-
+    from .. import terminal
     from .lines_view import _fmt, _short, head
 
     total = sum((r.counters or {}).get("stall_samples", 0) for r in view.rows) or 1.0
     rows = [r for r in view.rows if r.counters]
     if top:
         rows = sorted(rows, key=lambda r: -r.counters.get("stall_samples", 0))[:top]
-    t = Table(title=f"{view.kernel}@{view.target}: {head(view)}", title_justify="left")
-    for col in ("line", "source", "warp instr executed", "stall samples", "share",
-                "top reasons", "instr", "live max"):
-        t.add_column(col, justify="left" if col in ("line", "source", "top reasons")
-                     else "right")
+    t = terminal.table("line", "source", "warp instr executed", "stall samples", "share",
+                       "top reasons", "instr", "live max",
+                       title=f"{view.kernel}@{view.target}: {head(view)}",
+                       left=("line", "source", "top reasons"))
     for r in rows:
         c = r.counters
         reasons = sorted(((v, k[len("stall."):]) for k, v in c.items()
@@ -99,6 +97,6 @@ def _print(console, view, result, top: int) -> None:
                   f"{c.get('stall_samples', 0) / total:.1%}",
                   ", ".join(f"{k} {v / total:.1%}" for v, k in reasons), str(r.count),
                   _fmt(r.live_registers_max))
-    console.print(t)
+    terminal.show(console, t)
     console.print("stalls by reason: " + ", ".join(
         f"{k} {v / total:.1%}" for k, v in list(result["stalls_by_reason"].items())[:8]))
