@@ -351,7 +351,8 @@ def _ladder_rank(v) -> float:
 @dataclass(frozen=True)
 class Problem:
     """The facts a default config is chosen from, all known before any tensor is read:
-    target, dtype, head dim, mask, lengths and how many (batch, head) pairs there are."""
+    target, dtype, head dim, mask, lengths, how many (batch, head) pairs there are and
+    how many query heads share a kv head."""
 
     target: str
     dtype: str = "bfloat16"
@@ -363,6 +364,7 @@ class Problem:
     window: bool = False  # a sliding window (or bottom-right alignment) bounds the keys
     varlen: bool = False  # packed sequences of different lengths
     softcap: bool = False  # scores capped by c tanh(s / c)
+    group: int = 1  # query heads per kv head (GQA); decoding packs a group's rows in a tile
 
     @property
     def seq_len(self) -> int:
