@@ -17,16 +17,15 @@ nothing. A refused call writes nothing to the cache: every check runs before the
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
 from . import launch
-from .api import _DTYPES, _flag, check_mask_args, device_target, resolve_config
-from .errors import ConfigError, FlashscopeError
+from .api import (_DTYPES, _flag, check_device, check_head_dim_of, check_mask_args,
+                  check_scale, device_target, resolve_config)
+from .errors import FlashscopeError
 from .families import Problem, triton_decode
-from .families.base import check_head_dim
 from .families.triton_decode import Cache, TritonDecodeConfig
 
 
@@ -60,13 +59,7 @@ def _check_layout(q, k_cache, v_cache, cache_seqlens, k, v, block_table) -> tupl
     for name, t in values + indices:
         if t.device != q.device:
             raise FlashscopeError(f"{name}: on {t.device}, expected q's device {q.device}")
-    dev = q.device
-    if dev.type == "cpu" and not launch.interpreting():
-        raise FlashscopeError(
-            "q: CPU tensors run only under Triton's interpreter (set TRITON_INTERPRET=1 "
-            "before importing flashscope); otherwise pass CUDA/ROCm tensors")
-    if dev.type not in ("cpu", "cuda"):
-        raise FlashscopeError(f"q: expected a CUDA/ROCm tensor, got device {dev}")
+    check_device("q", q.device)
     if q.dtype not in _DTYPES:
         raise TypeError(f"q: expected dtype float16 or bfloat16, got {q.dtype}")
     for name, t in values:
@@ -82,10 +75,7 @@ def _check_layout(q, k_cache, v_cache, cache_seqlens, k, v, block_table) -> tupl
     _, n_or_page, hkv, dk = k_cache.shape
     if dk != D:
         raise FlashscopeError(f"k_cache: head dim {dk} does not match q's head dim {D}")
-    try:
-        check_head_dim(D)
-    except ConfigError as e:
-        raise FlashscopeError(f"q: {e}") from None
+    check_head_dim_of("q", D)
     if hkv == 0 or H % hkv:
         raise FlashscopeError(f"k_cache: {hkv} kv heads must divide q's {H} heads (GQA)")
     if cache_seqlens.shape[0] != B:
@@ -140,20 +130,11 @@ def _check_values(cache: Cache, n_new: int) -> None:
             f"0..{cache.pages - 1} (sequence {b} uses its first {int(used[b])} entries)")
 
 
-def _check_scale(scale) -> None:
-    if scale is None:
-        return
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}")
-    if not math.isfinite(scale):
-        raise FlashscopeError(f"scale: expected a finite number, got {scale}")
-
-
 def _checked(q, k_cache, v_cache, cache_seqlens, k, v, block_table, is_causal, scale,
              window, softcap, return_lse, config) -> tuple:
     _flag("return_lse", return_lse)
     cache, n_new = _check_layout(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
-    _check_scale(scale)
+    check_scale(scale)
     mask = check_mask_args(is_causal, window, "bottom_right", softcap)
     D = q.shape[3]
     cfg = None if config is None else resolve_config(
@@ -191,8 +172,11 @@ def problem_of(q, cache: Cache, mask) -> Problem:
 
 
 def _default_config(q, cache: Cache, mask) -> TritonDecodeConfig:
-    problem = problem_of(q, cache, mask)
-    return launch.remembered(_DEFAULTS, problem, lambda: triton_decode.select(problem))
+    """The family's default for this call (:func:`problem_of`), remembered by what the
+    problem is made of."""
+    key = (q.device, q.dtype, q.shape, cache.k.shape, cache.capacity, mask)
+    return launch.remembered(_DEFAULTS, key,
+                             lambda: triton_decode.select(problem_of(q, cache, mask)))
 
 
 def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None,

@@ -161,6 +161,11 @@ def run(args) -> int:
     cases = suite.user_cases(args.shape, dtypes=args.dtype, causal=args.causal, modes=modes)
     if decoding:
         cases = [decode.DecodeCase(**dataclasses.asdict(c)) for c in cases]
+        for c in cases:
+            if c.Nk % decode.PAGE_SIZE:
+                raise FlashscopeError(f"--shape {c.shape}: Nk = {c.Nk}: the decode suite "
+                                      f"reads the cache as {decode.PAGE_SIZE}-key pages too; "
+                                      f"give a multiple of {decode.PAGE_SIZE}")
         cases += decode.suite_cases(dtypes=args.dtype, head_dims=args.head_dim)
     elif args.suite == "standard":
         cases += suite.standard_suite(dtypes=args.dtype, head_dims=args.head_dim,

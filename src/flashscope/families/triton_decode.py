@@ -34,7 +34,8 @@ MAX_SPLITS = 256
 #: fewest key tiles a split is given: with two, each program has a tile loading under the
 #: one it computes
 MIN_SPLIT_TILES = 2
-#: most programs the split rule counts resident on one SM (CU) at a time
+#: most programs the split rule counts resident on one SM (CU) at a time (the bound where
+#: shared memory sets none: the reduce path)
 MAX_RESIDENT = 4
 #: products a thread may hold in the reduce path (rows x keys x padded head dim over the
 #: threads), past which they spill instead of staying in registers
@@ -48,11 +49,11 @@ class TritonDecodeConfig(Knobs):
     BLOCK_M packed rows (query heads of one kv head x query tokens) per work tile, BLOCK_N
     keys per step; ``num_warps``, ``num_stages`` (the software pipeline's depth over the
     key tiles: K and V tiles in flight + 1, as Triton counts a dense launch's stages; a
-    paged launch passes Triton :func:`triton_stages`). DOT: Q K^T and P V on the tensor cores (``tl.dot``, at least 16 rows, the
-    padding rows computed too); without it each key tile is multiplied into the rows and
-    reduced on the CUDA cores. SPLITS: programs that share each work tile's keys (1: no
-    split, no workspace, no merge). ``maxnreg``/``waves_per_eu``: the vendor register
-    caps, as in the forward."""
+    paged launch passes Triton :func:`triton_stages`). DOT: Q K^T and P V on the tensor
+    cores (``tl.dot``, at least 16 rows, the padding rows computed too); without it each
+    key tile is multiplied into the rows and reduced on the CUDA cores. SPLITS: programs
+    that share each work tile's keys (1: no split, no workspace, no merge).
+    ``maxnreg``/``waves_per_eu``: the vendor register caps, as in the forward."""
 
     KERNEL: ClassVar[str] = KERNEL
 
@@ -144,9 +145,10 @@ def check(cfg: TritonDecodeConfig, target="sm90", head_dim: int = 128,
 
 # Tiles and pipeline depth as data: (target name or family, largest head dim, causal or
 # None for both) -> config; BLOCK_M, DOT and SPLITS are set per problem by select().
-# Chosen offline, not yet timed: 64-key tiles keep two programs of 3 stages (64 KB of K
-# and V in flight each at D = 128) resident on an sm_90 SM, 32-key tiles do the same at
-# D = 256; AMD's pipeliner takes 2 stages, RDNA's 64 KB LDS one.
+# Chosen offline, not yet timed: 64-key tiles of 3 stages keep two tiles of K and V (64
+# KB) in flight a program at D = 128, and three programs fit an sm_90 SM (70 KB of shared
+# memory each, read from the binary); 32-key tiles do the same at D = 256. AMD's
+# pipeliner takes 2 stages, RDNA's 64 KB LDS one.
 C = TritonDecodeConfig
 DEFAULTS = (
     ("nvidia", 128, None, C(BLOCK_N=64, num_warps=4, num_stages=3)),
@@ -159,10 +161,7 @@ del C
 
 
 def _next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
+    return 1 << max(0, n - 1).bit_length()
 
 
 def packed_rows(problem: Problem) -> int:
@@ -252,11 +251,14 @@ class Cache(NamedTuple):
         page = k.shape[1]
         return cls(k, v, seqlens, table, page, table.shape[1] * page, k.shape[0])
 
-    def table_args(self) -> tuple:
-        """(table tensor, its row stride): the lengths stand in, unread, when dense."""
-        if self.table is None:
-            return self.seqlens, 0
-        return self.table, self.table.stride(0)
+    @property
+    def table_arg(self):
+        """The block table, or the lengths in its slot (unread) when dense."""
+        return self.seqlens if self.table is None else self.table
+
+    @property
+    def table_stride(self) -> int:
+        return 0 if self.table is None else self.table.stride(0)
 
 
 def workspace_size(q_shape, cache: Cache, cfg: TritonDecodeConfig) -> int:
@@ -274,15 +276,31 @@ def _tiles(q_shape, cache: Cache, cfg) -> int:
     return B * hkv * -(-(H // hkv) * Nq // cfg.BLOCK_M)
 
 
+# Each launch's arguments are its tensors, then integers and floats fixed by the shapes,
+# strides, mask and config (what a plan keeps, :func:`plan`).
+
+def append_tensors(k_new, v_new, cache: Cache) -> tuple:
+    return k_new, v_new, cache.k, cache.v, cache.seqlens, cache.table_arg
+
+
+def attend_tensors(q, cache: Cache, out, lse, part) -> tuple:
+    """``lse``/``part`` None: ``out`` in their slots (unread)."""
+    return (q, cache.k, cache.v, out, out if lse is None else lse,
+            out if part is None else part, cache.seqlens, cache.table_arg)
+
+
+def merge_tensors(out, lse, part) -> tuple:
+    return part, out, out if lse is None else lse
+
+
 def append_call(k_new, v_new, cache: Cache):
     """(grid, positional args, constexpr keywords) of the append of ``k_new``/``v_new``
     (B, N_new, Hkv, D) at each sequence's length."""
     B, n_new, hkv, D = k_new.shape
-    table, stride_tb = cache.table_args()
     grid = (n_new, B)
-    args = (k_new, v_new, cache.k, cache.v, cache.seqlens, table, *k_new.stride(),
-            *v_new.stride(), *cache.k.stride(), *cache.v.stride(), stride_tb, hkv,
-            cache.capacity, cache.pages)
+    args = (*append_tensors(k_new, v_new, cache), *k_new.stride(), *v_new.stride(),
+            *cache.k.stride(), *cache.v.stride(), cache.table_stride, hkv, cache.capacity,
+            cache.pages)
     consts = dict(HKV_PAD=_next_pow2(hkv), HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
                   PAGE=cache.page)
     return grid, args, consts
@@ -298,15 +316,13 @@ def call(q, cache: Cache, out, lse, part, n_new: int, *, mask, scale: float,
     B, Nq, H, D = q.shape
     hkv = cache.k.shape[2]
     n_m = -(-(H // hkv) * Nq // cfg.BLOCK_M)
-    table, stride_tb = cache.table_args()
     _, left, right = mask.scalars(Nq, cache.capacity)
     sw = mask.switches(Nq, cache.capacity)
     grid = (B * hkv * n_m, cfg.SPLITS)
-    args = (q, cache.k, cache.v, out, lse if lse is not None else out,
-            part if part is not None else out, cache.seqlens, table,
-            *q.stride(), *cache.k.stride(), *cache.v.stride(), *out.stride(), stride_tb,
-            Nq, n_new, cache.capacity, cache.pages, n_m, hkv, cfg.SPLITS, scale * LOG2E,
-            left, right, *mask.cap_args(scale))
+    args = (*attend_tensors(q, cache, out, lse, part), *q.stride(), *cache.k.stride(),
+            *cache.v.stride(), *out.stride(), cache.table_stride, Nq, n_new, cache.capacity,
+            cache.pages, n_m, hkv, cfg.SPLITS, scale * LOG2E, left, right,
+            *mask.cap_args(scale))
     consts = dict(GROUP=H // hkv, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
                   BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, PAGE=cache.page, DOT=bool(cfg.DOT),
                   SPLIT=cfg.SPLITS > 1, RETURN_LSE=lse is not None, CAUSAL=sw["CAUSAL"],
@@ -321,11 +337,84 @@ def merge_call(q, cache: Cache, out, lse, part, cfg: TritonDecodeConfig):
     n_m = -(-(H // hkv) * Nq // cfg.BLOCK_M)
     rows = min(MERGE_ROWS, cfg.BLOCK_M)
     grid = (B * hkv * n_m, cfg.BLOCK_M // rows)
-    args = (part, out, lse if lse is not None else out, Nq, n_m, hkv, cfg.SPLITS,
-            *out.stride())
+    args = (*merge_tensors(out, lse, part), Nq, n_m, hkv, cfg.SPLITS, *out.stride())
     consts = dict(GROUP=H // hkv, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
                   BLOCK_M=cfg.BLOCK_M, ROWS=rows, RETURN_LSE=lse is not None)
     return grid, args, consts
+
+
+# -- the launch plan -----------------------------------------------------------------------
+
+class Launch(NamedTuple):
+    """One launch of a plan: the kernel's function, its grid, the arguments after its
+    tensors, the constexprs and options, and the compiled kernel by device once launched
+    (:func:`flashscope.launch.launch_compiled`'s cache)."""
+    function: str
+    grid: tuple
+    scalars: tuple
+    consts: dict
+    options: dict
+    compiled: dict
+
+
+class DecodePlan(NamedTuple):
+    """The launches of a decoding call (the append and the merge None where not run) and
+    the float32 values of its split workspace."""
+    append: Optional[Launch]
+    attend: Optional[Launch]
+    merge: Optional[Launch]
+    workspace: int
+
+
+#: plans by :func:`plan_key`; emptied when it reaches 256 keys
+_PLANS: dict = {}
+
+
+def plan_key(q, cache: Cache, out, lse, k_new, v_new, mask, scale: float, cfg,
+             attend: bool) -> tuple:
+    """What a call's launches depend on besides data addresses: the device, dtype, every
+    tensor's shape, strides and 16-byte alignment, the mask, scale, config and whether
+    it attends. It fixes every scalar argument, its specialization and every constexpr."""
+    tensors = (q, cache.k, cache.v, out, lse, cache.seqlens, cache.table, k_new, v_new)
+    return (q.device, q.dtype, cache.page, mask, float(scale), cfg, attend,
+            tuple(None if t is None else (t.shape, t.stride(), t.data_ptr() % 16)
+                  for t in tensors))
+
+
+def plan(q, cache: Cache, out, lse, k_new, v_new, *, mask, scale: float,
+         cfg: TritonDecodeConfig, attend: bool = True) -> DecodePlan:
+    """The :class:`DecodePlan` of a call, built on the first call of its :func:`plan_key`
+    and then looked up: a decoding step runs in microseconds, and building its argument
+    lists and launch keys on the host took longer."""
+    from ..launch import remembered
+
+    key = plan_key(q, cache, out, lse, k_new, v_new, mask, scale, cfg, attend)
+    return remembered(_PLANS, key, lambda: _build_plan(q, cache, out, lse, k_new, v_new,
+                                                       mask, scale, cfg, attend))
+
+
+def _launch(name: str, built, n_tensors: int, options: dict) -> Launch:
+    grid, args, consts = built
+    return Launch(FUNCTIONS[name], grid, tuple(args[n_tensors:]), consts, options, {})
+
+
+def _build_plan(q, cache, out, lse, k_new, v_new, mask, scale, cfg, attend) -> DecodePlan:
+    from ..launch import launch_options
+
+    n_new = 0 if k_new is None else k_new.shape[1]
+    append = attend_launch = merge = None
+    if n_new:
+        append = _launch("decode_append", append_call(k_new, v_new, cache), 6, SMALL_OPTIONS)
+    size = workspace_size(q.shape, cache, cfg) if attend else 0
+    if attend:
+        options = {**launch_options(cfg, q.device),
+                   "num_stages": triton_stages(cfg, cache.table is not None)}
+        attend_launch = _launch(KERNEL, call(q, cache, out, lse, None, n_new, mask=mask,
+                                             scale=scale, cfg=cfg), 8, options)
+    if size:
+        merge = _launch("decode_merge", merge_call(q, cache, out, lse, None, cfg), 3,
+                        SMALL_OPTIONS)
+    return DecodePlan(append, attend_launch, merge, size)
 
 
 def run(q, cache: Cache, out, lse, *, k_new=None, v_new=None, mask, scale: float,
@@ -336,29 +425,29 @@ def run(q, cache: Cache, out, lse, *, k_new=None, v_new=None, mask, scale: float
     import torch
 
     from .. import kernels
-    from ..launch import interpreting, launch_compiled, launch_options
+    from ..launch import interpreting, launch_compiled
 
-    mod = kernels.load(MODULE, interpret=interpreting())
-    gpu = q.device.type == "cuda" and not interpreting()
+    interp = interpreting()
+    mod = kernels.load(MODULE, interpret=interp)
+    gpu = q.device.type == "cuda" and not interp
+    p = plan(q, cache, out, lse, k_new, v_new, mask=mask, scale=scale, cfg=cfg,
+             attend=attend)
 
-    def launch(name, grid, args, consts, options):
-        kernel = getattr(mod, FUNCTIONS[name])
+    def go(launch: Launch, tensors: tuple) -> None:
+        kernel = getattr(mod, launch.function)
+        args = (*tensors, *launch.scalars)
         if gpu:
-            launch_compiled(kernel, grid, args, consts, options)
+            launch_compiled(kernel, launch.grid, args, launch.consts, launch.options,
+                            cache=launch.compiled)
         else:
-            kernel[grid](*args, **consts, **options)
+            kernel[launch.grid](*args, **launch.consts, **launch.options)
 
-    n_new = 0
-    if k_new is not None and k_new.shape[1] > 0:
-        n_new = k_new.shape[1]
-        launch("decode_append", *append_call(k_new, v_new, cache), SMALL_OPTIONS)
-    if not attend:
+    if p.append is not None:
+        go(p.append, append_tensors(k_new, v_new, cache))
+    if p.attend is None:
         return
-    size = workspace_size(q.shape, cache, cfg)
-    part = torch.empty(size, dtype=torch.float32, device=q.device) if size else None
-    options = {**launch_options(cfg, q.device),
-               "num_stages": triton_stages(cfg, cache.table is not None)}
-    launch(KERNEL, *call(q, cache, out, lse, part, n_new, mask=mask, scale=scale, cfg=cfg),
-           options)
+    part = torch.empty(p.workspace, dtype=torch.float32, device=q.device) \
+        if p.workspace else None
+    go(p.attend, attend_tensors(q, cache, out, lse, part))
     if part is not None:
-        launch("decode_merge", *merge_call(q, cache, out, lse, part, cfg), SMALL_OPTIONS)
+        go(p.merge, merge_tensors(out, lse, part))

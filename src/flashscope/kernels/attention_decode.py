@@ -16,15 +16,15 @@ One program serves one KV head of one sequence: the GROUP = H / Hkv query heads 
 that head, times the N_Q query tokens, are packed as rows of one tile (row r is token
 r // GROUP of head r % GROUP, padded to BLOCK_M), so a GQA group reads its K and V once.
 DOT: the scores and P V are tensor-core products (``tl.dot``, BLOCK_M >= 16); without it
-each key tile is multiplied into the rows and reduced on the CUDA cores (a tile of one row
-would pay for 16 in the tensor cores). SPLITS programs share a tile's keys
+each key tile is multiplied into the rows and reduced on the CUDA cores, which computes no
+padding rows (the family says which it runs and why). SPLITS programs share a tile's keys
 (flash-decoding): split s takes an even share of its key tiles and, with SPLIT, writes its
 unnormalized rows and softmax state (m, l) to a float32 workspace in
 :mod:`flashscope.kernels.attention_merge`'s slot layout; :func:`_decode_merge` combines
 them. The online softmax is :func:`flashscope.kernels.common.softmax_step`.
 
 Device-side guards, so that bad values the host does not read (that would cost a sync)
-stay harmless: n_k is clamped to CAPACITY (the cache's keys per sequence), pages read
+stay harmless: n_k is clamped into [0, CAPACITY] (the cache's keys per sequence), pages read
 are clamped into [0, NUM_PAGES), and an append whose position or page is out of range
 writes nothing. This module imports Triton only.
 """
@@ -39,7 +39,8 @@ from flashscope.kernels.keyrange import key_range, visible
 
 @triton.jit
 def _page_of(table_row, cols, ok, PAGE: tl.constexpr):
-    """The page (int64, as the table holds it) of keys ``cols`` of one sequence."""
+    """The page of keys ``cols`` of one sequence, as the table holds it (widened to int64:
+    a page times its stride may pass 2^31 elements)."""
     return tl.load(table_row + cols // PAGE, mask=ok, other=0).to(tl.int64)
 
 
@@ -182,27 +183,22 @@ def _decode_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-    if HAS_LEFT:  # the band's left edge
-        acc, l_i, m_i = _decode_tiles(
-            acc, l_i, m_i, q, k_base, v_base, table_row, seq, qi, tl.maximum(lo, s_lo),
-            tl.minimum(full_lo, s_hi), n_k, offset, LEFT, RIGHT, NUM_PAGES, qk_scale,
-            cap_in, cap_out, offs_d, stride_kb, stride_kn, stride_kd, stride_vb,
-            stride_vn, stride_vd, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, PAGE, DOT, True, CAUSAL,
-            HAS_LEFT, HAS_RIGHT, SOFTCAP)
-    # tiles every row of the block sees whole
-    acc, l_i, m_i = _decode_tiles(
-        acc, l_i, m_i, q, k_base, v_base, table_row, seq, qi, tl.maximum(full_lo, s_lo),
-        tl.minimum(full_hi, s_hi), n_k, offset, LEFT, RIGHT, NUM_PAGES, qk_scale, cap_in,
-        cap_out, offs_d, stride_kb, stride_kn, stride_kd, stride_vb, stride_vn, stride_vd,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, PAGE, DOT, False, CAUSAL, HAS_LEFT, HAS_RIGHT,
-        SOFTCAP)
-    # the band's right edge and the sequence's partial last tile
-    acc, l_i, m_i = _decode_tiles(
-        acc, l_i, m_i, q, k_base, v_base, table_row, seq, qi, tl.maximum(full_hi, s_lo),
-        tl.minimum(hi, s_hi), n_k, offset, LEFT, RIGHT, NUM_PAGES, qk_scale, cap_in,
-        cap_out, offs_d, stride_kb, stride_kn, stride_kd, stride_vb, stride_vn, stride_vd,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, PAGE, DOT, True, CAUSAL, HAS_LEFT, HAS_RIGHT,
-        SOFTCAP)
+    # the band's left edge (masked), the tiles every row sees whole, then the band's right
+    # edge and the sequence's partial last tile (masked), each cut to this split's share
+    for seg in tl.static_range(3):
+        if seg == 0:
+            seg_lo, seg_hi = lo, full_lo
+        elif seg == 1:
+            seg_lo, seg_hi = full_lo, full_hi
+        else:
+            seg_lo, seg_hi = full_hi, hi
+        if seg != 0 or HAS_LEFT:
+            acc, l_i, m_i = _decode_tiles(
+                acc, l_i, m_i, q, k_base, v_base, table_row, seq, qi,
+                tl.maximum(seg_lo, s_lo), tl.minimum(seg_hi, s_hi), n_k, offset, LEFT, RIGHT,
+                NUM_PAGES, qk_scale, cap_in, cap_out, offs_d, stride_kb, stride_kn,
+                stride_kd, stride_vb, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD,
+                PAGE, DOT, seg != 1, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP)
 
     if SPLIT:
         slot = Part + (t.to(tl.int64) * SPLITS + split) * (BLOCK_M * (HEAD_DIM_PAD + 2))
@@ -270,12 +266,16 @@ def _decode_append(
     else:
         seq = b
     keep = ok & (heads[:, None] < HKV) & (offs_d[None, :] < HEAD_DIM)
-    inner = heads[:, None].to(tl.int64)
-    k = tl.load(KNew + b * stride_nb + i * stride_nn + inner * stride_nh
-                + offs_d[None, :] * stride_nd, mask=keep)
-    v = tl.load(VNew + b * stride_wb + i * stride_wn + inner * stride_wh
-                + offs_d[None, :] * stride_wd, mask=keep)
-    tl.store(K + seq * stride_kb + pos * stride_kn + inner * stride_kh
-             + offs_d[None, :] * stride_kd, k, mask=keep)
-    tl.store(V + seq * stride_vb + pos * stride_vn + inner * stride_vh
-             + offs_d[None, :] * stride_vd, v, mask=keep)
+    heads = heads[:, None].to(tl.int64)
+    offs_d = offs_d[None, :]
+    _copy_row(KNew + b * stride_nb + i * stride_nn + heads * stride_nh + offs_d * stride_nd,
+              K + seq * stride_kb + pos * stride_kn + heads * stride_kh + offs_d * stride_kd,
+              keep)
+    _copy_row(VNew + b * stride_wb + i * stride_wn + heads * stride_wh + offs_d * stride_wd,
+              V + seq * stride_vb + pos * stride_vn + heads * stride_vh + offs_d * stride_vd,
+              keep)
+
+
+@triton.jit
+def _copy_row(src, dst, keep):
+    tl.store(dst, tl.load(src, mask=keep), mask=keep)
