@@ -49,6 +49,7 @@ class Result:
     pct_copy: Optional[float] = None
     gbps: Optional[float] = None  #: bytes read per second, decoding (:mod:`.decode`)
     peak_mib: Optional[float] = None
+    host_us: Optional[float] = None
     max_rel_error: Optional[float] = None
     validated_shapes: list = field(default_factory=list)
     ms_rounds: list = field(default_factory=list)
@@ -144,6 +145,7 @@ class _Runner:
             peak = peak_memory_mib(step, self.device.type)
             ms = self.timer.time(step)
             err = max(err, self._check_timed(self.timer.last, ref, case, inp))
+            host = self.timer.host_us(step)
             if self.timer.rounds > 1:
                 self.kept[p.name] = (step, ref, inp)
         except ValidationFailure as e:
@@ -155,7 +157,7 @@ class _Runner:
             return Result(p.name, case, "error", _short(e), validated_shapes=shapes)
         finally:
             self.timer.last = None
-        return self._rate(Result(p.name, case, "ok", ms=ms, peak_mib=peak,
+        return self._rate(Result(p.name, case, "ok", ms=ms, peak_mib=peak, host_us=host,
                                   max_rel_error=err, validated_shapes=shapes, ms_rounds=[ms]))
 
     def _check_timed(self, result, ref, case: Case, inp) -> float:

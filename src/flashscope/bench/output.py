@@ -25,6 +25,7 @@ METRICS = MappingProxyType({
     "copy": ("pct_copy", "% copy", "{:.1f}"),
     "bandwidth": ("gbps", "GB/s", "{:.0f}"),
     "memory": ("peak_mib", "peak (MiB)", "{:.0f}"),
+    "host": ("host_us", "host (us/call)", "{:.0f}"),
     "error": ("max_rel_error", "rel err", "{:.1e}"),
 })
 
