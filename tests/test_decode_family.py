@@ -8,7 +8,7 @@ from flashscope.errors import ConfigError
 from flashscope.families import Problem, config_from_text, family, triton_decode
 from flashscope.families.triton_decode import (MAX_SPLITS, TritonDecodeConfig, select,
                                                split_count, triton_stages)
-from flashscope.targets import ALL_TARGETS
+from flashscope.targets import ALL_TARGETS, get_target
 
 
 def decode_problem(B=8, Nq=1, H=32, Hkv=8, Nk=8192, D=128, target="sm90"):
@@ -63,6 +63,22 @@ def test_rules_name_the_limit(cfg, msg):
         triton_decode.check(cfg, "sm90", 128)
 
 
+def test_wgmma_tiles_count_every_stage_and_q_in_shared_memory():
+    """From 64 rows on sm_90 the products are wgmma, which read K, V (all S stages) and Q
+    from shared memory: the bound the rules and the split rule's residency use."""
+    wide = TritonDecodeConfig(BLOCK_M=64, BLOCK_N=64, num_stages=3)
+    sm90, sm80 = get_target("sm90"), get_target("sm80")
+    assert triton_decode.min_shared_bytes(wide, 128, "bfloat16", sm90) == 114688
+    assert triton_decode.min_shared_bytes(wide, 128, "bfloat16", sm80) == 65536
+    assert triton_decode.min_shared_bytes(wide.replace(BLOCK_M=32), 128, "bfloat16",
+                                          sm90) == 65536
+    assert triton_decode.resident(wide, sm90, 128, "bfloat16") == 2
+    deep = TritonDecodeConfig(BLOCK_N=128, num_stages=4)
+    assert triton_decode.check(deep.replace(BLOCK_M=32), "sm90", 128)
+    with pytest.raises(ConfigError, match="BLOCK_M=64, BLOCK_N=128.*shared memory"):
+        triton_decode.check(deep.replace(BLOCK_M=64), "sm90", 128)
+
+
 def test_reduce_path_within_its_register_bound_is_accepted():
     cfg = TritonDecodeConfig(BLOCK_M=1, DOT=False)
     assert triton_decode.check(cfg, "sm90", 128) is cfg
@@ -95,10 +111,17 @@ def test_decoding_kernels_build_offline():
     an AMD target (``flashscope inspect --kernel decode_append`` builds the append too)."""
     builds = [("sm90", k) for k in ("triton-decode", "decode_paged", "decode_merge")]
     builds.append(("gfx942", "triton-decode"))
-    arts = fcompile.run_clean(fcompile._build_task,  # one worker process for all four
-                              [("", t, dict(kernel=k)) for t, k in builds])
+    wgmma = TritonDecodeConfig(BLOCK_M=64, SPLITS=4)
+    items = [("", t, dict(kernel=k)) for t, k in builds]
+    items.append((wgmma.text, "sm90", dict(kernel="triton-decode")))
+    arts = fcompile.run_clean(fcompile._build_task, items)  # one worker process for all
+    arts, wide = arts[:-1], arts[-1]
     for (target, kernel), art in zip(builds, arts):
         assert not isinstance(art, Exception), art
         assert art.kernel == kernel and art.target == target and art.binary
     shared = [art.metadata["shared"] for art in arts]
     assert shared[1] >= shared[0] > 2 * 2 * 64 * 128 * 2
+    # the wgmma build's shared memory is what the bound counts
+    assert not isinstance(wide, Exception), wide
+    assert wide.metadata["shared"] == triton_decode.min_shared_bytes(
+        wgmma, 128, "bfloat16", get_target("sm90"))

@@ -297,11 +297,12 @@ def _kb(n: int) -> str:
     return f"{n // 1024} KB" if n % 1024 == 0 else f"{n:,} bytes"
 
 
-def shared_memory(bound: Callable, tiles: Callable) -> Rule:
-    """A rule: the family's lower bound on shared memory (``bound(cfg, head_dim, dtype)``)
-    fits a block of the target; ``tiles(cfg)`` names the knobs that decide it."""
+def shared_memory(bound: Callable, tiles: Callable, per_target: bool = False) -> Rule:
+    """A rule: the family's lower bound on shared memory (``bound(cfg, head_dim, dtype)``,
+    or with ``per_target`` ``bound(cfg, head_dim, dtype, target)``) fits a block of the
+    target; ``tiles(cfg)`` names the knobs that decide it."""
     def test(cfg, ctx):
-        need = bound(cfg, ctx.head_dim, ctx.dtype)
+        need = bound(cfg, ctx.head_dim, ctx.dtype, *((ctx.target,) if per_target else ()))
         limit = ctx.target.smem_per_block_optin
         if need > limit:
             return (f"{cfg.KERNEL}: {tiles(cfg)}, head dim {ctx.head_dim} with "

@@ -75,15 +75,30 @@ class TritonDecodeConfig(Knobs):
 Config = TritonDecodeConfig
 
 
-def min_shared_bytes(cfg: TritonDecodeConfig, head_dim: int, dtype: str = "bfloat16") -> int:
+def min_shared_bytes(cfg: TritonDecodeConfig, head_dim: int, dtype: str = "bfloat16",
+                     target=None) -> int:
     """A lower bound on shared memory, in bytes: with DOT, the K and V tiles (BLOCK_N x
     D_pad each) the tensor cores read from shared memory, max(1, S - 1) copies of each in
-    flight for S stages (as the forward's bound); the reduce path reads them from
-    registers and has no bound but 0."""
+    flight for S stages (as the forward's bound). On sm_90 from :data:`WGMMA_ROWS` rows
+    Triton issues wgmma, which reads its operands from shared memory: S copies of K and
+    V, plus Q's tile (read from the sm_90 binaries: 112 KB at 64 x 64 x 128, 3 stages;
+    128 KB at 128 rows). The reduce path reads K and V from registers: 0."""
     if not cfg.DOT:
         return 0
-    return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * DTYPE_BYTES[dtype] * \
-        max(1, cfg.num_stages - 1)
+    tile = head_dim_pad(head_dim) * DTYPE_BYTES[dtype]
+    if _wgmma(cfg, target):
+        return 2 * cfg.BLOCK_N * tile * cfg.num_stages + cfg.BLOCK_M * tile
+    return 2 * cfg.BLOCK_N * tile * max(1, cfg.num_stages - 1)
+
+
+#: fewest rows of a DOT tile Triton issues sm_90's wgmma for (fewer: mma.sync)
+WGMMA_ROWS = 64
+
+
+def _wgmma(cfg: TritonDecodeConfig, target) -> bool:
+    """Whether Triton builds ``cfg``'s products as sm_90 wgmma on ``target``."""
+    return (target is not None and getattr(target, "cc", 0) == 90 and cfg.DOT
+            and cfg.BLOCK_M >= WGMMA_ROWS)
 
 
 def _rows(cfg, ctx):
@@ -115,7 +130,8 @@ RULES = (
     stages(1, 8),
     CAPS,
     Rule("SPLITS", "programs sharing a work tile's keys", _splits),
-    shared_memory(min_shared_bytes, lambda c: f"BLOCK_N={c.BLOCK_N}"),
+    shared_memory(min_shared_bytes, lambda c: f"BLOCK_M={c.BLOCK_M}, BLOCK_N={c.BLOCK_N}",
+                  per_target=True),
 )
 
 #: the values a one-knob search steps along (:func:`~.base.neighbours`)
@@ -175,7 +191,7 @@ def resident(cfg: TritonDecodeConfig, target, head_dim: int, dtype: str) -> int:
     t = target
     smem = getattr(t, "smem_per_sm", None) or t.lds_per_unit
     most = MAX_RESIDENT
-    need = min_shared_bytes(cfg, head_dim, dtype)
+    need = min_shared_bytes(cfg, head_dim, dtype, t)
     if need:
         most = min(most, smem // need)
     warps = getattr(t, "max_warps_per_sm", None)
