@@ -40,6 +40,9 @@ CASES = [
     (2, 4, 8, 2, 32, 40, [12, 3], 5, 4, True, None, None, torch.float16, WHOLE),
     # more queries than keys: the first rows see none (zeros, lse -inf)
     (2, 4, 2, 1, 32, 16, [0, 1], 0, 0, True, None, None, torch.float16, SPLIT),
+    # the CUDA-core path (DOT=0): 2 packed rows, paged, an append, softcap, splits
+    (2, 1, 4, 2, 24, 48, [0, 29], 16, 1, True, None, 5.0, torch.float16,
+     TritonDecodeConfig(BLOCK_M=2, BLOCK_N=16, num_stages=1, DOT=False, SPLITS=2)),
 ]
 
 
@@ -102,6 +105,33 @@ def test_splits_merge_to_the_unsplit_result(device):
             for s in (1, 2, 5)]
     for o in outs[1:]:
         assert (o.double() - outs[0].double()).abs().max() < 2e-3
+
+
+def test_strided_views(device):
+    """q, the caches, the new keys and the output's layout as views with no copy: q and
+    k/v (B, H, N, D) seen through transpose(1, 2), the caches the first of two halves of
+    a wider allocation; the append writes through the view, bit for bit."""
+    seed = fresh_seed()
+    dev = "cuda" if device == "cuda" else "cpu"
+    B, Nq, H, Hkv, D, N, lens = 2, 2, 4, 2, 32, 40, [7, 30]
+
+    def view(*shape):
+        return torch.randn(*shape, device=dev).half()
+
+    q = view(B, H, Nq, D).transpose(1, 2)
+    k_cache, v_cache = (view(B, N, Hkv, 2 * D)[..., :D] for _ in range(2))
+    k_new, v_new = (view(B, Hkv, 2, D).transpose(1, 2) for _ in range(2))
+    lens_t = torch.tensor(lens, dtype=torch.int32, device=dev)
+    kc, vc = k_cache.clone(), v_cache.clone()
+    ref, _ = reference_kvcache(q, kc, vc, lens_t, k=k_new, v=v_new)
+    with nan_allocations():
+        out = flashscope.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens_t,
+                                                k=k_new, v=v_new, config=SPLIT)
+    for b, n in enumerate(lens):
+        kc[b, n:n + 2], vc[b, n:n + 2] = k_new[b], v_new[b]
+    assert torch.equal(k_cache, kc) and torch.equal(v_cache, vc), f"seed={seed}"
+    assert out.stride() == q.stride() and not torch.isnan(out).any()
+    assert rel_error(out, ref) <= ERROR_BOUND[torch.float16], f"seed={seed}"
 
 
 def test_no_queries_still_appends(device):

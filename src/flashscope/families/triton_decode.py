@@ -441,22 +441,15 @@ def run(q, cache: Cache, out, lse, *, k_new=None, v_new=None, mask, scale: float
     import torch
 
     from .. import kernels
-    from ..launch import interpreting, launch_compiled
+    from ..launch import interpreting, launch_jit
 
-    interp = interpreting()
-    mod = kernels.load(MODULE, interpret=interp)
-    gpu = q.device.type == "cuda" and not interp
+    mod = kernels.load(MODULE, interpret=interpreting())
     p = plan(q, cache, out, lse, k_new, v_new, mask=mask, scale=scale, cfg=cfg,
              attend=attend)
 
     def go(launch: Launch, tensors: tuple) -> None:
-        kernel = getattr(mod, launch.function)
-        args = (*tensors, *launch.scalars)
-        if gpu:
-            launch_compiled(kernel, launch.grid, args, launch.consts, launch.options,
-                            cache=launch.compiled)
-        else:
-            kernel[launch.grid](*args, **launch.consts, **launch.options)
+        launch_jit(getattr(mod, launch.function), launch.grid, (*tensors, *launch.scalars),
+                   launch.consts, launch.options, q.device, cache=launch.compiled)
 
     if p.append is not None:
         go(p.append, append_tensors(k_new, v_new, cache))
