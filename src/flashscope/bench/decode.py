@@ -56,7 +56,7 @@ PAGE_SIZE = 16
 FLOAT64_WORK = 1 << 32
 COPY = "copy"
 #: the table columns a decoding run shows unless --metrics says otherwise
-METRICS = ("latency", "bandwidth", "copy", "speedup", "memory", "error")
+METRICS = ("latency", "bandwidth", "copy", "speedup", "host", "memory", "error")
 
 
 @dataclass(frozen=True)
