@@ -73,9 +73,9 @@ def test_wgmma_tiles_count_every_stage_and_q_in_shared_memory():
     assert triton_decode.min_shared_bytes(wide.replace(BLOCK_M=32), 128, "bfloat16",
                                           sm90) == 65536
     assert triton_decode.resident(wide, sm90, 128, "bfloat16") == 2
-    # gfx942 at 16 rows, 2 stages: 33,024 B built against a 32,768 B bound, one a CU
+    # gfx942 at 16 rows, 2 stages: the dense build is the bound, 32,768 B, two a CU
     amd = TritonDecodeConfig(BLOCK_M=16, BLOCK_N=64, num_stages=2)
-    assert triton_decode.resident(amd, get_target("gfx942"), 128, "bfloat16") == 1
+    assert triton_decode.resident(amd, get_target("gfx942"), 128, "bfloat16") == 2
     assert triton_decode.resident(wide.replace(BLOCK_M=16), sm90, 128, "bfloat16") == 3
     deep = TritonDecodeConfig(BLOCK_N=128, num_stages=4)
     assert triton_decode.check(deep.replace(BLOCK_M=32), "sm90", 128)

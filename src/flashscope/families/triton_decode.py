@@ -37,10 +37,6 @@ MIN_SPLIT_TILES = 2
 #: most programs the split rule counts resident on one SM (CU) at a time (the bound where
 #: shared memory sets none: the reduce path)
 MAX_RESIDENT = 4
-#: shared memory the compiler adds to the K/V buffers for its own scratch (layout
-#: conversions, reductions), at least: 256 B on gfx942 at 16 x 64, D = 128 (33,024 B
-#: against the bound's 32,768, one program a CU, not two); 7 KB on sm_90
-SCRATCH_BYTES = 1024
 #: products a thread may hold in the reduce path (rows x keys x padded head dim over the
 #: threads), past which they spill instead of staying in registers
 REDUCE_PRODUCTS = 128
@@ -190,15 +186,18 @@ def packed_rows(problem: Problem) -> int:
 
 
 def resident(cfg: TritonDecodeConfig, target, head_dim: int, dtype: str) -> int:
-    """Programs of ``cfg`` that fit one SM (CU) at a time by shared memory (the bound,
-    the block's reservation and :data:`SCRATCH_BYTES`) and warps, at most
-    :data:`MAX_RESIDENT`: the slots the split rule fills."""
+    """Programs of ``cfg`` that fit one SM (CU) at a time by shared memory (the bound and
+    the block's reservation) and warps, at most :data:`MAX_RESIDENT`: the slots the
+    split rule fills. The dense builds' shared memory, read from the binaries: the bound
+    on gfx942 (32,768 B at 16 x 64, D = 128: two a CU), 6 KB above it on sm_90 (70 KB:
+    three an SM); a paged build takes a little more (gfx942: 256 B, which leaves it one a
+    CU; the rule does not know whether a call is paged)."""
     t = target
     smem = getattr(t, "smem_per_sm", None) or t.lds_per_unit
     most = MAX_RESIDENT
     need = min_shared_bytes(cfg, head_dim, dtype, t)
     if need:
-        need += SCRATCH_BYTES + getattr(t, "reserved_smem_per_block", 0)
+        need += getattr(t, "reserved_smem_per_block", 0)
         most = min(most, smem // need)
     warps = getattr(t, "max_warps_per_sm", None)
     if warps:
