@@ -29,6 +29,8 @@ def test_suite_covers_the_issue_grid():
     assert {c.D for c in cases} == {64, 128, 256}
     assert all(c.Nk % decode.PAGE_SIZE == 0 for c in cases)
     assert {c.D for c in suite_cases(head_dims=[256])} == {256}
+    short = suite_cases(head_dims=[128], lengths=[1024, 8192])
+    assert {c.Nk for c in short} == {1024, 8192} and len(short) == 36
     big = max(cases, key=lambda c: c.kv_bytes)
     assert big.kv_bytes == 2 * 64 * 131072 * 8 * 128 * 2  # 32 GiB: one copy fits an H100
 

@@ -75,11 +75,12 @@ class DecodeCase(Case):
                 f"D={self.D} {'bf16' if self.dtype == 'bfloat16' else 'fp16'}")
 
 
-def suite_cases(*, dtypes=("bfloat16",), head_dims=None, path=None) -> list:
+def suite_cases(*, dtypes=("bfloat16",), head_dims=None, lengths=None, path=None) -> list:
     """The decode suite (``data/suites/decode.json``), in every dtype given, the rows of
-    ``head_dims`` only when given."""
+    ``head_dims`` and of cache lengths Nk in ``lengths`` only when given."""
     cases = table_suite("decode", dtypes=dtypes, path=path, case=DecodeCase)
-    return [c for c in cases if head_dims is None or c.D in head_dims]
+    return [c for c in cases if (head_dims is None or c.D in head_dims)
+            and (lengths is None or c.Nk in lengths)]
 
 
 def odd_cases(case: Case) -> list:

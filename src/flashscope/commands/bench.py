@@ -75,7 +75,8 @@ def register(sub):
                                                       "(default 64,128,256)")
     p.add_argument("--lengths", default=None, type=common.argtype(common.parse_int_list,
                                                                    "lengths"),
-                   help="suite lengths N (comma list; default 512..16384)")
+                   help="suite lengths N (comma list; default 512..16384); with --suite "
+                        "decode the cache lengths Nk of its rows to run (default all)")
     p.add_argument("--only", help="comma list of providers to run")
     p.add_argument("--skip", help="comma list of providers to leave out")
     p.add_argument("--metrics", help="comma list of table columns: latency, tflops, "
@@ -168,7 +169,8 @@ def run(args) -> int:
                 raise FlashscopeError(f"--shape {c.shape}: Nk = {c.Nk}: the decode suite "
                                       f"reads the cache as {decode.PAGE_SIZE}-key pages too; "
                                       f"give a multiple of {decode.PAGE_SIZE}")
-        cases += decode.suite_cases(dtypes=args.dtype, head_dims=args.head_dim)
+        cases += decode.suite_cases(dtypes=args.dtype, head_dims=args.head_dim,
+                                    lengths=args.lengths)
     elif args.suite == "standard":
         cases += suite.standard_suite(dtypes=args.dtype, head_dims=args.head_dim,
                                       lengths=lengths, causal=args.causal, modes=modes)
