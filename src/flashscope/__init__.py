@@ -6,6 +6,7 @@ from .errors import FlashscopeError  # noqa: E402
 from .families import Problem, default_config, family  # noqa: E402
 from .families.sm90_fwd import Sm90FwdConfig  # noqa: E402
 from .families.triton_bwd import TritonBwdConfig  # noqa: E402
+from .families.triton_decode import TritonDecodeConfig  # noqa: E402
 from .families.triton_fwd import TritonFwdConfig  # noqa: E402
 
 
@@ -16,8 +17,13 @@ def __getattr__(name):
         from .api import attention
 
         return attention
+    if name in ("attention_with_kvcache", "check_kvcache"):
+        from . import kvcache
+
+        return getattr(kvcache, name)
     raise AttributeError(f"module 'flashscope' has no attribute {name!r}")
 
 
-__all__ = ["FlashscopeError", "Problem", "Sm90FwdConfig", "TritonBwdConfig", "TritonFwdConfig",
-           "attention", "default_config", "family", "__version__"]
+__all__ = ["FlashscopeError", "Problem", "Sm90FwdConfig", "TritonBwdConfig",
+           "TritonDecodeConfig", "TritonFwdConfig", "attention", "attention_with_kvcache",
+           "check_kvcache", "default_config", "family", "__version__"]

@@ -55,13 +55,7 @@ def _check_inputs(query, key, value, enable_gqa: bool, scale):
     if not (query.device == key.device == value.device):
         raise FlashscopeError(f"query, key, value: expected one device, got {query.device}, "
                               f"{key.device}, {value.device}")
-    dev = query.device
-    if dev.type == "cpu" and not launch.interpreting():
-        raise FlashscopeError(
-            "query: CPU tensors run only under Triton's interpreter (set TRITON_INTERPRET=1 "
-            "before importing flashscope); otherwise pass CUDA/ROCm tensors")
-    if dev.type not in ("cpu", "cuda"):
-        raise FlashscopeError(f"query: expected a CUDA/ROCm tensor, got device {dev}")
+    check_device("query", query.device)
     B, H, Nq, D = query.shape
     if key.shape != value.shape:
         raise FlashscopeError(f"key, value: expected the same shape, got {tuple(key.shape)} "
@@ -77,10 +71,30 @@ def _check_inputs(query, key, value, enable_gqa: bool, scale):
                                   "for grouped-query attention")
         if Hkv == 0 or H % Hkv != 0:
             raise FlashscopeError(f"key: {Hkv} kv heads must divide query's {H} heads (GQA)")
+    check_head_dim_of("query", D)
+    check_scale(scale)
+
+
+def check_device(name: str, dev: torch.device) -> None:
+    """A GPU (CUDA/ROCm), or the CPU under Triton's interpreter; else the error naming
+    ``name``."""
+    if dev.type == "cpu" and not launch.interpreting():
+        raise FlashscopeError(
+            f"{name}: CPU tensors run only under Triton's interpreter (set TRITON_INTERPRET=1 "
+            "before importing flashscope); otherwise pass CUDA/ROCm tensors")
+    if dev.type not in ("cpu", "cuda"):
+        raise FlashscopeError(f"{name}: expected a CUDA/ROCm tensor, got device {dev}")
+
+
+def check_head_dim_of(name: str, head_dim: int) -> None:
     try:
-        check_head_dim(D)
+        check_head_dim(head_dim)
     except ConfigError as e:
-        raise FlashscopeError(f"query: {e}") from None
+        raise FlashscopeError(f"{name}: {e}") from None
+
+
+def check_scale(scale) -> None:
+    """None, or a finite number; else the error naming ``scale``."""
     if scale is not None:
         if isinstance(scale, bool) or not isinstance(scale, (int, float)):
             raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}")

@@ -59,6 +59,10 @@ class KernelSpec:
     module: str
     function: str
     call: Callable
+    #: the (batch, heads, kv heads, query length, key length) a build binds and its
+    #: default config is chosen for; None: :data:`DEFAULT_PROBLEM` and the family's
+    #: default for the target, head dim, dtype and mask alone
+    problem: Optional[tuple] = None
 
 
 KERNELS: dict = {}
@@ -96,10 +100,7 @@ def default_config(kernel: str, target, head_dim: int = 128, dtype: str = "bfloa
                    causal: bool = False):
     """The config the library would run ``kernel`` with for this problem on ``target``:
     the family's tuned entry or rule (the forward family the target runs, for ``fwd``)."""
-    from .families import config_from_text
-
-    return config_from_text("", Problem(get_target(target).name, dtype, head_dim, causal),
-                            None if kernel in FORWARD_ALIASES else kernel_spec(kernel).family)
+    return parse_config("", kernel, target, head_dim, dtype, causal)
 
 
 def parse_config(text, kernel: str, target, head_dim: int = 128, dtype: str = "bfloat16",
@@ -109,6 +110,10 @@ def parse_config(text, kernel: str, target, head_dim: int = 128, dtype: str = "b
     from .families import config_from_text
 
     problem = Problem(get_target(target).name, dtype, head_dim, causal)
+    shape = None if kernel in FORWARD_ALIASES else kernel_spec(kernel).problem
+    if shape is not None:
+        B, H, Hkv, Nq, Nk = shape
+        problem = dataclasses.replace(problem, n_q=Nq, n_k=Nk, heads=B * H, group=H // Hkv)
     return config_from_text(text, problem,
                             None if kernel in FORWARD_ALIASES else kernel_spec(kernel).family)
 
@@ -170,8 +175,52 @@ def _bwd_call(kernel: str) -> Callable:
     return call
 
 
+def _decode_call(kernel: str, paged: bool) -> Callable:
+    """Call builder for one decoding kernel (:mod:`flashscope.families.triton_decode`) on
+    meta tensors: q (B, Nq, H, D) against a cache of Nk keys a sequence, dense or in pages
+    of 16 keys (the smallest common page size), with as many new keys as queries."""
+
+    def call(cfg, problem, head_dim, dtype, causal, return_lse=False):
+        import torch
+
+        from . import launch
+        from .families import triton_decode as fam
+
+        B, H, Hkv, Nq, Nk = problem
+        page = 16 if paged else 0
+        cache_shape = (B * -(-Nk // page), page, Hkv, head_dim) if paged else \
+            (B, Nk, Hkv, head_dim)
+        q, out, kc, vc, kn, vn = _meta_tensors(
+            problem, head_dim, dtype, (B, Nq, H, head_dim), (B, Nq, H, head_dim),
+            cache_shape, cache_shape, (B, Nq, Hkv, head_dim), (B, Nq, Hkv, head_dim))
+        lens = torch.empty((B,), dtype=torch.int32, device="meta")
+        table = torch.empty((B, -(-Nk // page)), dtype=torch.int32, device="meta") \
+            if paged else None
+        cache = fam.Cache.of(kc, vc, lens, table)
+        lse = torch.empty((B, H, Nq), dtype=torch.float32, device="meta") \
+            if return_lse else None
+        size = fam.workspace_size(q.shape, cache, cfg)
+        part = torch.empty((max(1, size),), dtype=torch.float32, device="meta")
+        if kernel == "decode_append":
+            _, args, consts = fam.append_call(kn, vn, cache)
+            return args, {**consts, **fam.SMALL_OPTIONS}
+        if kernel == "decode_merge":
+            _, args, consts = fam.merge_call(q, cache, out, lse, part, cfg)
+            return args, {**consts, **fam.SMALL_OPTIONS}
+        _, args, consts = fam.call(q, cache, out, lse, part, Nq, mask=Mask.of(causal),
+                                   scale=launch.default_scale(head_dim), cfg=cfg)
+        return args, {**consts, "num_stages": fam.triton_stages(cfg, paged)}
+
+    return call
+
+
+#: the decoding kernels' representative problem: one Llama-3-8B layer (32 query heads over
+#: 8 kv heads) decoding one token for 8 sequences against 8192 keys
+DECODE_PROBLEM = (8, 32, 8, 1, 8192)
+
+
 def _register_all() -> None:
-    from .families import sm90_fwd, triton_bwd, triton_fwd
+    from .families import sm90_fwd, triton_bwd, triton_decode, triton_fwd
 
     for fam in (triton_fwd, sm90_fwd):
         register_kernel(KernelSpec(fam.KERNEL, fam.KERNEL, fam.MODULE, fam.FUNCTION,
@@ -179,6 +228,10 @@ def _register_all() -> None:
     for name, fn in triton_bwd.FUNCTIONS.items():
         register_kernel(KernelSpec(name, triton_bwd.KERNEL, triton_bwd.MODULE, fn,
                                    _bwd_call(name)))
+    decode = {**triton_decode.FUNCTIONS, "decode_paged": triton_decode.FUNCTION}
+    for name, fn in decode.items():
+        register_kernel(KernelSpec(name, triton_decode.KERNEL, triton_decode.MODULE, fn,
+                                   _decode_call(name, name == "decode_paged"), DECODE_PROBLEM))
 
 
 _register_all()
@@ -590,7 +643,7 @@ def check_limits(art: Artifact) -> Artifact:
 
 
 def build(config, target, *, head_dim: int = 128, dtype: str = "bfloat16",
-          causal: bool = False, kernel: str = "fwd", problem=DEFAULT_PROBLEM,
+          causal: bool = False, kernel: str = "fwd", problem=None,
           use_cache: bool = True, check: bool = True, **extra) -> Artifact:
     """Compile ``kernel`` with ``config`` for ``target`` (e.g. "sm90", "gfx942").
 
@@ -609,7 +662,7 @@ def build(config, target, *, head_dim: int = 128, dtype: str = "bfloat16",
         raise ConfigError(f"config for kernel {spec.name!r}: expected a {spec.family} config, "
                           f"got {type(config).__name__}")
     family(spec.family).check(config, t, head_dim, dtype)
-    problem = tuple(int(x) for x in problem)
+    problem = tuple(int(x) for x in (problem or spec.problem or DEFAULT_PROBLEM))
     key = cache_key(spec.name, config, t, head_dim, dtype, causal, problem, **extra)
     art = load_cached(key) if use_cache else None
     if art is None and interpreter_imported():

@@ -188,12 +188,12 @@ def launch_compiled(kernel, grid, args, consts: dict, options: dict, cache=None)
     LAUNCHES["direct"] += 1
 
 
-def launch_jit(kernel, grid, args, consts: dict, options: dict, device) -> None:
+def launch_jit(kernel, grid, args, consts: dict, options: dict, device, cache=None) -> None:
     """Launch a Triton kernel: through :func:`launch_compiled` on a GPU (Triton's own
     binding costs about as much host time as a short kernel runs, three times over in the
-    backward), through ``kernel[grid]`` under the interpreter."""
+    backward; ``cache`` as there), through ``kernel[grid]`` under the interpreter."""
     if device.type == "cuda" and not interpreting():
-        launch_compiled(kernel, grid, args, consts, options)
+        launch_compiled(kernel, grid, args, consts, options, cache=cache)
     else:
         kernel[grid](*args, **consts, **options)
 

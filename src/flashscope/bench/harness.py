@@ -47,6 +47,7 @@ class Result:
     speedup: Optional[float] = None
     pct_gemm: Optional[float] = None
     pct_copy: Optional[float] = None
+    gbps: Optional[float] = None  #: bytes read per second, decoding (:mod:`.decode`)
     peak_mib: Optional[float] = None
     host_us: Optional[float] = None
     max_rel_error: Optional[float] = None
@@ -127,7 +128,7 @@ class _Runner:
         return self.odd_verdict[key]
 
     def one(self, p, case: Case) -> Result:
-        from .validate import ValidationFailure, check_timed_result
+        from .validate import ValidationFailure
 
         why = _unsupported(p, case)
         if why:
@@ -143,7 +144,7 @@ class _Runner:
             shapes = shapes + [case.shape]
             peak = peak_memory_mib(step, self.device.type)
             ms = self.timer.time(step)
-            err = max(err, check_timed_result(self.timer.last, ref, case, inp))
+            err = max(err, self._check_timed(self.timer.last, ref, case, inp))
             host = self.timer.host_us(step)
             if self.timer.rounds > 1:
                 self.kept[p.name] = (step, ref, inp)
@@ -158,6 +159,11 @@ class _Runner:
             self.timer.last = None
         return self._rate(Result(p.name, case, "ok", ms=ms, peak_mib=peak, host_us=host,
                                   max_rel_error=err, validated_shapes=shapes, ms_rounds=[ms]))
+
+    def _check_timed(self, result, ref, case: Case, inp) -> float:
+        from .validate import check_timed_result
+
+        return check_timed_result(result, ref, case, inp)
 
     def _rate(self, res: Result) -> Result:
         """Fill the rates derived from ``res.ms``."""
@@ -174,7 +180,7 @@ class _Runner:
         """Rounds 2..R over the providers of one case that passed (module docstring)."""
         import statistics
 
-        from .validate import ValidationFailure, check_timed_result
+        from .validate import ValidationFailure
 
         ok = [r for r in results if r.status == "ok" and r.provider in self.kept]
         try:
@@ -185,7 +191,7 @@ class _Runner:
                     step, ref, inp = self.kept[r.provider]
                     try:
                         r.ms_rounds.append(self.timer.time(step))
-                        r.max_rel_error = max(r.max_rel_error, check_timed_result(
+                        r.max_rel_error = max(r.max_rel_error, self._check_timed(
                             self.timer.last, ref, r.case, inp))
                     except ValidationFailure as e:
                         _drop(r, "failed", f"validation at {r.case.shape}, round {k + 1}: {e}")
@@ -204,15 +210,17 @@ class _Runner:
 def _drop(r: Result, status: str, reason: str) -> None:
     """A result that failed a later round loses its numbers, like a first-round failure."""
     r.status, r.reason = status, reason
-    r.ms = r.tflops = r.pct_gemm = r.pct_copy = None
+    r.ms = r.tflops = r.pct_gemm = r.pct_copy = r.gbps = None
 
 
 def run_bench(cases, providers, *, device="cuda", timer: Optional[Timer] = None,
               baseline: Optional[str] = None, options: Optional[dict] = None,
               ceilings=None, odd_shapes: bool = True,
-              log: Optional[Callable] = None) -> tuple:
+              log: Optional[Callable] = None, runner: type = None) -> tuple:
     """Run every (case, provider); returns (results, baseline name). ``ceilings`` is a
-    :class:`flashscope.roofline.Ceilings` measured in this run (or None)."""
+    :class:`flashscope.roofline.Ceilings` measured in this run (or None); ``runner`` the
+    class that validates, times and rates one (default the attention cases' own;
+    :class:`flashscope.bench.decode.DecodeRunner` for decoding steps)."""
     import torch
 
     if not cases:
@@ -222,7 +230,7 @@ def run_bench(cases, providers, *, device="cuda", timer: Optional[Timer] = None,
     dev = torch.device(device)
     timer = timer or Timer(device=dev.type)
     base = choose_baseline(providers, baseline, dev)
-    runner = _Runner(dev, timer, dict(options or {}), ceilings, odd_shapes, log)
+    runner = (runner or _Runner)(dev, timer, dict(options or {}), ceilings, odd_shapes, log)
     avail = {p.name: p.available(dev) for p in providers}
     results = []
     for case in cases:

@@ -23,6 +23,7 @@ METRICS = MappingProxyType({
     "speedup": ("speedup", "x base", "{:.2f}"),
     "gemm": ("pct_gemm", "% GEMM", "{:.1f}"),
     "copy": ("pct_copy", "% copy", "{:.1f}"),
+    "bandwidth": ("gbps", "GB/s", "{:.0f}"),
     "memory": ("peak_mib", "peak (MiB)", "{:.0f}"),
     "host": ("host_us", "host (us/call)", "{:.0f}"),
     "error": ("max_rel_error", "rel err", "{:.1e}"),
@@ -157,9 +158,19 @@ def round_ratios(subject, peers) -> "tuple | None":
     return statistics.median(ratios), ratios[0], ratios[-1]
 
 
-def markdown(results, meta: dict, subject: str = "flashscope") -> str:
-    """A TFLOP/s table (rows: mode, D, N, mask; columns: providers) with subject/peer
-    ratios, headed by the stamp. Failed cells say so; unsupported ones are blank."""
+#: what a markdown table's cells show: metric -> the line that heads them
+MARKDOWN_VALUES = MappingProxyType({
+    "tflops": "TFLOP/s (median; FLOPs 4 B H Nq Nk D, x0.5 causal, x2.5 bwd, x3.5 fwd+bwd):",
+    "bandwidth": "GB/s (median; the cache's K and V bytes over the time; copy: the bytes "
+                 "read and written):",
+})
+
+
+def markdown(results, meta: dict, subject: str = "flashscope", metric: str = "tflops") -> str:
+    """A table of ``metric`` (TFLOP/s, or GB/s for decoding; rows: mode, D, N, mask;
+    columns: providers) with subject/peer ratios, headed by the stamp. Failed cells say
+    so; unsupported ones are blank."""
+    attr = METRICS[metric][0]
     providers = list(dict.fromkeys(r.provider for r in results
                                    if r.status not in ("unavailable",)))
     cells = {(r.case, r.provider): r for r in results}
@@ -178,19 +189,19 @@ def markdown(results, meta: dict, subject: str = "flashscope") -> str:
         lines += [f"Ceilings measured in the same run: bf16 GEMM 8192^3 "
                   f"{ceil['gemm_tflops']:.0f} TFLOP/s, device-to-device copy "
                   f"{ceil['copy_gbps']:.0f} GB/s.", ""]
-    lines += ["TFLOP/s (median; FLOPs 4 B H Nq Nk D, x0.5 causal, x2.5 bwd, x3.5 fwd+bwd):",
-              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += [MARKDOWN_VALUES[metric], "", "| " + " | ".join(head) + " |",
+              "|" + "---|" * len(head)]
     for c in cases:
         row = [c.mode, "bf16" if c.dtype == "bfloat16" else "fp16", c.shape,
                "yes" if c.causal else "no"]
         for p in providers:
             r = cells.get((c, p))
             row.append("" if r is None or r.status in ("unsupported", "unavailable") else
-                       f"{r.tflops:.0f}" if r.status == "ok" else r.status)
+                       f"{getattr(r, attr):.0f}" if r.status == "ok" else r.status)
         for p in peers:
             a, b = cells.get((c, subject)), cells.get((c, p))
-            row.append(f"{a.tflops / b.tflops:.2f}" if a and b and a.tflops and b.tflops
-                       else "")
+            va, vb = (getattr(x, attr, None) if x else None for x in (a, b))
+            row.append(f"{va / vb:.2f}" if va and vb else "")
         if per_round:
             rr = round_ratios(cells.get((c, subject)), [cells.get((c, p)) for p in peers])
             row.append(f"{rr[0]:.3f} ({rr[1]:.3f}-{rr[2]:.3f})" if rr else "")

@@ -7,7 +7,8 @@ FlashAttention papers' one: B*N = 16384 tokens and H*D = 2048 model width, so ev
 the same GEMM work per token and TFLOP/s are comparable across N. Named suites are data
 (``flashscope/data/suites/<name>.json``, a table of rows with the model each comes from):
 ``models`` holds the attention shapes of real models, from a ViT's 197 tokens to a
-128k-token context, head dims 64 to 256, GQA and MHA.
+128k-token context, head dims 64 to 256, GQA and MHA; ``decode`` decoding steps against
+a KV cache (:mod:`flashscope.bench.decode`).
 """
 
 from __future__ import annotations
@@ -84,14 +85,15 @@ def standard_suite(*, dtypes: Iterable[str] = ("bfloat16",), head_dims=SUITE_HEA
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "data" / "suites"
 #: suites by name: the standard one is built from its axes, the others are data files
-SUITE_NAMES = ("standard", "models")
+SUITE_NAMES = ("standard", "models", "decode")
 _COLUMNS = ["model", "B", "H", "Hkv", "Nq", "Nk", "D", "causal"]
 
 
 def table_suite(name: str, *, dtypes: Iterable[str] = ("bfloat16",), modes=("fwd",),
-                path=None) -> list:
+                path=None, case: type = Case) -> list:
     """The cases of a suite held as a table (``data/suites/<name>.json``), each row in every
-    dtype and mode given; FlashscopeError naming the file and row when it is malformed."""
+    dtype and mode given, as ``case`` records; FlashscopeError naming the file and row
+    when it is malformed."""
     p = Path(path) if path else SUITES_DIR / f"{name}.json"
     try:
         data = json.loads(p.read_text())
@@ -113,7 +115,7 @@ def table_suite(name: str, *, dtypes: Iterable[str] = ("bfloat16",), modes=("fwd
         model, B, H, Hkv, Nq, Nk, D, causal = row
         for mode in modes:
             for dtype in dtypes:
-                out.append(Case(B, H, Nq, Nk, D, Hkv, causal, dtype, mode, name=model))
+                out.append(case(B, H, Nq, Nk, D, Hkv, causal, dtype, mode, name=model))
     return out
 
 

@@ -35,6 +35,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..testing.inputs import nan_allocations
 from ..testing.reference import (ERROR_BOUND, reference_attention, reference_attention_grads,
                                  rel_error)
 from .suite import Case
@@ -146,17 +147,8 @@ def poisoned_allocations(case: Case, device):
             sizes += [(case.B, case.Hkv, case.Nk, case.D)] * 2
         blocks = [torch.full(s, float("nan"), dtype=dtype, device=dev) for s in sizes]
         del blocks
-    was_on = torch.are_deterministic_algorithms_enabled()
-    was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    det = torch.utils.deterministic
-    was_fill = det.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    det.fill_uninitialized_memory = True
-    try:
+    with nan_allocations():
         yield
-    finally:
-        det.fill_uninitialized_memory = was_fill
-        torch.use_deterministic_algorithms(was_on, warn_only=was_warn)
 
 
 def snapshot(inp: Inputs) -> dict:

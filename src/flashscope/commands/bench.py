@@ -4,6 +4,7 @@ given shapes; table in the terminal, JSON/CSV/PNG/markdown files on request."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from . import common
@@ -31,6 +32,15 @@ validation (before any timing counts; a failure shows the reason and no speed):
   is checked too.
 
 standard suite: B*N = 16384, H*D = 2048, N in 512..16384, D in 64,128,256, causal and not.
+
+decode suite (--suite decode): one decoding step, Nq query tokens for each of B sequences
+against a full cache of Nk keys (causal, the queries at its end), Nq 1/4/16, B 1/8/64,
+Nk 1k..128k, GQA 4:1 and 8:1. Providers: copy (a device-to-device copy of the cache's K and
+V bytes), flashscope (dense cache), flashscope-paged (the same bytes as 16-key pages in
+random order), fa2 (flash_attn_with_kvcache) or sdpa-flash, sdpa-cudnn, fa4.
+  bandwidth  GB/s = K and V bytes of the cache (2*B*Nk*Hkv*D*e) / latency;
+             copy: bytes read + written (twice that) / its latency
+  copy       % of the copy bandwidth of the same case in the same run
 """
 
 
@@ -51,13 +61,17 @@ def register(sub):
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--list-baselines", action="store_true",
                    help="list the providers, whether each is available here, and why not")
-    p.add_argument("--suite", nargs="?", const="standard", choices=("standard", "models"),
+    p.add_argument("--suite", nargs="?", const="standard",
+                   choices=("standard", "models", "decode"),
                    help="run a named suite (GPU only): standard (the default with a bare "
-                        "--suite: B*N = 16384, H*D = 2048 over --head-dims and --lengths) or "
+                        "--suite: B*N = 16384, H*D = 2048 over --head-dims and --lengths), "
                         "models (the attention shapes of real models, from "
-                        "src/flashscope/data/suites/models.json)")
+                        "src/flashscope/data/suites/models.json) or decode (decoding steps "
+                        "against a KV cache, src/flashscope/data/suites/decode.json, the "
+                        "rows of --head-dim; its own providers, see below)")
     p.add_argument("--shape", action="append", default=[], metavar="B,H,N,D[,Nk[,Hkv]]",
-                   help="a user shape (repeatable)")
+                   help="a user shape (repeatable); with --suite decode a decoding step: "
+                        "N query tokens against Nk cached keys a sequence")
     common.add_dtype(p, default="bf16")
     p.add_argument("--mode", default="fwd", help="comma list of fwd, bwd, fwd+bwd")
     common.add_causal(p, default="both")
@@ -65,7 +79,8 @@ def register(sub):
                                                       "(default 64,128,256)")
     p.add_argument("--lengths", default=None, type=common.argtype(common.parse_int_list,
                                                                    "lengths"),
-                   help="suite lengths N (comma list; default 512..16384)")
+                   help="suite lengths N (comma list; default 512..16384); with --suite "
+                        "decode the cache lengths Nk of its rows to run (default all)")
     p.add_argument("--only", help="comma list of providers to run")
     p.add_argument("--skip", help="comma list of providers to leave out")
     p.add_argument("--metrics", help="comma list of table columns: latency, tflops, "
@@ -92,13 +107,13 @@ def register(sub):
     p.set_defaults(func=run)
 
 
-def list_baselines(device) -> list:
+def list_baselines(device, registry=None) -> list:
     from ..bench.providers import REGISTRY
 
     return [{"name": p.name, "available": p.available(device) is None,
              "why_not": p.available(device), "backward": p.has_backward, "gqa": p.gqa,
              "baseline": p.baseline, "layout": p.layout, "description": p.description}
-            for p in REGISTRY.values()]
+            for p in (REGISTRY if registry is None else registry).values()]
 
 
 def _baselines_table(con, rows, device):
@@ -118,7 +133,7 @@ def run(args) -> int:
     from ..errors import FlashscopeError
     from ..testing.interpreter import choose_device
 
-    if args.suite and args.device == "cpu":
+    if args.suite and args.device == "cpu" and not args.list_baselines:
         raise FlashscopeError(SUITE_NEEDS_GPU)
     if not args.list_baselines and not args.suite and not args.shape:
         raise FlashscopeError("give --suite and/or --shape B,H,N,D[,Nk[,Hkv]] "
@@ -127,29 +142,46 @@ def run(args) -> int:
     import torch
 
     device = torch.device(choose_device(args.device))
+    decoding = args.suite == "decode"
     if args.list_baselines:
-        rows = list_baselines(device)
+        from ..bench import decode
+
+        rows = list_baselines(device, decode.DECODE if decoding else None)
         common.emit(args, rows, rows=rows,
                     render=lambda con: _baselines_table(con, rows, device))
         return 0
     if args.suite and device.type == "cpu":
         raise FlashscopeError(SUITE_NEEDS_GPU)
 
-    from ..bench import output, providers, suite
+    from ..bench import decode, output, providers, suite
     from ..bench.harness import run_bench
     from ..bench.timing import Timer
     from ..progress import Progress
 
-    metrics = output.parse_metrics(args.metrics)
+    metrics = output.parse_metrics(args.metrics or (",".join(decode.METRICS) if decoding
+                                                    else None))
     modes = [suite.parse_mode(m) for m in _csv(args.mode) or ["fwd"]]
+    if decoding and modes != ["fwd"]:
+        raise FlashscopeError(f"--mode {args.mode}: the decode suite times forward steps "
+                              "only (--mode fwd)")
     lengths = args.lengths or suite.SUITE_LENGTHS
     cases = suite.user_cases(args.shape, dtypes=args.dtype, causal=args.causal, modes=modes)
-    if args.suite == "standard":
+    if decoding:
+        cases = [decode.DecodeCase(**dataclasses.asdict(c)) for c in cases]
+        for c in cases:
+            if c.Nk % decode.PAGE_SIZE:
+                raise FlashscopeError(f"--shape {c.shape}: Nk = {c.Nk}: the decode suite "
+                                      f"reads the cache as {decode.PAGE_SIZE}-key pages too; "
+                                      f"give a multiple of {decode.PAGE_SIZE}")
+        cases += decode.suite_cases(dtypes=args.dtype, head_dims=args.head_dim,
+                                    lengths=args.lengths)
+    elif args.suite == "standard":
         cases += suite.standard_suite(dtypes=args.dtype, head_dims=args.head_dim,
                                       lengths=lengths, causal=args.causal, modes=modes)
     elif args.suite:
         cases += suite.table_suite(args.suite, dtypes=args.dtype, modes=modes)
-    chosen = providers.select(_csv(args.only), _csv(args.skip))
+    chosen = providers.select(_csv(args.only), _csv(args.skip),
+                              registry=decode.DECODE if decoding else None)
     options = {}
     if args.config:  # checked here on the first case, then parsed per case on its default
         from ..api import device_target
@@ -158,12 +190,13 @@ def run(args) -> int:
         c = cases[0]
         problem = Problem(device_target(device) or "sm90", c.dtype, c.D, c.causal, c.Nq,
                           c.Nk, c.B * c.H)
-        common.config_from(lambda item: config_from_text(item, problem), args.config,
-                           f"--config {args.config!r}")
+        check = (lambda item: decode.decode_config(item, c, device)) if decoding else \
+            (lambda item: config_from_text(item, problem))
+        common.config_from(check, args.config, f"--config {args.config!r}")
         options["config"] = args.config
 
     ceilings = None
-    if device.type == "cuda" and not args.no_ceilings:
+    if device.type == "cuda" and not args.no_ceilings and not decoding:
         from ..roofline import measure_ceilings
 
         with Progress("measuring the bf16 GEMM and copy ceilings"):
@@ -181,14 +214,16 @@ def run(args) -> int:
 
         results, base = run_bench(cases, chosen, device=device, timer=timer,
                                   baseline=args.baseline, options=options,
-                                  ceilings=ceilings, log=log)
+                                  ceilings=ceilings, log=log,
+                                  runner=decode.DecodeRunner if decoding else None)
     meta = output.stamp(device, argv=args.argv, baseline=base, ceilings=ceilings,
                         timer=timer)
     doc = {"meta": meta, "results": [r.row() for r in results]}
     plots = [args.plot] if args.plot else []
     out = args.out_dir
     if out is not None:
-        common.write_atomic(out.file("bench.md"), output.markdown(results, meta))
+        common.write_atomic(out.file("bench.md"), output.markdown(
+            results, meta, metric="bandwidth" if decoding else "tflops"))
         plots.append(out.file("bench.png"))
     for path in plots:
         output.plot(path, results, meta)

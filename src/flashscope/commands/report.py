@@ -8,6 +8,9 @@ base config m128n64w8s2q1 and its single-knob ablation variants; output in a new
 
 ``--kernel bwd``: the dK/dV and dQ kernels of each target's default backward config and of
 its one-knob ablations (BLOCK_M1/N1/M2/N2, num_warps, head dim), measured only.
+``--kernel decode``: the decoding attention (dense and paged) and its split merge at each
+target's default for one decoding step, and its one-knob ablations (BLOCK_M, BLOCK_N,
+num_warps, num_stages, head dim), measured only.
 """
 
 from __future__ import annotations
@@ -17,17 +20,25 @@ from . import common
 #: What each report writes into its folder (the JSON document lists them as "files").
 FWD_FILES = {"json": "report.json", "csv": "report.csv", "html": "report.html",
              "budget": "budget.png", "staircase": "staircase.png"}
-BWD_FILES = {"json": "report.json", "csv": "report.csv", "html": "report.html",
-             "registers": "bwd_registers.png", "staircase": "staircase.png"}
+
+
+def family_files(family) -> dict:
+    """What ``--kernel bwd|decode`` writes (:mod:`flashscope.report.backward`)."""
+    from ..report.backward_out import registers_file
+
+    return {"json": "report.json", "csv": "report.csv", "html": "report.html",
+            "registers": registers_file(family), "staircase": "staircase.png"}
 
 
 def register(sub):
     p = sub.add_parser("report", help="register budget, ablations and occupancy cliffs of "
                                       "the attention kernel across configs and GPUs",
                        description=__doc__)
-    p.add_argument("--kernel", default="fwd", choices=("fwd", "bwd"),
+    p.add_argument("--kernel", default="fwd", choices=("fwd", "bwd", "decode"),
                    help="fwd (default): the forward kernel; bwd: the dK/dV and dQ kernels "
-                        "of the default backward config and its ablations (measured only)")
+                        "of the default backward config and its ablations; decode: the "
+                        "decoding kernels (dense, paged, merge) of the default decoding "
+                        "config and its ablations (both measured only)")
     common.add_target(p, default="sm90,sm80,gfx942,gfx1100")
     p.add_argument("--configs", metavar="FILE",
                    help="JSON list of configs, e.g. [{\"BLOCK_M\": 128, \"BLOCK_N\": 64, "
@@ -38,7 +49,8 @@ def register(sub):
     p.add_argument("--ablate", default="all", metavar="KNOBS",
                    help="knobs to ablate around the base: Q_IN_REGS,BLOCK_M,BLOCK_N,"
                         "num_warps,HEAD_DIM (default all), or none; with --kernel bwd: "
-                        "BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2,num_warps,HEAD_DIM")
+                        "BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2,num_warps,HEAD_DIM; with "
+                        "--kernel decode: BLOCK_M,BLOCK_N,num_warps,num_stages,HEAD_DIM")
     common.add_output(p, out_help="output folder (default: a new "
                       "flashscope-report-YYYYmmdd-HHMMSS); its parent must exist, and files "
                       "of an earlier report are replaced only with --force")
@@ -74,11 +86,11 @@ def run(args) -> int:
     from ..report import collect, make_spec, write_report
     from ..report.render_terminal import render
 
-    if args.kernel == "bwd":
+    if args.kernel != "fwd":
         if args.lines:
             raise FlashscopeError("--lines goes with --kernel fwd (the budget it checks is "
                                   "the forward's)")
-        return _run_bwd(args)
+        return _run_family(args)
     if args.configs:  # every entry checked here, with its place, before the spec reads it
         common.read_configs(args.configs, TritonFwdConfig)
     kw = _spec_args(args)
@@ -127,21 +139,22 @@ def _row(r) -> dict:
             "limiter": list(r.occ.limiter) if r.occ else None}
 
 
-def _run_bwd(args) -> int:
+def _run_family(args) -> int:
     from ..errors import FlashscopeError
-    from ..report.backward import collect_bwd, make_bwd_spec
+    from ..report.backward import FAMILY_REPORTS, collect_bwd, make_bwd_spec
     from ..report.backward_out import render_bwd, write_bwd_report
 
+    family = FAMILY_REPORTS[args.kernel]
     if args.configs:
-        raise FlashscopeError("--configs applies to --kernel fwd; the backward report starts "
-                              "from each target's default backward config")
+        raise FlashscopeError(f"--configs applies to --kernel fwd; the {family.noun} report "
+                              f"starts from each target's default {family.noun} config")
     kw = _spec_args(args)
     spec = make_bwd_spec(kw["targets"], kw["head_dims"], kw["dtype"], kw["causal"],
-                         kw["ablate"])
-    out = _prepare(args, BWD_FILES)
+                         kw["ablate"], family)
+    files = family_files(family)
+    out = _prepare(args, files)
     report = _collect(collect_bwd, spec, args.jobs)
-    doc = report.as_dict() | {"kernel": "bwd", "out": str(out),
-                              "files": _paths(out, BWD_FILES)}
+    doc = report.as_dict() | {"out": str(out), "files": _paths(out, files)}
     write_bwd_report(report, out.file("."), doc)
     rows = [_row(r) for r in report.main_rows()]
     common.write_atomic(out.file("report.csv"), common.csv_text(rows))

@@ -5,6 +5,7 @@ table, a pure default-selection function and the argument lists of its launches.
   interpreter.
 - :mod:`.sm90_fwd` (``sm90-fwd``): the Hopper forward in Gluon.
 - :mod:`.triton_bwd` (``triton-bwd``): the portable backward.
+- :mod:`.triton_decode` (``triton-decode``): decoding against a dense or paged KV cache.
 
 A default config comes from the problem alone (:class:`~.base.Problem`: target, dtype,
 head dim, mask, lengths, heads): the first forward family that accepts the problem, then
@@ -15,11 +16,11 @@ family is one module here and one line in :data:`FAMILIES`.
 from __future__ import annotations
 
 from ..errors import ConfigError, lookup
-from . import sm90_fwd, triton_bwd, triton_fwd
+from . import sm90_fwd, triton_bwd, triton_decode, triton_fwd
 from .base import Knobs, Problem
 
 #: every family by its name
-FAMILIES = {m.KERNEL: m for m in (triton_fwd, sm90_fwd, triton_bwd)}
+FAMILIES = {m.KERNEL: m for m in (triton_fwd, sm90_fwd, triton_bwd, triton_decode)}
 #: forward families in order of preference: the first that accepts a problem runs it
 FORWARD = (sm90_fwd, triton_fwd)
 BACKWARD = (triton_bwd,)

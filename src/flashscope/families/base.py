@@ -297,11 +297,12 @@ def _kb(n: int) -> str:
     return f"{n // 1024} KB" if n % 1024 == 0 else f"{n:,} bytes"
 
 
-def shared_memory(bound: Callable, tiles: Callable) -> Rule:
-    """A rule: the family's lower bound on shared memory (``bound(cfg, head_dim, dtype)``)
-    fits a block of the target; ``tiles(cfg)`` names the knobs that decide it."""
+def shared_memory(bound: Callable, tiles: Callable, per_target: bool = False) -> Rule:
+    """A rule: the family's lower bound on shared memory (``bound(cfg, head_dim, dtype)``,
+    or with ``per_target`` ``bound(cfg, head_dim, dtype, target)``) fits a block of the
+    target; ``tiles(cfg)`` names the knobs that decide it."""
     def test(cfg, ctx):
-        need = bound(cfg, ctx.head_dim, ctx.dtype)
+        need = bound(cfg, ctx.head_dim, ctx.dtype, *((ctx.target,) if per_target else ()))
         limit = ctx.target.smem_per_block_optin
         if need > limit:
             return (f"{cfg.KERNEL}: {tiles(cfg)}, head dim {ctx.head_dim} with "
@@ -351,7 +352,8 @@ def _ladder_rank(v) -> float:
 @dataclass(frozen=True)
 class Problem:
     """The facts a default config is chosen from, all known before any tensor is read:
-    target, dtype, head dim, mask, lengths and how many (batch, head) pairs there are."""
+    target, dtype, head dim, mask, lengths, how many (batch, head) pairs there are and
+    how many query heads share a kv head."""
 
     target: str
     dtype: str = "bfloat16"
@@ -363,6 +365,7 @@ class Problem:
     window: bool = False  # a sliding window (or bottom-right alignment) bounds the keys
     varlen: bool = False  # packed sequences of different lengths
     softcap: bool = False  # scores capped by c tanh(s / c)
+    group: int = 1  # query heads per kv head (GQA); decoding packs a group's rows in a tile
 
     @property
     def seq_len(self) -> int:

@@ -11,8 +11,10 @@ over its keys j. The block's rows are then
     lse = (M + log2 L) ln 2,
 
 which is the online softmax's own update, taken once per piece instead of once per key
-tile. Every piece holds at least one unmasked key of every row
-(:func:`flashscope.schedule.split_points`), so m_p is finite and L >= 1.
+tile. In the forward's work lists every piece holds at least one unmasked key of every
+row (:func:`flashscope.schedule.split_points`), so m_p is finite and L >= 1; a decoding
+split may hold no key of a row (m_p = -inf, l_p = 0, O_p = 0: weight 0), and a row that
+no piece has a key for comes out 0 with lse -inf (:func:`merge_slots`).
 
 Workspace slot s (float32): BLOCK_M x D values of O_p, then BLOCK_M (m_p, l_p) pairs; a
 block's pieces sit in consecutive slots. This module imports Triton only.
@@ -22,6 +24,33 @@ import triton
 import triton.language as tl
 
 from flashscope.kernels.common import LN2
+
+
+@triton.jit
+def merge_slots(Part, first, pieces, rows, cols, keep, BLOCK_M: tl.constexpr,
+                HEAD_DIM: tl.constexpr):
+    """Combine the pieces in slots ``first .. first + pieces - 1`` for slot rows ``rows``
+    (those with ``keep`` set; the others read as empty) and columns ``cols``: returns
+    (out, M + log2 L), the normalized rows and their base-2 log-sum-exp. A row empty in
+    every piece returns 0 and -inf."""
+    rec: tl.constexpr = BLOCK_M * (HEAD_DIM + 2)
+    big = tl.full(rows.shape, float("-inf"), tl.float32)
+    for p in range(0, pieces):
+        ml = Part + (first + p).to(tl.int64) * rec + BLOCK_M * HEAD_DIM + 2 * rows
+        big = tl.maximum(big, tl.load(ml, mask=keep, other=float("-inf")))
+    big_use = tl.where(big == float("-inf"), 0.0, big)
+    total = tl.zeros(rows.shape, tl.float32)
+    acc = tl.zeros([rows.shape[0], cols.shape[0]], tl.float32)
+    for p in range(0, pieces):
+        slot = Part + (first + p).to(tl.int64) * rec
+        ml = slot + BLOCK_M * HEAD_DIM + 2 * rows
+        w = tl.math.exp2(tl.load(ml, mask=keep, other=float("-inf")) - big_use)
+        total += w * tl.load(ml + 1, mask=keep, other=0.0)
+        o = tl.load(slot + rows[:, None] * HEAD_DIM + cols[None, :], mask=keep[:, None],
+                    other=0.0)
+        acc += w[:, None] * o
+    out = acc / tl.where(total == 0.0, 1.0, total)[:, None]
+    return out, big + tl.math.log2(total)
 
 
 @triton.jit
@@ -42,21 +71,7 @@ def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
     pid_m = t % n_m
     rows = c * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, HEAD_DIM)
-    rec: tl.constexpr = BLOCK_M * (HEAD_DIM + 2)
-    big = tl.full([ROWS], float("-inf"), tl.float32)
-    for p in range(0, pieces):
-        ml = Part + (first + p).to(tl.int64) * rec + BLOCK_M * HEAD_DIM + 2 * rows
-        big = tl.maximum(big, tl.load(ml))
-    total = tl.zeros([ROWS], tl.float32)
-    acc = tl.zeros([ROWS, HEAD_DIM], tl.float32)
-    for p in range(0, pieces):
-        slot = Part + (first + p).to(tl.int64) * rec
-        ml = slot + BLOCK_M * HEAD_DIM + 2 * rows
-        w = tl.math.exp2(tl.load(ml) - big)
-        total += w * tl.load(ml + 1)
-        o = tl.load(slot + rows[:, None] * HEAD_DIM + cols[None, :])
-        acc += w[:, None] * o
-    out = acc / total[:, None]
+    out, lse2 = merge_slots(Part, first, pieces, rows, cols, rows < BLOCK_M, BLOCK_M, HEAD_DIM)
     q_rows = pid_m * BLOCK_M + rows
     keep = q_rows < N_Q
     b = pid_bh // H
@@ -65,5 +80,4 @@ def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
            + q_rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_od)
     tl.store(dst, out.to(Out.dtype.element_ty), mask=keep[:, None] & (cols[None, :] < D))
     if RETURN_LSE:
-        lse = (big + tl.math.log2(total)) * LN2
-        tl.store(Lse + pid_bh.to(tl.int64) * N_Q + q_rows, lse, mask=keep)
+        tl.store(Lse + pid_bh.to(tl.int64) * N_Q + q_rows, lse2 * LN2, mask=keep)

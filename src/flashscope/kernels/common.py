@@ -1,4 +1,5 @@
-"""Pieces every Triton kernel body here shares: the log constants and the masked tile load.
+"""Pieces every Triton kernel body here shares: the log constants, the masked tile load, the
+logit cap, the score scaling and the online-softmax step.
 
 This module imports Triton only.
 """
@@ -38,3 +39,30 @@ def softcapped(qk, cap_in, cap_out):
     backward needs the second for the cap's derivative 1 - tanh^2)."""
     t = tanh(qk * cap_in)
     return t * cap_out, t
+
+
+@triton.jit
+def scaled_scores(qk, qk_scale, cap_in, cap_out, SOFTCAP: tl.constexpr):
+    """Raw scores q . k in the exp2 domain: qk * scale * log2(e), or capped
+    (:func:`softcapped`) with SOFTCAP."""
+    if SOFTCAP:
+        s, _ = softcapped(qk, cap_in, cap_out)
+    else:
+        s = qk * qk_scale
+    return s
+
+
+@triton.jit
+def softmax_step(s, m_i, l_i, GUARD: tl.constexpr):
+    """One online-softmax step over a tile of scores ``s`` (exp2 domain, -inf where
+    masked) for rows with running maximum ``m_i`` and sum ``l_i``: returns (p, alpha,
+    m_new, l_new), p = 2^(s - m_new) and alpha = 2^(m_i - m_new), the factor the row's
+    earlier sums and outputs are rescaled by. GUARD: a row that has seen no key yet (its
+    maximum still -inf) subtracts 0 instead of -inf, so its p and alpha are 0, not NaN."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = m_new
+    if GUARD:
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)

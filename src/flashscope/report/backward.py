@@ -1,15 +1,17 @@
-"""``flashscope report --kernel bwd``: the dK/dV and dQ kernels of the default backward
-config and of one-knob ablations of it, per target, compiled offline and measured.
+"""``flashscope report --kernel bwd|decode``: the kernels of one family besides the forward
+(the backward's dK/dV and dQ, the decoding attention, its paged build and merge) at each
+target's default config and one-knob ablations of it, compiled offline and measured.
 
-Per target the base is the ``triton-bwd`` family's default at the report's head dim (so each
-target starts from its own default). The steps are data (:data:`BWD_KNOBS`); a
-step applies only to the kernel whose tiles it changes (BLOCK_M1/BLOCK_N1: dK/dV,
-BLOCK_M2/BLOCK_N2: dQ; num_warps and the head dim: both), and a variant
-the family's rules reject on a target is left out there (shown
-"not built"). Head dim steps 64 -> 128 -> 256 keep the base config.
+What differs between the families is data (:class:`FamilyKernels`: :data:`BWD`,
+:data:`DECODE`). Per target the base is the family's default at the report's head dim
+(so each target starts from its own default). The steps are data; a step applies only to
+the kernels that read its knob (BLOCK_M1/BLOCK_N1: dK/dV, BLOCK_M2/BLOCK_N2: dQ; the
+decoding merge reads BLOCK_M only), and a variant the family's rules reject on a target
+is left out there (shown "not built"). Head dim steps 64 -> 128 -> 256 keep the base
+config.
 
 Measured only: registers, spills, shared memory/LDS, occupancy and its limiter come from
-the binaries; there is no analytic register budget for the backward here.
+the binaries; there is no analytic register budget for these kernels here.
 """
 
 from __future__ import annotations
@@ -19,40 +21,84 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..families import Problem
-from ..families import triton_bwd
-from ..families.triton_bwd import TritonBwdConfig
+from ..families import triton_bwd, triton_decode
 from ..errors import FlashscopeError
 from ..targets import parse_targets
 from . import ablations
 from .cliffs import cliff_view
 from .collect import DEFAULT_TARGETS, Row, measure_row
 
-#: The two main backward kernels: name -> (label, tile knobs it uses).
-BWD_KERNELS = {"bwd_dkdv": ("dK/dV", ("BLOCK_M1", "BLOCK_N1")),
-               "bwd_dq": ("dQ", ("BLOCK_M2", "BLOCK_N2"))}
 
+@dataclass(frozen=True, eq=False)
+class FamilyKernels:
+    """One family's report: its ``--kernel`` name, the words its outputs use, the family
+    module (``select``, ``check``), its kernels (name -> (label, short label, the knobs
+    it reads)), the ablation steps ((step name, knob, factor)), the knob names
+    ``--ablate`` accepts, and the :class:`~flashscope.families.base.Problem` keywords of
+    its base beyond target, dtype, head dim and mask."""
+    name: str
+    noun: str
+    family: object
+    kernels: dict
+    steps: tuple
+    knobs: tuple
+    problem: dict
+    note: str
+
+    def uses(self, kernel: str, knob: str) -> bool:
+        """Whether changing ``knob`` changes ``kernel``'s binary."""
+        return knob in self.kernels[kernel][2]
+
+
+def _halved_doubled(*knobs) -> tuple:
+    return tuple((f"{k} {w}", k, f) for k in knobs for w, f in (("halved", 0.5),
+                                                                  ("doubled", 2)))
+
+
+BWD = FamilyKernels(
+    "bwd", "backward", triton_bwd,
+    {"bwd_dkdv": ("dK/dV", "dkdv", ("BLOCK_M1", "BLOCK_N1", "num_warps")),
+     "bwd_dq": ("dQ", "dq", ("BLOCK_M2", "BLOCK_N2", "num_warps"))},
+    _halved_doubled("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps"),
+    ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "HEAD_DIM"), {},
+    "a tile knob changes only the kernel that uses it (BLOCK_M1/BLOCK_N1: dK/dV, "
+    "BLOCK_M2/BLOCK_N2: dQ)")
+
+
+def _decode_problem() -> dict:
+    from ..compile import DECODE_PROBLEM
+
+    B, H, Hkv, Nq, Nk = DECODE_PROBLEM
+    return dict(n_q=Nq, n_k=Nk, heads=B * H, group=H // Hkv)
+
+
+_DECODE_TILES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+DECODE = FamilyKernels(
+    "decode", "decoding", triton_decode,
+    {"triton-decode": ("attention", "dense", _DECODE_TILES),
+     "decode_paged": ("paged", "paged", _DECODE_TILES),
+     "decode_merge": ("merge", "merge", ("BLOCK_M",))},
+    _halved_doubled("BLOCK_N", "num_warps", "num_stages") + (("BLOCK_M doubled", "BLOCK_M",
+                                                              2),),
+    ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "HEAD_DIM"), _decode_problem(),
+    "the split merge reads BLOCK_M only (its warps and stages are fixed); the base is "
+    "each target's default for 8 sequences of 32 query heads over 8 kv heads, one token "
+    "against 8192 keys (flashscope inspect --kernel triton-decode)")
+
+#: the reports of ``--kernel``, by name
+FAMILY_REPORTS = {f.name: f for f in (BWD, DECODE)}
+
+#: The two main backward kernels: name -> (label, short label, knobs it reads).
+BWD_KERNELS = BWD.kernels
 #: (step name, knob, factor).
-BWD_KNOBS = (
-    ("BLOCK_M1 halved", "BLOCK_M1", 0.5),
-    ("BLOCK_M1 doubled", "BLOCK_M1", 2),
-    ("BLOCK_N1 halved", "BLOCK_N1", 0.5),
-    ("BLOCK_N1 doubled", "BLOCK_N1", 2),
-    ("BLOCK_M2 halved", "BLOCK_M2", 0.5),
-    ("BLOCK_M2 doubled", "BLOCK_M2", 2),
-    ("BLOCK_N2 halved", "BLOCK_N2", 0.5),
-    ("BLOCK_N2 doubled", "BLOCK_N2", 2),
-    ("num_warps halved", "num_warps", 0.5),
-    ("num_warps doubled", "num_warps", 2),
-)
-
+BWD_KNOBS = BWD.steps
 #: Knob names ``--ablate`` accepts with ``--kernel bwd``.
-BWD_KNOB_NAMES = ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "HEAD_DIM")
+BWD_KNOB_NAMES = BWD.knobs
 
 
-def uses(kernel: str, knob: str) -> bool:
-    """Whether changing ``knob`` changes ``kernel``'s binary."""
-    tiles = {k for _, ts in BWD_KERNELS.values() for k in ts}
-    return knob not in tiles or knob in BWD_KERNELS[kernel][1]
+def uses(kernel: str, knob: str, fam: FamilyKernels = BWD) -> bool:
+    """Whether changing ``knob`` changes ``kernel``'s binary (a kernel of ``fam``)."""
+    return fam.uses(kernel, knob)
 
 
 @dataclass
@@ -75,31 +121,35 @@ class BwdSpec:
     dtype: str = "bfloat16"
     causal: bool = False
     knobs: tuple = BWD_KNOB_NAMES
+    family: FamilyKernels = BWD
 
 
 def make_bwd_spec(targets: str = DEFAULT_TARGETS, head_dims=None, dtype: str = "bfloat16",
-                  causal: bool = False, ablate: str = "all") -> BwdSpec:
+                  causal: bool = False, ablate: str = "all",
+                  family: FamilyKernels = BWD) -> BwdSpec:
     """The spec from CLI-style strings; one head dim (the ablations cover 64/128/256)."""
     from .collect import parse_head_dims
 
     dims = (128,) if head_dims is None else parse_head_dims(head_dims)
     if len(dims) != 1:
-        raise FlashscopeError(f"--head-dims {head_dims}: --kernel bwd takes one head dim "
-                              "(the HEAD_DIM ablation covers 64 -> 128 -> 256)")
+        raise FlashscopeError(f"--head-dims {head_dims}: --kernel {family.name} takes one "
+                              "head dim (the HEAD_DIM ablation covers 64 -> 128 -> 256)")
     return BwdSpec(tuple(parse_targets(targets)), dims[0], dtype, causal,
-                   ablations.parse_knobs(ablate, BWD_KNOB_NAMES))
+                   ablations.parse_knobs(ablate, family.knobs), family)
 
 
-def base_config(spec: BwdSpec, target) -> TritonBwdConfig:
+def base_config(spec: BwdSpec, target):
+    """The family's default for ``target`` at the spec's head dim, dtype and mask."""
     from ..targets import get_target
 
-    return triton_bwd.select(Problem(get_target(target).name, spec.dtype, spec.head_dim,
-                                     spec.causal))
+    return spec.family.family.select(Problem(get_target(target).name, spec.dtype,
+                                             spec.head_dim, spec.causal,
+                                             **spec.family.problem))
 
 
-def _buildable(cfg, target, head_dim, dtype) -> bool:
+def _buildable(spec: BwdSpec, cfg, target, head_dim) -> bool:
     try:
-        triton_bwd.check(cfg, target, head_dim, dtype)
+        spec.family.family.check(cfg, target, head_dim, spec.dtype)
     except FlashscopeError:
         return False
     return True
@@ -111,17 +161,16 @@ def plan(spec: BwdSpec, target, kernel: str) -> list:
     base = base_config(spec, target)
     hd = spec.head_dim
     out = []
-    for name, knob, how in BWD_KNOBS:
-        if knob not in spec.knobs or not uses(kernel, knob):
+    for name, knob, how in spec.family.steps:
+        if knob not in spec.knobs or not spec.family.uses(kernel, knob):
             continue
         after = base.replace(**{knob: int(getattr(base, knob) * how)})
-        ok = _buildable(after, target, hd, spec.dtype)
+        ok = _buildable(spec, after, target, hd)
         out.append(ablations.Step(name, knob, base, after if ok else None, hd, hd))
     if "HEAD_DIM" in spec.knobs:
         dims = ablations.HEAD_DIM_STEPS
         for a, b in zip(dims, dims[1:]):
-            ok = _buildable(base, target, a, spec.dtype) and _buildable(base, target, b,
-                                                                           spec.dtype)
+            ok = _buildable(spec, base, target, a) and _buildable(spec, base, target, b)
             out.append(ablations.Step(f"HEAD_DIM {a} -> {b}", "HEAD_DIM", base,
                                       base if ok else None, a, b))
     return out
@@ -134,7 +183,10 @@ class BwdReport:
     ablations: list
     cliffs: list
     timings: dict = field(default_factory=dict)
-    kernel: str = "bwd"
+
+    @property
+    def kernel(self) -> str:
+        return self.spec.family.name
 
     def main_rows(self) -> list:
         """Rows at the report's head dim (base and knob variants), per target and kernel."""
@@ -143,11 +195,12 @@ class BwdReport:
     def as_dict(self) -> dict:
         s = self.spec
         return {
-            "kernel": "bwd",
+            "kernel": s.family.name,
             "spec": {"targets": [t.name for t in s.targets], "head_dim": s.head_dim,
                      "dtype": s.dtype, "causal": s.causal, "ablate": list(s.knobs),
                      "base": {t.name: base_config(s, t).label for t in s.targets}},
-            "model": "measured only: no analytic register budget for the backward kernels",
+            "model": "measured only: no analytic register budget for the "
+                     f"{s.family.noun} kernels",
             "rows": [r.as_dict() for r in self.rows],
             "ablations": self.ablations,
             "cliffs": self.cliffs,
@@ -164,14 +217,14 @@ def _row(cfg, hd, t, kernel, rec) -> BwdRow:
 def collect_bwd(spec: BwdSpec, *, jobs: int = 0,
                 progress: Optional[Callable[[int, int], None]] = None) -> BwdReport:
     """Compile (or read from the cache) every (config, head dim) each target's steps need,
-    for each backward kernel, and assemble the report."""
+    for each of the family's kernels, and assemble the report."""
     from ..isa import inspect_configs
 
     t0 = time.perf_counter()
     work = []  # (target, kernel, head dim, [configs])
     plans = {}
     for t in spec.targets:
-        for kernel in BWD_KERNELS:
+        for kernel in spec.family.kernels:
             steps = plan(spec, t, kernel)
             plans[(t.name, kernel)] = steps
             pairs = [(base_config(spec, t), spec.head_dim)]
@@ -197,7 +250,7 @@ def collect_bwd(spec: BwdSpec, *, jobs: int = 0,
             progress(done, total)
     t1 = time.perf_counter()
     rep = BwdReport(spec, rows, _ablation_entries(spec, plans, rows), [])
-    for kernel, (label, _) in BWD_KERNELS.items():
+    for kernel in spec.family.kernels:
         mine = [r for r in rep.main_rows() if r.kernel == kernel]
         rep.cliffs.extend({"kernel": kernel, **c} for c in cliff_view(mine))
     rep.cliffs.sort(key=lambda d: (d["target"], not d["near"], d["kernel"], d["resource"],
@@ -211,7 +264,7 @@ def _ablation_entries(spec: BwdSpec, plans: dict, rows: list) -> list:
     """Per kernel and step: per target the measured before/after and deltas (as the forward
     ablations), with that target's config keys (each target has its own base)."""
     out = []
-    for kernel in BWD_KERNELS:
+    for kernel in spec.family.kernels:
         by_key = {(r.config.key, r.head_dim, r.target): r for r in rows if r.kernel == kernel}
         names = []
         for t in spec.targets:

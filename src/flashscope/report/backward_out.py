@@ -1,10 +1,12 @@
-"""Outputs of the backward report: the rich terminal summary, ``bwd_registers.png`` and
-``staircase.png``, one self-contained ``report.html`` and ``report.json``.
+"""Outputs of a family's report (:mod:`.backward`: ``--kernel bwd|decode``): the rich
+terminal summary, ``<family>_registers.png`` and ``staircase.png``, one self-contained
+``report.html`` and ``report.json``.
 
-- ``bwd_registers.png``: per target, measured registers per thread (VGPRs per lane) of the
-  dK/dV and dQ kernel of each config at the report's head dim; red edges where it spills.
+- ``<family>_registers.png`` (``bwd_registers.png``, ``decode_registers.png``): per target,
+  measured registers per thread (VGPRs per lane) of each of the family's kernels for each
+  config at the report's head dim; red edges where it spills.
 - ``staircase.png``: the forward report's occupancy staircase, with each point labelled
-  ``dkdv:<config>`` or ``dq:<config>``.
+  by its kernel's short label and config (``dkdv:<config>``, ``paged:<config>``).
 """
 
 from __future__ import annotations
@@ -13,16 +15,21 @@ from html import escape
 from pathlib import Path
 from types import SimpleNamespace
 
-from .backward import BWD_KERNELS
 from ..terminal import label, pct, show, table
 from .render_terminal import ablation_cell
 
-_SHORT = {"bwd_dkdv": "dkdv", "bwd_dq": "dq"}
+def registers_file(family) -> str:
+    """The registers plot's file name for a :class:`~.backward.FamilyKernels`."""
+    return f"{family.name}_registers.png"
 
 
-def _measured(r) -> list:
+def _label(report, kernel: str) -> str:
+    return report.spec.family.kernels[kernel][0]
+
+
+def _measured(report, r) -> list:
     """config, D, target, kernel, registers, spills, shared, occupancy, limiter."""
-    head = [label(r.config), r.head_dim, r.target, BWD_KERNELS[r.kernel][0]]
+    head = [label(r.config), r.head_dim, r.target, _label(report, r.kernel)]
     if r.record is None:
         return head + ["FAILED", "-", "-", "-", f"build failed: {r.error or 'no record'}"]
     return head + [r.record.registers, r.spills, r.record.shared_bytes,
@@ -40,23 +47,24 @@ def render_bwd(report, console=None, out_dir=None) -> None:
     console = console or make_console()
     names = [t.name for t in report.spec.targets]
     bases = ", ".join(f"{t} {k}" for t, k in report.as_dict()["spec"]["base"].items())
-    measured = table(*_MEASURED_HEAD, title=f"Backward kernels, measured (no analytic "
+    noun = report.spec.family.noun.capitalize()
+    measured = table(*_MEASURED_HEAD, title=f"{noun} kernels, measured (no analytic "
                      f"budget); bases: {bases}", left=("config", "target", "kernel",
                                                        "limiter"))
     for r in sorted(report.main_rows(), key=lambda r: (r.kernel, r.target)):
-        measured.add_row(*map(str, _measured(r)))
-    abl = table("kernel", "step", *names, title="Backward ablations (compiled): d "
+        measured.add_row(*map(str, _measured(report, r)))
+    abl = table("kernel", "step", *names, title=f"{noun} ablations (compiled): d "
                 "registers, d spills, occupancy before -> after",
                 left=("kernel", "step", *names))
     for a in report.ablations:
-        abl.add_row(BWD_KERNELS[a["kernel"]][0], a["name"],
+        abl.add_row(_label(report, a["kernel"]), a["name"],
                     *[ablation_cell(a["targets"].get(n)) for n in names])
     cliffs = table("target", "kernel", "config", "resource", "now", "save", "occupancy",
                    title="Just past a cliff: the saving that gains a block (workgroup)",
                    left=("target", "kernel", "config", "resource"))
     for c in report.cliffs:
         if c["near"]:
-            cliffs.add_row(c["target"], BWD_KERNELS[c["kernel"]][0], c["config"],
+            cliffs.add_row(c["target"], _label(report, c["kernel"]), c["config"],
                            c["resource"], str(c["value"]), str(c["save_to_gain"]),
                            f"{pct(c['occupancy'])} -> {pct(c['occupancy_after'])}")
     show(console, measured, abl, cliffs)
@@ -74,12 +82,12 @@ def plot_registers(report, path) -> str:
     names = [t.name for t in report.spec.targets]
     fig, axes = plt.subplots(len(names), 1, figsize=(11, 3.2 * len(names)), squeeze=False)
     for ax, name in zip(axes[:, 0], names):
-        for j, kernel in enumerate(BWD_KERNELS):
+        for j, kernel in enumerate(report.spec.family.kernels):
             mine = [r for r in report.main_rows() if r.target == name and r.kernel == kernel
                     and r.record is not None]
             xs = [2 * i + j * 0.8 for i in range(len(mine))]
             ax.bar(xs, [r.record.registers for r in mine], width=0.75,
-                   color=f"C{j}", label=BWD_KERNELS[kernel][0],
+                   color=f"C{j}", label=_label(report, kernel),
                    edgecolor=["red" if r.spills else "none" for r in mine], linewidth=2)
             for x, r in zip(xs, mine):
                 ax.annotate(r.config.label, (x, 0), rotation=90, fontsize=6, xytext=(0, 3),
@@ -100,8 +108,9 @@ def plot_registers(report, path) -> str:
 def plot_staircase_bwd(report, path) -> str:
     from .plots import plot_staircase
 
+    short = {k: v[1] for k, v in report.spec.family.kernels.items()}
     rows = [SimpleNamespace(record=r.record, occ=r.occ, target=r.target, spills=r.spills,
-                            config=SimpleNamespace(label=f"{_SHORT[r.kernel]}:{r.config.label}"))
+                            config=SimpleNamespace(label=f"{short[r.kernel]}:{r.config.label}"))
             for r in report.main_rows()]
     shim = SimpleNamespace(spec=report.spec, main_rows=lambda: rows)
     return plot_staircase(shim, path)
@@ -112,19 +121,20 @@ def write_bwd_html(report, path, plots: dict, default_kernels=None) -> str:
 
     s = report.spec
     ordered = sorted(report.main_rows(), key=lambda r: (r.kernel, r.target))
-    measured = html._table(_MEASURED_HEAD, [_measured(r) for r in ordered],
+    fam = s.family
+    measured = html._table(_MEASURED_HEAD, [_measured(report, r) for r in ordered],
                            left=("config", "target", "kernel", "limiter"),
                            classes=["fail" if r.record is None else "spill" if r.spills
                                     else "" for r in ordered])
     names = [t.name for t in s.targets]
     abl = html._table(("kernel", "step", *names),
-                      [[BWD_KERNELS[a["kernel"]][0], a["name"],
+                      [[_label(report, a["kernel"]), a["name"],
                         *[html.ablation_cell(a["targets"].get(n)) for n in names]]
                        for a in report.ablations], left=("kernel", "step", *names))
     near = [c for c in report.cliffs if c["near"]]
     cliffs = html._table(("target", "kernel", "config", "resource", "now", "save",
                           "occupancy"),
-                         [[c["target"], BWD_KERNELS[c["kernel"]][0], c["config"],
+                         [[c["target"], _label(report, c["kernel"]), c["config"],
                            c["resource"], c["value"], c["save_to_gain"],
                            f"{pct(c['occupancy'])} -> {pct(c['occupancy_after'])}"]
                           for c in near], left=("target", "kernel", "config", "resource"))
@@ -132,30 +142,31 @@ def write_bwd_html(report, path, plots: dict, default_kernels=None) -> str:
                       for t, k in report.as_dict()["spec"]["base"].items())
     meta = (f"{escape(', '.join(names))}; head dim {s.head_dim}, {escape(s.dtype)}, "
             f"{'causal' if s.causal else 'non-causal'}; bases (each target's default "
-            f"backward config): {bases}; {report.timings.get('kernels', 0)} kernels. "
-            "Measured only: no analytic register budget for the backward.")
+            f"{escape(fam.noun)} config): {bases}; {report.timings.get('kernels', 0)} "
+            f"kernels. Measured only: no analytic register budget for the {escape(fam.noun)} "
+            "kernels.")
     body = (html.default_kernel_sentence(names, default_kernels or {})
             + html.failed_note(report.main_rows())
             + f"<h2>Registers, spills, shared memory, occupancy</h2>{measured}"
             f"{html._img(plots['registers'])}<h2>Ablations</h2>"
-            "<p>One knob of each target's base at a time; a tile knob changes only the "
-            "kernel that uses it (BLOCK_M1/BLOCK_N1: dK/dV, BLOCK_M2/BLOCK_N2: dQ).</p>"
+            f"<p>One knob of each target's base at a time; {escape(fam.note)}.</p>"
             f"{abl}<h2>Occupancy cliffs</h2>{cliffs}{html._img(plots['staircase'])}")
-    title = "flashscope report: backward kernels (dK/dV, dQ)"
+    kernels = ", ".join(v[0] for v in fam.kernels.values())
+    title = f"flashscope report: {fam.noun} kernels ({kernels})"
     Path(path).write_text(html.page(title, meta, body), encoding="utf-8")
     return str(path)
 
 
 def write_bwd_report(report, out_dir, doc=None) -> dict:
-    """report.json (``doc``, default ``report.as_dict()``), bwd_registers.png,
-    staircase.png and report.html into ``out_dir``."""
+    """report.json (``doc``, default ``report.as_dict()``), the registers plot
+    (:func:`registers_file`), staircase.png and report.html into ``out_dir``."""
     from . import write_json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": write_json(out / "report.json", report.as_dict() if doc is None
                                 else doc)}
-    plots = {"registers": plot_registers(report, out / "bwd_registers.png"),
+    plots = {"registers": plot_registers(report, out / registers_file(report.spec.family)),
              "staircase": plot_staircase_bwd(report, out / "staircase.png")}
     files.update(plots)
     files["html"] = write_bwd_html(report, out / "report.html", plots)

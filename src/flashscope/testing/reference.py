@@ -172,3 +172,53 @@ def reference_attention_grads(q, k, v, dout, *, is_causal: bool = False,
         dk = dk.view(B, Hkv, H // Hkv, Nk, D).sum(2)
         dv = dv.view(B, Hkv, H // Hkv, Nk, D).sum(2)
     return out, dq, dk, dv
+
+
+def cache_keys(cache: torch.Tensor, b: int, n: int, block_table=None) -> torch.Tensor:
+    """Keys (or values) 0..n-1 of sequence ``b`` of a KV cache, (n, Hkv, D): rows of a
+    dense cache (B, Ncache, Hkv, D), or gathered from the pages (num_pages, page_size,
+    Hkv, D) that row b of ``block_table`` names."""
+    if block_table is None:
+        return cache[b, :n]
+    page = cache.shape[1]
+    pages = block_table[b, :-(-n // page)].long()
+    return cache[pages].reshape(-1, *cache.shape[2:])[:n]
+
+
+def reference_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k=None,
+                      v=None, is_causal: bool = True, scale: Optional[float] = None,
+                      window=None, softcap=None,
+                      compute_dtype: torch.dtype = torch.float64) -> tuple:
+    """(out (B, Nq, H, D), lse (B, H, Nq)) in ``compute_dtype`` of decoding against a KV
+    cache, from the definition (:func:`flashscope.attention_with_kvcache`): sequence b's
+    keys are its cache's first ``cache_seqlens[b]`` followed by the new ``k``/``v`` (the
+    cache is only read), query i sits at position n_b - Nq + i for the n_b keys
+    (bottom-right), masked like :func:`reference_attention`. A row that sees no key is 0
+    with lse -inf. One sequence at a time, a GQA group's rows against its kv head."""
+    B, Nq, H, D = q.shape
+    hkv = k_cache.shape[2]
+    g = H // hkv
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    out = torch.zeros(B, Nq, H, D, dtype=compute_dtype, device=q.device)
+    lse = torch.full((B, H, Nq), float("-inf"), dtype=compute_dtype, device=q.device)
+    lens = cache_seqlens.tolist()
+    for b in range(B):
+        kb, vb = (cache_keys(c, b, lens[b], block_table) for c in (k_cache, v_cache))
+        if k is not None:
+            kb, vb = torch.cat([kb, k[b]]), torch.cat([vb, v[b]])
+        n = kb.shape[0]
+        if n == 0 or Nq == 0:
+            continue
+        qb = q[b].to(compute_dtype).permute(1, 0, 2).reshape(hkv, g * Nq, D)
+        s = qb @ kb.to(compute_dtype).permute(1, 2, 0) * scale  # (Hkv, g Nq, n)
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        hidden = _hidden(0, Nq, Nq, n, is_causal, window, "bottom_right", q.device)
+        if hidden is not None:
+            s = s.masked_fill(hidden.repeat(g, 1), float("-inf"))
+        m = s.logsumexp(-1, keepdim=True)
+        p = torch.exp(s - m.masked_fill(m == float("-inf"), 0.0))
+        o = p @ vb.to(compute_dtype).permute(1, 0, 2)  # (Hkv, g Nq, D)
+        out[b] = o.reshape(H, Nq, D).permute(1, 0, 2)
+        lse[b] = m.reshape(H, Nq)
+    return out, lse

@@ -1,0 +1,467 @@
+"""Decoding with a KV cache (``triton-decode``): a few query tokens per sequence against a
+dense or paged cache of per-sequence length, the KV heads' query groups packed into the
+rows of one tile and the keys split across programs when the grid would not fill the GPU
+(:mod:`flashscope.kernels.attention_decode`).
+
+Its record (:class:`TritonDecodeConfig`), rules (:data:`RULES`), defaults (:func:`select`,
+with the split rule :func:`split_count`) and the argument lists of its three launches:
+the append of new keys and values (:func:`append_call`), the attention (:func:`call`)
+and the merge of the splits (:func:`merge_call`); :func:`run` launches them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple, Optional
+
+from ..compat import CODEGEN_OPTIONS
+from .base import (CAPS, DTYPE_BYTES, WARPS, Knobs, Problem, Rule, check_head_dim, check_rules,
+                   head_dim_pad, pow2, pow2_tiles, shared_memory, stages, table_select)
+
+KERNEL = "triton-decode"
+MODULE = "attention_decode"
+#: the launches, in order: name -> the kernel's function
+FUNCTIONS = {"decode_append": "_decode_append", KERNEL: "_decode_fwd",
+             "decode_merge": "_decode_merge"}
+FUNCTION = FUNCTIONS[KERNEL]
+#: The append copies one token's heads a program and the merge reads a few float32 rows a
+#: split: both memory-bound and small, launched with fixed options.
+SMALL_OPTIONS = {"num_warps": 4, "num_stages": 1, **CODEGEN_OPTIONS}
+#: rows of a work tile one merge program combines (fp32 rows x padded head dim in registers)
+MERGE_ROWS = 16
+#: most splits of a work tile (each costs a workspace slot and a pass of the merge)
+MAX_SPLITS = 256
+#: fewest key tiles a split is given: with two, each program has a tile loading under the
+#: one it computes
+MIN_SPLIT_TILES = 2
+#: most programs the split rule counts resident on one SM (CU) at a time (the bound where
+#: shared memory sets none: the reduce path)
+MAX_RESIDENT = 4
+#: products a thread may hold in the reduce path (rows x keys x padded head dim over the
+#: threads), past which they spill instead of staying in registers
+REDUCE_PRODUCTS = 128
+
+
+@dataclass(frozen=True)
+class TritonDecodeConfig(Knobs):
+    """Knobs of the decoding kernel.
+
+    BLOCK_M packed rows (query heads of one kv head x query tokens) per work tile, BLOCK_N
+    keys per step; ``num_warps``, ``num_stages`` (the software pipeline's depth over the
+    key tiles: K and V tiles in flight + 1, as Triton counts a dense launch's stages; a
+    paged launch passes Triton :func:`triton_stages`). DOT: Q K^T and P V on the tensor
+    cores (``tl.dot``, at least 16 rows, the padding rows computed too); without it each
+    key tile is multiplied into the rows and reduced on the CUDA cores. SPLITS: programs
+    that share each work tile's keys (1: no split, no workspace, no merge).
+    ``maxnreg``/``waves_per_eu``: the vendor register caps, as in the forward."""
+
+    KERNEL: ClassVar[str] = KERNEL
+
+    BLOCK_M: int = 16
+    BLOCK_N: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    DOT: bool = True
+    SPLITS: int = 1
+    maxnreg: Optional[int] = None
+    waves_per_eu: Optional[int] = None
+
+    def _label_parts(self) -> list:
+        return [f"{self.BLOCK_M}x{self.BLOCK_N}", f"w{self.num_warps}", f"s{self.num_stages}",
+                *([] if self.DOT else ["reduce"]),
+                *([f"split={self.SPLITS}"] if self.SPLITS > 1 else []), *self._caps()]
+
+
+Config = TritonDecodeConfig
+
+
+def min_shared_bytes(cfg: TritonDecodeConfig, head_dim: int, dtype: str = "bfloat16",
+                     target=None) -> int:
+    """A lower bound on shared memory, in bytes: with DOT, the K and V tiles (BLOCK_N x
+    D_pad each) the tensor cores read from shared memory, max(1, S - 1) copies of each in
+    flight for S stages (as the forward's bound). On sm_90 from :data:`WGMMA_ROWS` rows
+    Triton issues wgmma, which reads its operands from shared memory: S copies of K and
+    V, plus Q's tile (read from the sm_90 binaries: 112 KB at 64 x 64 x 128, 3 stages;
+    128 KB at 128 rows). The reduce path reads K and V from registers: 0."""
+    if not cfg.DOT:
+        return 0
+    tile = head_dim_pad(head_dim) * DTYPE_BYTES[dtype]
+    if _wgmma(cfg, target):
+        return 2 * cfg.BLOCK_N * tile * cfg.num_stages + cfg.BLOCK_M * tile
+    return 2 * cfg.BLOCK_N * tile * max(1, cfg.num_stages - 1)
+
+
+#: fewest rows of a DOT tile Triton issues sm_90's wgmma for (fewer: mma.sync)
+WGMMA_ROWS = 64
+
+
+def _wgmma(cfg: TritonDecodeConfig, target) -> bool:
+    """Whether Triton builds ``cfg``'s products as sm_90 wgmma on ``target``."""
+    return (target is not None and getattr(target, "cc", 0) == 90 and cfg.DOT
+            and cfg.BLOCK_M >= WGMMA_ROWS)
+
+
+def _rows(cfg, ctx):
+    if not (pow2(cfg.BLOCK_M) and cfg.BLOCK_M <= 128):
+        return f"{KERNEL}: BLOCK_M={cfg.BLOCK_M}: expected a power of two in 1..128"
+    if cfg.DOT and cfg.BLOCK_M < 16:
+        return (f"{KERNEL}: BLOCK_M={cfg.BLOCK_M} with DOT=1: tensor-core products take at "
+                "least 16 rows (use DOT=0 for fewer)")
+    if not cfg.DOT:
+        threads = cfg.num_warps * ctx.target.warp_size
+        held = cfg.BLOCK_M * cfg.BLOCK_N * head_dim_pad(ctx.head_dim) // threads
+        if held > REDUCE_PRODUCTS:
+            return (f"{KERNEL}: DOT=0 with BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}, head "
+                    f"dim {ctx.head_dim} holds {held} products a thread, over "
+                    f"{REDUCE_PRODUCTS} (they would spill; use DOT=1 or smaller tiles)")
+    return None
+
+
+def _splits(cfg, ctx):
+    if not (1 <= cfg.SPLITS <= MAX_SPLITS):
+        return f"{KERNEL}: SPLITS={cfg.SPLITS}: expected 1..{MAX_SPLITS}"
+    return None
+
+
+RULES = (
+    Rule("BLOCK_M,DOT", "rows of a tile; the tensor cores' smallest M", _rows),
+    pow2_tiles("BLOCK_N"),
+    WARPS,
+    stages(1, 8),
+    CAPS,
+    Rule("SPLITS", "programs sharing a work tile's keys", _splits),
+    shared_memory(min_shared_bytes, lambda c: f"BLOCK_M={c.BLOCK_M}, BLOCK_N={c.BLOCK_N}",
+                  per_target=True),
+)
+
+#: the values a one-knob search steps along (:func:`~.base.neighbours`)
+STEPS = {"BLOCK_M": (1, 2, 16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128, 256),
+         "num_warps": (1, 2, 4, 8, 16), "num_stages": (1, 2, 3, 4, 5, 6),
+         "SPLITS": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+         "maxnreg": (96, 128, 168, 232, None), "waves_per_eu": (1, 2, 3, 4, None)}
+
+
+def triton_stages(cfg: TritonDecodeConfig, paged: bool) -> int:
+    """The ``num_stages`` a launch passes Triton. Triton's pipeliner divides a loop's S - 1
+    stages of load latency evenly among the loads of a chain: paged, each K and V load
+    waits on a block-table read, so S stages would leave K and V (S - 1) / 2 tiles in
+    flight (one buffer at S = 3, seen in the sm_90 TTGIR); 2 S - 1 stages give them the
+    dense launch's S - 1."""
+    return 2 * cfg.num_stages - 1 if paged else cfg.num_stages
+
+
+def check(cfg: TritonDecodeConfig, target="sm90", head_dim: int = 128,
+          dtype: str = "bfloat16") -> TritonDecodeConfig:
+    """``cfg`` unchanged if it can be built for ``target``; else ConfigError naming the
+    knob and the limit it breaks."""
+    return check_rules(cfg, RULES, target, head_dim, dtype)
+
+
+# -- defaults ------------------------------------------------------------------------------
+
+# Tiles and pipeline depth as data: (target name or family, largest head dim, causal or
+# None for both) -> config; BLOCK_M, DOT and SPLITS are set per problem by select().
+# Chosen offline, not yet timed: 64-key tiles of 3 stages keep two tiles of K and V (64
+# KB) in flight a program at D = 128, and three programs fit an sm_90 SM (70 KB of shared
+# memory each, read from the binary); 32-key tiles do the same at D = 256. AMD's
+# pipeliner takes 2 stages, RDNA's 64 KB LDS one.
+C = TritonDecodeConfig
+DEFAULTS = (
+    ("nvidia", 128, None, C(BLOCK_N=64, num_warps=4, num_stages=3)),
+    ("nvidia", 256, None, C(BLOCK_N=32, num_warps=4, num_stages=3)),
+    ("cdna", 128, None, C(BLOCK_N=64, num_warps=4, num_stages=2)),
+    ("cdna", 256, None, C(BLOCK_N=32, num_warps=4, num_stages=2)),
+    ("rdna", 256, None, C(BLOCK_N=32, num_warps=4, num_stages=1)),
+)
+del C
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def packed_rows(problem: Problem) -> int:
+    """Rows of a sequence's kv head: its query heads times the query tokens."""
+    return max(1, problem.group) * max(1, problem.n_q)
+
+
+def resident(cfg: TritonDecodeConfig, target, head_dim: int, dtype: str) -> int:
+    """Programs of ``cfg`` that fit one SM (CU) at a time by shared memory (the bound and
+    the block's reservation) and warps, at most :data:`MAX_RESIDENT`: the slots the
+    split rule fills. The dense builds' shared memory, read from the binaries: the bound
+    on gfx942 (32,768 B at 16 x 64, D = 128: two a CU), 6 KB above it on sm_90 (70 KB:
+    three an SM); a paged build takes a little more (gfx942: 256 B, which leaves it one a
+    CU; the rule does not know whether a call is paged)."""
+    t = target
+    smem = getattr(t, "smem_per_sm", None) or t.lds_per_unit
+    most = MAX_RESIDENT
+    need = min_shared_bytes(cfg, head_dim, dtype, t)
+    if need:
+        need += getattr(t, "reserved_smem_per_block", 0)
+        most = min(most, smem // need)
+    warps = getattr(t, "max_warps_per_sm", None)
+    if warps:
+        most = min(most, warps // cfg.num_warps)
+    return max(1, most)
+
+
+def split_count(tiles: int, key_tiles: int, slots: int) -> int:
+    """Programs that share each work tile's key tiles: none (1) when the ``tiles`` work
+    tiles fill the ``slots`` resident programs of the GPU already; else enough to fill
+    them (decoding is bound by memory, and a GPU reads at its full bandwidth only with
+    loads in flight on every SM), but no more than leave each program
+    :data:`MIN_SPLIT_TILES` of the ``key_tiles`` tiles, nor :data:`MAX_SPLITS`."""
+    if tiles >= slots:
+        return 1
+    want = -(-slots // max(1, tiles))
+    return max(1, min(want, key_tiles // MIN_SPLIT_TILES, MAX_SPLITS))
+
+
+def select(problem: Problem) -> TritonDecodeConfig:
+    """The default for a problem (``n_q`` query tokens, ``n_k`` the cache's keys per
+    sequence, ``heads`` = B x H, ``group`` = H / Hkv): pure, tensor-free, deterministic.
+
+    Rows: the packed rows rounded up to a power of two, at least 16 (the tensor cores'
+    smallest M) and at most 128 (a row block past that re-reads K and V), with 8 warps
+    once the fp32 accumulator holds 128 x 128 values. Always DOT: Triton's pipeliner
+    stages only the loads that feed a ``tl.dot`` through shared memory (the reduce path's
+    sm_90 TTGIR has no asynchronous copy), so without it each warp waits for its own K and
+    V, while the padding rows of a 16-row product cost tensor-core issue slots that a
+    loop bound by memory has to spare. Splits: :func:`split_count` over the work tiles
+    B x Hkv x row blocks, the key tiles of the cache's length (the bound every sequence
+    is under: the host reads no lengths) and the SMs (CUs) of the target times the
+    programs that fit on one."""
+    t = problem.target_record()
+    check_head_dim(problem.head_dim)
+    base = table_select(DEFAULTS, KERNEL, problem)
+    rows = packed_rows(problem)
+    block_m = min(128, max(16, _next_pow2(rows)))
+    pad = head_dim_pad(problem.head_dim)
+    warps = 8 if block_m * pad >= 128 * 128 else base.num_warps
+    cfg = base.replace(BLOCK_M=block_m, num_warps=warps)
+    kv_heads = max(1, problem.heads // max(1, problem.group))
+    tiles = kv_heads * -(-rows // block_m)
+    units = getattr(t, "sm_count", None) or t.cu_count
+    slots = units * resident(cfg, t, problem.head_dim, problem.dtype)
+    key_tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
+    return cfg.replace(SPLITS=split_count(tiles, key_tiles, slots))
+
+
+def accepts(problem: Problem) -> Optional[str]:
+    """Why this family cannot run ``problem``, or None: it runs every decoding problem."""
+    return None
+
+
+# -- launches ------------------------------------------------------------------------------
+
+class Cache(NamedTuple):
+    """A KV cache as the kernels read it: K and V, the block table (None: dense), the
+    sequences' lengths before the call, and its geometry."""
+    k: object
+    v: object
+    seqlens: object
+    table: object  #: (B, max pages) int32, or None for a dense cache
+    page: int  #: keys a page (0: dense)
+    capacity: int  #: keys a sequence can hold
+    pages: int  #: pages in the cache (dense: B)
+
+    @classmethod
+    def of(cls, k, v, seqlens, table=None) -> "Cache":
+        if table is None:
+            return cls(k, v, seqlens, None, 0, k.shape[1], k.shape[0])
+        page = k.shape[1]
+        return cls(k, v, seqlens, table, page, table.shape[1] * page, k.shape[0])
+
+    @property
+    def table_arg(self):
+        """The block table, or the lengths in its slot (unread) when dense."""
+        return self.seqlens if self.table is None else self.table
+
+    @property
+    def table_stride(self) -> int:
+        return 0 if self.table is None else self.table.stride(0)
+
+
+def workspace_size(q_shape, cache: Cache, cfg: TritonDecodeConfig) -> int:
+    """Float32 values of the split workspace: a slot (BLOCK_M x (D_pad + 2)) for every
+    split of every work tile; 0 without splits."""
+    if cfg.SPLITS <= 1:
+        return 0
+    return _tiles(q_shape, cache, cfg) * cfg.SPLITS * cfg.BLOCK_M * \
+        (head_dim_pad(q_shape[3]) + 2)
+
+
+def _tiles(q_shape, cache: Cache, cfg) -> int:
+    B, Nq, H, _ = q_shape
+    hkv = cache.k.shape[2]
+    return B * hkv * -(-(H // hkv) * Nq // cfg.BLOCK_M)
+
+
+# Each launch's arguments are its tensors, then integers and floats fixed by the shapes,
+# strides, mask and config (what a plan keeps, :func:`plan`).
+
+def append_tensors(k_new, v_new, cache: Cache) -> tuple:
+    return k_new, v_new, cache.k, cache.v, cache.seqlens, cache.table_arg
+
+
+def attend_tensors(q, cache: Cache, out, lse, part) -> tuple:
+    """``lse``/``part`` None: ``out`` in their slots (unread)."""
+    return (q, cache.k, cache.v, out, out if lse is None else lse,
+            out if part is None else part, cache.seqlens, cache.table_arg)
+
+
+def merge_tensors(out, lse, part) -> tuple:
+    return part, out, out if lse is None else lse
+
+
+def append_call(k_new, v_new, cache: Cache):
+    """(grid, positional args, constexpr keywords) of the append of ``k_new``/``v_new``
+    (B, N_new, Hkv, D) at each sequence's length."""
+    B, n_new, hkv, D = k_new.shape
+    grid = (n_new, B)
+    args = (*append_tensors(k_new, v_new, cache), *k_new.stride(), *v_new.stride(),
+            *cache.k.stride(), *cache.v.stride(), cache.table_stride, hkv, cache.capacity,
+            cache.pages)
+    consts = dict(HKV_PAD=_next_pow2(hkv), HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
+                  PAGE=cache.page)
+    return grid, args, consts
+
+
+def call(q, cache: Cache, out, lse, part, n_new: int, *, mask, scale: float,
+         cfg: TritonDecodeConfig):
+    """(grid, positional args, constexpr keywords) of the attention launch. q and out
+    (B, Nq, H, D); lse (B, H, Nq) fp32 or None; ``part`` the split workspace (None
+    without splits); ``n_new`` keys appended before it."""
+    from ..launch import LOG2E
+
+    B, Nq, H, D = q.shape
+    hkv = cache.k.shape[2]
+    n_m = -(-(H // hkv) * Nq // cfg.BLOCK_M)
+    _, left, right = mask.scalars(Nq, cache.capacity)
+    sw = mask.switches(Nq, cache.capacity)
+    grid = (B * hkv * n_m, cfg.SPLITS)
+    args = (*attend_tensors(q, cache, out, lse, part), *q.stride(), *cache.k.stride(),
+            *cache.v.stride(), *out.stride(), cache.table_stride, Nq, n_new, cache.capacity,
+            cache.pages, n_m, hkv, cfg.SPLITS, scale * LOG2E, left, right,
+            *mask.cap_args(scale))
+    consts = dict(GROUP=H // hkv, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
+                  BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, PAGE=cache.page, DOT=bool(cfg.DOT),
+                  SPLIT=cfg.SPLITS > 1, RETURN_LSE=lse is not None, CAUSAL=sw["CAUSAL"],
+                  HAS_LEFT=sw["HAS_LEFT"], HAS_RIGHT=sw["HAS_RIGHT"], SOFTCAP=sw["SOFTCAP"])
+    return grid, args, consts
+
+
+def merge_call(q, cache: Cache, out, lse, part, cfg: TritonDecodeConfig):
+    """(grid, positional args, constexpr keywords) of the merge of the splits."""
+    B, Nq, H, D = q.shape
+    hkv = cache.k.shape[2]
+    n_m = -(-(H // hkv) * Nq // cfg.BLOCK_M)
+    rows = min(MERGE_ROWS, cfg.BLOCK_M)
+    grid = (B * hkv * n_m, cfg.BLOCK_M // rows)
+    args = (*merge_tensors(out, lse, part), Nq, n_m, hkv, cfg.SPLITS, *out.stride())
+    consts = dict(GROUP=H // hkv, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
+                  BLOCK_M=cfg.BLOCK_M, ROWS=rows, RETURN_LSE=lse is not None)
+    return grid, args, consts
+
+
+# -- the launch plan -----------------------------------------------------------------------
+
+class Launch(NamedTuple):
+    """One launch of a plan: the kernel's function, its grid, the arguments after its
+    tensors, the constexprs and options, and the compiled kernel by device once launched
+    (:func:`flashscope.launch.launch_compiled`'s cache)."""
+    function: str
+    grid: tuple
+    scalars: tuple
+    consts: dict
+    options: dict
+    compiled: dict
+
+
+class DecodePlan(NamedTuple):
+    """The launches of a decoding call (the append and the merge None where not run) and
+    the float32 values of its split workspace."""
+    append: Optional[Launch]
+    attend: Optional[Launch]
+    merge: Optional[Launch]
+    workspace: int
+
+
+#: plans by :func:`plan_key`; emptied when it reaches 256 keys
+_PLANS: dict = {}
+
+
+def plan_key(q, cache: Cache, out, lse, k_new, v_new, mask, scale: float, cfg,
+             attend: bool) -> tuple:
+    """What a call's launches depend on besides data addresses: the device, dtype, every
+    tensor's shape, strides and 16-byte alignment, the mask, scale, config and whether
+    it attends. It fixes every scalar argument, its specialization and every constexpr."""
+    tensors = (q, cache.k, cache.v, out, lse, cache.seqlens, cache.table, k_new, v_new)
+    return (q.device, q.dtype, cache.page, mask, float(scale), cfg, attend,
+            tuple(None if t is None else (t.shape, t.stride(), t.data_ptr() % 16)
+                  for t in tensors))
+
+
+def plan(q, cache: Cache, out, lse, k_new, v_new, *, mask, scale: float,
+         cfg: TritonDecodeConfig, attend: bool = True) -> DecodePlan:
+    """The :class:`DecodePlan` of a call, built on the first call of its :func:`plan_key`
+    and then looked up: a decoding step runs in microseconds, and building its argument
+    lists and launch keys on the host took longer."""
+    from ..launch import remembered
+
+    key = plan_key(q, cache, out, lse, k_new, v_new, mask, scale, cfg, attend)
+    return remembered(_PLANS, key, lambda: _build_plan(q, cache, out, lse, k_new, v_new,
+                                                       mask, scale, cfg, attend))
+
+
+def _launch(name: str, built, n_tensors: int, options: dict) -> Launch:
+    grid, args, consts = built
+    return Launch(FUNCTIONS[name], grid, tuple(args[n_tensors:]), consts, options, {})
+
+
+def _build_plan(q, cache, out, lse, k_new, v_new, mask, scale, cfg, attend) -> DecodePlan:
+    from ..launch import launch_options
+
+    n_new = 0 if k_new is None else k_new.shape[1]
+    append = attend_launch = merge = None
+    if n_new:
+        append = _launch("decode_append", append_call(k_new, v_new, cache), 6, SMALL_OPTIONS)
+    size = workspace_size(q.shape, cache, cfg) if attend else 0
+    if attend:
+        options = {**launch_options(cfg, q.device),
+                   "num_stages": triton_stages(cfg, cache.table is not None)}
+        attend_launch = _launch(KERNEL, call(q, cache, out, lse, None, n_new, mask=mask,
+                                             scale=scale, cfg=cfg), 8, options)
+    if size:
+        merge = _launch("decode_merge", merge_call(q, cache, out, lse, None, cfg), 3,
+                        SMALL_OPTIONS)
+    return DecodePlan(append, attend_launch, merge, size)
+
+
+def run(q, cache: Cache, out, lse, *, k_new=None, v_new=None, mask, scale: float,
+        cfg: TritonDecodeConfig, attend: bool = True) -> None:
+    """Append ``k_new``/``v_new`` (if given), then (with ``attend``) attend and merge the
+    splits: up to three launches on the current stream (GPU, or Triton's interpreter on
+    CPU tensors)."""
+    import torch
+
+    from .. import kernels
+    from ..launch import interpreting, launch_jit
+
+    mod = kernels.load(MODULE, interpret=interpreting())
+    p = plan(q, cache, out, lse, k_new, v_new, mask=mask, scale=scale, cfg=cfg,
+             attend=attend)
+
+    def go(launch: Launch, tensors: tuple) -> None:
+        launch_jit(getattr(mod, launch.function), launch.grid, (*tensors, *launch.scalars),
+                   launch.consts, launch.options, q.device, cache=launch.compiled)
+
+    if p.append is not None:
+        go(p.append, append_tensors(k_new, v_new, cache))
+    if p.attend is None:
+        return
+    part = torch.empty(p.workspace, dtype=torch.float32, device=q.device) \
+        if p.workspace else None
+    go(p.attend, attend_tensors(q, cache, out, lse, part))
+    if part is not None:
+        go(p.merge, merge_tensors(out, lse, part))

@@ -1,0 +1,266 @@
+"""Attention against a KV cache (decoding), with FlashAttention's conventions:
+:func:`attention_with_kvcache`, and :func:`check_kvcache`, which also reads the values.
+
+What is checked, and when. Every call checks what the tensors' metadata says, on the
+host and without reading any device memory: types, ranks, shapes, dtypes, devices, the
+block table's dtype and shape, the page size, the mask keywords and the config. The
+values of ``cache_seqlens`` (each within the cache, room left for the appended keys)
+and of ``block_table`` (each page a sequence uses inside the cache) live on the device:
+reading them costs a host synchronization per call, as long as a whole decoding step on
+small batches, and a CUDA graph cannot capture one. They are checked on every call with
+CPU tensors (where they cost nothing) and on the GPU by :func:`check_kvcache`, which a
+caller runs where a sync is affordable (tests, a debug mode, once per batch layout). On
+the GPU the kernels make bad values harmless instead: lengths are clamped into the cache,
+pages read are clamped into it, and an append to a position or page outside it writes
+nothing. A refused call writes nothing to the cache: every check runs before the append.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import launch
+from .api import (_DTYPES, _flag, check_device, check_head_dim_of, check_mask_args,
+                  check_scale, device_target, resolve_config)
+from .errors import FlashscopeError
+from .families import Problem, triton_decode
+from .families.triton_decode import Cache, TritonDecodeConfig
+
+
+def _tensor(name: str, t, rank: int, what: str):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != rank:
+        raise FlashscopeError(f"{name}: expected rank {rank} {what}, got shape "
+                              f"{tuple(t.shape)} (rank {t.dim()})")
+    return t
+
+
+def _check_layout(q, k_cache, v_cache, cache_seqlens, k, v, block_table) -> tuple:
+    """The metadata checks (module docstring); returns (Cache, appended keys)."""
+    _tensor("q", q, 4, "(B, Nq, H, D)")
+    paged = block_table is not None
+    what = "(num_pages, page_size, Hkv, D)" if paged else "(B, Ncache, Hkv, D)"
+    _tensor("k_cache", k_cache, 4, what)
+    _tensor("v_cache", v_cache, 4, what)
+    _tensor("cache_seqlens", cache_seqlens, 1, "(B,)")
+    if (k is None) != (v is None):
+        raise FlashscopeError("k, v: give both new keys and new values, or neither")
+    values = [("k_cache", k_cache), ("v_cache", v_cache)]
+    if k is not None:
+        values += [("k", _tensor("k", k, 4, "(B, Nnew, Hkv, D)")),
+                   ("v", _tensor("v", v, 4, "(B, Nnew, Hkv, D)"))]
+    indices = [("cache_seqlens", cache_seqlens)]
+    if paged:
+        indices.append(("block_table",
+                        _tensor("block_table", block_table, 2, "(B, max_pages)")))
+    for name, t in values + indices:
+        if t.device != q.device:
+            raise FlashscopeError(f"{name}: on {t.device}, expected q's device {q.device}")
+    check_device("q", q.device)
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"q: expected dtype float16 or bfloat16, got {q.dtype}")
+    for name, t in values:
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: dtype {t.dtype}, expected q's {q.dtype}")
+    for name, t in indices:
+        if t.dtype != torch.int32:
+            raise TypeError(f"{name}: expected dtype int32, got {t.dtype}")
+    B, _, H, D = q.shape
+    if k_cache.shape != v_cache.shape:
+        raise FlashscopeError(f"k_cache, v_cache: expected the same shape, got "
+                              f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    _, n_or_page, hkv, dk = k_cache.shape
+    if dk != D:
+        raise FlashscopeError(f"k_cache: head dim {dk} does not match q's head dim {D}")
+    check_head_dim_of("q", D)
+    if hkv == 0 or H % hkv:
+        raise FlashscopeError(f"k_cache: {hkv} kv heads must divide q's {H} heads (GQA)")
+    if cache_seqlens.shape[0] != B:
+        raise FlashscopeError(f"cache_seqlens: {cache_seqlens.shape[0]} lengths for q's "
+                              f"batch of {B}")
+    if paged:
+        if block_table.shape[0] != B:
+            raise FlashscopeError(f"block_table: {block_table.shape[0]} rows for q's batch "
+                                  f"of {B}")
+        if n_or_page < 1 or k_cache.shape[0] < 1:
+            raise FlashscopeError(f"k_cache: {k_cache.shape[0]} pages of {n_or_page} keys: "
+                                  "expected at least one page of at least one key")
+    elif k_cache.shape[0] != B:
+        raise FlashscopeError(f"k_cache: batch {k_cache.shape[0]} does not match q's batch "
+                              f"{B} (a paged cache needs block_table)")
+    cache = Cache.of(k_cache, v_cache, cache_seqlens, block_table)
+    n_new = 0
+    if k is not None:
+        if k.shape != v.shape:
+            raise FlashscopeError(f"k, v: expected the same shape, got {tuple(k.shape)} and "
+                                  f"{tuple(v.shape)}")
+        if k.shape[0] != B or k.shape[2] != hkv or k.shape[3] != D:
+            raise FlashscopeError(f"k: shape {tuple(k.shape)}, expected ({B}, Nnew, {hkv}, "
+                                  f"{D}) like the cache's heads and q's batch")
+        n_new = k.shape[1]
+        if n_new > cache.capacity:
+            raise FlashscopeError(f"k: {n_new} new keys do not fit a cache of "
+                                  f"{cache.capacity} keys per sequence")
+    return cache, n_new
+
+
+def _check_values(cache: Cache, n_new: int) -> None:
+    """The values of the lengths and the block table (a host sync on the GPU)."""
+    lens = cache.seqlens.cpu()
+    room = cache.capacity - n_new
+    bad = ((lens < 0) | (lens > room)).nonzero()
+    if len(bad):
+        b = int(bad[0, 0])
+        raise FlashscopeError(
+            f"cache_seqlens[{b}] = {int(lens[b])}: expected 0..{room} (the cache holds "
+            f"{cache.capacity} keys per sequence{f' and {n_new} are appended' if n_new else ''})")
+    if cache.table is None:
+        return
+    table = cache.table.cpu()
+    used = (lens + n_new + cache.page - 1) // cache.page
+    cols = torch.arange(table.shape[1])[None, :]
+    bad = ((cols < used[:, None]) & ((table < 0) | (table >= cache.pages))).nonzero()
+    if len(bad):
+        b, i = (int(x) for x in bad[0])
+        raise FlashscopeError(
+            f"block_table[{b}, {i}] = {int(table[b, i])}: expected a page in "
+            f"0..{cache.pages - 1} (sequence {b} uses its first {int(used[b])} entries)")
+
+
+def _checked(q, k_cache, v_cache, cache_seqlens, k, v, block_table, is_causal, scale,
+             window, softcap, return_lse, config) -> tuple:
+    _flag("return_lse", return_lse)
+    cache, n_new = _check_layout(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
+    check_scale(scale)
+    mask = check_mask_args(is_causal, window, "bottom_right", softcap)
+    D = q.shape[3]
+    cfg = None if config is None else resolve_config(
+        config, D, _DTYPES[q.dtype], q.device, kinds=(triton_decode.KERNEL,))
+    if q.device.type == "cpu":
+        _check_values(cache, n_new)
+    return cache, n_new, mask, cfg
+
+
+def check_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None, block_table=None,
+                  is_causal: bool = True, scale: Optional[float] = None, window=None,
+                  softcap: Optional[float] = None, return_lse: bool = False,
+                  config: Optional[TritonDecodeConfig] = None) -> None:
+    """Every check :func:`attention_with_kvcache` makes, plus the values of
+    ``cache_seqlens`` and ``block_table`` on any device (one host sync on a GPU). Raises
+    the call's error, or returns None."""
+    cache, n_new, _, _ = _checked(q, k_cache, v_cache, cache_seqlens, k, v, block_table,
+                                  is_causal, scale, window, softcap, return_lse, config)
+    _check_values(cache, n_new)
+
+
+#: Default configs by what :func:`_default_config` reads; emptied at 256 keys.
+_DEFAULTS: dict = {}
+
+
+def problem_of(q, cache: Cache, mask) -> Problem:
+    """The :class:`~flashscope.families.base.Problem` of a decoding call: the query
+    tokens, the cache's keys per sequence, B x H, the GQA group and the mask."""
+    B, Nq, H, D = q.shape
+    hkv = cache.k.shape[2]
+    return Problem(device_target(q.device) or "sm90", _DTYPES[q.dtype], D, mask.causal, Nq,
+                   cache.capacity, B * H,
+                   window=mask.left_bounded or (mask.right_bounded and not mask.causal),
+                   softcap=mask.softcap is not None, group=H // hkv)
+
+
+def _default_config(q, cache: Cache, mask) -> TritonDecodeConfig:
+    """The family's default for this call (:func:`problem_of`), remembered by what the
+    problem is made of."""
+    key = (q.device, q.dtype, q.shape, cache.k.shape, cache.capacity, mask)
+    return launch.remembered(_DEFAULTS, key,
+                             lambda: triton_decode.select(problem_of(q, cache, mask)))
+
+
+def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None,
+                           block_table=None, is_causal: bool = True,
+                           scale: Optional[float] = None, window=None,
+                           softcap: Optional[float] = None, return_lse: bool = False,
+                           config: Optional[TritonDecodeConfig] = None):
+    """Attention of new query tokens against a KV cache, FlashAttention's
+    ``flash_attn_with_kvcache``.
+
+    q (B, Nq, H, D); k_cache, v_cache (B, Ncache, Hkv, D), or paged: (num_pages,
+    page_size, Hkv, D) with ``block_table`` (B, max_pages) int32, entry i of row b naming
+    the page that holds keys [i page_size, (i + 1) page_size) of sequence b (any page
+    size); ``cache_seqlens`` (B,) int32, the keys each sequence holds before this call.
+    H a multiple of Hkv (GQA, MQA); fp16 or bf16; D in 1..256; any strides.
+
+    ``k``, ``v`` (B, Nnew, Hkv, D), optional: written into the cache in place at positions
+    ``cache_seqlens[b]`` onward before attending (the caller then advances
+    ``cache_seqlens``). Query token i of sequence b sits at position
+    ``cache_seqlens[b] + Nnew - Nq + i`` and, with ``is_causal``, sees the keys up to its
+    own position; without it all ``cache_seqlens[b] + Nnew`` of them. ``window=(left,
+    right)`` and ``softcap`` as in :func:`flashscope.attention` (positions as above). A
+    query that sees no key returns zeros and a log-sum-exp of -inf.
+
+    Returns the output (B, Nq, H, D) laid out like q and, with ``return_lse``, the
+    natural-log log-sum-exp (B, H, Nq) fp32. ``config``: a
+    :class:`~flashscope.families.triton_decode.TritonDecodeConfig` (default: chosen for
+    the problem, :func:`flashscope.families.triton_decode.select`). Which values are
+    checked where: the module docstring."""
+    cache, n_new, mask, cfg = _checked(q, k_cache, v_cache, cache_seqlens, k, v,
+                                       block_table, is_causal, scale, window, softcap,
+                                       return_lse, config)
+    sc = launch.default_scale(q.shape[3]) if scale is None else float(scale)
+    if torch.compiler.is_compiling():
+        left = -1 if mask.left is None else mask.left
+        right = -1 if mask.right is None or mask.causal else mask.right
+        text = "" if cfg is None else f"{cfg.KERNEL}:{cfg.text}"
+        out, lse = _decode_op(q, k_cache, v_cache, cache_seqlens, block_table, k, v,
+                              mask.causal, left, right, mask.softcap or 0.0, sc, text)
+    else:
+        out, lse = _run(q, cache, k, v, mask, sc, cfg, return_lse)
+    return (out, lse) if return_lse else out
+
+
+def _run(q, cache: Cache, k, v, mask, scale: float, cfg, return_lse: bool):
+    B, Nq, H, _ = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32) \
+        if return_lse else None
+    if launch.interpreting() and q.dtype == torch.bfloat16:
+        from .testing.interpreter import patch_bf16_dot
+
+        patch_bf16_dot()
+    if out.numel() == 0:
+        if k is not None and B:  # no queries, but the append still happens
+            triton_decode.run(q, cache, out, lse, k_new=k, v_new=v, mask=mask, scale=scale,
+                              cfg=cfg or _default_config(q, cache, mask), attend=False)
+        return out, lse
+    triton_decode.run(q, cache, out, lse, k_new=k, v_new=v, mask=mask, scale=scale,
+                      cfg=cfg or _default_config(q, cache, mask))
+    return out, lse
+
+
+@torch.library.custom_op("flashscope::attention_with_kvcache",
+                         mutates_args=("k_cache", "v_cache"))
+def _decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+               cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor],
+               k: Optional[torch.Tensor], v: Optional[torch.Tensor], is_causal: bool,
+               left: int, right: int, softcap: float, scale: float,
+               config: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out like q, lse (B, H, Nq) fp32); appends k and v to the caches first. ``left``/
+    ``right``: window bounds, -1 unbounded; ``softcap`` 0: none; ``config`` "" = the
+    default for the problem. What torch.compile captures, without graph breaks."""
+    from .api import parse_config_text
+    from .masks import Mask
+
+    mask = Mask.of(is_causal, (left, right), "bottom_right", softcap or None)
+    cache = Cache.of(k_cache, v_cache, cache_seqlens, block_table)
+    cfg = parse_config_text(config) if config else None
+    return _run(q, cache, k, v, mask, scale, cfg, True)
+
+
+@_decode_op.register_fake
+def _decode_op_fake(q, k_cache, v_cache, cache_seqlens, block_table, k, v, is_causal, left,
+                    right, softcap, scale, config):
+    B, Nq, H, _ = q.shape
+    return torch.empty_like(q), q.new_empty((B, H, Nq), dtype=torch.float32)

@@ -1,0 +1,309 @@
+"""Decoding against a KV cache (``flashscope.attention_with_kvcache``) against the float64
+reference, on fresh random inputs each run.
+
+On CPU the kernels run in Triton's interpreter on small shapes chosen so that every path
+occurs: ragged lengths (0 and 1 included), Nq > 1 with causal masks, query rows that see
+no key (zeros, log-sum-exp -inf), dense caches and pages handed out in random order
+(pages of 16 and 32 keys, and of 5, smaller than a key tile), appends that cross a page
+boundary, GQA with a group that is not a power of two, MQA, windows, softcap, head dims
+that need padding, fp16 and bf16, splits of the keys (with splits left empty by short
+sequences). Every allocation is NaN until written; the cache after an append is checked
+bit for bit against the expected one; refused calls leave the cache as it was. GPU tests
+(``--device cuda``) add the default configs on larger shapes, CUDA graphs and
+torch.compile.
+"""
+
+import pytest
+import torch
+
+import flashscope
+from flashscope import TritonDecodeConfig
+from flashscope.errors import ConfigError, FlashscopeError
+from flashscope.testing.inputs import fresh_seed, make_kvcache, nan_allocations
+from flashscope.testing.reference import ERROR_BOUND, reference_kvcache, rel_error
+
+SPLIT = TritonDecodeConfig(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1, SPLITS=3)
+WHOLE = TritonDecodeConfig(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+
+# (B, Nq, H, Hkv, D, capacity, lens, page, n_new, causal, window, softcap, dtype, cfg)
+CASES = [
+    # GQA 2:1, ragged lengths with 0 and 1, dense, one query, splits
+    (3, 1, 4, 2, 32, 80, [0, 1, 61], 0, 0, True, None, None, torch.float16, SPLIT),
+    # group of 3, padded head dim, shuffled pages of 16, the append crosses a page
+    (3, 3, 6, 2, 24, 96, [5, 14, 70], 16, 3, True, None, None, torch.bfloat16, SPLIT),
+    # MQA, pages of 32, left window and softcap, an append from length 0
+    (3, 2, 4, 1, 64, 96, [0, 31, 40], 32, 2, True, (8, -1), 5.0, torch.float16,
+     SPLIT.replace(SPLITS=2)),
+    # MHA, not causal, a two-sided window
+    (2, 4, 2, 2, 32, 48, [9, 40], 0, 0, False, (5, 2), None, torch.bfloat16, WHOLE),
+    # pages of 5 keys (a tile spans several), group of 4 packed into 16 rows
+    (2, 4, 8, 2, 32, 40, [12, 3], 5, 4, True, None, None, torch.float16, WHOLE),
+    # more queries than keys: the first rows see none (zeros, lse -inf)
+    (2, 4, 2, 1, 32, 16, [0, 1], 0, 0, True, None, None, torch.float16, SPLIT),
+    # the CUDA-core path (DOT=0): 2 packed rows, paged, an append, softcap, splits
+    (2, 1, 4, 2, 24, 48, [0, 29], 16, 1, True, None, 5.0, torch.float16,
+     TritonDecodeConfig(BLOCK_M=2, BLOCK_N=16, num_stages=1, DOT=False, SPLITS=2)),
+]
+
+
+def _expected_cache(inp, lens, n_new):
+    """The caches after appending inp.k, inp.v at each sequence's length."""
+    kc, vc = inp.k_cache.clone(), inp.v_cache.clone()
+    for b, n in enumerate(lens):
+        for i in range(n_new):
+            pos = n + i
+            if inp.block_table is None:
+                kc[b, pos], vc[b, pos] = inp.k[b, i], inp.v[b, i]
+            else:
+                page, row = int(inp.block_table[b, pos // kc.shape[1]]), pos % kc.shape[1]
+                kc[page, row], vc[page, row] = inp.k[b, i], inp.v[b, i]
+    return kc, vc
+
+
+def check_decode(device, B, Nq, H, Hkv, D, capacity, lens, page, n_new, causal, window,
+                 softcap, dtype, cfg):
+    seed = fresh_seed()
+    tag = (f"seed={seed} B={B} Nq={Nq} H={H}/{Hkv} D={D} lens={lens} page={page} "
+           f"new={n_new} causal={causal} window={window} softcap={softcap} {dtype}")
+    inp = make_kvcache(device, B, Nq, H, Hkv, D, capacity, lens=lens, page=page,
+                       n_new=n_new, dtype=dtype, spare_pages=2 if page else 0)
+    ref, ref_lse = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
+                                     block_table=inp.block_table, k=inp.k, v=inp.v,
+                                     is_causal=causal, window=window, softcap=softcap)
+    want_k, want_v = _expected_cache(inp, lens, n_new)
+    with nan_allocations():
+        out, lse = flashscope.attention_with_kvcache(
+            inp.q, inp.k_cache, inp.v_cache, **inp.kwargs(), is_causal=causal,
+            window=window, softcap=softcap, return_lse=True, config=cfg)
+    assert torch.equal(inp.k_cache, want_k) and torch.equal(inp.v_cache, want_v), \
+        f"cache after the append ({tag})"
+    assert out.shape == inp.q.shape and out.dtype == dtype
+    assert not torch.isnan(out).any(), f"unwritten or NaN output ({tag})"
+    err = rel_error(out, ref)
+    assert err <= ERROR_BOUND[dtype], f"relative error {err:.2e} ({tag})"
+    assert lse.shape == (B, H, Nq) and lse.dtype == torch.float32
+    got = lse.double().cpu()
+    want = ref_lse.cpu()
+    assert torch.equal(torch.isneginf(got), torch.isneginf(want)), f"-inf rows ({tag})"
+    finite = torch.isfinite(want)
+    assert finite.any() and (got - want)[finite].abs().max() < 2e-3, f"lse ({tag})"
+    blind = torch.isneginf(want).permute(0, 2, 1)  # (B, Nq, H): rows that see no key
+    assert bool((out.cpu()[blind] == 0).all()), f"rows that see no key ({tag})"
+
+
+@pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
+def test_decode_matches_float64(device, case):
+    check_decode(device, *case)
+
+
+def test_splits_merge_to_the_unsplit_result(device):
+    """The same call split in 1, 2 and 5 (more splits than key tiles) agrees."""
+    fresh_seed()
+    inp = make_kvcache(device, 2, 2, 4, 2, 32, 64, lens=[50, 7], dtype=torch.float16)
+    outs = [flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache,
+                                              **inp.kwargs(), config=WHOLE.replace(SPLITS=s))
+            for s in (1, 2, 5)]
+    for o in outs[1:]:
+        assert (o.double() - outs[0].double()).abs().max() < 2e-3
+
+
+def test_strided_views(device):
+    """q, the caches, the new keys and the output's layout as views with no copy: q and
+    k/v (B, H, N, D) seen through transpose(1, 2), the caches the first of two halves of
+    a wider allocation; the append writes through the view, bit for bit."""
+    seed = fresh_seed()
+    dev = "cuda" if device == "cuda" else "cpu"
+    B, Nq, H, Hkv, D, N, lens = 2, 2, 4, 2, 32, 40, [7, 30]
+
+    def view(*shape):
+        return torch.randn(*shape, device=dev).half()
+
+    q = view(B, H, Nq, D).transpose(1, 2)
+    k_cache, v_cache = (view(B, N, Hkv, 2 * D)[..., :D] for _ in range(2))
+    k_new, v_new = (view(B, Hkv, 2, D).transpose(1, 2) for _ in range(2))
+    lens_t = torch.tensor(lens, dtype=torch.int32, device=dev)
+    kc, vc = k_cache.clone(), v_cache.clone()
+    ref, _ = reference_kvcache(q, kc, vc, lens_t, k=k_new, v=v_new)
+    with nan_allocations():
+        out = flashscope.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens_t,
+                                                k=k_new, v=v_new, config=SPLIT)
+    for b, n in enumerate(lens):
+        kc[b, n:n + 2], vc[b, n:n + 2] = k_new[b], v_new[b]
+    assert torch.equal(k_cache, kc) and torch.equal(v_cache, vc), f"seed={seed}"
+    assert out.stride() == q.stride() and not torch.isnan(out).any()
+    assert rel_error(out, ref) <= ERROR_BOUND[torch.float16], f"seed={seed}"
+
+
+def test_no_queries_still_appends(device):
+    fresh_seed()
+    inp = make_kvcache(device, 2, 0, 2, 1, 16, 32, lens=[3, 20], page=16, n_new=2)
+    want_k, want_v = _expected_cache(inp, [3, 20], 2)
+    out = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **inp.kwargs())
+    assert out.shape == (2, 0, 2, 16)
+    assert torch.equal(inp.k_cache, want_k) and torch.equal(inp.v_cache, want_v)
+
+
+def test_unused_table_entries_are_not_read(device):
+    """Entries past a sequence's last page may hold anything (-1 padding, as servers
+    fill them): accepted and never read."""
+    fresh_seed()
+    inp = make_kvcache(device, 2, 1, 2, 2, 16, 64, lens=[20, 3], page=16)
+    inp.block_table[0, 2:] = -1
+    inp.block_table[1, 1:] = 10 ** 6
+    ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
+                               block_table=inp.block_table)
+    out = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **inp.kwargs())
+    assert rel_error(out, ref) <= ERROR_BOUND[torch.float16]
+
+
+def _bad(device):
+    """A valid paged call with an append, to be broken one argument at a time."""
+    inp = make_kvcache(device, 2, 2, 4, 2, 16, 32, lens=[10, 20], page=16, n_new=2)
+    return dict(q=inp.q, k_cache=inp.k_cache, v_cache=inp.v_cache, **inp.kwargs())
+
+
+def _with(**changes):
+    def edit(a):
+        for name, fn in changes.items():
+            a[name] = fn(a)
+        return a
+    return edit
+
+
+def _set(name, index, value):
+    def edit(a):
+        t = a[name].clone()
+        t[index] = value
+        a[name] = t
+        return a
+    return edit
+
+
+REFUSED = [
+    (_set("block_table", (1, 1), 4), FlashscopeError, r"block_table\[1, 1\] = 4: expected a "
+                                                      r"page in 0\.\.3"),
+    (_set("block_table", (0, 0), -1), FlashscopeError, r"block_table\[0, 0\] = -1"),
+    (_set("cache_seqlens", 1, 31), FlashscopeError, r"cache_seqlens\[1\] = 31: expected 0\.\.30 "
+                                                    r"\(the cache holds 32 keys per sequence "
+                                                    r"and 2 are appended\)"),
+    (_set("cache_seqlens", 0, -1), FlashscopeError, r"cache_seqlens\[0\] = -1"),
+    (_with(cache_seqlens=lambda a: a["cache_seqlens"].long()), TypeError,
+     "cache_seqlens: expected dtype int32"),
+    (_with(block_table=lambda a: a["block_table"].long()), TypeError,
+     "block_table: expected dtype int32"),
+    (_with(k_cache=lambda a: a["k_cache"].float()), TypeError, "k_cache: dtype torch.float32"),
+    (_with(q=lambda a: a["q"][0]), FlashscopeError, r"q: expected rank 4 \(B, Nq, H, D\)"),
+    (_with(v=lambda a: None), FlashscopeError, "k, v: give both"),
+    (_with(k=lambda a: a["k"][:, :, :1], v=lambda a: a["v"][:, :, :1]), FlashscopeError,
+     r"k: shape \(2, 2, 1, 16\), expected \(2, Nnew, 2, 16\)"),
+    (_with(q=lambda a: a["q"][:, :, :3]), FlashscopeError, "2 kv heads must divide q's 3"),
+    (_with(q=lambda a: a["q"][..., :8]), FlashscopeError, "head dim 16 does not match"),
+    (_with(block_table=lambda a: a["block_table"][:1]), FlashscopeError,
+     "block_table: 1 rows for q's batch of 2"),
+    (_with(block_table=lambda a: None), FlashscopeError, "a paged cache needs block_table"),
+    (_with(k=lambda a: a["k"][:, :1].expand(2, 40, 2, 16),
+           v=lambda a: a["v"][:, :1].expand(2, 40, 2, 16)),
+     FlashscopeError, "k: 40 new keys do not fit a cache of 32"),
+    (_with(cache_seqlens=lambda a: a["cache_seqlens"].to("meta")), FlashscopeError,
+     "cache_seqlens: on meta"),
+    (_with(window=lambda a: (1, 2, 3)), FlashscopeError, "window: expected"),
+    (_with(softcap=lambda a: -1.0), FlashscopeError, "softcap: expected a finite number > 0"),
+    (_with(scale=lambda a: float("nan")), FlashscopeError, "scale: expected a finite"),
+    (_with(config=lambda a: TritonDecodeConfig(BLOCK_M=8)), ConfigError,
+     "BLOCK_M=8 with DOT=1"),
+    (_with(config=lambda a: flashscope.TritonFwdConfig()), FlashscopeError,
+     "a triton-fwd config is not one of triton-decode"),
+]
+
+
+@pytest.mark.parametrize("edit,error,message", REFUSED, ids=range(len(REFUSED)))
+def test_refused_calls_name_the_argument_and_write_nothing(device, edit, error, message):
+    """On the GPU the values are checked by check_kvcache (the call itself reads none)."""
+    fresh_seed()
+    args = edit(_bad(device))
+    caches = args["k_cache"], args["v_cache"]
+    before = [c.clone() for c in caches]
+    call = flashscope.attention_with_kvcache if device == "cpu" else flashscope.check_kvcache
+    with pytest.raises(error, match=message):
+        call(args.pop("q"), args.pop("k_cache"), args.pop("v_cache"), **args)
+    assert all(torch.equal(c, b) for c, b in zip(caches, before))
+
+
+def test_check_kvcache_accepts_a_valid_call(device):
+    args = _bad(device)
+    assert flashscope.check_kvcache(args.pop("q"), args.pop("k_cache"), args.pop("v_cache"),
+                                    **args) is None
+
+
+# -- GPU ---------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("Nq,Hkv,page", [(1, 8, 0), (4, 8, 16), (16, 4, 256), (1, 1, 64)])
+def test_gpu_default_configs_match_float64(device, Nq, Hkv, page):
+    """Default configs (splits chosen by the rule) on ragged lengths up to 4k keys."""
+    lens = [0, 1, 777, 4000 - 16, 2049, 64]
+    check_decode(device, len(lens), Nq, 32, Hkv, 128, 4000, lens, page, 16 if page else 0,
+                 True, None, None, torch.bfloat16, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 96, 256])
+def test_gpu_head_dims_and_windows(device, D):
+    check_decode(device, 4, 4, 16, 4, D, 3000, [2999, 100, 0, 1500], 32, 1, True,
+                 (256, -1), 30.0, torch.float16, None)
+
+
+@pytest.mark.gpu
+def test_gpu_paged_in_order_equals_dense(device):
+    """A paged cache whose pages hold the dense cache in order gives the dense result."""
+    fresh_seed()
+    inp = make_kvcache(device, 4, 4, 32, 8, 128, 8192, lens=[8192, 5000, 17, 1],
+                       dtype=torch.bfloat16)
+    dense = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache,
+                                              **inp.kwargs())
+    pages = inp.k_cache.view(-1, 64, 8, 128), inp.v_cache.view(-1, 64, 8, 128)
+    table = torch.arange(4 * 128, device="cuda", dtype=torch.int32).view(4, 128)
+    paged = flashscope.attention_with_kvcache(inp.q, *pages, cache_seqlens=inp.cache_seqlens,
+                                              block_table=table)
+    assert (paged.double() - dense.double()).abs().max() < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_replays_a_decoding_step(device):
+    """One decoding step (append, attend) captured in a CUDA graph: no host sync inside;
+    replays follow new queries and lengths written into the captured tensors."""
+    fresh_seed()
+    inp = make_kvcache(device, 8, 1, 32, 8, 128, 4096, lens=[100] * 8, page=64, n_new=1,
+                       dtype=torch.bfloat16)
+    step = lambda: flashscope.attention_with_kvcache(  # noqa: E731
+        inp.q, inp.k_cache, inp.v_cache, **inp.kwargs())
+    step()  # compiles outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for n in (200, 3000):
+        inp.cache_seqlens.fill_(n)
+        inp.q.copy_(torch.randn_like(inp.q))
+        graph.replay()
+        ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens + 1,
+                                   block_table=inp.block_table)
+        assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+
+
+@pytest.mark.gpu
+def test_gpu_torch_compile_without_graph_breaks(device):
+    fresh_seed()
+    inp = make_kvcache(device, 2, 2, 8, 2, 64, 512, lens=[10, 300], page=16, n_new=2)
+    kc, vc = inp.k_cache.clone(), inp.v_cache.clone()
+    ref, _ = reference_kvcache(inp.q, kc, vc, inp.cache_seqlens, block_table=inp.block_table,
+                               k=inp.k, v=inp.v)
+
+    def step(q, k_cache, v_cache, lens, table, k, v):
+        return flashscope.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
+                                                 block_table=table, k=k, v=v) * 2
+
+    out = torch.compile(step, fullgraph=True)(inp.q, inp.k_cache, inp.v_cache,
+                                              inp.cache_seqlens, inp.block_table, inp.k, inp.v)
+    assert rel_error(out / 2, ref) <= ERROR_BOUND[torch.float16]
+    want_k, _ = _expected_cache(inp._replace(k_cache=kc, v_cache=vc), [10, 300], 2)
+    assert torch.equal(inp.k_cache, want_k)

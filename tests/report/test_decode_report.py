@@ -1,0 +1,64 @@
+"""``flashscope report --kernel decode``: the decoding family's kernels through the family
+report (:mod:`flashscope.report.backward`): which kernels a knob rebuilds, the plan, and
+one target's base built offline (no ablations, so three compiles)."""
+
+import json
+
+import pytest
+
+from flashscope.cli import main
+from flashscope.families import Problem, triton_decode
+from flashscope.report.backward import DECODE, BwdSpec, make_bwd_spec, plan
+from flashscope.targets import parse_targets
+
+
+def test_knobs_rebuild_only_the_kernels_that_read_them():
+    assert DECODE.uses("triton-decode", "BLOCK_N") and DECODE.uses("decode_paged", "num_stages")
+    assert DECODE.uses("decode_merge", "BLOCK_M") and not DECODE.uses("decode_merge", "BLOCK_N")
+    spec = BwdSpec(tuple(parse_targets("sm90")), 128, knobs=("BLOCK_N", "num_stages"),
+                   family=DECODE)
+    t = spec.targets[0]
+    assert plan(spec, t, "decode_merge") == []
+    steps = plan(spec, t, "decode_paged")
+    assert [s.name for s in steps] == ["BLOCK_N halved", "BLOCK_N doubled",
+                                       "num_stages halved", "num_stages doubled"]
+    base = steps[0].before
+    assert steps[1].after == base.replace(BLOCK_N=2 * base.BLOCK_N)
+    assert steps[2].after == base.replace(num_stages=base.num_stages // 2)
+
+
+def test_spec_takes_the_family_knobs():
+    assert make_bwd_spec("sm90", ablate="BLOCK_M", family=DECODE).knobs == ("BLOCK_M",)
+
+
+def test_report_builds_the_decoding_kernels(tmp_path):
+    out = tmp_path / "r"
+    assert main(["report", "--kernel", "decode", "--targets", "sm90", "--ablate", "none",
+                 "--out", str(out), "--jobs", "1"]) == 0
+    data = json.loads((out / "report.json").read_text())
+    assert data["kernel"] == "decode" and "decoding kernels" in data["model"]
+    want = triton_decode.select(Problem("sm90", "bfloat16", 128, False, **DECODE.problem))
+    assert data["spec"]["base"]["sm90"] == want.label and want.SPLITS > 1
+    rows = {r["kernel"]: r for r in data["rows"]}
+    assert set(rows) == {"triton-decode", "decode_paged", "decode_merge"}
+    for r in rows.values():
+        assert r["error"] is None and r["measured"]["registers"] > 0
+    # the paged kernel gets the dense one's K/V buffers (2 S - 1 stages: triton_stages),
+    # both above the rules' bound of two 64 x 128 K and V tiles
+    assert rows["decode_paged"]["measured"]["shared_bytes"] >= \
+        rows["triton-decode"]["measured"]["shared_bytes"] > 2 * 2 * 64 * 128 * 2
+    for name in ("report.html", "decode_registers.png", "staircase.png", "report.csv"):
+        assert (out / name).stat().st_size > 0
+    assert "decoding kernels (attention, paged, merge)" in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--ablate", "BLOCK_M1"], "--ablate 'block_m1'"),
+    (["--configs", "x.json"], "the decoding report starts from each target's default"),
+    (["--lines"], "--lines goes with --kernel fwd"),
+])
+def test_bad_arguments(tmp_path, capsys, argv, needle):
+    code = main(["report", "--kernel", "decode", "--out", str(tmp_path / "o"), *argv])
+    assert code == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

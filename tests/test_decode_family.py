@@ -1,0 +1,125 @@
+"""The decoding family (``triton-decode``): its rules, its split rule and default selection
+as pure functions of the problem, and its kernels built offline for every GPU family."""
+
+import pytest
+
+from flashscope import compile as fcompile
+from flashscope.errors import ConfigError
+from flashscope.families import Problem, config_from_text, family, triton_decode
+from flashscope.families.triton_decode import (MAX_SPLITS, TritonDecodeConfig, select,
+                                               split_count, triton_stages)
+from flashscope.targets import ALL_TARGETS, get_target
+
+
+def decode_problem(B=8, Nq=1, H=32, Hkv=8, Nk=8192, D=128, target="sm90"):
+    return Problem(target, "bfloat16", D, True, Nq, Nk, B * H, group=H // Hkv)
+
+
+@pytest.mark.parametrize("tiles,key_tiles,slots,want", [
+    (512, 2048, 396, 1),    # B = 64 x 8 kv heads fill the GPU: no split
+    (396, 2048, 396, 1),
+    (8, 2048, 396, 50),     # one sequence: enough splits to fill every slot
+    (64, 512, 396, 7),
+    (8, 16, 396, 8),        # a short cache: two key tiles a split at least
+    (8, 1, 396, 1),
+    (1, 10 ** 6, 10 ** 4, MAX_SPLITS),
+])
+def test_split_count(tiles, key_tiles, slots, want):
+    assert split_count(tiles, key_tiles, slots) == want
+
+
+def test_select_packs_the_group_and_splits_small_grids():
+    one = select(decode_problem(B=1, Nq=1, Hkv=8, Nk=131072))
+    assert (one.BLOCK_M, one.DOT, one.num_warps) == (16, True, 4)  # 4 rows padded to 16
+    assert one.SPLITS > 8  # 8 work tiles on 132 SMs
+    wide = select(decode_problem(B=64, Nq=16, H=64, Hkv=8))
+    assert (wide.BLOCK_M, wide.num_warps, wide.SPLITS) == (128, 8, 1)
+    assert select(decode_problem(Nq=16, H=32, Hkv=1)).BLOCK_M == 128  # 512 rows: 4 blocks
+    # the split rule reads the target's SM count: fewer SMs, fewer splits
+    assert select(decode_problem(B=1, target="sm86")).SPLITS < \
+        select(decode_problem(B=1, target="sm90")).SPLITS
+    p = decode_problem(B=2, Nk=4096)
+    assert select(p) == select(p) and isinstance(select(p), TritonDecodeConfig)
+
+
+@pytest.mark.parametrize("t", ALL_TARGETS, ids=lambda t: t.name)
+@pytest.mark.parametrize("d", [16, 64, 128, 256])
+def test_defaults_are_feasible_everywhere(t, d):
+    for nq, group in ((1, 1), (1, 8), (16, 8)):
+        cfg = select(Problem(t.name, "bfloat16", d, True, nq, 32768, 8 * group, group=group))
+        assert triton_decode.check(cfg, t.name, d) is cfg
+
+
+@pytest.mark.parametrize("cfg,msg", [
+    (TritonDecodeConfig(BLOCK_M=8), "BLOCK_M=8 with DOT=1: tensor-core products take at least 16"),
+    (TritonDecodeConfig(BLOCK_M=24), "BLOCK_M=24: expected a power of two in 1..128"),
+    (TritonDecodeConfig(BLOCK_M=4, DOT=False), "holds 256 products a thread, over 128"),
+    (TritonDecodeConfig(SPLITS=0), "SPLITS=0: expected 1..256"),
+    (TritonDecodeConfig(BLOCK_N=512), "BLOCK_N=512: expected a power of two in 16..256"),
+    (TritonDecodeConfig(BLOCK_N=256, num_stages=5), "shared memory"),
+])
+def test_rules_name_the_limit(cfg, msg):
+    with pytest.raises(ConfigError, match=msg):
+        triton_decode.check(cfg, "sm90", 128)
+
+
+def test_wgmma_tiles_count_every_stage_and_q_in_shared_memory():
+    """From 64 rows on sm_90 the products are wgmma, which read K, V (all S stages) and Q
+    from shared memory: the bound the rules and the split rule's residency use."""
+    wide = TritonDecodeConfig(BLOCK_M=64, BLOCK_N=64, num_stages=3)
+    sm90, sm80 = get_target("sm90"), get_target("sm80")
+    assert triton_decode.min_shared_bytes(wide, 128, "bfloat16", sm90) == 114688
+    assert triton_decode.min_shared_bytes(wide, 128, "bfloat16", sm80) == 65536
+    assert triton_decode.min_shared_bytes(wide.replace(BLOCK_M=32), 128, "bfloat16",
+                                          sm90) == 65536
+    assert triton_decode.resident(wide, sm90, 128, "bfloat16") == 2
+    # gfx942 at 16 rows, 2 stages: the dense build is the bound, 32,768 B, two a CU
+    amd = TritonDecodeConfig(BLOCK_M=16, BLOCK_N=64, num_stages=2)
+    assert triton_decode.resident(amd, get_target("gfx942"), 128, "bfloat16") == 2
+    assert triton_decode.resident(wide.replace(BLOCK_M=16), sm90, 128, "bfloat16") == 3
+    deep = TritonDecodeConfig(BLOCK_N=128, num_stages=4)
+    assert triton_decode.check(deep.replace(BLOCK_M=32), "sm90", 128)
+    with pytest.raises(ConfigError, match="BLOCK_M=64, BLOCK_N=128.*shared memory"):
+        triton_decode.check(deep.replace(BLOCK_M=64), "sm90", 128)
+
+
+def test_reduce_path_within_its_register_bound_is_accepted():
+    cfg = TritonDecodeConfig(BLOCK_M=1, DOT=False)
+    assert triton_decode.check(cfg, "sm90", 128) is cfg
+    assert cfg.label == "triton-decode 1x64 w4 s3 reduce"
+
+
+def test_config_text_keeps_the_problems_defaults():
+    p = decode_problem(B=1)
+    cfg = config_from_text("triton-decode:BLOCK_N=32", p)
+    assert cfg == select(p).replace(BLOCK_N=32)
+    assert family("triton-decode") is triton_decode
+
+
+def test_paged_launches_get_the_dense_pipeline_depth():
+    cfg = TritonDecodeConfig(num_stages=3)
+    assert triton_stages(cfg, False) == 3 and triton_stages(cfg, True) == 5
+    assert triton_stages(cfg.replace(num_stages=1), True) == 1
+
+
+def test_inspect_defaults_are_a_decoding_problem():
+    cfg = fcompile.default_config("triton-decode", "sm90")
+    B, H, Hkv, Nq, Nk = fcompile.DECODE_PROBLEM
+    assert cfg == select(Problem("sm90", "bfloat16", 128, False, Nq, Nk, B * H,
+                                 group=H // Hkv))
+
+
+def test_decoding_kernels_build_offline():
+    """The attention compiles without a GPU for an AMD target, and a 64-row tile for sm_90
+    with the shared memory the wgmma bound counts (the sm_90 defaults of the dense and
+    paged attention and the merge: tests/report/test_decode_report.py; ``flashscope
+    inspect --kernel decode_append`` builds the append)."""
+    wgmma = TritonDecodeConfig(BLOCK_M=64, SPLITS=4)
+    items = [("", "gfx942", dict(kernel="triton-decode")),
+             (wgmma.text, "sm90", dict(kernel="triton-decode"))]
+    amd, wide = fcompile.run_clean(fcompile._build_task, items)  # one worker process
+    for art, target in ((amd, "gfx942"), (wide, "sm90")):
+        assert not isinstance(art, Exception), art
+        assert art.kernel == "triton-decode" and art.target == target and art.binary
+    assert wide.metadata["shared"] == triton_decode.min_shared_bytes(
+        wgmma, 128, "bfloat16", get_target("sm90"))
