@@ -4,6 +4,10 @@
 (``TRITON_INTERPRET=1``, with the bf16 ``tl.dot`` fix of
 :mod:`flashscope.testing.interpreter`); ``--device cuda`` runs the same tests on a GPU and
 enables the ``gpu``-marked ones. ``FLASHSCOPE_TEST_DEVICE`` sets the default.
+
+The suite runs in pytest-xdist workers (``-n auto --dist loadfile`` in pyproject.toml: a
+file's tests share one worker, so module fixtures build once); ``-n 0`` runs it in one
+process.
 """
 
 import os
@@ -15,6 +19,15 @@ def pytest_addoption(parser):
     parser.addoption("--device", default=os.environ.get("FLASHSCOPE_TEST_DEVICE", "cpu"),
                      choices=("cpu", "cuda"),
                      help="where kernels run: cpu = Triton interpreter (default), cuda = GPU")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the configured default): one worker per core, at most 4, on CPU (the
+    interpreter runs one test on one core); 2 on a GPU, where the tests share the device."""
+    if config.getoption("--device") == "cuda":
+        return 2
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
 
 
 def pytest_configure(config):
