@@ -273,3 +273,40 @@ def test_divider_is_exact_below_2_31():
                 assert (n * (m + 2 ** 31)) >> k == n // d, (n, d)
     with pytest.raises(ValueError, match="divider: d must be >= 1"):
         launch.divider(0)
+
+
+def test_backward_plan_key_is_finer_than_its_launch_keys():
+    """The backward's three launches keep their compiled kernels per
+    :func:`flashscope.families.triton_bwd.plan_key`: two calls with one plan key must give
+    each launch one :func:`flashscope.launch.launch_key`, else a cached kernel would run a
+    specialization built for another problem."""
+    from flashscope.families import triton_bwd
+    from flashscope.families.triton_bwd import TritonBwdConfig
+
+    mod = kernels.load(triton_bwd.MODULE)
+    seen = {}
+    cfgs = [TritonBwdConfig(), TritonBwdConfig(16, 32, 32, 16, 4, 1, PRE_BLOCK=16)]
+    problems = itertools.product(
+        [(1, 1, 1), (2, 4, 2), (3, 16, 16)], [(1, 1), (16, 32), (100, 77), (90, 77)],
+        [64, 80], [torch.float16, torch.bfloat16], [Mask.of(False), Mask.of(True)],
+        [0.125, 0.3], [False, True], cfgs)
+    for (B, H, Hkv), (Nq, Nk), D, dtype, mask, scale, bnhd, cfg in problems:
+        if bnhd:  # (B, N, H, D) storage seen as (B, H, N, D)
+            q = torch.randn(B, Nq, H, D, dtype=dtype).transpose(1, 2)
+        else:
+            q = torch.randn(B, H, Nq, D, dtype=dtype)
+        k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype) for _ in range(2))
+        dout, out, dq = (torch.randn_like(q) for _ in range(3))
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        lse = torch.empty(B, H, Nq)
+        delta = torch.empty(B, H, Nq)
+        pkey = triton_bwd.plan_key(dout, q, k, v, out, lse, dq, dk, dv, mask=mask,
+                                   scale=scale, cfg=cfg)
+        keys = tuple(
+            launch.launch_key(args, consts, launch.vendor_options(cfg, "nvidia"), 0,
+                              launch.plain_params(getattr(mod, name)))
+            for name, _, args, consts, _ in triton_bwd.calls(
+                dout, q, k, v, out, lse, delta, dq, dk, dv, mask=mask, scale=scale,
+                cfg=cfg).values())
+        assert seen.setdefault(pkey, keys) == keys, (B, H, Hkv, Nq, Nk, D, dtype, bnhd)
+    assert len(set(seen.values())) > 1

@@ -164,18 +164,42 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
     }
 
 
+#: Compiled kernels of the three launches per :func:`plan_key` (``{name: {device: ...}}``,
+#: :func:`flashscope.launch.launch_compiled`'s ``cache``), so a launch of a known geometry
+#: builds no per-argument key: on short rows that key cost the host more than the
+#: kernels ran.
+_PLANS: dict = {}
+_PLANS_MAX = 256
+
+
+def plan_key(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
+             cfg: TritonBwdConfig) -> tuple:
+    """What the three launches specialize on besides data addresses: the device, dtype,
+    every tensor's shape, strides and 16-byte alignment (delta is allocated here, hence
+    aligned), the mask, scale and config. It determines each launch's arguments up to
+    their values, so it keys their compiled kernels."""
+    ts = (dout, q, k, v, out, dq, dk, dv)
+    return (q.device, q.dtype, tuple(t.shape for t in ts), tuple(t.stride() for t in ts),
+            tuple(t.data_ptr() % 16 for t in (*ts, lse)), lse.shape, lse.stride(), mask,
+            float(scale), cfg)
+
+
 def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
         cfg: TritonBwdConfig) -> None:
     """Launch delta, then dK/dV, then dQ (GPU, or the interpreter on CPU tensors)."""
     import torch
 
     from .. import kernels
-    from ..launch import interpreting, launch_jit
+    from ..launch import interpreting, launch_jit, remembered
 
     mod = kernels.load(MODULE, interpret=interpreting())
     B, H, Nq, _ = q.shape
     delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
+    compiled = remembered(_PLANS, plan_key(dout, q, k, v, out, lse, dq, dk, dv, mask=mask,
+                                           scale=scale, cfg=cfg),
+                          lambda: {name: {} for name in FUNCTIONS.values()}, _PLANS_MAX)
     for fn_name, grid, args, consts, opts in calls(
             dout, q, k, v, out, lse, delta, dq, dk, dv, mask=mask, scale=scale,
             cfg=cfg).values():
-        launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device)
+        launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device,
+                   cache=compiled[fn_name])
