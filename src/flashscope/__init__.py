@@ -16,8 +16,12 @@ def __getattr__(name):
         from .api import attention
 
         return attention
+    if name == "attention_varlen":
+        from .varlen import attention_varlen
+
+        return attention_varlen
     raise AttributeError(f"module 'flashscope' has no attribute {name!r}")
 
 
 __all__ = ["FlashscopeError", "Problem", "Sm90FwdConfig", "TritonBwdConfig", "TritonFwdConfig",
-           "attention", "default_config", "family", "__version__"]
+           "attention", "attention_varlen", "default_config", "family", "__version__"]

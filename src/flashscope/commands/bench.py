@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..bench.suite import SUITE_NAMES
 from . import common
 
 FORMULAS = """\
@@ -45,15 +46,18 @@ def register(sub):
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--list-baselines", action="store_true",
                    help="list the providers, whether each is available here, and why not")
-    p.add_argument("--suite", nargs="?", const="standard", choices=("standard", "models"),
+    p.add_argument("--suite", nargs="?", const="standard", choices=SUITE_NAMES,
                    help="run a named suite (GPU only): standard (the default with a bare "
-                        "--suite: B*N = 16384, H*D = 2048 over --head-dims and --lengths) or "
-                        "models (the attention shapes of real models, from "
-                        "src/flashscope/data/suites/models.json)")
+                        "--suite: B*N = 16384, H*D = 2048 over --head-dims and --lengths), "
+                        "models (the attention shapes of real models), varlen (packed "
+                        "batches of 64k tokens, mixed and equal lengths, beside a dense "
+                        "twin) or windows (sliding windows and logit caps, Mistral and "
+                        "Gemma 2); the last three from src/flashscope/data/suites/NAME.json")
     p.add_argument("--shape", action="append", default=[], metavar="B,H,N,D[,Nk[,Hkv]]",
                    help="a user shape (repeatable)")
     common.add_dtype(p, default="bf16")
-    p.add_argument("--mode", default="fwd", help="comma list of fwd, bwd, fwd+bwd")
+    p.add_argument("--mode", default="fwd", help="comma list of fwd, bwd (the backward "
+                                                 "alone), fwd+bwd")
     common.add_causal(p, default="both")
     common.add_head_dim(p, default="64,128,256", help="suite head dims, comma list "
                                                       "(default 64,128,256)")

@@ -75,11 +75,14 @@ class BwdSpec:
     dtype: str = "bfloat16"
     causal: bool = False
     knobs: tuple = BWD_KNOB_NAMES
+    variant: tuple = ()  #: (option, value) pairs of :data:`flashscope.compile.VARIANT_OPTIONS`
 
 
 def make_bwd_spec(targets: str = DEFAULT_TARGETS, head_dims=None, dtype: str = "bfloat16",
-                  causal: bool = False, ablate: str = "all") -> BwdSpec:
-    """The spec from CLI-style strings; one head dim (the ablations cover 64/128/256)."""
+                  causal: bool = False, ablate: str = "all",
+                  variant: "dict | None" = None) -> BwdSpec:
+    """The spec from CLI-style strings; one head dim (the ablations cover 64/128/256);
+    ``variant`` as :func:`flashscope.report.collect.make_spec` takes it."""
     from .collect import parse_head_dims
 
     dims = (128,) if head_dims is None else parse_head_dims(head_dims)
@@ -87,7 +90,8 @@ def make_bwd_spec(targets: str = DEFAULT_TARGETS, head_dims=None, dtype: str = "
         raise FlashscopeError(f"--head-dims {head_dims}: --kernel bwd takes one head dim "
                               "(the HEAD_DIM ablation covers 64 -> 128 -> 256)")
     return BwdSpec(tuple(parse_targets(targets)), dims[0], dtype, causal,
-                   ablations.parse_knobs(ablate, BWD_KNOB_NAMES))
+                   ablations.parse_knobs(ablate, BWD_KNOB_NAMES),
+                   tuple(sorted((variant or {}).items())))
 
 
 def base_config(spec: BwdSpec, target) -> TritonBwdConfig:
@@ -146,6 +150,7 @@ class BwdReport:
             "kernel": "bwd",
             "spec": {"targets": [t.name for t in s.targets], "head_dim": s.head_dim,
                      "dtype": s.dtype, "causal": s.causal, "ablate": list(s.knobs),
+                     "variant": dict(s.variant),
                      "base": {t.name: base_config(s, t).label for t in s.targets}},
             "model": "measured only: no analytic register budget for the backward kernels",
             "rows": [r.as_dict() for r in self.rows],
@@ -190,7 +195,8 @@ def collect_bwd(spec: BwdSpec, *, jobs: int = 0,
     rows = []
     for t, kernel, hd, cfgs in work:
         recs = inspect_configs(cfgs, [t], jobs=jobs, occupancy=False, head_dim=hd,
-                               dtype=spec.dtype, causal=spec.causal, kernel=kernel)
+                               dtype=spec.dtype, causal=spec.causal, kernel=kernel,
+                               **dict(spec.variant))
         rows.extend(_row(c, hd, t, kernel, r) for c, r in zip(cfgs, recs))
         done += len(cfgs)
         if progress:
