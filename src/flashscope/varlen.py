@@ -22,7 +22,9 @@ longer sequence are never written.
 Autograd and ``torch.compile``: the custom ops ``flashscope::attention_varlen_fwd`` and
 ``flashscope::attention_varlen_bwd``, registered like the dense ones in
 :mod:`flashscope.api` (plain values across the op boundary, fake implementations,
-``register_autograd``); calls that need neither go straight to the kernels.
+``register_autograd``) are what a compiler sees; eager differentiable calls go through an
+``autograd.Function`` without the dispatcher, and calls that need no gradient straight to
+the kernels.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Optional
 import torch
 
 from . import launch, tuned
-from .api import (_DTYPES, _flag, _mask_of, _through_op, _window_ints, check_device,
+from .api import (_DTYPES, _flag, _mask_of, _needs_grad, _window_ints, check_device,
                   check_head_dim_and_scale, check_mask_args, check_tensors, config_text,
                   device_target, parse_config_text, resolve_config)
 from .errors import FlashscopeError
@@ -143,6 +145,24 @@ def _forward(q, k, v, packed: Packed, mask: Mask, scale: float, cfg, return_lse:
     return out, None if lse is None else lse.squeeze(0)
 
 
+#: Backward defaults by target, dtype, head dim, mask, longest lengths and (batch x heads)
+_BACKWARD: dict = {}
+
+
+def _backward_packed(dout, q, k, v, out, lse, packed: Packed, mask: Mask, scale: float,
+                     cfg=None):
+    """(dq like q, dk like k, dv like v) of a packed batch; ``cfg`` None: the backward
+    family's default for the packed problem, remembered per problem."""
+    if cfg is None:
+        problem = problem_of(q, k, mask, packed, device_target(q.device))
+        cfg = launch.remembered(_BACKWARD, problem, lambda: default_backward(problem))
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    launch.backward(_view(dout), _view(q), _view(k), _view(v), _view(out), lse.unsqueeze(0),
+                    mask=mask, scale=scale, cfg=cfg, dq=_view(dq), dk=_view(dk),
+                    dv=_view(dv), packed=packed)
+    return dq, dk, dv
+
+
 @torch.library.custom_op("flashscope::attention_varlen_fwd", mutates_args=())
 def _varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                 cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -172,13 +192,8 @@ def _varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     """(dq like q, dk like k, dv like v); dk, dv summed over each GQA group."""
     mask = _mask_of(is_causal, left, right, bottom_right, softcap)
     packed = _packed(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    cfg = parse_config_text(config) if config else default_backward(
-        problem_of(q, k, mask, packed, device_target(q.device)))
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    launch.backward(_view(dout), _view(q), _view(k), _view(v), _view(out), lse.unsqueeze(0),
-                    mask=mask, scale=scale, cfg=cfg, dq=_view(dq), dk=_view(dk),
-                    dv=_view(dv), packed=packed)
-    return dq, dk, dv
+    cfg = parse_config_text(config) if config else None
+    return _backward_packed(dout, q, k, v, out, lse, packed, mask, scale, cfg)
 
 
 @_varlen_bwd.register_fake
@@ -208,6 +223,30 @@ def _backward(ctx, dout, _dlse):
 
 
 _varlen_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _Eager(torch.autograd.Function):
+    """The differentiable call outside a compiler: the launches of the two custom ops
+    without the dispatcher around them (as :class:`flashscope.api._Eager` does for dense
+    batches). A compiler sees the custom ops instead."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, packed: Packed, mask: Mask, scale: float, cfg):
+        out, lse = _forward(q, k, v, packed, mask, scale,
+                            cfg or _default_config(q, k, mask, packed), True)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.packed, ctx.mask, ctx.scale = packed, mask, scale
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(out)
+        dq, dk, dv = _backward_packed(dout, q, k, v, out, lse, ctx.packed, ctx.mask,
+                                      ctx.scale)
+        return dq, dk, dv, None, None, None, None
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
@@ -250,14 +289,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     cfg = None if config is None else resolve_config(config, D, _DTYPES[q.dtype], q.device,
                                                      kinds=(triton_fwd.KERNEL,))
     sc = launch.default_scale(D) if scale is None else float(scale)
-    if _through_op(q, k, v):
+    packed = _packed(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if torch.compiler.is_compiling():  # the compiler sees the custom ops
         left, right = _window_ints(mask)
         out, lse = _varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                max_seqlen_k, mask.causal, left, right,
                                mask.align == "bottom_right", mask.softcap or 0.0, sc,
                                "" if cfg is None else config_text(cfg))
+    elif _needs_grad(q, k, v):
+        out, lse = _Eager.apply(q, k, v, packed, mask, sc, cfg)
     else:
-        packed = _packed(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         out, lse = _forward(q, k, v, packed, mask, sc,
                             cfg or _default_config(q, k, mask, packed), return_lse)
     return (out, lse) if return_lse else out
