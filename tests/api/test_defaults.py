@@ -53,8 +53,9 @@ def test_default_is_remembered_and_follows_the_tuned_file(tmp_path, monkeypatch)
     odd = torch.randn(2, 4, 100, 72, dtype=torch.bfloat16)[..., 4:68]
     assert api._default_config(odd, k, v, causal, 0.125).KERNEL == "triton-fwd"
     band = Mask.of(True, (8, 0))
-    assert api._default_config(q, k, v, band, 0.125) == sm90_fwd.select(
-        api.problem_of(q, k, band, "sm90"))
+    problem = api.problem_of(q, k, band, "sm90")
+    assert api._default_config(q, k, v, band, 0.125) == sm90_fwd.fit(
+        sm90_fwd.select(problem), problem)
     assert len(chosen) == 6
 
 
