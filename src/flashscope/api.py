@@ -275,6 +275,13 @@ def _backward(ctx, dout, _dlse):
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+def saved_with_dout(ctx, dout) -> tuple:
+    """(dout, q, k, v, out, lse) of an autograd context that saved (q, k, v, out, lse);
+    a ``dout`` autograd leaves out (only the log-sum-exp was used) is zeros."""
+    q, k, v, out, lse = ctx.saved_tensors
+    return (torch.zeros_like(out) if dout is None else dout), q, k, v, out, lse
+
+
 class _Eager(torch.autograd.Function):
     """The differentiable call outside a compiler: the launches of the two custom ops
     without the dispatcher around them (about 40-90 us of host time per op, as much as a
@@ -293,9 +300,7 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
-        if dout is None:
-            dout = torch.zeros_like(out)
+        dout, q, k, v, out, lse = saved_with_dout(ctx, dout)
         dq, dk, dv = launch.backward(dout, q, k, v, out, lse, mask=ctx.mask, scale=ctx.scale,
                                      cfg=_backward_config(q, k, ctx.mask))
         return dq, dk, dv, None, None, None

@@ -36,7 +36,7 @@ import torch
 from . import launch, tuned
 from .api import (_DTYPES, _flag, _mask_of, _needs_grad, _window_ints, check_device,
                   check_head_dim_and_scale, check_mask_args, check_tensors, config_text,
-                  device_target, parse_config_text, resolve_config)
+                  device_target, parse_config_text, resolve_config, saved_with_dout)
 from .errors import FlashscopeError
 from .families import Knobs, Problem, default_backward, triton_fwd
 from .launch import Packed
@@ -241,10 +241,7 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
-        if dout is None:
-            dout = torch.zeros_like(out)
-        dq, dk, dv = _backward_packed(dout, q, k, v, out, lse, ctx.packed, ctx.mask,
+        dq, dk, dv = _backward_packed(*saved_with_dout(ctx, dout), ctx.packed, ctx.mask,
                                       ctx.scale)
         return dq, dk, dv, None, None, None, None
 

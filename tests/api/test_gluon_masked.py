@@ -112,8 +112,9 @@ def test_default_path_takes_the_hopper_kernel_for_windows(device, dtype, D):
     cfg = _default_config(q, k, v, mask, D ** -0.5)
     assert cfg.KERNEL == "sm90-fwd" and not any(getattr(cfg, k) for k in
                                                 sm90_fwd.BAND_KNOBS), cfg.label
-    assert cfg == sm90_fwd.select(Problem("sm90", str(dtype)[6:], D, True, 1000, 1500,
-                                          window=True, softcap=True))
+    problem = Problem("sm90", str(dtype)[6:], D, True, 1000, 1500, 8, window=True,
+                      softcap=True)
+    assert cfg == sm90_fwd.fit(sm90_fwd.select(problem), problem)
     out = flashscope.attention(q, k, v, is_causal=True, window=(300, None),
                                align="bottom_right", softcap=30.0, enable_gqa=True)
     ref = reference_attention(q, k, v, is_causal=True, window=(300, None),
