@@ -118,7 +118,8 @@ def test_forward_family_rule():
     assert forward_family(Problem("sm90", "float16", 128)) is sm90_fwd
     assert forward_family(Problem("sm90", head_dim=96)) is sm90_fwd  # at width 128
     assert forward_family(Problem("sm90", head_dim=32)) is triton_fwd
-    assert forward_family(Problem("sm90", head_dim=64, window=True)) is triton_fwd
+    assert forward_family(Problem("sm90", head_dim=64, window=True, softcap=True)) is sm90_fwd
+    assert forward_family(Problem("sm90", head_dim=64, varlen=True)) is triton_fwd
     assert forward_family(Problem("sm80", head_dim=64)) is triton_fwd
     assert FORWARD[-1] is triton_fwd  # accepts everything: the fallback
 
@@ -152,12 +153,14 @@ def test_sm90_fit_takes_the_smaller_tile_only_on_short_padded_rows():
 
 def test_sm90_fit_cuts_the_keys_when_the_tiles_leave_sms_idle():
     """SDXL's 440 tiles take 4 waves of 132 SMs, 83% busy: the work list is cut along the
-    keys. Full waves, causal problems and an unknown batch keep their config."""
+    keys. Full waves, causal problems, bands (which refuse SPLIT_KV) and an unknown batch
+    keep their config."""
     sdxl = Problem("sm90", "bfloat16", 64, False, 4096, 4096, 20)
     assert sm90_fwd.wave_share(440, 132) < sm90_fwd.WAVE_LIMIT
     assert default_config(sdxl).SPLIT_KV and default_config(sdxl).BLOCK_M == 192
     for p in (Problem("sm90", "bfloat16", 64, False, 4096, 4096, 128),  # 2816 tiles: 97%
               Problem("sm90", "bfloat16", 64, True, 4096, 4096, 20),
+              Problem("sm90", "bfloat16", 64, False, 4096, 4096, 20, window=True),
               Problem("sm90", "bfloat16", 64, False, 4096, 4096)):
         assert not default_config(p).SPLIT_KV, p
 

@@ -102,6 +102,25 @@ def test_bad_windows_are_refused(window):
         Mask.of(False, window)
 
 
+def test_bands_and_the_switches_of_unknown_lengths():
+    """A band is more than causal or none; a packed batch's lengths are unknown to the
+    host, so its switches must hold for any: bottom-right shifts whenever it bounds, and
+    rows may see nothing wherever a left bound or a shifted right bound can leave them
+    empty."""
+    assert not Mask.of(True).banded(10, 20) and not Mask().banded(10, 20)
+    assert Mask.of(False, (3, None)).banded(10, 10)
+    assert Mask.of(False, (None, 3)).banded(10, 10)
+    assert not Mask.of(True, None, "bottom_right").banded(10, 10)
+    assert Mask.of(True, None, "bottom_right").banded(10, 20)
+    assert Mask.of(True, None, "bottom_right").banded()
+    assert not Mask.of(False, None, "bottom_right").banded()  # no bound to move
+    causal_br = Mask.of(True, None, "bottom_right").switches(None, None)
+    assert causal_br["SHIFTED"] and causal_br["GUARD"]
+    assert not any(Mask.of(True).switches(None, None)[k] for k in ("SHIFTED", "GUARD"))
+    assert Mask.of(False, (4, 0)).switches(None, None)["GUARD"]
+    assert Mask.of(True, None, "bottom_right").scalars(None, None) == (0, 0, 0)
+
+
 def test_bad_align_is_refused():
     with pytest.raises(FlashscopeError, match="align"):
         Mask.of(True, align="center")

@@ -21,9 +21,14 @@ def __getattr__(name):
         from . import kvcache
 
         return getattr(kvcache, name)
+    if name == "attention_varlen":
+        from .varlen import attention_varlen
+
+        return attention_varlen
     raise AttributeError(f"module 'flashscope' has no attribute {name!r}")
 
 
 __all__ = ["FlashscopeError", "Problem", "Sm90FwdConfig", "TritonBwdConfig",
-           "TritonDecodeConfig", "TritonFwdConfig", "attention", "attention_with_kvcache",
-           "check_kvcache", "default_config", "family", "__version__"]
+           "TritonDecodeConfig", "TritonFwdConfig", "attention", "attention_varlen",
+           "attention_with_kvcache", "check_kvcache", "default_config", "family",
+           "__version__"]

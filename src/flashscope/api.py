@@ -40,21 +40,57 @@ def device_target(device: torch.device) -> Optional[str]:
     return launch.device_target(device)
 
 
-def _check_inputs(query, key, value, enable_gqa: bool, scale):
-    for name, t in (("query", query), ("key", key), ("value", value)):
+def check_tensors(tensors: dict, rank: int, axes: str) -> None:
+    """Each of ``tensors`` ({argument name: value}) a torch.Tensor of ``rank`` (``axes``
+    names its axes, e.g. "(B, H, N, D)") and dtype float16/bfloat16, all of one dtype and
+    one device; else a TypeError/ValueError naming the argument."""
+    for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise FlashscopeError(f"{name}: expected rank 4 (B, H, N, D), got shape "
+        if t.dim() != rank:
+            raise FlashscopeError(f"{name}: expected rank {rank} {axes}, got shape "
                                   f"{tuple(t.shape)} (rank {t.dim()})")
         if t.dtype not in _DTYPES:
             raise TypeError(f"{name}: expected dtype float16 or bfloat16, got {t.dtype}")
-    if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(f"query, key, value: expected one dtype, got {query.dtype}, "
-                        f"{key.dtype}, {value.dtype}")
-    if not (query.device == key.device == value.device):
-        raise FlashscopeError(f"query, key, value: expected one device, got {query.device}, "
-                              f"{key.device}, {value.device}")
+    names, ts = ", ".join(tensors), list(tensors.values())
+    if len({t.dtype for t in ts}) > 1:
+        raise TypeError(f"{names}: expected one dtype, got "
+                        f"{', '.join(str(t.dtype) for t in ts)}")
+    if len({t.device for t in ts}) > 1:
+        raise FlashscopeError(f"{names}: expected one device, got "
+                              f"{', '.join(str(t.device) for t in ts)}")
+
+
+def check_device(name: str, dev: torch.device) -> None:
+    """A GPU (CUDA/ROCm), or the CPU under Triton's interpreter; else the error naming
+    ``name``."""
+    if dev.type == "cpu" and not launch.interpreting():
+        raise FlashscopeError(
+            f"{name}: CPU tensors run only under Triton's interpreter (set TRITON_INTERPRET=1 "
+            "before importing flashscope); otherwise pass CUDA/ROCm tensors")
+    if dev.type not in ("cpu", "cuda"):
+        raise FlashscopeError(f"{name}: expected a CUDA/ROCm tensor, got device {dev}")
+
+
+def check_head_dim_of(name: str, head_dim: int) -> None:
+    """The head dim of argument ``name`` in the kernels' range; else the error naming it."""
+    try:
+        check_head_dim(head_dim)
+    except ConfigError as e:
+        raise FlashscopeError(f"{name}: {e}") from None
+
+
+def check_scale(scale) -> None:
+    """None, or a finite number; else the error naming ``scale``."""
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}")
+        if not math.isfinite(scale):
+            raise FlashscopeError(f"scale: expected a finite number, got {scale}")
+
+
+def _check_inputs(query, key, value, enable_gqa: bool, scale):
+    check_tensors({"query": query, "key": key, "value": value}, 4, "(B, H, N, D)")
     check_device("query", query.device)
     B, H, Nq, D = query.shape
     if key.shape != value.shape:
@@ -73,33 +109,6 @@ def _check_inputs(query, key, value, enable_gqa: bool, scale):
             raise FlashscopeError(f"key: {Hkv} kv heads must divide query's {H} heads (GQA)")
     check_head_dim_of("query", D)
     check_scale(scale)
-
-
-def check_device(name: str, dev: torch.device) -> None:
-    """A GPU (CUDA/ROCm), or the CPU under Triton's interpreter; else the error naming
-    ``name``."""
-    if dev.type == "cpu" and not launch.interpreting():
-        raise FlashscopeError(
-            f"{name}: CPU tensors run only under Triton's interpreter (set TRITON_INTERPRET=1 "
-            "before importing flashscope); otherwise pass CUDA/ROCm tensors")
-    if dev.type not in ("cpu", "cuda"):
-        raise FlashscopeError(f"{name}: expected a CUDA/ROCm tensor, got device {dev}")
-
-
-def check_head_dim_of(name: str, head_dim: int) -> None:
-    try:
-        check_head_dim(head_dim)
-    except ConfigError as e:
-        raise FlashscopeError(f"{name}: {e}") from None
-
-
-def check_scale(scale) -> None:
-    """None, or a finite number; else the error naming ``scale``."""
-    if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-            raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}")
-        if not math.isfinite(scale):
-            raise FlashscopeError(f"scale: expected a finite number, got {scale}")
 
 
 def _flag(name: str, value) -> bool:
@@ -127,10 +136,8 @@ def problem_of(q, k, mask: Mask, target: Optional[str]) -> Problem:
     (``target`` None: the interpreter, answered with sm90's tables)."""
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
-    banded = (mask.left_bounded or (mask.right_bounded and not mask.causal)
-              or mask.offset(Nq, Nk) != 0)
     return Problem(target or "sm90", _DTYPES[q.dtype], D, mask.causal, Nq, Nk, B * H,
-                   window=banded, softcap=mask.softcap is not None)
+                   window=mask.banded(Nq, Nk), softcap=mask.softcap is not None)
 
 
 def resolve_config(config, head_dim: int, dtype: str, device: torch.device,
@@ -272,6 +279,13 @@ def _backward(ctx, dout, _dlse):
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+def saved_with_dout(ctx, dout) -> tuple:
+    """(dout, q, k, v, out, lse) of an autograd context that saved (q, k, v, out, lse);
+    a ``dout`` autograd leaves out (only the log-sum-exp was used) is zeros."""
+    q, k, v, out, lse = ctx.saved_tensors
+    return (torch.zeros_like(out) if dout is None else dout), q, k, v, out, lse
+
+
 class _Eager(torch.autograd.Function):
     """The differentiable call outside a compiler: the launches of the two custom ops
     without the dispatcher around them (about 40-90 us of host time per op, as much as a
@@ -290,9 +304,7 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
-        if dout is None:
-            dout = torch.zeros_like(out)
+        dout, q, k, v, out, lse = saved_with_dout(ctx, dout)
         dq, dk, dv = launch.backward(dout, q, k, v, out, lse, mask=ctx.mask, scale=ctx.scale,
                                      cfg=_backward_config(q, k, ctx.mask))
         return dq, dk, dv, None, None, None

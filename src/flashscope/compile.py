@@ -8,13 +8,16 @@ real launch; then ``triton.compile`` runs for that ``GPUTarget``.
 
 Results are kept in a content-addressed cache: the key hashes the kernel's source (Triton's
 ``cache_key``, which covers the functions it calls), the kernel name, config, target, head
-dim, dtype, causal flag, problem shape, Triton version and the sources that build the
-argument list and options (launch.py, the family's module). The cache lives
+dim, dtype, causal flag, variant (window, alignment, softcap, packed), problem shape,
+Triton version and the sources that build the argument list and options (launch.py,
+variants.py, the family's module). The cache lives
 in ``$FLASHSCOPE_CACHE``, else ``$XDG_CACHE_HOME/flashscope`` or ``~/.cache/flashscope``; a
 hit needs neither torch nor a compile.
 
 Kernels are looked up in :data:`KERNELS` (every family's kernels, registered by
-:func:`_register_all`; ``fwd`` stands for the forward family a target runs by default).
+:func:`_register_all` with the argument lists of :mod:`flashscope.variants`, which also
+builds a variant's mask or packed batch; ``fwd`` stands for the forward family a target
+runs by default).
 Each compile runs in a forked child
 (:func:`_forked`), so that an assertion in Triton's native code, which aborts the process
 that meets it, is reported as a failed config instead of ending the caller.
@@ -40,6 +43,7 @@ from .families import FAMILIES, Problem, family, family_of, forward_family
 from .families.base import DTYPE_BYTES
 from .masks import Mask
 from .targets import get_target
+from .variants import VARIANT_OPTIONS, _meta_tensors, bwd_call, fwd_call, variant_problem
 
 #: Representative problem a build binds: (batch, heads, kv heads, query length, key length).
 #: Every size a multiple of 16, as in the benchmark suite, so the integer arguments
@@ -97,82 +101,27 @@ def kernel_spec(name: str, target=None, cfg=None) -> KernelSpec:
 
 
 def default_config(kernel: str, target, head_dim: int = 128, dtype: str = "bfloat16",
-                   causal: bool = False):
+                   causal: bool = False, **variant):
     """The config the library would run ``kernel`` with for this problem on ``target``:
-    the family's tuned entry or rule (the forward family the target runs, for ``fwd``)."""
-    return parse_config("", kernel, target, head_dim, dtype, causal)
+    the family's tuned entry or rule (the forward family the target runs, for ``fwd``).
+    ``variant``: :data:`VARIANT_OPTIONS`."""
+    return parse_config("", kernel, target, head_dim, dtype, causal, **variant)
 
 
 def parse_config(text, kernel: str, target, head_dim: int = 128, dtype: str = "bfloat16",
-                 causal: bool = False):
+                 causal: bool = False, **variant):
     """``[family:]K=V,...`` text (or a dict of knobs) on top of ``target``'s own default for
-    ``kernel`` (:func:`flashscope.families.config_from_text`)."""
+    ``kernel`` (:func:`flashscope.families.config_from_text`); ``variant``:
+    :data:`VARIANT_OPTIONS`."""
     from .families import config_from_text
 
-    problem = Problem(get_target(target).name, dtype, head_dim, causal)
+    problem = variant_problem(target, dtype, head_dim, causal, **variant)
     shape = None if kernel in FORWARD_ALIASES else kernel_spec(kernel).problem
     if shape is not None:
         B, H, Hkv, Nq, Nk = shape
         problem = dataclasses.replace(problem, n_q=Nq, n_k=Nk, heads=B * H, group=H // Hkv)
     return config_from_text(text, problem,
                             None if kernel in FORWARD_ALIASES else kernel_spec(kernel).family)
-
-
-def _meta_tensors(problem, head_dim, dtype, *shapes):
-    import torch
-
-    dt = getattr(torch, _TORCH_DTYPES[dtype])
-    return [torch.empty(s, dtype=dt, device="meta") for s in shapes]
-
-
-def _fwd_call(fam_name: str) -> Callable:
-    def call(cfg, problem, head_dim, dtype, causal, return_lse=False):
-        import torch
-
-        from . import launch
-
-        B, H, Hkv, Nq, Nk = problem
-        q, k, v, out = _meta_tensors(problem, head_dim, dtype, (B, H, Nq, head_dim),
-                                     (B, Hkv, Nk, head_dim), (B, Hkv, Nk, head_dim),
-                                     (B, H, Nq, head_dim))
-        lse = torch.empty((B, H, Nq), dtype=torch.float32, device="meta") \
-            if return_lse else None
-        _, args, consts = family(fam_name).call(q, k, v, out, lse, mask=Mask.of(causal),
-                                                scale=launch.default_scale(head_dim),
-                                                cfg=cfg)
-        return args, consts
-
-    return call
-
-
-_TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16"}
-
-
-def _bwd_call(kernel: str) -> Callable:
-    """Call builder for one backward kernel: binds
-    :func:`flashscope.families.triton_bwd.calls` on meta tensors of the problem. The
-    preprocess has fixed launch options of its own; they travel as constants so that they
-    win over the config's."""
-
-    def call(cfg, problem, head_dim, dtype, causal):
-        import torch
-
-        from . import launch
-        from .families import triton_bwd
-
-        B, H, Hkv, Nq, Nk = problem
-        q, out, dout, dq = _meta_tensors(problem, head_dim, dtype, *[(B, H, Nq, head_dim)] * 4)
-        k, v, dk, dv = _meta_tensors(problem, head_dim, dtype, *[(B, Hkv, Nk, head_dim)] * 4)
-        lse, delta = (torch.empty((B, H, Nq), dtype=torch.float32, device="meta")
-                      for _ in range(2))
-        _, _, args, consts, opts = triton_bwd.calls(
-            dout, q, k, v, out, lse, delta, dq, dk, dv, mask=Mask.of(causal),
-            scale=launch.default_scale(head_dim), cfg=cfg)[kernel]
-        if kernel == "bwd_preprocess":
-            consts = {**consts, **opts}
-        return args, consts
-
-    return call
 
 
 def _decode_call(kernel: str, paged: bool) -> Callable:
@@ -224,10 +173,10 @@ def _register_all() -> None:
 
     for fam in (triton_fwd, sm90_fwd):
         register_kernel(KernelSpec(fam.KERNEL, fam.KERNEL, fam.MODULE, fam.FUNCTION,
-                                   _fwd_call(fam.KERNEL)))
+                                   fwd_call(fam.KERNEL)))
     for name, fn in triton_bwd.FUNCTIONS.items():
         register_kernel(KernelSpec(name, triton_bwd.KERNEL, triton_bwd.MODULE, fn,
-                                   _bwd_call(name)))
+                                   bwd_call(name)))
     decode = {**triton_decode.FUNCTIONS, "decode_paged": triton_decode.FUNCTION}
     for name, fn in decode.items():
         register_kernel(KernelSpec(name, triton_decode.KERNEL, triton_decode.MODULE, fn,
@@ -308,7 +257,7 @@ def cache_key(kernel: str, cfg, target, head_dim: int, dtype: str, causal: bool,
 @functools.lru_cache(maxsize=None)
 def _launcher_hash(fam: str) -> str:
     here = Path(__file__).parent
-    files = ("launch.py", "masks.py", f"families/{fam.replace('-', '_')}.py",
+    files = ("launch.py", "masks.py", "variants.py", f"families/{fam.replace('-', '_')}.py",
              "families/base.py")
     h = hashlib.sha256()
     for f in files:
@@ -651,12 +600,15 @@ def build(config, target, *, head_dim: int = 128, dtype: str = "bfloat16",
     which picks the kernel), or ``K=V,...`` text on top of the target's own default
     (:func:`parse_config`). The family's rules first, then the cache, then the compiler;
     with ``check`` the binary's shared memory and threads are checked against the target.
-    ``extra`` goes to the kernel's call builder (forward: ``return_lse``)."""
+    ``extra`` goes to the kernel's call builder (forward: ``return_lse``; every kernel:
+    :data:`VARIANT_OPTIONS`, which also pick the ``fwd`` family and the default config
+    that ``K=V`` text starts from)."""
     t = get_target(target)
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
     if isinstance(config, (str, dict)):
-        config = parse_config(config, kernel, t, head_dim, dtype, causal)
+        config = parse_config(config, kernel, t, head_dim, dtype, causal,
+                              **{k: v for k, v in extra.items() if k in VARIANT_OPTIONS})
     spec = kernel_spec(kernel, t, config)
     if getattr(config, "KERNEL", None) != spec.family:
         raise ConfigError(f"config for kernel {spec.name!r}: expected a {spec.family} config, "

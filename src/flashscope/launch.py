@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -51,10 +52,28 @@ def vendor_options(cfg, vendor: "str | None") -> dict:
     return opts
 
 
+class Packed(NamedTuple):
+    """How a packed (variable-length) batch lies along the N axis of its tensors:
+    ``cu_seqlens_q``/``cu_seqlens_k`` (B + 1,) int32 prefix sums on the tensors' device
+    (sequence b holds rows cu[b] .. cu[b + 1]) and the longest sequence of each, which
+    sizes the grid (the host never reads the prefix sums)."""
+
+    cu_seqlens_q: "torch.Tensor"
+    cu_seqlens_k: "torch.Tensor"
+    max_seqlen_q: int
+    max_seqlen_k: int
+
+    @property
+    def batch(self) -> int:
+        return self.cu_seqlens_q.shape[0] - 1
+
+
 def forward(q, k, v, *, mask: Mask, scale: float, cfg, return_lse: bool,
-            out: "torch.Tensor | None" = None):
+            out: "torch.Tensor | None" = None, packed: "Packed | None" = None):
     """Run the forward kernel of ``cfg``'s family. q (B, H, Nq, D); k, v (B, Hkv, Nk, D);
-    any strides. Returns (out, lse): out like q, lse (B, H, Nq) fp32 or None."""
+    any strides. Returns (out, lse): out like q, lse (B, H, Nq) fp32 or None. ``packed``:
+    q (1, H, total_q, D), k, v (1, Hkv, total_k, D) hold the sequences of a packed batch
+    one after another (lse (1, H, total_q)); only families with packed support run it."""
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
     if out is None:
@@ -71,17 +90,21 @@ def forward(q, k, v, *, mask: Mask, scale: float, cfg, return_lse: bool,
         from .testing.interpreter import patch_bf16_dot
 
         patch_bf16_dot()
-    family_of(cfg).run(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
+    if packed is None:
+        family_of(cfg).run(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
+    else:
+        family_of(cfg).run(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
     return out, lse
 
 
 def backward(dout, q, k, v, out, lse, *, mask: Mask, scale: float, cfg,
              dq: "torch.Tensor | None" = None, dk: "torch.Tensor | None" = None,
-             dv: "torch.Tensor | None" = None):
+             dv: "torch.Tensor | None" = None, packed: "Packed | None" = None):
     """Run the backward of ``cfg``'s family. dout, q, out (B, H, Nq, D); k, v (B, Hkv, Nk,
     D); lse (B, H, Nq) fp32, the natural-log log-sum-exp the forward returned. Any strides
     for the tensors. Returns (dq, dk, dv) laid out like q, k, v (or written into the given
-    buffers); dk, dv summed over each GQA group."""
+    buffers); dk, dv summed over each GQA group. ``packed``: a packed batch, as in
+    :func:`forward`."""
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
     dq = torch.empty_like(q) if dq is None else dq
@@ -97,7 +120,7 @@ def backward(dout, q, k, v, out, lse, *, mask: Mask, scale: float, cfg,
 
         patch_bf16_dot()
     family_of(cfg).run(dout, q, k, v, out, lse.contiguous(), dq, dk, dv, mask=mask,
-                       scale=scale, cfg=cfg)
+                       scale=scale, cfg=cfg, packed=packed)
     return dq, dk, dv
 
 

@@ -109,6 +109,18 @@ class Mask:
         """No bound at all: every row sees every key."""
         return not (self.left_bounded or self.right_bounded)
 
+    def banded(self, n_q: "int | None" = None, n_k: "int | None" = None) -> bool:
+        """Whether the mask is more than causal or none: a left bound, a right bound other
+        than causal's, or bounds that bottom-right alignment moves (Nq != Nk; ``None``
+        lengths, a packed batch's: any bottom-right bound). What a kernel's tile schedule
+        must follow beyond a causal one (:class:`~flashscope.families.base.Problem`'s
+        ``window``)."""
+        if self.left_bounded or (self.right_bounded and not self.causal):
+            return True
+        if self.plain or self.align != "bottom_right":
+            return False
+        return n_q is None or n_k is None or n_q != n_k
+
     def offset(self, n_q: int, n_k: int) -> int:
         """p_i - i: 0 top-left, n_k - n_q bottom-right."""
         return n_k - n_q if self.align == "bottom_right" else 0
@@ -122,18 +134,26 @@ class Mask:
             return False
         return not (self.right_bounded and j > p + self.right)
 
-    def may_empty(self, n_q: int, n_k: int) -> bool:
+    def may_empty(self, n_q: "int | None", n_k: "int | None") -> bool:
         """Whether some row 0 <= i < n_q may see no key (the kernels then guard their
-        softmax against rows of -inf)."""
+        softmax against rows of -inf). ``None`` lengths: any (a packed batch, whose
+        lengths the host does not read): a row may then see nothing when a left bound can
+        leave the keys behind it or a bottom-right offset can put it before key 0 (a
+        sequence without keys is the kernels' own case: it visits no tile)."""
+        if n_q is None or n_k is None:
+            return self.left_bounded or (self.right_bounded and self.align == "bottom_right")
         if n_k <= 0:
             return True
         off = self.offset(n_q, n_k)  # rows sit at positions off .. off + n_q - 1
         return ((self.right_bounded and off + self.right < 0)
                 or (self.left_bounded and off + n_q - 1 - self.left > n_k - 1))
 
-    def scalars(self, n_q: int, n_k: int) -> tuple:
-        """The kernels' runtime mask arguments (OFFSET, LEFT, RIGHT), 0 where unused."""
-        return self.offset(n_q, n_k), self.left or 0, self.right or 0
+    def scalars(self, n_q: "int | None", n_k: "int | None") -> tuple:
+        """The kernels' runtime mask arguments (OFFSET, LEFT, RIGHT), 0 where unused
+        (OFFSET too for ``None`` lengths: a packed batch's kernels take each sequence's
+        from its lengths)."""
+        off = 0 if n_q is None or n_k is None else self.offset(n_q, n_k)
+        return off, self.left or 0, self.right or 0
 
     def cap_args(self, scale: float) -> tuple:
         """(cap_in, cap_out) = (scale / c, c log2(e)) of the logit cap, (0, 0) without."""
@@ -141,15 +161,18 @@ class Mask:
             return 0.0, 0.0
         return float(scale) / self.softcap, self.softcap * 1.4426950408889634
 
-    def switches(self, n_q: int, n_k: int) -> dict:
+    def switches(self, n_q: "int | None", n_k: "int | None") -> dict:
         """The kernels' constexpr mask switches: CAUSAL; HAS_LEFT/HAS_RIGHT (window
         bounds; a causal mask's right bound is CAUSAL's); SHIFTED (OFFSET != 0); GUARD
         (a row may meet a masked tile before it has seen any key: some row sees no key at
         all, or a left bound starts rows of one block at different tiles; the softmax then
-        guards rows of -inf)."""
+        guards rows of -inf). ``None`` lengths (a packed batch): SHIFTED whenever a bound
+        is aligned bottom-right, GUARD as :meth:`may_empty` says for any lengths."""
+        shifted = (self.align == "bottom_right" and not self.plain
+                   if n_q is None or n_k is None else self.offset(n_q, n_k) != 0)
         return dict(CAUSAL=self.causal, HAS_LEFT=self.left_bounded,
                     HAS_RIGHT=self.right_bounded and not self.causal,
-                    SHIFTED=self.offset(n_q, n_k) != 0,
+                    SHIFTED=shifted,
                     GUARD=self.left_bounded or self.may_empty(n_q, n_k),
                     SOFTCAP=self.softcap is not None)
 

@@ -177,10 +177,13 @@ def lookup(problem: Problem, kernel: str, data_dir=None) -> tuple:
 
     ``tuned`` is True when the target's file has an entry for (kernel, dtype or its 16-bit
     twin, head dim, causal, the class of the key length); ``source`` then names the file
-    and the entry, else the family's rule. Raises ArtifactError when the file is
-    malformed."""
+    and the entry, else the family's rule. Windowed (or bottom-right shifted) and packed
+    problems always take the rule: entries are measured on full-width dense rows and do
+    not record a window. Raises ArtifactError when the file is malformed."""
     name = get_target(problem.target).name
     fam = family(kernel)
+    if problem.window or problem.varlen:
+        return fam.select(problem), False, f"{kernel} rule (select; windowed or packed)"
     cls = seq_class(max(1, int(problem.n_k)))
     entries = load_tuned(name, data_dir)
     for dtype in (problem.dtype, DTYPE_TWIN.get(problem.dtype)):

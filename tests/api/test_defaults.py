@@ -11,7 +11,7 @@ import json
 import torch
 
 from flashscope import api, tuned
-from flashscope.families import Problem
+from flashscope.families import Problem, sm90_fwd
 from flashscope.families.sm90_fwd import Sm90FwdConfig
 from flashscope.masks import Mask
 
@@ -46,12 +46,16 @@ def test_default_is_remembered_and_follows_the_tuned_file(tmp_path, monkeypatch)
         OUT_RCP=False, EARLY_Q=True, K_EARLY=False)
     assert len(chosen) == 2
     # the other mask (the rule), a scale <= 0 and a misaligned view (the portable kernel),
-    # a window (the portable kernel): each chosen anew
+    # a window (the Hopper kernel's band rule: tuned entries hold no windows): each chosen
+    # anew
     assert api._default_config(q, k, v, full, 0.125).KERNEL == "sm90-fwd"
     assert api._default_config(q, k, v, causal, -0.5).KERNEL == "triton-fwd"
     odd = torch.randn(2, 4, 100, 72, dtype=torch.bfloat16)[..., 4:68]
     assert api._default_config(odd, k, v, causal, 0.125).KERNEL == "triton-fwd"
-    assert api._default_config(q, k, v, Mask.of(True, (8, 0)), 0.125).KERNEL == "triton-fwd"
+    band = Mask.of(True, (8, 0))
+    problem = api.problem_of(q, k, band, "sm90")
+    assert api._default_config(q, k, v, band, 0.125) == sm90_fwd.fit(
+        sm90_fwd.select(problem), problem)
     assert len(chosen) == 6
 
 

@@ -61,11 +61,23 @@ def test_cpu_tensors_are_refused():
                        return_lse=False)
 
 
-def test_windows_are_refused_with_the_kernel_to_use():
+@pytest.mark.parametrize("knob", sm90_fwd.BAND_KNOBS)
+def test_band_refuses_the_causal_orderings_by_name(knob):
+    """Windows and bottom-right alignment run; the switches that order or price key tiles
+    for causal rows are refused for them, naming the knob; packed batches are not taken."""
     q = torch.empty(1, 1, 64, 64, dtype=torch.float16, device="meta")
-    with pytest.raises(ConfigError, match="need triton-fwd"):
-        sm90_fwd.call(q, q, q, q, None, mask=Mask.of(True, (16, 0)), scale=0.125, cfg=G)
-    assert sm90_fwd.accepts(Problem("sm90", head_dim=64, window=True))
+    k = torch.empty(1, 1, 100, 64, dtype=torch.float16, device="meta")
+    band = G.replace(PINGPONG=False)
+    sm90_fwd.call(q, q, q, q, None, mask=Mask.of(True, (16, 0)), scale=0.125, cfg=band)
+    with pytest.raises(ConfigError, match=f"{knob}=1 orders"):
+        sm90_fwd.call(q, k, k, q, None, mask=Mask.of(True, None, "bottom_right"),
+                      scale=0.125, cfg=band.replace(**{knob: True}))
+    sm90_fwd.call(q, q, q, q, None, mask=Mask.of(True, None, "bottom_right", 30.0),
+                  scale=0.125, cfg=band.replace(**{knob: True}))  # Nq = Nk: no band
+    assert sm90_fwd.accepts(Problem("sm90", head_dim=64, window=True, softcap=True)) is None
+    assert "packed" in sm90_fwd.accepts(Problem("sm90", head_dim=64, varlen=True))
+    cfg = sm90_fwd.select(Problem("sm90", head_dim=64, causal=True, window=True))
+    assert not any(getattr(cfg, k) for k in sm90_fwd.BAND_KNOBS)
 
 
 def _needs_sm90(device):

@@ -100,6 +100,10 @@ def test_bad_inputs(capsys, tmp_path):
     shutil.copy(shutil.which("ls"), other)
     _bad(capsys, str(other), match="not a GPU binary")
     _bad(capsys, "--diff", "nothing", "BLOCK_M=64", match="neither an existing file")
+    _bad(capsys, "--window", "64", match="argument --window: expected L,R")
+    _bad(capsys, "--window", "a,0", match="argument --window: expected L,R as integers")
+    _bad(capsys, "--softcap", "0", match="argument --softcap: expected a finite number > 0")
+    _bad(capsys, "--kernel", "sm90-fwd", "--varlen", match="sm90-fwd does not take packed")
 
 
 def test_truncated_cubin(capsys, tmp_path, cubin):

@@ -22,7 +22,7 @@ def test_constants_mirror_the_launch(artifacts):
         "HEAD_DIM": 64, "HEAD_DIM_PAD": 64, "BLOCK_M": 128, "BLOCK_N": 64,
         "Q_IN_REGS": True, "RETURN_LSE": False, "EVEN_N": True, "SCALE_POS": True,
         "HEAVY_FIRST": False, "CAUSAL": False, "HAS_LEFT": False, "HAS_RIGHT": False,
-        "SHIFTED": False, "GUARD": False, "SOFTCAP": False}
+        "SHIFTED": False, "GUARD": False, "SOFTCAP": False, "VARLEN": False}
     assert art.metadata["num_warps"] == 8 and art.metadata["num_stages"] == 3
     assert art.metadata["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}
     assert art.binary[:4] == b"\x7fELF" and ".target sm_90a" in art.asm
@@ -53,8 +53,11 @@ def test_key_covers_every_input():
         fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", True),
         fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", False, (1, 8, 8, 100, 100)),
         fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", False, return_lse=True),
+        fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", False, window=(8, 0)),
+        fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", False, varlen=True),
+        fcompile.cache_key("fwd", cfg, "sm90", 64, "bfloat16", False, softcap=30.0),
     }
-    assert base not in others and len(others) == 8
+    assert base not in others and len(others) == 11
     assert base == fcompile.cache_key("fwd", cfg, "sm_90", 64, "bfloat16", False)
 
 
@@ -206,3 +209,19 @@ def test_an_interrupted_compile_takes_its_child_along(monkeypatch):
     monkeypatch.undo()
     with pytest.raises(ChildProcessError):  # already reaped: no such child left
         os.waitpid(children[0], os.WNOHANG)
+
+
+def test_variants_build_with_the_switches_a_launch_passes(compile_cache):
+    """``--varlen``/``--window``/``--softcap`` builds: the packed portable forward (no
+    tile-multiple claim about its sequences) and the Hopper kernel's band, whose default
+    leaves the causal orderings off; the Hopper kernel refuses a packed batch."""
+    jobs = [("", "sm90", dict(head_dim=64, causal=True, kernel="triton-fwd", varlen=True,
+                              window=(32, 0), align="bottom_right")),
+            ("", "sm90", dict(head_dim=64, causal=True, window=(32, 0), softcap=30.0))]
+    packed, band = fcompile.run_clean(fcompile._build_task, jobs, jobs=2)
+    assert packed.constants["VARLEN"] and packed.constants["HAS_LEFT"]
+    assert packed.constants["SHIFTED"] and not packed.constants["EVEN_N"]
+    assert band.name == "_attn_fwd_sm90" and band.constants["HAS_LEFT"]
+    assert band.constants["SOFTCAP"] and not band.config["MASKED_FIRST"]
+    with pytest.raises(ConfigError, match="packed"):
+        fcompile.build("", "sm90", kernel="sm90-fwd", varlen=True, use_cache=False)

@@ -17,19 +17,21 @@ bias; interleaved rounds spread it over all of them, and the shuffled order keep
 provider from mostly following the same one. Each extra timing's output is checked like
 the first.
 
-FLOPs (:func:`flashscope.roofline.attention_flops`): 4 B H Nq Nk D, x0.5 when causal,
+FLOPs (:func:`flashscope.bench.suite.case_flops`): 4 B H Nq Nk D, x0.5 when causal, per
+sequence of a packed case, or with a window 4 H D per (query, key) pair the mask keeps;
 x2.5 for the backward, x3.5 for forward+backward. Percent of the copy ceiling uses the
-minimum bytes (:func:`flashscope.roofline.attention_min_bytes`) over the measured time.
+minimum bytes (:func:`flashscope.bench.suite.case_min_bytes`) over the measured time.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from ..errors import FlashscopeError
-from ..roofline import attention_flops, attention_min_bytes
-from .suite import Case, odd_cases, validation_key
+from .providers import FEATURES
+from .suite import Case, case_flops, case_min_bytes, odd_cases, validation_key
 from .timing import Timer, peak_memory_mib, round_orders
 
 STATUSES = ("ok", "failed", "error", "unsupported", "unavailable")
@@ -82,6 +84,9 @@ def _unsupported(p, case: Case) -> Optional[str]:
         return "no backward"
     if case.gqa and not p.gqa:
         return "no GQA"
+    missing = sorted(case.needs - p.features)
+    if missing:
+        return FEATURES[missing[0]]
     return p.supports(case)
 
 
@@ -168,11 +173,11 @@ class _Runner:
     def _rate(self, res: Result) -> Result:
         """Fill the rates derived from ``res.ms``."""
         c, ms = res.case, res.ms
-        flops = attention_flops(c.B, c.H, c.Nq, c.Nk, c.D, c.causal, c.mode)
+        flops = _flops(c)
         res.tflops = flops / (ms * 1e-3) / 1e12
         if self.ceilings is not None:
             res.pct_gemm = 100 * flops / (ms * 1e-3) / self.ceilings.flops
-            nbytes = attention_min_bytes(c.B, c.H, c.Nq, c.Nk, c.D, c.Hkv, 2, c.mode)
+            nbytes = case_min_bytes(c)
             res.pct_copy = 100 * nbytes / (ms * 1e-3) / self.ceilings.bandwidth
         return res
 
@@ -205,6 +210,12 @@ class _Runner:
             if r.status == "ok":
                 r.ms = statistics.median(r.ms_rounds)
                 self._rate(r)
+
+
+@functools.lru_cache(maxsize=1024)
+def _flops(case: Case) -> float:
+    """:func:`case_flops`, once per case (a window's pairs are counted row by row)."""
+    return case_flops(case)
 
 
 def _drop(r: Result, status: str, reason: str) -> None:

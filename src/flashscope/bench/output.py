@@ -103,7 +103,8 @@ def table(results, metrics, title: str = ""):
 
 
 def plot(path, results, meta: dict) -> Optional[Path]:
-    """TFLOP/s against N, one panel per (mode, dtype, D, causal), one line per provider."""
+    """TFLOP/s against N, one panel per (mode, dtype, D, causal, window, cap, layout),
+    one line per provider."""
     ok = [r for r in results if r.status == "ok" and r.case.Nq == r.case.Nk]
     if not ok:
         return None
@@ -112,20 +113,23 @@ def plot(path, results, meta: dict) -> Optional[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r.case.mode, r.case.dtype, r.case.D, r.case.causal) for r in ok},
-                    key=str)
+    def panel(c):
+        return c.mode, c.dtype, c.D, c.causal, c.kind
+
+    panels = sorted({panel(r.case) for r in ok}, key=str)
     ncol = min(4, len(panels))
     nrow = -(-len(panels) // ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.4 * nrow), squeeze=False)
     for ax, key in zip(axes.flat, panels):
-        mode, dtype, D, causal = key
+        mode, dtype, D, causal, kind = key
         for prov in dict.fromkeys(r.provider for r in ok):
             pts = sorted((r.case.Nq, r.tflops) for r in ok if r.provider == prov
-                         and (r.case.mode, r.case.dtype, r.case.D, r.case.causal) == key)
+                         and panel(r.case) == key)
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=prov)
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{mode} {dtype} D={D} {'causal' if causal else 'full'}", fontsize=9)
+        ax.set_title(f"{mode} {dtype} D={D} {'causal' if causal else 'full'} {kind}".strip(),
+                     fontsize=9)
         ax.set_xlabel("N")
         ax.set_ylabel("TFLOP/s")
         ax.grid(alpha=0.3)
@@ -160,7 +164,8 @@ def round_ratios(subject, peers) -> "tuple | None":
 
 #: what a markdown table's cells show: metric -> the line that heads them
 MARKDOWN_VALUES = MappingProxyType({
-    "tflops": "TFLOP/s (median; FLOPs 4 B H Nq Nk D, x0.5 causal, x2.5 bwd, x3.5 fwd+bwd):",
+    "tflops": "TFLOP/s (median; FLOPs 4 B H Nq Nk D, x0.5 causal, per sequence when packed, "
+              "4 H D per visible pair with a window; x2.5 bwd, x3.5 fwd+bwd):",
     "bandwidth": "GB/s (median; the cache's K and V bytes over the time; copy: the bytes "
                  "read and written):",
 })
@@ -193,7 +198,7 @@ def markdown(results, meta: dict, subject: str = "flashscope", metric: str = "tf
               "|" + "---|" * len(head)]
     for c in cases:
         row = [c.mode, "bf16" if c.dtype == "bfloat16" else "fp16", c.shape,
-               "yes" if c.causal else "no"]
+               ("yes" if c.causal else "no") + (f" ({c.kind})" if c.kind else "")]
         for p in providers:
             r = cells.get((c, p))
             row.append("" if r is None or r.status in ("unsupported", "unavailable") else

@@ -6,7 +6,10 @@ like SDPA; ``bnhd``: (B, N, H, D) like flash-attn), whether it has a backward an
 whether it may serve as the speed baseline, and an ``available(device)`` check that returns
 the reason it cannot run (None when it can). ``fn(q, k, v)`` computes the forward in that
 layout and returns the output in it; backward providers return a tensor autograd can
-differentiate. Everything imports lazily, so listing providers never loads CUDA libraries.
+differentiate. ``features`` names what a provider handles beyond plain causal or full
+dense attention (``window``, ``softcap``, ``varlen``: a packed batch, whose tensors are
+(total, H, D) for every provider); a case needing more is unsupported, with the reason.
+Everything imports lazily, so listing providers never loads CUDA libraries.
 """
 
 from __future__ import annotations
@@ -31,21 +34,31 @@ class Provider:
     baseline: bool = True
     available: Callable = field(default=lambda device: None)  # (torch.device) -> Reason
     supports: Callable = field(default=lambda case: None)  # (Case) -> Reason
+    features: frozenset = frozenset()  # of FEATURES
 
 
 REGISTRY: dict = {}
+#: what a provider may handle beyond plain dense attention (:attr:`Case.needs`), and why
+#: a case needing it is unsupported otherwise
+FEATURES = {"window": "no sliding window", "softcap": "no logit softcap",
+            "varlen": "no packed (variable-length) batches"}
 
 
 def provider(name: str, *, description: str, layout: str = "bhnd", has_backward: bool = True,
              gqa: bool = True, baseline: bool = True, available=None, supports=None,
-             registry: Optional[dict] = None):
+             features=(), registry: Optional[dict] = None):
     """Register ``build`` under ``name`` (in :data:`REGISTRY` unless ``registry`` is given)."""
     if layout not in ("bhnd", "bnhd"):
         raise FlashscopeError(f"provider {name}: layout {layout!r}: expected bhnd or bnhd")
+    unknown_features = set(features) - set(FEATURES)
+    if unknown_features:
+        raise FlashscopeError(f"provider {name}: features {sorted(unknown_features)}: "
+                              f"expected some of {', '.join(FEATURES)}")
 
     def deco(build):
         p = Provider(name, description, build, layout, has_backward, gqa, baseline,
-                     available or (lambda device: None), supports or (lambda case: None))
+                     available or (lambda device: None), supports or (lambda case: None),
+                     frozenset(features))
         (REGISTRY if registry is None else registry)[name] = p
         return build
 
@@ -123,10 +136,28 @@ def _causal_equal_lengths(case):
     FlashAttention-2 path has no kernel for it ("No available kernel"), and the flash-attn
     packages (FA2, FA4) align the causal mask bottom-right, where SDPA and flashscope align it
     top-left (query i sees keys j <= i). Seen on an H100: FA4 at Nq=65, Nk=190 differs from
-    the top-left reference by a relative error of 1.0. Unsupported, not a failure."""
-    if case.causal and case.Nq != case.Nk:
+    the top-left reference by a relative error of 1.0. Unsupported, not a failure. A case
+    aligned bottom-right (``align``) is the flash-attn packages' own: see
+    :func:`_flash_alignment`."""
+    if case.masked and case.Nq != case.Nk:
         return "causal with Nq != Nk (mask alignment differs)"
     return None
+
+
+def _flash_alignment(case):
+    """The flash-attn packages align causal masks and windows bottom-right: a masked case
+    with Nq != Nk runs there only when it asks for that alignment (flashscope takes both,
+    so the comparison is like with like)."""
+    if case.masked and case.Nq != case.Nk and case.align != "bottom_right":
+        return "mask aligned top-left with Nq != Nk (flash-attn aligns bottom-right)"
+    return None
+
+
+def _window_args(case) -> tuple:
+    """(left, right) of a case's window as the flash-attn packages take it: -1 for an
+    unbounded side, right 0 when causal."""
+    mask = case.mask()
+    return (-1 if mask.left is None else mask.left, -1 if mask.right is None else mask.right)
 
 
 def _all_of(*checks):
@@ -152,6 +183,16 @@ _SDPA = {
 }
 
 
+def _sdpa_supports(more):
+    """SDPA's cases: ``more``, and none aligned bottom-right with Nq != Nk (its causal mask
+    is top-left)."""
+    def check(case):
+        if case.masked and case.Nq != case.Nk and case.align == "bottom_right":
+            return "mask aligned bottom-right with Nq != Nk (SDPA aligns top-left)"
+        return more(case) if more else None
+    return check
+
+
 def _sdpa_build(backend_name: str):
     def build(case, options):
         import torch
@@ -169,7 +210,7 @@ def _sdpa_build(backend_name: str):
 
 
 for _name, (_backend, _desc, _avail, _supports, _gqa) in _SDPA.items():
-    provider(_name, description=_desc, available=_avail, supports=_supports,
+    provider(_name, description=_desc, available=_avail, supports=_sdpa_supports(_supports),
              gqa=_gqa)(_sdpa_build(_backend))
 
 
@@ -207,24 +248,73 @@ def _first(out):
     return out[0] if isinstance(out, tuple) else out
 
 
+class _PackedOffsets:
+    """A packed case's cu_seqlens (int32 prefix sums of ``case.seqlens``) on the inputs'
+    device, made at the first call (the validation's, before any timing) and kept."""
+
+    def __init__(self, case):
+        self.lengths = case.seqlens
+        self.longest = max(case.seqlens)
+        self.cu = None
+
+    def __call__(self, device):
+        if self.cu is None or self.cu.device != device:
+            import itertools
+
+            import torch
+
+            self.cu = torch.tensor([0, *itertools.accumulate(self.lengths)],
+                                   dtype=torch.int32, device=device)
+        return self.cu
+
+
+def _flash_call(case, dense, packed):
+    """fn(q, k, v) calling a flash-attn package's ``dense(q, k, v, **kw)`` or, for a
+    packed case, ``packed(q, k, v, cu, cu, longest, longest, **kw)``, with the case's
+    mask as keywords (a window only when the case has one, a cap only when it caps)."""
+    kw = {"causal": case.causal}
+    if case.window is not None:
+        kw["window_size"] = _window_args(case)
+    if case.softcap is not None:
+        kw["softcap"] = case.softcap
+    if not case.varlen:
+        return lambda q, k, v: _first(dense(q, k, v, **kw))
+    offsets = _PackedOffsets(case)
+
+    def fn(q, k, v):
+        cu = offsets(q.device)
+        return _first(packed(q, k, v, cu, cu, offsets.longest, offsets.longest, **kw))
+    return fn
+
+
 @provider("fa4", description="FlashAttention-4 (flash_attn.cute, CuTe DSL), (B, N, H, D)",
-          layout="bnhd", supports=_causal_equal_lengths,
+          layout="bnhd", supports=_flash_alignment, features=("window", "softcap", "varlen"),
           available=_importable("flash_attn.cute", "flash_attn_func", _needs_nvidia(90)))
 def _fa4(case, options):
-    from flash_attn.cute import flash_attn_func
+    from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
 
-    causal = case.causal
-    return lambda q, k, v: _first(flash_attn_func(q, k, v, causal=causal))
+    def dense(q, k, v, window_size=None, **kw):  # FA4 takes None for an unbounded side
+        if window_size is not None:
+            kw["window_size"] = tuple(None if w < 0 else w for w in window_size)
+        return flash_attn_func(q, k, v, **kw)
+
+    def packed(q, k, v, cu_q, cu_k, max_q, max_k, window_size=None, **kw):
+        if window_size is not None:
+            kw["window_size"] = tuple(None if w < 0 else w for w in window_size)
+        return flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                      max_seqlen_q=max_q, max_seqlen_k=max_k, **kw)
+
+    return _flash_call(case, dense, packed)
 
 
 @provider("fa2", description="flash-attn 2 package (flash_attn.flash_attn_func), (B, N, H, D)",
-          layout="bnhd", supports=_all_of(_max_head_dim(256), _causal_equal_lengths),
+          layout="bnhd", supports=_all_of(_max_head_dim(256), _flash_alignment),
+          features=("window", "softcap", "varlen"),
           available=_importable("flash_attn", "flash_attn_func", _needs_nvidia(80)))
 def _fa2(case, options):
-    from flash_attn import flash_attn_func
+    from flash_attn import flash_attn_func, flash_attn_varlen_func
 
-    causal = case.causal
-    return lambda q, k, v: _first(flash_attn_func(q, k, v, causal=causal))
+    return _flash_call(case, flash_attn_func, flash_attn_varlen_func)
 
 
 @provider("xformers", description="xFormers memory_efficient_attention, (B, N, H, D)",
@@ -239,8 +329,10 @@ def _xformers(case, options):
 
 # -- flashscope ------------------------------------------------------------------------
 
-@provider("flashscope", description="flashscope.attention (default config, or --config)",
-          baseline=False, available=_flashscope_available, supports=_max_head_dim(256))
+@provider("flashscope", description="flashscope.attention (default config, or --config); "
+          "flashscope.attention_varlen for packed batches", baseline=False,
+          available=_flashscope_available, supports=_max_head_dim(256),
+          features=("window", "softcap", "varlen"))
 def _flashscope(case, options):
     import flashscope
 
@@ -251,7 +343,20 @@ def _flashscope(case, options):
 
         target = device_target(__import__("torch").device(options.get("device", "cuda")))
         cfg = config_from_text(cfg, Problem(target or "sm90", case.dtype, case.D, case.causal,
-                                            case.Nq, case.Nk, case.B * case.H))
-    causal, gqa = case.causal, case.gqa
-    return lambda q, k, v: flashscope.attention(q, k, v, is_causal=causal, enable_gqa=gqa,
-                                                config=cfg)
+                                            case.Nq, case.Nk, case.B * case.H,
+                                            window=case.window is not None or
+                                            case.align != "top_left",
+                                            varlen=case.varlen,
+                                            softcap=case.softcap is not None))
+    mask = dict(is_causal=case.causal, window=case.window, align=case.align,
+                softcap=case.softcap)
+    if case.varlen:
+        offsets = _PackedOffsets(case)
+
+        def packed(q, k, v):
+            cu = offsets(q.device)
+            return flashscope.attention_varlen(q, k, v, cu, cu, offsets.longest,
+                                               offsets.longest, config=cfg, **mask)
+        return packed
+    gqa = case.gqa
+    return lambda q, k, v: flashscope.attention(q, k, v, enable_gqa=gqa, config=cfg, **mask)

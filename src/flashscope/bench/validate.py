@@ -21,6 +21,9 @@ validated by :func:`check_step`:
 The harness runs this on the benchmark shape and on small odd shapes
 (:func:`flashscope.bench.suite.odd_cases`), then times the same step and checks the output
 of the last timed call too, so a provider cannot do less work once it is being timed.
+Windows, alignments and logit caps are the reference's own (written from their
+definitions); a packed case's inputs are (total, H, D) in every provider's hands and
+its reference is computed sequence by sequence.
 Gradients are bounded by :data:`GRAD_BOUND`: twice the forward bound (a flash-style
 emulation gave bf16 dq/dk/dv errors up to 7.7e-3 and fp16 up to 7.8e-4 for N <= 1024).
 """
@@ -64,6 +67,7 @@ class Inputs:
     layout: str
 
     def bhnd(self, t: torch.Tensor) -> torch.Tensor:
+        """A (B, H, N, D) view of ``t``; a packed (total, H, D) tensor stays as it is."""
         return t.transpose(1, 2) if self.layout == "bnhd" else t
 
     @property
@@ -74,14 +78,24 @@ class Inputs:
         return d
 
 
+#: the layout of a packed case's tensors, whatever the provider's: (total, H, D)
+PACKED = "thd"
+
+
 def make_inputs(case: Case, layout: str, device) -> Inputs:
-    """Unit-normal q, k, v (and dout) from a fresh OS seed, stored in ``layout``."""
+    """Unit-normal q, k, v (and dout) from a fresh OS seed, stored in ``layout`` (a packed
+    case: (total, H, D))."""
     seed = secrets.randbits(62)
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = TORCH_DTYPES[case.dtype]
+    if case.varlen:
+        layout = PACKED
 
     def one(h, n):
-        shape = (case.B, n, h, case.D) if layout == "bnhd" else (case.B, h, n, case.D)
+        if layout == PACKED:
+            shape = (sum(case.seqlens), h, case.D)
+        else:
+            shape = (case.B, n, h, case.D) if layout == "bnhd" else (case.B, h, n, case.D)
         return torch.randn(shape, generator=gen, device=device, dtype=dtype)
 
     q, k, v = one(case.H, case.Nq), one(case.Hkv, case.Nk), one(case.Hkv, case.Nk)
@@ -112,17 +126,45 @@ def make_step(fn: Callable, case: Case, inp: Inputs) -> Callable:
 
 
 def reference_for(case: Case, inp: Inputs) -> tuple:
-    """(out, dq, dk, dv) of the reference in (B, H, N, D), grads None for ``fwd``."""
-    work = case.B * case.H * case.Nq * case.Nk * case.D
+    """(out, dq, dk, dv) of the reference in (B, H, N, D) (a packed case: (total, H, D)),
+    grads None for ``fwd``."""
+    work = case.H * case.D * sum(nq * nk for nq, nk in case.lengths)
     dev = inp.q.device.type
     cdt = torch.float64 if work <= FLOAT64_WORK.get(dev, FLOAT64_WORK["cuda"]) else torch.float32
     q, k, v = (inp.bhnd(t).detach() for t in (inp.q, inp.k, inp.v))
+    dout = None if inp.dout is None else inp.bhnd(inp.dout)
+    if case.varlen:
+        return _packed_reference(case, q, k, v, dout, cdt)
+    mask = dict(is_causal=case.causal, window=case.window, align=case.align,
+                softcap=case.softcap, compute_dtype=cdt)
     with highest_fp32_precision():
         if case.mode == "fwd":
-            return reference_attention(q, k, v, is_causal=case.causal, compute_dtype=cdt), \
-                None, None, None
-        return reference_attention_grads(q, k, v, inp.bhnd(inp.dout), is_causal=case.causal,
-                                         compute_dtype=cdt)
+            return reference_attention(q, k, v, **mask), None, None, None
+        return reference_attention_grads(q, k, v, dout, **mask)
+
+
+def _packed_reference(case: Case, q, k, v, dout, cdt) -> tuple:
+    """:func:`reference_for` of a packed case: each sequence (rows cu[b] .. cu[b + 1] of
+    the (total, H, D) tensors) on its own."""
+    mask = dict(is_causal=case.causal, window=case.window, align=case.align,
+                softcap=case.softcap, compute_dtype=cdt)
+    outs = [torch.empty(t.shape, dtype=cdt, device=t.device) for t in (q, q, k, v)]
+    start = 0
+    with highest_fp32_precision():
+        for n in case.seqlens:
+            rows = slice(start, start + n)
+            start += n
+            seq = [t[rows].transpose(0, 1).unsqueeze(0) for t in (q, k, v)]
+            if dout is None:
+                parts = (reference_attention(*seq, **mask),)
+            else:
+                parts = reference_attention_grads(
+                    *seq, dout[rows].transpose(0, 1).unsqueeze(0), **mask)
+            for whole, part in zip(outs, parts):
+                whole[rows] = part[0].transpose(0, 1)
+    if dout is None:
+        return outs[0], None, None, None
+    return tuple(outs)
 
 
 @contextlib.contextmanager
@@ -142,9 +184,11 @@ def poisoned_allocations(case: Case, device):
     dev = torch.device(device)
     if dev.type == "cuda":
         dtype = TORCH_DTYPES[case.dtype]
-        sizes = [(case.B, case.H, case.Nq, case.D)]
+        rows = sum(nq for nq, _ in case.lengths)
+        keys = sum(nk for _, nk in case.lengths)
+        sizes = [(rows, case.H, case.D)]
         if case.mode != "fwd":
-            sizes += [(case.B, case.Hkv, case.Nk, case.D)] * 2
+            sizes += [(keys, case.Hkv, case.D)] * 2
         blocks = [torch.full(s, float("nan"), dtype=dtype, device=dev) for s in sizes]
         del blocks
     with nan_allocations():

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import os
 
+from ..bench.suite import SUITE_NAMES
 from . import common
 
 FORMULAS = """\
@@ -61,19 +62,21 @@ def register(sub):
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--list-baselines", action="store_true",
                    help="list the providers, whether each is available here, and why not")
-    p.add_argument("--suite", nargs="?", const="standard",
-                   choices=("standard", "models", "decode"),
+    p.add_argument("--suite", nargs="?", const="standard", choices=SUITE_NAMES,
                    help="run a named suite (GPU only): standard (the default with a bare "
                         "--suite: B*N = 16384, H*D = 2048 over --head-dims and --lengths), "
-                        "models (the attention shapes of real models, from "
-                        "src/flashscope/data/suites/models.json) or decode (decoding steps "
-                        "against a KV cache, src/flashscope/data/suites/decode.json, the "
-                        "rows of --head-dim; its own providers, see below)")
+                        "models (the attention shapes of real models), varlen (packed "
+                        "batches of 64k tokens, mixed and equal lengths, beside a dense "
+                        "twin), windows (sliding windows and logit caps, Mistral and "
+                        "Gemma 2) or decode (decoding steps against a KV cache, the rows of "
+                        "--head-dim; its own providers, see below); all but standard from "
+                        "src/flashscope/data/suites/NAME.json")
     p.add_argument("--shape", action="append", default=[], metavar="B,H,N,D[,Nk[,Hkv]]",
                    help="a user shape (repeatable); with --suite decode a decoding step: "
                         "N query tokens against Nk cached keys a sequence")
     common.add_dtype(p, default="bf16")
-    p.add_argument("--mode", default="fwd", help="comma list of fwd, bwd, fwd+bwd")
+    p.add_argument("--mode", default="fwd", help="comma list of fwd, bwd (the backward "
+                                                 "alone), fwd+bwd")
     common.add_causal(p, default="both")
     common.add_head_dim(p, default="64,128,256", help="suite head dims, comma list "
                                                       "(default 64,128,256)")

@@ -170,6 +170,59 @@ def add_causal(p, default: str = "no", both: bool = True, help: str = "") -> Non
                    help=help or f"mask; --causal alone means yes (default {default})")
 
 
+def parse_window(text) -> tuple:
+    """``L,R`` -> (left, right): a sliding window of keys p - L .. p + R around a row's
+    position p; a side given as -1, ``none`` or left empty is unbounded."""
+    parts = [x.strip() for x in str(text).split(",")]
+    if len(parts) != 2:
+        raise FlashscopeError(f"expected L,R (keys left and right of a row; -1 or none: "
+                              f"unbounded), got {text!r}")
+    sides = []
+    for x in parts:
+        if x.lower() in ("", "none", "-1"):
+            sides.append(None)
+            continue
+        try:
+            v = int(x)
+        except ValueError:
+            v = -2
+        if v < 0:
+            raise FlashscopeError(f"expected L,R as integers >= 0 (or -1/none), got {text!r}")
+        sides.append(v)
+    return tuple(sides)
+
+
+def add_variant(p) -> None:
+    """``--window L,R``, ``--align``, ``--softcap C``, ``--varlen``: the kernel variant a
+    build takes (:data:`flashscope.compile.VARIANT_OPTIONS`), beside ``--causal``."""
+    g = p.add_argument_group("kernel variant (with --causal: the mask a build is for)")
+    g.add_argument("--window", type=argtype(parse_window, "L,R"), metavar="L,R",
+                   help="a sliding window: row p sees keys p-L .. p+R (-1 or none: "
+                        "unbounded side)")
+    g.add_argument("--align", choices=("top_left", "bottom_right"), default="top_left",
+                   help="where rows sit against keys (default top_left; bottom_right moves "
+                        "them by Nk - Nq, per sequence with --varlen)")
+    g.add_argument("--softcap", type=number(0, strict=True), metavar="C",
+                   help="cap the scores as C tanh(s / C)")
+    g.add_argument("--varlen", action="store_true",
+                   help="a packed batch of variable-length sequences (cu_seqlens)")
+
+
+def variant_kw(args) -> dict:
+    """The build options of :func:`add_variant`'s flags, only those set (a default build
+    keeps its cache key)."""
+    kw = {}
+    if getattr(args, "window", None) is not None and args.window != (None, None):
+        kw["window"] = args.window
+    if getattr(args, "align", "top_left") != "top_left":
+        kw["align"] = args.align
+    if getattr(args, "softcap", None) is not None:
+        kw["softcap"] = args.softcap
+    if getattr(args, "varlen", False):
+        kw["varlen"] = True
+    return kw
+
+
 def add_head_dim(p, default: Optional[str] = "128", help: str = "") -> None:
     p.add_argument("--head-dim", "--head-dims", dest="head_dim", default=default,
                    type=argtype(parse_int_list, "head dims"), metavar="LIST",

@@ -43,6 +43,7 @@ def register(sub):
     common.add_causal(p, default="no")
     p.add_argument("--lse", action="store_true",
                    help="build the variant that also writes the log-sum-exp (training)")
+    common.add_variant(p)
     p.add_argument("--kernel", default="fwd",
                    help="fwd (default: the forward kernel each target runs), triton-fwd, "
                         "sm90-fwd, bwd_preprocess, bwd_dkdv or bwd_dq")
@@ -96,7 +97,8 @@ def _parse(args, item, target, d, dt, c):
              else f"--config {item!r}")  # a --diff operand is a --config alike
     text = item[1] if isinstance(item, tuple) else item
     return common.config_from(
-        lambda x: fcompile.parse_config(x, args.kernel, target, d, dt, c), text, where)
+        lambda x: fcompile.parse_config(x, args.kernel, target, d, dt, c,
+                                        **common.variant_kw(args)), text, where)
 
 
 def _variants(args) -> list:
@@ -105,7 +107,8 @@ def _variants(args) -> list:
 
 
 def _build_kw(args, head_dim, dtype, causal) -> dict:
-    kw = dict(head_dim=head_dim, dtype=dtype, causal=causal, kernel=args.kernel)
+    kw = dict(head_dim=head_dim, dtype=dtype, causal=causal, kernel=args.kernel,
+              **common.variant_kw(args))
     if args.lse:
         kw["return_lse"] = True
     return kw
@@ -276,8 +279,7 @@ _COLUMNS = (
     ("target", lambda r: r.target, None),
     ("config", lambda r: common.label(r.config) if r.config else r.kernel, None),
     ("D", lambda r: _n(r.head_dim), lambda rs: len({r.head_dim for r in rs}) > 1),
-    ("mask", lambda r: "causal" if r.causal else "full",
-     lambda rs: len({r.causal for r in rs}) > 1),
+    ("mask", lambda r: _mask_cell(r), lambda rs: len({_mask_cell(r) for r in rs}) > 1),
     ("dtype", lambda r: _n(r.dtype), lambda rs: len({r.dtype for r in rs}) > 1),
     ("warps", lambda r: _n(r.num_warps), None),
     ("regs per thread", lambda r: _n(r.registers), None),
@@ -291,6 +293,18 @@ _COLUMNS = (
     ("occupancy", lambda r: common.pct(r.occupancy), None),
     ("limiter", lambda r: ", ".join(r.limiter) if r.limiter else "-", None),
 )
+
+
+#: constexpr switches of a kernel variant and how the mask column names them
+_VARIANT_SWITCHES = (("HAS_LEFT", "window"), ("HAS_RIGHT", "window"),
+                     ("SHIFTED", "bottom-right"), ("SOFTCAP", "softcap"), ("VARLEN", "varlen"))
+
+
+def _mask_cell(r) -> str:
+    """causal or full, then the variant's switches the binary was built with."""
+    consts = r.constants or {}
+    extra = dict.fromkeys(name for key, name in _VARIANT_SWITCHES if consts.get(key))
+    return " ".join(["causal" if r.causal else "full", *extra])
 
 
 def _table(con, records, errors, opcodes):

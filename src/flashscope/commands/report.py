@@ -46,6 +46,7 @@ def register(sub):
     common.add_head_dim(p, default="128")
     common.add_dtype(p, default="bf16", help="bf16 or fp16 (one; default bf16)")
     common.add_causal(p, both=False, help="build the causal kernel (default no)")
+    common.add_variant(p)
     p.add_argument("--ablate", default="all", metavar="KNOBS",
                    help="knobs to ablate around the base: Q_IN_REGS,BLOCK_M,BLOCK_N,"
                         "num_warps,HEAD_DIM (default all), or none; with --kernel bwd: "
@@ -77,7 +78,8 @@ def _spec_args(args) -> dict:
     return dict(targets=",".join(t.name for t in args.target),
                 head_dims=",".join(map(str, args.head_dim)),
                 dtype=common.one(args.dtype, "--dtype", "dtype"),
-                causal=common.one(args.causal, "--causal"), ablate=args.ablate)
+                causal=common.one(args.causal, "--causal"), ablate=args.ablate,
+                variant=common.variant_kw(args))
 
 
 def run(args) -> int:
@@ -95,7 +97,7 @@ def run(args) -> int:
         common.read_configs(args.configs, TritonFwdConfig)
     kw = _spec_args(args)
     spec = make_spec(kw["targets"], args.configs, kw["head_dims"], kw["dtype"], kw["causal"],
-                     kw["ablate"])
+                     kw["ablate"], kw["variant"])
     files = dict(FWD_FILES, **({"lines": "lines.json"} if args.lines else {}))
     out = _prepare(args, files)
     report = _collect(collect, spec, args.jobs)
@@ -150,7 +152,7 @@ def _run_family(args) -> int:
                               f"starts from each target's default {family.noun} config")
     kw = _spec_args(args)
     spec = make_bwd_spec(kw["targets"], kw["head_dims"], kw["dtype"], kw["causal"],
-                         kw["ablate"], family)
+                         kw["ablate"], family, kw["variant"])
     files = family_files(family)
     out = _prepare(args, files)
     report = _collect(collect_bwd, spec, args.jobs)

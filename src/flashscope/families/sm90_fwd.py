@@ -152,6 +152,25 @@ RULES = (
 STEPS = {"BLOCK_M": (64, 128, 192), "BLOCK_N": (64, 128), "num_stages": (2, 3, 4)}
 
 
+#: Switches that order or cut a work tile's key tiles as a causal or unmasked block needs
+#: them (the masked tiles of a causal block first, the host's work list priced by causal
+#: row lengths); a band (a window bound or bottom-right alignment) has masked tiles at
+#: both edges and runs round robin, so it takes none of them.
+BAND_KNOBS = ("MASKED_FIRST", "BALANCE", "SPLIT_KV")
+
+
+def check_band(cfg: Sm90FwdConfig, mask, n_q: int, n_k: int) -> None:
+    """ConfigError naming the first of :data:`BAND_KNOBS` ``cfg`` sets when ``mask`` is a
+    band (:meth:`flashscope.masks.Mask.banded`)."""
+    if not mask.banded(n_q, n_k):
+        return
+    for knob in BAND_KNOBS:
+        if getattr(cfg, knob):
+            raise ConfigError(f"{KERNEL}: {knob}=1 orders a causal or unmasked block's key "
+                              "tiles; windows and bottom-right alignment run with "
+                              f"{knob}=0")
+
+
 def check(cfg: Sm90FwdConfig, target="sm90", head_dim: int = 128,
           dtype: str = "bfloat16") -> Sm90FwdConfig:
     """``cfg`` unchanged if it can be built for ``target``; else ConfigError naming the
@@ -166,8 +185,8 @@ def accepts(problem: Problem) -> Optional[str]:
         return f"{t.name} is not sm_90"
     if not head_dim_ok(problem.head_dim):
         return f"head dim {problem.head_dim} (the kernel takes {MIN_HEAD_DIM}..{MAX_HEAD_DIM})"
-    if problem.window or problem.varlen or problem.softcap:
-        return "windows, packed sequences and softcap run on triton-fwd"
+    if problem.varlen:
+        return "packed sequences run on triton-fwd"
     return None
 
 
@@ -189,16 +208,23 @@ def select(problem: Problem) -> Sm90FwdConfig:
       memory (the shape FlashAttention-3 runs at this head dim, 128 x 80, in powers of two).
 
     Head dims in between take the recipe of their padded width. Tuned entries
-    (:mod:`flashscope.tuned`) override this where an A/B beat it."""
+    (:mod:`flashscope.tuned`) override this where an A/B beat it. A band (a window, or
+    bottom-right alignment) runs round robin with its masked tiles in place
+    (:data:`BAND_KNOBS` off)."""
     base = Sm90FwdConfig()
     d = head_dim_pad(problem.head_dim)
     if d <= 64:
-        return base.replace(BLOCK_M=192, num_stages=3, Q_IN_REGS=False, PINGPONG=True,
-                            LAZY_RESCALE=problem.causal, K_EARLY=problem.causal,
-                            MASKED_FIRST=problem.causal, BALANCE=True)
-    if d <= 128:
-        return base.replace(BALANCE=problem.causal)
-    return base.replace(BLOCK_N=64, Q_IN_REGS=False, EARLY_Q=False, BALANCE=problem.causal)
+        cfg = base.replace(BLOCK_M=192, num_stages=3, Q_IN_REGS=False, PINGPONG=True,
+                           LAZY_RESCALE=problem.causal, K_EARLY=problem.causal,
+                           MASKED_FIRST=problem.causal, BALANCE=True)
+    elif d <= 128:
+        cfg = base.replace(BALANCE=problem.causal)
+    else:
+        cfg = base.replace(BLOCK_N=64, Q_IN_REGS=False, EARLY_Q=False,
+                           BALANCE=problem.causal)
+    if problem.window:
+        cfg = cfg.replace(**{knob: False for knob in BAND_KNOBS})
+    return cfg
 
 
 #: How many more padded query rows three-consumer tiles (BLOCK_M = 192) may cost than
@@ -234,7 +260,8 @@ def fit(cfg: Sm90FwdConfig, problem: Problem) -> Sm90FwdConfig:
     - a 192-row tile gives way to a 128-row one where it pads :data:`ROW_PAD_LIMIT` times
       as many query rows (short rows such as a ViT's 197 tokens);
     - a non-causal problem whose tiles leave the SMs under :data:`WAVE_LIMIT` busy cuts
-      its work list along the keys (SPLIT_KV), when its batch x heads is known.
+      its work list along the keys (SPLIT_KV), when its batch x heads is known and it is
+      not a band (a band runs with :data:`BAND_KNOBS` off).
 
     Everything else is kept; a change the rules refuse is not made."""
     out = cfg
@@ -242,8 +269,8 @@ def fit(cfg: Sm90FwdConfig, problem: Problem) -> Sm90FwdConfig:
     if out.BLOCK_M == 192 and _padded(n, 192) > ROW_PAD_LIMIT * _padded(n, 128):
         out = out.replace(BLOCK_M=128)
     sms = getattr(problem.target_record(), "sm_count", 0)
-    if (not problem.causal and not out.SPLIT_KV and problem.heads > 0 and sms
-            and wave_share(-(-n // out.BLOCK_M) * problem.heads, sms) < WAVE_LIMIT):
+    if (not problem.causal and not problem.window and not out.SPLIT_KV and problem.heads > 0
+            and sms and wave_share(-(-n // out.BLOCK_M) * problem.heads, sms) < WAVE_LIMIT):
         out = out.replace(SPLIT_KV=True)
     if out is cfg:
         return cfg
@@ -412,6 +439,7 @@ class Sm90Plan(NamedTuple):
     compiled: dict  #: :func:`flashscope.launch.launch_compiled`'s cache, by device
     split: "SplitList | None" = None  #: SPLIT_KV: the merge table and workspace size
     merge_compiled: "dict | None" = None  #: the merge kernel's launch cache
+    band: tuple = (0, 0, 0, 0.0, 0.0)  #: OFFSET, LEFT, RIGHT, cap_in, cap_out
 
     def workspace(self, q):
         """A float32 workspace for the pieces of cut blocks (SPLIT_KV), else None."""
@@ -433,7 +461,7 @@ class Sm90Plan(NamedTuple):
         if part is None:
             part = self.workspace(q) if self.split is not None else lse_arg
         return (*descs, lse_arg, sched, part, *self.scalars,
-                trace if trace is not None else sched)
+                trace if trace is not None else sched, *self.band)
 
     def merge(self, part, out, lse) -> None:
         """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
@@ -459,49 +487,66 @@ _PLANS: dict = {}
 _PLANS_MAX = 256
 
 
-def plan_key(q, k, v, out, lse, causal: bool, scale: float, cfg: Sm90FwdConfig,
+def _as_mask(mask):
+    """A :class:`~flashscope.masks.Mask`, or the causal flag that stands for one."""
+    from ..masks import Mask
+
+    return mask if isinstance(mask, Mask) else Mask.of(bool(mask))
+
+
+def plan_key(q, k, v, out, lse, mask, scale: float, cfg: Sm90FwdConfig,
              trace: int) -> tuple:
     """What a launch depends on besides data addresses: the device, dtype, shapes and
-    strides, each tensor's 16-byte alignment, the mask, scale and config. It determines
-    every runtime argument's specialization and every constexpr, so it also keys compiled
-    kernels."""
+    strides, each tensor's 16-byte alignment, the mask (a Mask, or a causal flag), scale
+    and config. It determines every runtime argument's specialization and every
+    constexpr, so it also keys compiled kernels."""
     from ..launch import geometry_key
 
     return (geometry_key(q, k, v), out.stride(), out.data_ptr() % 16,
-            None if lse is None else lse.data_ptr() % 16, bool(causal), float(scale), cfg,
-            trace)
+            None if lse is None else lse.data_ptr() % 16, _as_mask(mask), float(scale),
+            cfg, trace)
 
 
-def plan(q, k, v, out, lse, *, causal: bool, scale: float, cfg: Sm90FwdConfig,
-         trace: int = 0) -> Sm90Plan:
+def plan(q, k, v, out, lse, *, scale: float, cfg: Sm90FwdConfig, causal: bool = False,
+         mask=None, trace: int = 0) -> Sm90Plan:
     """The :class:`Sm90Plan` of a launch, built on the first call of its :func:`plan_key`
     and then looked up: on short rows the host builds a launch in about the time the GPU
     runs it, and the descriptor checks, divisions and argument lists are the same every
-    time. ``trace``: TRACE = R rows of clock stamps per program (0: none)."""
+    time. ``mask``: a :class:`~flashscope.masks.Mask` (a band refuses
+    :data:`BAND_KNOBS`), else ``causal`` alone. ``trace``: TRACE = R rows of clock stamps
+    per program (0: none)."""
     from ..launch import remembered
 
-    return remembered(_PLANS, plan_key(q, k, v, out, lse, causal, scale, cfg, trace),
-                      lambda: _build_plan(q, k, v, out, lse, causal, scale, cfg, trace),
+    mask = _as_mask(causal if mask is None else mask)
+    return remembered(_PLANS, plan_key(q, k, v, out, lse, mask, scale, cfg, trace),
+                      lambda: _build_plan(q, k, v, out, lse, mask, scale, cfg, trace),
                       _PLANS_MAX)
 
 
-def _build_plan(q, k, v, out, lse, causal, scale, cfg, trace) -> Sm90Plan:
+def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace) -> Sm90Plan:
     from ..launch import LOG2E, divider, sm_count, triton_cdiv
 
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
+    check_band(cfg, mask, Nq, Nk)
+    causal = mask.causal
+    band = mask.banded(Nq, Nk)
     n_m = triton_cdiv(Nq, cfg.BLOCK_M)
     tiles = n_m * B * H
     # a host work list for causal grids, and non-causal ones with BALANCE or SPLIT_KV
-    # (whose pieces may outnumber the blocks: one program per SM)
-    lpt = bool(causal or cfg.BALANCE or cfg.SPLIT_KV)
+    # (whose pieces may outnumber the blocks: one program per SM); a band runs round
+    # robin (its blocks cost about the same: the band's width)
+    lpt = bool(causal or cfg.BALANCE or cfg.SPLIT_KV) and not band
     split = bool(cfg.SPLIT_KV)
     programs = sm_count(q.device) if split else min(tiles, sm_count(q.device))
     fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
                    for d in (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
                              tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64)))
-    scalars = (H, H // Hkv, Nq, Nk, B * H, scale * LOG2E,
+    cap_in, cap_out = mask.cap_args(scale)
+    scalars = (H, H // Hkv, Nq, Nk, B * H, 1.0 if mask.softcap else scale * LOG2E,
                *divider(n_m), *divider(H), *divider(H // Hkv))
+    switches = mask.switches(Nq, Nk) if band else dict(HAS_LEFT=False, HAS_RIGHT=False,
+                                                        SHIFTED=False)
     consts = dict(HEAD_DIM=head_dim_pad(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                   STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
                   IS_CAUSAL=bool(causal), RETURN_LSE=lse is not None,
@@ -511,31 +556,35 @@ def _build_plan(q, k, v, out, lse, causal, scale, cfg, trace) -> Sm90Plan:
                   EARLY_Q=bool(cfg.EARLY_Q), MASKED_FIRST=bool(cfg.MASKED_FIRST),
                   TRACE=int(trace), OUT_RCP=bool(cfg.OUT_RCP), Q_REGS=bool(cfg.Q_IN_REGS),
                   SPLIT=split, CONSUMER_REGS=CONSUMER_REGS[cfg.consumers],
-                  PRODUCER_REGS=PRODUCER_REGS)
+                  PRODUCER_REGS=PRODUCER_REGS, HAS_LEFT=switches["HAS_LEFT"],
+                  HAS_RIGHT=switches["HAS_RIGHT"], SHIFTED=switches["SHIFTED"],
+                  SOFTCAP=mask.softcap is not None)
     grid = (programs,)
+    band_args = (*mask.scalars(Nq, Nk), cap_in, cap_out)
     if split:
         lists = split_tensors(q, Nk, cfg, programs, causal)
-        return Sm90Plan(grid, fields, scalars, lists.sched, consts, {}, lists, {})
+        return Sm90Plan(grid, fields, scalars, lists.sched, consts, {}, lists, {},
+                        band_args)
     sched = lpt_tensor(q, Nk, cfg, programs, causal) if lpt else None
-    return Sm90Plan(grid, fields, scalars, sched, consts, {})
+    return Sm90Plan(grid, fields, scalars, sched, consts, {}, band=band_args)
 
 
-def call(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig):
+def call(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None):
     """(grid, positional args, constexpr keywords) of one launch (offline compilation binds
     these on meta tensors)."""
-    _check_mask(mask, q.shape[2], k.shape[2])
-    p = plan(q, k, v, out, lse, causal=mask.causal, scale=scale, cfg=cfg)
+    _check_packed(packed)
+    p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
     return p.grid, p.args(q, k, v, out, lse), dict(p.consts)
 
 
-def _check_mask(mask, n_q: int, n_k: int) -> None:
-    if mask.left_bounded or (mask.right_bounded and not mask.causal) or \
-            mask.offset(n_q, n_k) != 0 or mask.softcap is not None:
-        raise ConfigError(f"{KERNEL} runs causal (top-left aligned) or unmasked attention; "
-                          "windows, bottom-right alignment and softcap need triton-fwd")
+def _check_packed(packed) -> None:
+    if packed is not None:
+        raise ConfigError(f"{KERNEL} does not take packed (variable-length) batches: its "
+                          "TMA descriptors clip at the tensor's rows, not a sequence's (use "
+                          "triton-fwd)")
 
 
-def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig) -> None:
+def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None) -> None:
     """Launch the kernel (and the merge of a SPLIT_KV list) on an sm_90 GPU."""
     from ..launch import interpreting, launch_compiled, launch_options
 
@@ -545,8 +594,8 @@ def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig) -> None:
     if scale <= 0:
         raise ConfigError(f"{KERNEL} needs scale > 0 (it folds the scale into the row "
                           f"maximum), got {scale} (use triton-fwd)")
-    _check_mask(mask, q.shape[2], k.shape[2])
-    p = plan(q, k, v, out, lse, causal=mask.causal, scale=scale, cfg=cfg)
+    _check_packed(packed)
+    p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
     part = p.workspace(q)
     launch_compiled(_kernel(), p.grid, p.args(q, k, v, out, lse, part), p.consts,
                     launch_options(cfg, q.device), cache=p.compiled)

@@ -127,40 +127,46 @@ def select(problem: Problem) -> TritonBwdConfig:
 
 
 def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
-          cfg: TritonBwdConfig) -> dict:
+          cfg: TritonBwdConfig, packed=None) -> dict:
     """``{name: (function, grid, positional args, constexpr keywords, launch options)}``
     for the three launches, in launch order: ``bwd_preprocess``, ``bwd_dkdv``,
     ``bwd_dq``. The one place their argument lists are built: :func:`run` launches them
     and offline compilation binds them (on meta tensors). delta and lse are contiguous
-    (B, H, Nq) fp32."""
+    (B, H, Nq) fp32. ``packed``: a :class:`~flashscope.launch.Packed` batch (VARLEN),
+    tensors as in :func:`.triton_fwd.call`, lse and delta (1, H, total_q)."""
     from ..launch import LOG2E, launch_options, triton_cdiv
+    from .triton_fwd import packed_shape
 
-    B, H, Nq, D = q.shape
+    _, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
+    B, rows, keys, lengths = packed_shape(q, k, packed)
+    varlen = packed is not None
     common = {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D)}
-    switches = mask.switches(Nq, Nk)
+    switches = mask.switches(*lengths)
     switches.pop("GUARD")  # rows that see no key have L = -inf and every score masked
-    scalars = (*mask.scalars(Nq, Nk), *mask.cap_args(scale))
+    switches["VARLEN"] = varlen
+    scalars = (*mask.scalars(*lengths), *mask.cap_args(scale))
+    cu = (q, q) if packed is None else (packed.cu_seqlens_q, packed.cu_seqlens_k)
     opts = launch_options(cfg, q.device)
     return {
         "bwd_preprocess": (
-            FUNCTIONS["bwd_preprocess"], (triton_cdiv(Nq, cfg.PRE_BLOCK), B * H),
-            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq),
-            {**common, "BLOCK_M": cfg.PRE_BLOCK}, dict(PRE_OPTIONS)),
+            FUNCTIONS["bwd_preprocess"], (triton_cdiv(rows, cfg.PRE_BLOCK), B * H),
+            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu[0]),
+            {**common, "BLOCK_M": cfg.PRE_BLOCK, "VARLEN": varlen}, dict(PRE_OPTIONS)),
         "bwd_dkdv": (
-            FUNCTIONS["bwd_dkdv"], (triton_cdiv(Nk, cfg.BLOCK_N1), B * Hkv),
+            FUNCTIONS["bwd_dkdv"], (triton_cdiv(keys, cfg.BLOCK_N1), B * Hkv),
             (q, k, v, dout, lse, delta, dk, dv,
              *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
-             H, Hkv, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars),
+             H, Hkv, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars, *cu),
             {**common, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
-             "EVEN_M": Nq % cfg.BLOCK_M1 == 0, **switches}, opts),
+             "EVEN_M": not varlen and Nq % cfg.BLOCK_M1 == 0, **switches}, opts),
         "bwd_dq": (
-            FUNCTIONS["bwd_dq"], (triton_cdiv(Nq, cfg.BLOCK_M2), B * H),
+            FUNCTIONS["bwd_dq"], (triton_cdiv(rows, cfg.BLOCK_M2), B * H),
             (q, k, v, dout, lse, delta, dq,
              *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
-             H, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars),
+             H, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars, *cu),
             {**common, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
-             "EVEN_N": Nk % cfg.BLOCK_N2 == 0, **switches}, opts),
+             "EVEN_N": not varlen and Nk % cfg.BLOCK_N2 == 0, **switches}, opts),
     }
 
 
@@ -173,19 +179,23 @@ _PLANS_MAX = 256
 
 
 def plan_key(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
-             cfg: TritonBwdConfig) -> tuple:
+             cfg: TritonBwdConfig, packed=None) -> tuple:
     """What the three launches specialize on besides data addresses: the device, dtype,
     every tensor's shape, strides and 16-byte alignment (delta is allocated here, hence
-    aligned), the mask, scale and config. It determines each launch's arguments up to
-    their values, so it keys their compiled kernels."""
+    aligned), the mask, scale and config, and a packed batch's longest sequences and its
+    prefix sums' alignment. It determines each launch's arguments up to their values, so
+    it keys their compiled kernels."""
     ts = (dout, q, k, v, out, dq, dk, dv)
+    pk = None if packed is None else (
+        packed.max_seqlen_q, packed.max_seqlen_k, packed.cu_seqlens_q.shape,
+        packed.cu_seqlens_q.data_ptr() % 16, packed.cu_seqlens_k.data_ptr() % 16)
     return (q.device, q.dtype, tuple(t.shape for t in ts), tuple(t.stride() for t in ts),
             tuple(t.data_ptr() % 16 for t in (*ts, lse)), lse.shape, lse.stride(), mask,
-            float(scale), cfg)
+            float(scale), cfg, pk)
 
 
 def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
-        cfg: TritonBwdConfig) -> None:
+        cfg: TritonBwdConfig, packed=None) -> None:
     """Launch delta, then dK/dV, then dQ (GPU, or the interpreter on CPU tensors)."""
     import torch
 
@@ -196,10 +206,10 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
     B, H, Nq, _ = q.shape
     delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
     compiled = remembered(_PLANS, plan_key(dout, q, k, v, out, lse, dq, dk, dv, mask=mask,
-                                           scale=scale, cfg=cfg),
+                                           scale=scale, cfg=cfg, packed=packed),
                           lambda: {name: {} for name in FUNCTIONS.values()}, _PLANS_MAX)
     for fn_name, grid, args, consts, opts in calls(
             dout, q, k, v, out, lse, delta, dq, dk, dv, mask=mask, scale=scale,
-            cfg=cfg).values():
+            cfg=cfg, packed=packed).values():
         launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device,
                    cache=compiled[fn_name])

@@ -113,37 +113,55 @@ def select(problem: Problem) -> TritonFwdConfig:
 
 
 def accepts(problem: Problem) -> Optional[str]:
-    """Why this family cannot run ``problem``, or None: it runs every problem."""
+    """Why this family cannot run ``problem``, or None: it runs every problem, packed
+    batches included."""
     return None
 
 
-def call(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig):
+def packed_shape(q, k, packed) -> tuple:
+    """(B, rows, keys, per-sequence lengths or None) of a launch over q (B, H, Nq, D) and
+    k (B, Hkv, Nk, D): the grid's batch and the longest rows and keys it covers; with a
+    :class:`~flashscope.launch.Packed` batch its sequences' count and longest lengths,
+    which the host knows only as bounds (the kernels read the rest on the device)."""
+    if packed is None:
+        return q.shape[0], q.shape[2], k.shape[2], (q.shape[2], k.shape[2])
+    return packed.batch, packed.max_seqlen_q, packed.max_seqlen_k, (None, None)
+
+
+def call(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig, packed=None):
     """(grid, positional args, constexpr keywords) of one ``_attn_fwd`` launch: what
     :func:`flashscope.launch.forward` launches and offline compilation binds (on meta
-    tensors). ``lse=None``: no log-sum-exp (``out`` is passed in its slot)."""
+    tensors). ``lse=None``: no log-sum-exp (``out`` is passed in its slot). ``packed``: a
+    :class:`~flashscope.launch.Packed` batch (VARLEN): q (1, H, total_q, D), the grid
+    over its longest sequence, the mask's lengths per sequence on the device."""
     from ..launch import LOG2E, triton_cdiv
 
-    B, H, Nq, D = q.shape
+    _, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    grid = (triton_cdiv(Nq, cfg.BLOCK_M), B * H)
-    switches = mask.switches(Nq, Nk)
+    B, rows, _, lengths = packed_shape(q, k, packed)
+    grid = (triton_cdiv(rows, cfg.BLOCK_M), B * H)
+    switches = mask.switches(*lengths)
+    cu = (q, q) if packed is None else (packed.cu_seqlens_q, packed.cu_seqlens_k)
     args = (q, k, v, out, lse if lse is not None else out,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            H, H // Hkv, Nq, Nk, scale * LOG2E, *mask.scalars(Nq, Nk),
-            *mask.cap_args(scale))
+            H, H // Hkv, Nq, Nk, scale * LOG2E, *mask.scalars(*lengths),
+            *mask.cap_args(scale), *cu)
     consts = dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
                   BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, Q_IN_REGS=bool(cfg.Q_IN_REGS),
-                  RETURN_LSE=lse is not None, EVEN_N=(Nk % cfg.BLOCK_N == 0),
+                  RETURN_LSE=lse is not None,
+                  EVEN_N=packed is None and Nk % cfg.BLOCK_N == 0,
                   SCALE_POS=scale > 0, HEAVY_FIRST=mask.causal and not mask.left_bounded,
-                  **switches)
+                  **switches, VARLEN=packed is not None)
     return grid, args, consts
 
 
-def run(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig) -> None:
+def run(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig,
+        packed=None) -> None:
     """Launch the kernel (GPU, or Triton's interpreter on CPU tensors)."""
     from .. import kernels
     from ..launch import interpreting, launch_jit, launch_options
 
-    grid, args, consts = call(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
+    grid, args, consts = call(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg,
+                              packed=packed)
     kernel = getattr(kernels.load(MODULE, interpret=interpreting()), FUNCTION)
     launch_jit(kernel, grid, args, consts, launch_options(cfg, q.device), q.device)

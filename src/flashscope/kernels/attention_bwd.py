@@ -26,6 +26,10 @@ are skipped, and only the band's edges and partial tail tiles pay for masks (``M
 compile-time switches of one inner-loop body). A row that sees no key has L = -inf; its
 scores are all masked, so it adds nothing.
 
+With VARLEN the batch is packed as in the forward (:mod:`flashscope.kernels.common`):
+each program reads its sequence's bounds from the prefix sums CuSeqQ/CuSeqK and leaves
+when its tile starts past the sequence's end; L and delta are (H, total_q) there.
+
 Rows outside the problem are loaded as zeros: a padded query row has q = dO = 0 and
 L = +inf, so p = 0 and it adds nothing to dK, dV; a padded key row only feeds rows of dK,
 dV (or, masked to p = 0, columns of dQ) that are never stored.
@@ -36,7 +40,8 @@ Triton only: compiles for any target without torch or a GPU.
 import triton
 import triton.language as tl
 
-from flashscope.kernels.common import LOG2E, load_tile, softcapped
+from flashscope.kernels.common import (LOG2E, load_tile, row_start, seq_base, sequence,
+                                       sequences, softcapped)
 from flashscope.kernels.keyrange import key_range, query_range, visible
 
 
@@ -45,25 +50,33 @@ def _attn_bwd_preprocess(
     Out, DOut, Delta,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    H, N_Q,
+    H, N_Q, CuSeqQ,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+    VARLEN: tl.constexpr,
 ):
-    """delta = rowsum(dO * O) in fp32. Grid: (cdiv(N_Q, BLOCK_M), B * H)."""
+    """delta = rowsum(dO * O) in fp32. Grid: (cdiv(N_Q, BLOCK_M), B * H); with VARLEN
+    N_Q is the packed total and the grid's first axis covers the longest sequence."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)
     off_h = (pid_bh % H).to(tl.int64)
+    q_start, n_q = sequence(CuSeqQ, off_b, N_Q, VARLEN)
+    if VARLEN:
+        if pid_m * BLOCK_M >= n_q:
+            return
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)
-    o = tl.load(Out + off_b * stride_ob + off_h * stride_oh
+    mask = (offs_m[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
+    o = tl.load(seq_base(Out, off_b, off_h, q_start, stride_ob, stride_oh, stride_om, VARLEN)
                 + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
                 mask=mask, other=0.0)
-    do = tl.load(DOut + off_b * stride_dob + off_h * stride_doh
+    do = tl.load(seq_base(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
+                          VARLEN)
                  + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
                  mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    tl.store(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
+    tl.store(Delta + row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m, delta,
+             mask=offs_m < n_q)
 
 
 @triton.jit
@@ -128,26 +141,33 @@ def _attn_bwd_dkdv(
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     H, HKV, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
+    CuSeqQ, CuSeqK,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, EVEN_M: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-    SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr,
+    SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    """dK, dV for one key tile. Grid: (cdiv(N_K, BLOCK_N1), B * HKV).
-    scale = softmax scale, qk_scale = scale * log2(e)."""
+    """dK, dV for one key tile. Grid: (cdiv(N_K, BLOCK_N1), B * HKV) (VARLEN: the longest
+    sequence's keys; N_Q, N_K the packed totals). scale = softmax scale, qk_scale =
+    scale * log2(e)."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // HKV).to(tl.int64)
     off_hkv = (pid_bh % HKV).to(tl.int64)
     start_n = pid_n * BLOCK_N1
+    q_start, n_q, k_start, n_k, OFFSET = sequences(CuSeqQ, CuSeqK, off_b, N_Q, N_K, OFFSET,
+                                                   VARLEN, SHIFTED)
+    if VARLEN:
+        if start_n >= n_k:  # past this sequence's keys
+            return
 
     offs_n = start_n + tl.arange(0, BLOCK_N1)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    kv_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
-    k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh
+    kv_mask = (offs_n[:, None] < n_k) & (offs_d[None, :] < HEAD_DIM)
+    k = tl.load(seq_base(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn, VARLEN)
                 + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
                 mask=kv_mask, other=0.0)
-    v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh
+    v = tl.load(seq_base(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn, VARLEN)
                 + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
                 mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
@@ -156,39 +176,40 @@ def _attn_bwd_dkdv(
     # query tiles [lo, full_lo) cross the band's lower edge (the diagonal), [full_lo,
     # full_hi) see every key of this tile, [full_hi, hi) cross its upper edge (a left
     # window) or hold rows past N_Q
-    lo, full_lo, full_hi, hi = query_range(start_n, N_Q, OFFSET, LEFT, RIGHT, BLOCK_N1,
+    lo, full_lo, full_hi, hi = query_range(start_n, n_q, OFFSET, LEFT, RIGHT, BLOCK_N1,
                                            BLOCK_M1, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
     BAND: tl.constexpr = CAUSAL or HAS_LEFT or HAS_RIGHT
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
         bh = off_b * H + off_h
-        q_base = Q + off_b * stride_qb + off_h * stride_qh
-        do_base = DOut + off_b * stride_dob + off_h * stride_doh
-        lse_base = Lse + bh * N_Q
-        delta_base = Delta + bh * N_Q
+        q_base = seq_base(Q, off_b, off_h, q_start, stride_qb, stride_qh, stride_qm, VARLEN)
+        do_base = seq_base(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
+                           VARLEN)
+        lse_base = Lse + row_start(bh, off_h, q_start, N_Q, VARLEN)
+        delta_base = Delta + row_start(bh, off_h, q_start, N_Q, VARLEN)
         if CAUSAL or HAS_RIGHT:
             dk, dv = _attn_bwd_dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
+                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, n_q, qk_scale,
                 OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo, BLOCK_M1, HEAD_DIM,
                 HEAD_DIM_PAD, False, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
         dk, dv = _attn_bwd_dkdv_tiles(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
+            stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, n_q, qk_scale,
             OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi, BLOCK_M1, HEAD_DIM,
             HEAD_DIM_PAD, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
         if HAS_LEFT or not EVEN_M:
             dk, dv = _attn_bwd_dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, N_Q, qk_scale,
+                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, n_q, qk_scale,
                 OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi, BLOCK_M1, HEAD_DIM,
                 HEAD_DIM_PAD, not EVEN_M, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
 
     dk = dk * scale
-    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh
+    tl.store(seq_base(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn, VARLEN)
              + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
              dk.to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh
+    tl.store(seq_base(DV, off_b, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn, VARLEN)
              + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
              dv.to(DV.dtype.element_ty), mask=kv_mask)
 
@@ -244,59 +265,67 @@ def _attn_bwd_dq(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     H, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
+    CuSeqQ, CuSeqK,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, EVEN_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-    SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr,
+    SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    """dQ for one query tile. Grid: (cdiv(N_Q, BLOCK_M2), B * H). Programs run last tile
-    first: under a causal mask the last query tiles have the most keys to visit."""
+    """dQ for one query tile. Grid: (cdiv(N_Q, BLOCK_M2), B * H) (VARLEN: the longest
+    sequence's rows; N_Q, N_K the packed totals). Programs run last tile first: under a
+    causal mask the last query tiles have the most keys to visit."""
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)
     off_h = (pid_bh % H).to(tl.int64)
     off_hkv = off_h // GROUP
     start_m = pid_m * BLOCK_M2
+    q_start, n_q, k_start, n_k, OFFSET = sequences(CuSeqQ, CuSeqK, off_b, N_Q, N_K, OFFSET,
+                                                   VARLEN, SHIFTED)
+    if VARLEN:
+        if start_m >= n_q:  # past this sequence's rows
+            return
 
     offs_m = start_m + tl.arange(0, BLOCK_M2)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    m_ok = offs_m < N_Q
+    m_ok = offs_m < n_q
     q_mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh
+    q = tl.load(seq_base(Q, off_b, off_h, q_start, stride_qb, stride_qh, stride_qm, VARLEN)
                 + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                 mask=q_mask, other=0.0)
-    do = tl.load(DOut + off_b * stride_dob + off_h * stride_doh
+    do = tl.load(seq_base(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
+                          VARLEN)
                  + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
                  mask=q_mask, other=0.0)
-    row = pid_bh.to(tl.int64) * N_Q + offs_m
+    row = row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m
     lse2 = tl.load(Lse + row, mask=m_ok, other=float("inf")) * LOG2E
     delta = tl.load(Delta + row, mask=m_ok, other=0.0)
     dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    k_base = seq_base(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn, VARLEN)
+    v_base = seq_base(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn, VARLEN)
 
-    lo, full_lo, full_hi, hi = key_range(start_m, N_K, OFFSET, LEFT, RIGHT, BLOCK_M2,
+    lo, full_lo, full_hi, hi = key_range(start_m, n_k, OFFSET, LEFT, RIGHT, BLOCK_M2,
                                          BLOCK_N2, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
     BAND: tl.constexpr = CAUSAL or HAS_LEFT or HAS_RIGHT
     if HAS_LEFT:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo,
+            offs_m, offs_d, n_k, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo,
             BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, True, CAUSAL, HAS_LEFT, HAS_RIGHT,
             SHIFTED, SOFTCAP)
     dq = _attn_bwd_dq_tiles(
         dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi,
+        offs_m, offs_d, n_k, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi,
         BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED,
         SOFTCAP)
     if BAND or not EVEN_N:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi,
+            offs_m, offs_d, n_k, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi,
             BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT,
             SHIFTED, SOFTCAP)
 
     dq = dq * scale
-    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh
+    tl.store(seq_base(DQ, off_b, off_h, q_start, stride_dqb, stride_dqh, stride_dqm, VARLEN)
              + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
              dq.to(DQ.dtype.element_ty), mask=q_mask)

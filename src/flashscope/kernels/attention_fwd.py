@@ -18,6 +18,12 @@ softmax (Milakov & Gimelshein 2018; Dao et al., FlashAttention, 2022 and FlashAt
 Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D) with H % Hkv == 0 (GQA: query head h
 reads kv head h // (H / Hkv)), Out (B, H, Nq, D), Lse (B, H, Nq) fp32. Any strides.
 D is padded to HEAD_DIM_PAD (a power of two, >= 16) by masked loads, never by the caller.
+With VARLEN the batch is packed (FlashAttention's varlen layout, :mod:`.common`): sequence
+b's query rows are rows CuSeqQ[b] .. CuSeqQ[b + 1] of the packed axis (the N axis of the
+tensors, batch stride unused), its keys those of CuSeqK; every program reads its
+sequence's bounds on the device and leaves at once when its row block starts past the
+sequence's end, so the grid is sized by the longest sequence and nothing is padded. The
+mask applies per sequence (bottom-right alignment offsets by each sequence's own Nk - Nq).
 
 The mask (causal, a sliding window, top-left or bottom-right alignment; see
 :mod:`flashscope.masks`) decides which key tiles a row block visits
@@ -32,7 +38,7 @@ This module imports Triton only, so it compiles for any target without torch or 
 import triton
 import triton.language as tl
 
-from flashscope.kernels.common import LN2, load_tile, softcapped
+from flashscope.kernels.common import LN2, load_tile, row_start, seq_base, sequences, softcapped
 from flashscope.kernels.keyrange import key_range, visible
 
 
@@ -101,21 +107,24 @@ def _attn_fwd(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    H, GROUP, N_Q, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
+    H, GROUP, N_Q, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, CuSeqQ, CuSeqK,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, Q_IN_REGS: tl.constexpr,
     RETURN_LSE: tl.constexpr, EVEN_N: tl.constexpr, SCALE_POS: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr, GUARD: tl.constexpr,
-    SOFTCAP: tl.constexpr,
+    SOFTCAP: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    """Grid: (cdiv(N_Q, BLOCK_M), B * H). qk_scale = scale * log2(e); OFFSET, LEFT, RIGHT
-    and the mask switches as :meth:`flashscope.masks.Mask.scalars` and ``switches`` give
-    them. SOFTCAP: scores become c tanh(s / c) before the softmax, cap_in = scale / c and
-    cap_out = c log2(e) (:func:`~flashscope.kernels.common.softcapped`). HEAVY_FIRST (causal) hands the first programs of each head the last row blocks,
-    which have the most key tiles: the GPU starts blocks in program order, so the grid ends
-    on short blocks instead of leaving SMs idle behind long ones (longest-processing-time
-    first)."""
+    """Grid: (cdiv(N_Q, BLOCK_M), B * H), with VARLEN (cdiv(longest sequence, BLOCK_M),
+    B * H), N_Q and N_K then the packed totals (N_Q the row stride of Lse, (H, total))
+    and CuSeqQ/CuSeqK the int32 prefix sums (unread without VARLEN). qk_scale = scale *
+    log2(e); OFFSET, LEFT, RIGHT and the mask switches as
+    :meth:`flashscope.masks.Mask.scalars` and ``switches`` give them. SOFTCAP: scores
+    become c tanh(s / c) before the softmax, cap_in = scale / c and cap_out = c log2(e)
+    (:func:`~flashscope.kernels.common.softcapped`). HEAVY_FIRST (causal) hands the first
+    programs of each head the last row blocks, which have the most key tiles: the GPU
+    starts blocks in program order, so the grid ends on short blocks instead of leaving
+    SMs idle behind long ones (longest-processing-time first)."""
     pid_m = tl.program_id(0)
     if HEAVY_FIRST:
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -124,51 +133,57 @@ def _attn_fwd(
     off_h = (pid_bh % H).to(tl.int64)
     off_hkv = off_h // GROUP
     start_m = pid_m * BLOCK_M
+    q_start, n_q, k_start, n_k, OFFSET = sequences(CuSeqQ, CuSeqK, off_b, N_Q, N_K, OFFSET,
+                                                   VARLEN, SHIFTED)
+    if VARLEN:
+        if start_m >= n_q:  # past this sequence's rows
+            return
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    q_mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)
-    q_ptrs = (Q + off_b * stride_qb + off_h * stride_qh
+    q_mask = (offs_m[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
+    q_ptrs = (seq_base(Q, off_b, off_h, q_start, stride_qb, stride_qh, stride_qm, VARLEN)
               + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    k_base = seq_base(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn, VARLEN)
+    v_base = seq_base(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn, VARLEN)
     q = tl.load(q_ptrs, mask=q_mask, other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
 
-    lo, full_lo, full_hi, hi = key_range(start_m, N_K, OFFSET, LEFT, RIGHT, BLOCK_M,
+    lo, full_lo, full_hi, hi = key_range(start_m, n_k, OFFSET, LEFT, RIGHT, BLOCK_M,
                                          BLOCK_N, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
     BAND: tl.constexpr = CAUSAL or HAS_LEFT or HAS_RIGHT
     if HAS_LEFT:  # the band's left edge
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
-            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
+            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, n_k, qk_scale,
             OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo, BLOCK_N, HEAD_DIM,
             HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, True, SCALE_POS, CAUSAL, HAS_LEFT,
             HAS_RIGHT, SHIFTED, GUARD, SOFTCAP)
     # the tiles every row of the block sees whole: no mask
     acc, l_i, m_i = _attn_fwd_tiles(
         acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
-        stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
+        stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, n_k, qk_scale,
         OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi, BLOCK_N, HEAD_DIM,
         HEAD_DIM_PAD, Q_IN_REGS, False, False, SCALE_POS, CAUSAL, HAS_LEFT, HAS_RIGHT,
         SHIFTED, GUARD, SOFTCAP)
     if BAND or not EVEN_N:  # the band's right edge (the diagonal) and a partial last tile
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
-            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, N_K, qk_scale,
+            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, n_k, qk_scale,
             OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi, BLOCK_N, HEAD_DIM,
             HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, BAND, SCALE_POS, CAUSAL, HAS_LEFT,
             HAS_RIGHT, SHIFTED, GUARD, SOFTCAP)
 
-    if GUARD:  # rows that saw no key (acc 0, m -inf): output 0, log-sum-exp -inf
-        l_i = tl.where(l_i == 0.0, 1.0, l_i)
+    if GUARD or VARLEN:  # rows that saw no key (acc 0, m -inf; with VARLEN also those
+        l_i = tl.where(l_i == 0.0, 1.0, l_i)  # of a sequence without keys): 0, lse -inf
     out = acc / l_i[:, None]
-    o_ptrs = (Out + off_b * stride_ob + off_h * stride_oh
+    o_ptrs = (seq_base(Out, off_b, off_h, q_start, stride_ob, stride_oh, stride_om, VARLEN)
               + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=q_mask)
     if RETURN_LSE:
         lse = (m_i + tl.math.log2(l_i)) * LN2
-        tl.store(Lse + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+        tl.store(Lse + row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m, lse,
+                 mask=offs_m < n_q)

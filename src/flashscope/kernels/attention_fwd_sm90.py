@@ -65,6 +65,15 @@ tile's key tiles are loaded and consumed in order, or with MASKED_FIRST masked o
 (:func:`_key_tile`), so that each consumer masks at most its first tile and the loop body
 above carries no mask.
 
+A band (a sliding window, or bottom-right alignment with Nq != Nk: HAS_LEFT, HAS_RIGHT,
+SHIFTED) starts each work tile at the first key tile its rows see
+(:func:`~flashscope.kernels.sm90_worklist._work`, the shared key-range helper), runs
+round robin without MASKED_FIRST, and has each consumer mask only the tiles its band's
+edges cross (:func:`~flashscope.kernels.sm90_worklist._band_edges`); rows that have seen
+no key keep their maximum at 0 and store zeros (:func:`_row_max`). SOFTCAP caps each score
+tile as c tanh(s / c) in the exp2 domain before the mask. All of it compiles away
+without its switch.
+
 Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D), H % Hkv == 0, D in {64, 128} (any
 power of two 16..256 compiles), Out (B, H, Nq, D), Lse (B, H, Nq) fp32.
 
@@ -96,12 +105,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashscope.compat import tma_load, tma_store
-from flashscope.kernels.common import LN2
+from flashscope.kernels.common import LN2, softcapped
 from flashscope.kernels.sm90_softmax import (
     _lazy_rescale,
     _masked,
     _p_operand,
     _quad_sums,
+    _row_max,
 )
 from flashscope.kernels.sm90_sync import (
     _acquire,
@@ -114,6 +124,7 @@ from flashscope.kernels.sm90_sync import (
     _take_turn,
 )
 from flashscope.kernels.sm90_worklist import (
+    _band_edges,
     _key_tile,
     _own_tiles,
     _range,
@@ -173,15 +184,18 @@ def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_K, Div,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, LPT: gl.constexpr,
-              MASKED_FIRST: gl.constexpr, SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr):
+              MASKED_FIRST: gl.constexpr, SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr,
+              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
     which frees while the
     consumers finish the previous tile, whereas Q's slot waits for that tile's output
-    store. With SPLIT a work tile loads the positions of its key range only."""
+    store. With SPLIT a work tile loads the positions of its key range only; with a band
+    the key tiles from the band's first (:func:`_work`)."""
+    BAND: gl.constexpr = HAS_LEFT or HAS_RIGHT or SHIFTED
     g = 0
     i = 0
     n_work, base, L = _share(pid, nprog, total, Sched, LPT, SPLIT)
@@ -190,10 +204,13 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         t = t_next
         kr = kr_next
         t_next, kr_next, _ = _tile(r + 1, n_work, base, L, nprog, Sched, LPT, SPLIT)
-        _, off_b, off_h, off_hkv, start_m, n_tiles, mask_from = _work(
-            t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        _, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from = _work(
+            t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_LEFT,
+            HAS_RIGHT, SHIFTED)
         lo, hi = _range(kr, n_tiles, SPLIT)
         first = _key_tile(lo, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
+        if BAND:
+            first += t0
         _stamp(Trace, pid, 3, r, 0, TRACE)
         _stamp(Trace, pid, 3, r, 5, TRACE, t)
         _stamp(Trace, pid, 3, r, 6, TRACE, n_tiles)
@@ -215,6 +232,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _stamp(Trace, pid, 3, r, 2, TRACE)
         for pos in range(lo + 1, hi):
             j = _key_tile(pos, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
+            if BAND:
+                j += t0
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + pos - lo,
                      BLOCK_N, STAGES)
             _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + pos - lo,
@@ -227,7 +246,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
 @gluon.jit
 def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, off_b,
                off_h, row0, pid_bh, N_Q, RETURN_LSE: gl.constexpr, EARLY_Q: gl.constexpr,
-               OUT_RCP: gl.constexpr, row_s: gl.constexpr):
+               OUT_RCP: gl.constexpr, row_s: gl.constexpr, GUARD: gl.constexpr):
     """Consumer C's output rows [row0, row0 + 64) of head (off_b, off_h): O / l (acc
     [64, D] fp32, l_part its rows' quad shares of l, summed here once per work tile) and,
     with RETURN_LSE, (m + log2 l) ln 2. O / l divides each of a thread's D / 2 values,
@@ -236,10 +255,13 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
     Out is staged in shared memory for a TMA store: without EARLY_Q in this consumer's Q
     slot (its Q K^T products completed), handed back for the next Q once the store has
     read it; with EARLY_Q in a slot of its own, which only the previous work tile's store
-    must have left."""
+    must have left. GUARD: a row that saw no key (l = 0, m = -inf) stores zeros and a
+    log-sum-exp of -inf."""
     ROWS: gl.constexpr = acc.shape[0]
     HEAD_DIM: gl.constexpr = acc.shape[1]
     l_i = gl.sum(l_part, 1)
+    if GUARD:
+        l_i = gl.where(l_i == 0.0, 1.0, l_i)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
     if OUT_RCP:
         out = acc * gl.expand_dims(1.0 / l_o, 1)
@@ -282,12 +304,14 @@ def _store_part(acc, l_part, m_i, Part, slot, C: gl.constexpr, BLOCK_M: gl.const
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m, H,
-              GROUP, N_Q, N_K, qk_scale, Div, C: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-              K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr, RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr,
+              GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, C: gl.constexpr,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+              STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
+              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr,
               MASKED_FIRST: gl.constexpr, OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr,
-              SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr):
+              SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr, HAS_LEFT: gl.constexpr,
+              HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr, SOFTCAP: gl.constexpr):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -298,8 +322,16 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     each one's softmax falls under the others' products. With SPLIT a work tile runs the
     positions [lo, hi) of its key range, and a piece of a cut block (slot >= 0) writes
     its partial O, m and l (:func:`_store_part`) after its output rows (which the merge
-    overwrites)."""
+    overwrites).
+
+    With a band (HAS_LEFT, HAS_RIGHT or SHIFTED; Band = (OFFSET, LEFT, RIGHT)) every
+    consumer takes every key tile of its work tile and masks those its band's edges
+    cross (:func:`_band_edges`); a row may then meet tiles it sees nothing of before its
+    first key, which :func:`_row_max` keeps at zero instead of NaN. SOFTCAP (Cap =
+    (scale / c, c log2 e), qk_scale 1): scores become c tanh(s / c) in the exp2 domain
+    before the mask and the row maximum."""
     ROWS: gl.constexpr = 64
+    BAND: gl.constexpr = HAS_LEFT or HAS_RIGHT or SHIFTED
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -325,12 +357,18 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         kr = kr_next
         part = slot_next
         t_next, kr_next, slot_next = _tile(r + 1, n_work, base, L, nprog, Sched, LPT, SPLIT)
-        pid_bh, off_b, off_h, _, start_m, n_tiles, mask_from = _work(
-            t, n_m, H, GROUP, N_K, Div, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        pid_bh, off_b, off_h, _, start_m, t0, n_tiles, mask_from = _work(
+            t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_LEFT,
+            HAS_RIGHT, SHIFTED)
         lo, hi = _range(kr, n_tiles, SPLIT)
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
-                                     IS_CAUSAL, LPT)
+                                     IS_CAUSAL, LPT, BAND)
+        if BAND:  # this consumer masks the tiles outside [mask_lo, mask_own)
+            mask_lo, mask_own = _band_edges(row0, N_K, Band, ROWS, BLOCK_N, IS_CAUSAL,
+                                            HAS_LEFT, HAS_RIGHT, SHIFTED)
+        else:
+            mask_lo = 0
         _stamp(Trace, pid, C, r, 0, TRACE)
         _stamp(Trace, pid, C, r, 7, TRACE, n_own)
         mbarrier.wait(q_ready.index(C), i & 1)
@@ -350,7 +388,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                                           k_phase, first - lo, k, C, CONSUMERS, STAGES,
                                           K_EARLY, PINGPONG)
             end = hi
-        elif IS_CAUSAL or LPT == 2:
+        elif (IS_CAUSAL and not BAND) or LPT == 2:
             first = lo
             end = n_own
             if SPLIT:
@@ -375,13 +413,18 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             _scores_done(k_empty, q_empty, k_slot, C, True, K_EARLY, EARLY_Q)
         else:
             _scores_done(k_empty, q_empty, k_slot, C, first == end - 1, K_EARLY, EARLY_Q)
-        if IS_CAUSAL or MASKED_FIRST:
+        if SOFTCAP:
+            s, _ = softcapped(s, Cap[0], Cap[1])
+        if BAND:
+            p0 = t0 + first
+        elif IS_CAUSAL or MASKED_FIRST:
             p0 = _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
         else:  # only the last key tile masks, and no piece starts there (split_points);
             p0 = 0  # a position read from the list here cost the loop 0.3%
-        s = _masked(s, p0, row0, N_K, mask_own, ROWS, BLOCK_N, IS_CAUSAL, s_layout)
+        s = _masked(s, p0, row0, N_K, mask_own, mask_lo, Band, ROWS, BLOCK_N, IS_CAUSAL,
+                    HAS_LEFT, HAS_RIGHT, SHIFTED, s_layout)
         m_i = gl.max(s, 1) * qk_scale
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
+        p = gl.exp2(s * qk_scale - gl.expand_dims(_row_max(m_i, BAND), 1))
         l_part = _quad_sums(p)
         p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
@@ -393,7 +436,10 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         origin = first
         if MASKED_FIRST:
             origin = 0
-        shift = origin * BLOCK_N
+        if BAND:  # positions count from the band's first tile
+            shift = (origin + t0) * BLOCK_N
+        else:
+            shift = origin * BLOCK_N
         for it in range(first + 1 - origin, end - origin):
             v_slot = k_slot  # the previous tile's V shares its K's slot number
             v_phase = k_phase
@@ -408,12 +454,15 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             _pass_turn(C, CONSUMERS, PINGPONG)
             kk += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
+            if SOFTCAP:
+                s, _ = softcapped(s, Cap[0], Cap[1])
             _scores_done(k_empty, q_empty, k_slot, C, it == end - origin - 1, K_EARLY,
                          EARLY_Q and not Q_REGS)
 
             if not MASKED_FIRST:  # positions are tiles
-                s = _masked(s, it, row0 - shift, N_K - shift, mask_own - shift, ROWS,
-                            BLOCK_N, IS_CAUSAL, s_layout)
+                s = _masked(s, it, row0 - shift, N_K - shift, mask_own - shift,
+                            mask_lo - shift, Band, ROWS, BLOCK_N, IS_CAUSAL, HAS_LEFT,
+                            HAS_RIGHT, SHIFTED, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             if RESCALE_TAU > 0:
                 # a row keeps its old maximum unless the tile raises it by more than TAU
@@ -421,8 +470,9 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             # the row maxima go to shared memory, so they are computed under the P V
             # product; ptxas would otherwise hoist the wait above them (:func:`_pin`)
             _pin(pin, C, gl.expand_dims(m_new, 1))
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-            alpha = gl.exp2(m_i - m_new)
+            m_use = _row_max(m_new, BAND)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))
+            alpha = gl.exp2(m_i - m_use)
             l_part = l_part * gl.expand_dims(
                 gl.convert_layout(alpha, gl.SliceLayout(1, l_part.type.layout)), 1) \
                 + _quad_sums(p)
@@ -445,7 +495,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         _stamp(Trace, pid, C, r, 5, TRACE)
         _release(v_empty, k_slot)
-        if not MASKED_FIRST and (IS_CAUSAL or LPT == 2):
+        if not MASKED_FIRST and ((IS_CAUSAL and not BAND) or LPT == 2):
             # the tiles past this consumer's rows, after its last slot went back: passing
             # them waits for their loads, which may need that slot
             n_slot, n_phase = _next_slot(k_slot, k_phase, STAGES)
@@ -457,7 +507,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         # epilogue is the one without SPLIT: a branch choosing between the two stores
         # moved ptxas's loop schedule, 0.5-1% a key tile
         _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
-                   pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s)
+                   pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s, BAND)
         if SPLIT:
             if part >= 0:
                 _store_part(acc, l_part, m_i, Part, part, C, BLOCK_M, row_s)
@@ -475,12 +525,15 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
 def _attn_fwd_sm90(
     q_desc, k_desc, v_desc, o_desc, Lse, Sched, Part,
     H, GROUP, N_Q, N_K, BH, qk_scale, DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G, Trace,
+    OFFSET, LEFT, RIGHT, cap_in, cap_out,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
     RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr,
     OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, SPLIT: gl.constexpr,
+    HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
+    SOFTCAP: gl.constexpr,
 ):
     """1-D grid of P programs (at most one per SM) over cdiv(N_Q, BLOCK_M) * BH work tiles
     (BH = B * H), each program looping over its tiles: round robin (program p takes tiles
@@ -506,7 +559,12 @@ def _attn_fwd_sm90(
     Q K^T (the module docstring). SPLIT (with LPT): the list's entries carry key ranges,
     and pieces of cut blocks write fp32 partials to ``Part`` (:func:`_store_part`; unread
     otherwise), which a second kernel merges. TRACE = R > 0 stamps the clock (``Trace``;
-    :func:`_stamp`)."""
+    :func:`_stamp`). HAS_LEFT, HAS_RIGHT, SHIFTED: a window's bounds and bottom-right
+    alignment, with OFFSET, LEFT and RIGHT as :meth:`flashscope.masks.Mask.scalars` gives
+    them (a band: every work tile visits the key tiles its rows see, round robin, each
+    consumer masking its band's edges; unread otherwise). SOFTCAP: scores capped as
+    c tanh(s / c), cap_in = scale / c, cap_out = c log2(e), qk_scale = 1 (unread
+    otherwise)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -546,20 +604,28 @@ def _attn_fwd_sm90(
             mbarrier.init(v_empty.index(i), count=CONSUMERS)
 
     Div = (DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G)
+    if HAS_LEFT or HAS_RIGHT or SHIFTED:
+        Band = (OFFSET, LEFT, RIGHT)
+    else:  # nothing to carry into the partitions
+        Band = ()
+    if SOFTCAP:
+        Cap = (cap_in, cap_out)
+    else:
+        Cap = ()
     # One list, in partition order (_worker_warps): consumer c, or the producer where c is
     # -1. The arguments are spelled out in place: a tuple bound to a name first would turn
     # its constexprs into tensors; a comprehension over a tuple of constexprs does not.
     gl.warp_specialize(
         [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                       k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
-                      GROUP, N_K, Div, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL, LPT,
-                      MASKED_FIRST, SPLIT, Trace, TRACE))
+                      GROUP, N_K, Div, Band, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
+                      LPT, MASKED_FIRST, SPLIT, Trace, TRACE, HAS_LEFT, HAS_RIGHT, SHIFTED))
          if c < 0 else
          (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                       k_empty, v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog,
-                      total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, c, BLOCK_M, BLOCK_N,
-                      HEAD_DIM, STAGES, K_EARLY, IS_CAUSAL, RETURN_LSE, LPT, PINGPONG,
-                      RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, SPLIT, Trace,
-                      TRACE))
+                      total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, c, BLOCK_M,
+                      BLOCK_N, HEAD_DIM, STAGES, K_EARLY, IS_CAUSAL, RETURN_LSE, LPT,
+                      PINGPONG, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, SPLIT,
+                      Trace, TRACE, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP))
          for c in ((0, -1), (0, 1, -1), (-1, 0, 1, 2))[CONSUMERS - 1]],
         _worker_warps(CONSUMERS), _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS))

@@ -1,5 +1,14 @@
-"""Pieces every Triton kernel body here shares: the log constants, the masked tile load, the
-logit cap, the score scaling and the online-softmax step.
+"""Pieces every Triton kernel body here shares: the log constants, the masked tile load,
+the logit cap, the score scaling, the online-softmax step, and where a (batch, head)'s rows
+start in a dense or packed tensor.
+
+Packed (variable-length) batches follow FlashAttention's layout: the sequences of a batch
+lie one after another along one axis of (total, H, D) tensors, and ``cu_seqlens`` (B + 1,
+int32 prefix sums) says where each starts. A program finds its sequence's start and length
+from the prefix sums on the device (:func:`sequence`); its rows are then addressed as a
+dense sequence of that length (:func:`seq_base`), and its per-row vectors (log-sum-exp,
+delta) as (H, total) (:func:`row_start`). With ``VARLEN`` off the same calls give the dense
+(B, H, N, D) addresses, with the sequence start a constant 0.
 
 This module imports Triton only.
 """
@@ -66,3 +75,52 @@ def softmax_step(s, m_i, l_i, GUARD: tl.constexpr):
     p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
+def sequence(CuSeqlens, b, N, VARLEN: tl.constexpr):
+    """(start, length) of sequence ``b``: from the prefix sums CuSeqlens[b], CuSeqlens[b + 1]
+    of a packed batch (VARLEN), else (0, N)."""
+    if VARLEN:
+        start = tl.load(CuSeqlens + b)
+        n = tl.load(CuSeqlens + b + 1) - start
+    else:
+        start = 0
+        n = N
+    return start, n
+
+
+@triton.jit
+def sequences(CuSeqQ, CuSeqK, b, N_Q, N_K, OFFSET, VARLEN: tl.constexpr,
+              SHIFTED: tl.constexpr):
+    """(q_start, n_q, k_start, n_k, OFFSET) of sequence ``b``: where its rows and keys
+    start and how many there are (:func:`sequence`), and the mask's OFFSET, which a packed
+    batch's bottom-right alignment (SHIFTED) takes from the sequence's own lengths,
+    n_k - n_q (as given otherwise)."""
+    q_start, n_q = sequence(CuSeqQ, b, N_Q, VARLEN)
+    k_start, n_k = sequence(CuSeqK, b, N_K, VARLEN)
+    if VARLEN and SHIFTED:
+        OFFSET = n_k - n_q
+    return q_start, n_q, k_start, n_k, OFFSET
+
+
+@triton.jit
+def seq_base(Ptr, off_b, off_h, start, stride_b, stride_h, stride_n, VARLEN: tl.constexpr):
+    """The address of row 0 of head ``off_h`` of sequence ``off_b``: Ptr + b stride_b + h
+    stride_h in a dense tensor; in a packed one (VARLEN), the sequence's first row
+    ``start`` of the packed axis (stride_n) instead of a batch offset."""
+    if VARLEN:
+        return Ptr + start.to(tl.int64) * stride_n + off_h * stride_h
+    else:
+        return Ptr + off_b * stride_b + off_h * stride_h
+
+
+@triton.jit
+def row_start(pid_bh, off_h, start, N, VARLEN: tl.constexpr):
+    """The offset of row 0 of (batch, head) ``pid_bh`` in a per-row fp32 vector
+    (log-sum-exp, delta): contiguous (B, H, N) dense, (H, total) packed (N = total
+    there)."""
+    if VARLEN:
+        return off_h * N + start
+    else:
+        return pid_bh.to(tl.int64) * N

@@ -4,8 +4,9 @@ Scores live in the wgmma accumulator layout (``NVMMADistributedLayout`` v3: each
 holds two rows' values in pairs of adjacent columns), so row reductions are a thread's
 own values then two quad shuffles. In base 2 with c = scale * log2(e):
 m = max_j s_ij c, p_ij = 2^(s_ij c - m), l = sum_j p_ij (:func:`_quad_sums` keeps each
-thread's quad shares until the epilogue). :func:`_masked` sets keys past N_K or above the
-causal diagonal to -inf; :func:`_p_operand` packs P to 16 bits as the register A operand
+thread's quad shares until the epilogue). :func:`_masked` sets keys past N_K, above the
+causal diagonal or outside a window to -inf; :func:`_row_max` keeps a row that has seen
+no key at 0 instead of NaN; :func:`_p_operand` packs P to 16 bits as the register A operand
 of P V; :func:`_lazy_rescale` multiplies O by alpha = 2^(m_old - m_new) only in
 warps where some row's maximum moved (LAZY_RESCALE).
 """
@@ -13,21 +14,46 @@ warps where some row's maximum moved (LAZY_RESCALE).
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from flashscope.kernels.keyrange import visible
+
 
 @gluon.jit
-def _masked(s, j, start_m, N_K, mask_from,
+def _masked(s, j, start_m, N_K, mask_from, mask_lo, Band,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+            HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
             s_layout: gl.constexpr):
-    """-inf where key >= N_K or (causal) key > query; only tiles at or past ``mask_from``
-    (the first that can hold such a key) pay for it."""
-    if j * BLOCK_N >= mask_from:
+    """-inf where key >= N_K or the mask hides the key from the query: (causal) key >
+    query, or with a band (a window bound, bottom-right alignment; Band = (OFFSET, LEFT,
+    RIGHT)) what :func:`flashscope.kernels.keyrange.visible` hides. Only tiles at or
+    past ``mask_from`` (the first that can hold such a key), and with a band those before
+    ``mask_lo``, pay for it."""
+    BAND: gl.constexpr = HAS_LEFT or HAS_RIGHT or SHIFTED
+    if BAND:
+        edge = (j * BLOCK_N < mask_lo) | (j * BLOCK_N >= mask_from)
+    else:
+        edge = j * BLOCK_N >= mask_from
+    if edge:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         keep = gl.expand_dims(cols < N_K, 0)
-        if IS_CAUSAL:
+        if BAND:
+            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            keep = keep & visible(gl.expand_dims(rows, 1), gl.expand_dims(cols, 0), Band[0],
+                                  Band[1], Band[2], IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+        elif IS_CAUSAL:
             rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
             keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
         s = gl.where(keep, s, float("-inf"))
     return s
+
+
+@gluon.jit
+def _row_max(m, GUARD: gl.constexpr):
+    """The row maximum ``m`` to subtract from scores: 0 with GUARD for a row that has
+    seen no key yet (m = -inf, whose scores are all -inf: 2^(-inf - 0) = 0, where
+    2^(-inf + inf) would be NaN)."""
+    if GUARD:
+        m = gl.where(m == float("-inf"), 0.0, m)
+    return m
 
 
 @gluon.jit

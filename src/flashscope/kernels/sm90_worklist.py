@@ -7,9 +7,11 @@ tiles, then with SPLIT each entry's key range and workspace slot). :func:`_share
 :func:`_tile` read that list, one tile ahead of the one running; :func:`_work` turns a
 tile into its head, rows and key tiles with the host's multipliers (:func:`_divmod`);
 :func:`_range` gives the positions of a SPLIT piece; :func:`_key_tile` maps a position
-to the key tile loaded there (MASKED_FIRST: the masked tiles first); :func:`_own_tiles`
-says which of them a consumer's 64 rows need. Producer and consumers call the same
-functions on the same list, so they agree on every tile without talking.
+to the key tile loaded there (MASKED_FIRST: the masked tiles first), counted from the
+work tile's first key tile (a band's, else 0); :func:`_own_tiles` says which of them a
+consumer's 64 rows need, and :func:`_band_edges` which of them a band masks for those
+rows. Producer and consumers call the same functions on the same list, so they agree on
+every tile without talking.
 """
 
 from triton.experimental import gluon
@@ -90,24 +92,41 @@ def _divmod(n, d, m, k):
 
 
 @gluon.jit
-def _work(t, n_m, H, GROUP, N_K, Div, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-          IS_CAUSAL: gl.constexpr):
-    """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, key
-    tiles, first masked key). Div: (m, k) of n_m, H and GROUP for :func:`_divmod`.
+def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          IS_CAUSAL: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+          SHIFTED: gl.constexpr):
+    """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, first key
+    tile, key tiles, first masked key). Div: (m, k) of n_m, H and GROUP for
+    :func:`_divmod`.
 
     Tiles run in index order on each program, so the order is the schedule. Round robin,
     the row blocks of one head are adjacent: programs running together share K and V in
     L2. A host list (causal, or non-causal with BALANCE or SPLIT) already orders and
     places the tiles (:mod:`flashscope.schedule`: sections of heads that fit in L2,
-    longest first, assigned greedily)."""
+    longest first, assigned greedily).
+
+    A band (a window bound, or bottom-right alignment: HAS_LEFT, HAS_RIGHT, SHIFTED, with
+    Band = (OFFSET, LEFT, RIGHT) as :func:`flashscope.kernels.keyrange.key_range` takes
+    them) visits the key tiles its rows see, from the first one; a block that sees no key
+    at all still takes one (fully masked: its rows come out zero), so every work tile
+    has a first tile to peel. Without a band the first tile is 0."""
     pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
     off_b, off_h = _divmod(pid_bh, H, Div[2], Div[3])
     off_hkv, _ = _divmod(off_h, GROUP, Div[4], Div[5])
     start_m = pid_m * BLOCK_M
-    # mask_from: the first tile holding a key some row of the block does not see
-    _, _, mask_from, hi = key_range(start_m, N_K, 0, 0, 0, BLOCK_M, BLOCK_N, IS_CAUSAL,
-                                    False, False, False)
-    return pid_bh, off_b, off_h, off_hkv, start_m, gl.cdiv(hi, BLOCK_N), mask_from
+    if HAS_LEFT or HAS_RIGHT or SHIFTED:
+        lo, _, _, hi = key_range(start_m, N_K, Band[0], Band[1], Band[2], BLOCK_M, BLOCK_N,
+                                 IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+        first = gl.minimum(lo // BLOCK_N, (N_K - 1) // BLOCK_N)
+        n_tiles = gl.maximum(gl.cdiv(hi, BLOCK_N) - first, 1)
+        mask_from = 0  # unread: a consumer takes its band's edges (:func:`_band_edges`)
+    else:
+        first = 0
+        # mask_from: the first tile holding a key some row of the block does not see
+        _, _, mask_from, hi = key_range(start_m, N_K, 0, 0, 0, BLOCK_M, BLOCK_N, IS_CAUSAL,
+                                        False, False, False)
+        n_tiles = gl.cdiv(hi, BLOCK_N)
+    return pid_bh, off_b, off_h, off_hkv, start_m, first, n_tiles, mask_from
 
 
 @gluon.jit
@@ -129,7 +148,8 @@ def _key_tile(pos, n_tiles, mask_from, BLOCK_N: gl.constexpr, MASKED_FIRST: gl.c
 
 @gluon.jit
 def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
-               BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, LPT: gl.constexpr):
+               BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, LPT: gl.constexpr,
+               BAND: gl.constexpr):
     """(key tiles, first masked key) of a consumer's own rows [row0, row0 + ROWS).
 
     A causal work tile loads the key tiles its last row needs, cdiv(min(N_K, start_m +
@@ -143,8 +163,10 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     key tile; only the padding rows of a last work tile can pass. Dealt round-robin that
     saves nothing (the programs holding those tiles are not the last to finish) and
     measured 5% slower than computing them at N = 1024, so they pass only with
-    LPT = 2, whose list (BALANCE) puts the cheaper tiles where they shorten the grid."""
-    if IS_CAUSAL:
+    LPT = 2, whose list (BALANCE) puts the cheaper tiles where they shorten the grid.
+    A BAND's consumers take every tile of the work tile (:func:`_band_edges` says which
+    they mask)."""
+    if IS_CAUSAL and not BAND:
         _, _, mask_own, hi = key_range(row0, N_K, 0, 0, 0, ROWS, BLOCK_N, True, False,
                                        False, False)
         n_own = gl.cdiv(hi, BLOCK_N)
@@ -154,3 +176,16 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     if IS_CAUSAL or LPT == 2:  # rows all at or past N_Q: one tile, the rest passed
         n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
     return n_own, mask_own
+
+
+@gluon.jit
+def _band_edges(row0, N_K, Band, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+                IS_CAUSAL: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+                SHIFTED: gl.constexpr):
+    """(full_lo, full_hi): the key tiles of [full_lo, full_hi) hold only keys every one of
+    a consumer's rows [row0, row0 + ROWS) sees (tile multiples); the work tile's others
+    are masked (:func:`flashscope.kernels.sm90_softmax._masked`): the one or two tiles
+    each edge of the band crosses, whatever the window's width."""
+    _, full_lo, full_hi, _ = key_range(row0, N_K, Band[0], Band[1], Band[2], ROWS, BLOCK_N,
+                                       IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+    return full_lo, full_hi

@@ -122,12 +122,14 @@ class BwdSpec:
     causal: bool = False
     knobs: tuple = BWD_KNOB_NAMES
     family: FamilyKernels = BWD
+    variant: tuple = ()  #: (option, value) pairs of :data:`flashscope.compile.VARIANT_OPTIONS`
 
 
 def make_bwd_spec(targets: str = DEFAULT_TARGETS, head_dims=None, dtype: str = "bfloat16",
                   causal: bool = False, ablate: str = "all",
-                  family: FamilyKernels = BWD) -> BwdSpec:
-    """The spec from CLI-style strings; one head dim (the ablations cover 64/128/256)."""
+                  family: FamilyKernels = BWD, variant: "dict | None" = None) -> BwdSpec:
+    """The spec from CLI-style strings; one head dim (the ablations cover 64/128/256);
+    ``variant`` as :func:`flashscope.report.collect.make_spec` takes it."""
     from .collect import parse_head_dims
 
     dims = (128,) if head_dims is None else parse_head_dims(head_dims)
@@ -135,7 +137,8 @@ def make_bwd_spec(targets: str = DEFAULT_TARGETS, head_dims=None, dtype: str = "
         raise FlashscopeError(f"--head-dims {head_dims}: --kernel {family.name} takes one "
                               "head dim (the HEAD_DIM ablation covers 64 -> 128 -> 256)")
     return BwdSpec(tuple(parse_targets(targets)), dims[0], dtype, causal,
-                   ablations.parse_knobs(ablate, family.knobs), family)
+                   ablations.parse_knobs(ablate, family.knobs), family,
+                   tuple(sorted((variant or {}).items())))
 
 
 def base_config(spec: BwdSpec, target):
@@ -198,6 +201,7 @@ class BwdReport:
             "kernel": s.family.name,
             "spec": {"targets": [t.name for t in s.targets], "head_dim": s.head_dim,
                      "dtype": s.dtype, "causal": s.causal, "ablate": list(s.knobs),
+                     "variant": dict(s.variant),
                      "base": {t.name: base_config(s, t).label for t in s.targets}},
             "model": "measured only: no analytic register budget for the "
                      f"{s.family.noun} kernels",
@@ -243,7 +247,8 @@ def collect_bwd(spec: BwdSpec, *, jobs: int = 0,
     rows = []
     for t, kernel, hd, cfgs in work:
         recs = inspect_configs(cfgs, [t], jobs=jobs, occupancy=False, head_dim=hd,
-                               dtype=spec.dtype, causal=spec.causal, kernel=kernel)
+                               dtype=spec.dtype, causal=spec.causal, kernel=kernel,
+                               **dict(spec.variant))
         rows.extend(_row(c, hd, t, kernel, r) for c, r in zip(cfgs, recs))
         done += len(cfgs)
         if progress:

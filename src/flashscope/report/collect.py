@@ -48,6 +48,7 @@ class ReportSpec:
     dtype: str = "bfloat16"
     causal: bool = False
     knobs: tuple = ablations.KNOB_NAMES
+    variant: tuple = ()  #: (option, value) pairs of :data:`flashscope.compile.VARIANT_OPTIONS`
 
 
 @dataclass
@@ -140,7 +141,8 @@ class Report:
                      "configs": [c.as_dict() | {"key": c.key, "label": c.label}
                                  for c in s.configs],
                      "head_dims": list(s.head_dims), "base": s.base.label,
-                     "dtype": s.dtype, "causal": s.causal, "ablate": list(s.knobs)},
+                     "dtype": s.dtype, "causal": s.causal, "ablate": list(s.knobs),
+                     "variant": dict(s.variant)},
             "model": {"components": list(fbudget.COMPONENTS), "rest": fbudget.REST,
                       "summary": self.model_summary()},
             "rows": [r.as_dict() for r in self.rows],
@@ -205,9 +207,11 @@ def parse_head_dims(text: str) -> tuple:
 
 
 def make_spec(targets: str = DEFAULT_TARGETS, configs_file=None, head_dims=None,
-              dtype: str = "bfloat16", causal: bool = False, ablate: str = "all") -> ReportSpec:
+              dtype: str = "bfloat16", causal: bool = False, ablate: str = "all",
+              variant: "dict | None" = None) -> ReportSpec:
     """The spec from CLI-style strings; ``ablate``: knobs to ablate (see
-    :func:`ablations.parse_knobs`)."""
+    :func:`ablations.parse_knobs`); ``variant``: the kernel variant every build takes
+    (:data:`flashscope.compile.VARIANT_OPTIONS`: a window, alignment, softcap, varlen)."""
     ts = tuple(parse_targets(targets))
     knobs = ablations.parse_knobs(ablate)
     dims = DEFAULT_HEAD_DIMS if head_dims is None else parse_head_dims(head_dims)
@@ -217,7 +221,8 @@ def make_spec(targets: str = DEFAULT_TARGETS, configs_file=None, head_dims=None,
     else:
         base = DEFAULT_BASE
         cfgs = default_configs(base, dims[0], ts, knobs)
-    return ReportSpec(ts, cfgs, dims, base, dtype, causal, knobs)
+    return ReportSpec(ts, cfgs, dims, base, dtype, causal, knobs,
+                      tuple(sorted((variant or {}).items())))
 
 
 def measure_row(row, rec):
@@ -273,7 +278,8 @@ def collect(spec: ReportSpec, *, jobs: int = 0,
         for hd in sorted({d for _, d in part}):
             cfgs = [c for c, d in part if d == hd]
             recs = inspect_configs(cfgs, list(spec.targets), jobs=jobs, occupancy=False,
-                                   head_dim=hd, dtype=spec.dtype, causal=spec.causal)
+                                   head_dim=hd, dtype=spec.dtype, causal=spec.causal,
+                                   **dict(spec.variant))
             it = iter(recs)
             for c in cfgs:
                 for t in spec.targets:
@@ -300,9 +306,9 @@ def _default_rows(spec: ReportSpec, jobs: int) -> list:
 
     rows = []
     for hd in spec.head_dims:
-        pairs = [(default_config("fwd", t, hd, spec.dtype, spec.causal), t)
-                 for t in spec.targets]
+        pairs = [(default_config("fwd", t, hd, spec.dtype, spec.causal, **dict(spec.variant)),
+                  t) for t in spec.targets]
         recs = inspect_pairs(pairs, jobs=jobs, occupancy=False, head_dim=hd,
-                             dtype=spec.dtype, causal=spec.causal)
+                             dtype=spec.dtype, causal=spec.causal, **dict(spec.variant))
         rows += [_row(c, hd, t, rec) for (c, t), rec in zip(pairs, recs)]
     return rows

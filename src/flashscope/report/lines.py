@@ -80,7 +80,8 @@ def collect_lines(report, jobs: int = 0) -> LinesSection:
             continue
         key = (r.config.key, r.head_dim, r.target)
         arts.append(fcompile.build(r.config, r.target, head_dim=r.head_dim,
-                                   dtype=report.spec.dtype, causal=report.spec.causal))
+                                   dtype=report.spec.dtype, causal=report.spec.causal,
+                                   **dict(report.spec.variant)))
         keys.append(key)
     for key, view in zip(keys, lines_for_artifacts(arts)):
         if isinstance(view, Exception):

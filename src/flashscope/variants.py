@@ -1,0 +1,122 @@
+"""The kernel variants an offline build binds, and the argument lists it binds for them.
+
+A variant is what a build takes beyond head dim, dtype and causal (:data:`VARIANT_OPTIONS`,
+the extras of :func:`flashscope.compile.build`): the mask's window, alignment and logit
+cap, and a packed batch. :func:`fwd_call` and :func:`bwd_call` make a registered kernel's
+``call`` (:class:`flashscope.compile.KernelSpec`): its family's launch arguments, built on
+meta tensors of the problem by the family itself (``call``/``calls``), so an offline build
+binds exactly what a launch passes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .families import Problem, family
+from .masks import Mask
+from .targets import get_target
+
+#: Build options of a kernel variant beyond head dim, dtype and causal (``build``'s
+#: extras): the mask's ``window`` (left, right), ``align`` and ``softcap``, and ``varlen``
+#: (a packed batch, :class:`flashscope.launch.Packed`).
+VARIANT_OPTIONS = ("window", "align", "softcap", "varlen")
+
+
+def variant_mask(causal: bool, window=None, align: str = "top_left", softcap=None) -> Mask:
+    """The :class:`~flashscope.masks.Mask` of a build's variant options."""
+    return Mask.of(causal, window, align, softcap)
+
+
+def variant_problem(target, dtype: str, head_dim: int, causal: bool, window=None,
+                    align: str = "top_left", softcap=None, varlen: bool = False) -> Problem:
+    """The :class:`~flashscope.families.base.Problem` a variant poses on
+    :data:`flashscope.compile.DEFAULT_PROBLEM`'s lengths (what picks the ``fwd`` family
+    and the default)."""
+    from .compile import DEFAULT_PROBLEM
+
+    mask = variant_mask(causal, window, align, softcap)
+    _, _, _, n_q, n_k = DEFAULT_PROBLEM
+    lengths = (None, None) if varlen else (n_q, n_k)
+    return Problem(get_target(target).name, dtype, head_dim, causal, n_q, n_k,
+                   window=mask.banded(*lengths), varlen=bool(varlen),
+                   softcap=mask.softcap is not None)
+
+
+def _meta_tensors(problem, head_dim, dtype, *shapes):
+    import torch
+
+    dt = getattr(torch, _TORCH_DTYPES[dtype])
+    return [torch.empty(s, dtype=dt, device="meta") for s in shapes]
+
+
+def _variant_tensors(problem, head_dim, dtype, varlen: bool, *shapes):
+    """Meta tensors of ``shapes`` (B, heads, N, D), or with ``varlen`` their packed views
+    (1, heads, B N, D), and the :class:`~flashscope.launch.Packed` batch of B sequences
+    of the problem's lengths (None without ``varlen``)."""
+    import torch
+
+    from .launch import Packed
+
+    if not varlen:
+        return _meta_tensors(problem, head_dim, dtype, *shapes), None
+    B, _, _, Nq, Nk = problem
+    packed = _meta_tensors(problem, head_dim, dtype,
+                           *[(1, h, B * n, d) for _, h, n, d in shapes])
+    cu = [torch.empty(B + 1, dtype=torch.int32, device="meta") for _ in range(2)]
+    return packed, Packed(cu[0], cu[1], Nq, Nk)
+
+
+def fwd_call(fam_name: str) -> Callable:
+    """The ``call`` of forward family ``fam_name``'s kernel."""
+    def call(cfg, problem, head_dim, dtype, causal, return_lse=False, window=None,
+             align="top_left", softcap=None, varlen=False):
+        import torch
+
+        from . import launch
+
+        B, H, Hkv, Nq, Nk = problem
+        (q, k, v, out), packed = _variant_tensors(
+            problem, head_dim, dtype, varlen, (B, H, Nq, head_dim), (B, Hkv, Nk, head_dim),
+            (B, Hkv, Nk, head_dim), (B, H, Nq, head_dim))
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device="meta") \
+            if return_lse else None
+        _, args, consts = family(fam_name).call(
+            q, k, v, out, lse, mask=variant_mask(causal, window, align, softcap),
+            scale=launch.default_scale(head_dim), cfg=cfg,
+            **({} if packed is None else {"packed": packed}))
+        return args, consts
+
+    return call
+
+
+_TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16"}
+
+
+def bwd_call(kernel: str) -> Callable:
+    """Call builder for one backward kernel: binds
+    :func:`flashscope.families.triton_bwd.calls` on meta tensors of the problem. The
+    preprocess has fixed launch options of its own; they travel as constants so that they
+    win over the config's."""
+
+    def call(cfg, problem, head_dim, dtype, causal, window=None, align="top_left",
+             softcap=None, varlen=False):
+        import torch
+
+        from . import launch
+        from .families import triton_bwd
+
+        B, H, Hkv, Nq, Nk = problem
+        (q, out, dout, dq, k, v, dk, dv), packed = _variant_tensors(
+            problem, head_dim, dtype, varlen, *[(B, H, Nq, head_dim)] * 4,
+            *[(B, Hkv, Nk, head_dim)] * 4)
+        lse, delta = (torch.empty(q.shape[:3], dtype=torch.float32, device="meta")
+                      for _ in range(2))
+        _, _, args, consts, opts = triton_bwd.calls(
+            dout, q, k, v, out, lse, delta, dq, dk, dv,
+            mask=variant_mask(causal, window, align, softcap),
+            scale=launch.default_scale(head_dim), cfg=cfg, packed=packed)[kernel]
+        if kernel == "bwd_preprocess":
+            consts = {**consts, **opts}
+        return args, consts
+
+    return call
