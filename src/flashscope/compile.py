@@ -242,7 +242,8 @@ def cache_key(kernel: str, cfg, target, head_dim: int, dtype: str, causal: bool,
     t = get_target(target)
     fn = _jit_function(spec, cfg)
     blob = json.dumps({
-        "kernel": spec.name, "family": cfg.KERNEL, "source": fn.cache_key, "triton": triton.__version__,
+        "kernel": spec.name, "family": cfg.KERNEL, "source": fn.cache_key,
+        "triton": triton.__version__,
         "target": [t.vendor, str(t.triton_arch), t.warp_size],
         "config": dataclasses.asdict(cfg), "head_dim": head_dim, "dtype": dtype,
         "causal": bool(causal), "problem": list(problem), "extra": extra,

@@ -199,6 +199,15 @@ def test_bad_inputs_are_refused_by_name(device):
         ({"cu_seqlens_q": cu_q.long()}, "cu_seqlens_q: expected dtype int32"),
         ({"cu_seqlens_k": cu_k[:2]}, "cu_seqlens_q, cu_seqlens_k: expected one length"),
         ({"cu_seqlens_q": cu_q[:1]}, r"cu_seqlens_q: expected shape \(B \+ 1,\)"),
+        ({"max_seqlen_k": -1}, "max_seqlen_k: expected an integer >= 0"),
+        ({"max_seqlen_k": 4.0}, "max_seqlen_k: expected an integer"),
+        ({"softcap": 0.0}, "softcap"), ({"softcap": float("inf")}, "softcap"),
+        ({"window": (1.5, 2)}, "window left"), ({"align": "center"}, "align"),
+        ({"config": flashscope.Sm90FwdConfig()}, "config: a sm90-fwd config is not"),
+    ]
+    #: what only the prefix sums' values show: checked on CPU tensors, and on a GPU with
+    #: validate=True (one host sync)
+    values = [
         ({"cu_seqlens_q": torch.tensor([0, 3, 6], dtype=torch.int32, device=dev)},
          "cu_seqlens_q: expected the last prefix sum to equal the packed length 7, got 6"),
         ({"cu_seqlens_k": torch.tensor([1, 3, 7], dtype=torch.int32, device=dev)},
@@ -206,15 +215,13 @@ def test_bad_inputs_are_refused_by_name(device):
         ({"cu_seqlens_q": torch.tensor([0, 8, 7], dtype=torch.int32, device=dev)},
          "cu_seqlens_q: expected non-decreasing"),
         ({"max_seqlen_q": 3}, "max_seqlen_q: 3 is shorter than sequence 1"),
-        ({"max_seqlen_k": -1}, "max_seqlen_k: expected an integer >= 0"),
-        ({"max_seqlen_k": 4.0}, "max_seqlen_k: expected an integer"),
-        ({"softcap": 0.0}, "softcap"), ({"softcap": float("inf")}, "softcap"),
-        ({"window": (1.5, 2)}, "window left"), ({"align": "center"}, "align"),
-        ({"config": flashscope.Sm90FwdConfig()}, "config: a sm90-fwd config is not"),
     ]
-    for change, msg in cases:
+    for change, msg, by_value in [(*c, False) for c in cases] + [(*c, True) for c in values]:
         with pytest.raises((TypeError, ValueError), match=msg):
-            flashscope.attention_varlen(**{**ok, **change})
+            flashscope.attention_varlen(**{**ok, **change}, validate=True)
+        if device == "cpu" or not by_value:
+            with pytest.raises((TypeError, ValueError), match=msg):
+                flashscope.attention_varlen(**{**ok, **change})
     if device == "cuda":  # a prefix sum on another device than q
         with pytest.raises(ValueError, match="cu_seqlens_q: expected q's device"):
             flashscope.attention_varlen(**{**ok, "cu_seqlens_q": cu_q.cpu()})

@@ -60,7 +60,7 @@ def choose_device(requested=None, flag: str = "--device cuda") -> str:
 
     if requested not in (None, "cpu", "cuda"):
         raise FlashscopeError(f"--device {requested!r}: expected cpu or cuda")
-    if requested in (None, "cpu"):
+    if requested == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
 
