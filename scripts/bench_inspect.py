@@ -7,6 +7,9 @@ inspect does and calls triton.compile, nothing else (no ELF reading, no disassem
 cache writes). Warm is a separate `flashscope inspect --json` process over the filled cache
 (process start-up included). Writes OUTDIR/bench_inspect.json.
 
+The kernel is the portable forward (``triton-fwd``), whose 24 configs build for both
+targets. No command does this: it measures inspect itself.
+
 Usage: PYTHONPATH=src python scripts/bench_inspect.py OUTDIR [--jobs N] [--head-dim D]
        [--repeat R]
 """
@@ -21,11 +24,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from flashscope import TritonFwdConfig, family
+from flashscope import compile as fc
+from flashscope.errors import FlashscopeError
+from flashscope.isa import inspect_configs
+from flashscope.targets import get_target
+
+KERNEL = "triton-fwd"
+
 
 def configs():
-    from flashscope.config import AttentionConfig
-
-    return [AttentionConfig(m, n, w, s) for m, n, w, s in
+    return [TritonFwdConfig(m, n, w, s) for m, n, w, s in
             itertools.product((64, 128), (32, 64), (4, 8), (1, 2, 3))]
 
 
@@ -36,12 +45,9 @@ def _raw(item):
     import torch  # noqa: F401  (both runs fork workers from a parent that has it loaded)
     import triton
 
-    from flashscope import compile as fc
-    from flashscope.targets import get_target
-
     cfg, target, head_dim = item
     t = get_target(target)
-    src, gpu, options, _ = fc._bind(fc.KERNELS["fwd"], cfg, t, head_dim, "bfloat16", False,
+    src, gpu, options, _ = fc._bind(fc.KERNELS[KERNEL], cfg, t, head_dim, "bfloat16", False,
                                     fc.DEFAULT_PROBLEM, {})
     try:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -51,13 +57,13 @@ def _raw(item):
         return False
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=3, help="cold pairs (median reported)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     out = Path(a.outdir)
     out.mkdir(parents=True, exist_ok=True)
     targets = ["sm90", "gfx942"]
@@ -66,11 +72,6 @@ def main():
 
     import torch  # noqa: F401  (both runs fork workers from a parent that has it loaded)
     import triton
-
-    from flashscope import compile as fc
-    from flashscope.errors import FlashscopeError
-    from flashscope.isa import inspect_configs
-    from flashscope.targets import get_target
 
     # Cold runs, repeated in alternating order (raw first, then inspect first, ...), each
     # with fresh caches: a shared 2-core machine drifts by 10-20% between runs, so the
@@ -81,7 +82,7 @@ def main():
     for c in cfgs:
         for t in targets:
             try:
-                fc.kernel_spec("fwd").check(c, get_target(t), a.head_dim, "bfloat16")
+                family(KERNEL).check(c, t, a.head_dim, "bfloat16")
                 feasible.append((c, t))
             except FlashscopeError:
                 pass
@@ -103,7 +104,8 @@ def main():
             os.environ["TRITON_CACHE_DIR"] = str(rdir / "triton-inspect")
             os.environ["FLASHSCOPE_CACHE"] = str(rdir / "flashscope")
             t0 = time.perf_counter()
-            recs = inspect_configs(cfgs, targets, jobs=a.jobs, head_dim=a.head_dim)
+            recs = inspect_configs(cfgs, targets, jobs=a.jobs, head_dim=a.head_dim,
+                                   kernel=KERNEL)
             return time.perf_counter() - t0, recs
 
         if rep % 2 == 0:
@@ -119,13 +121,14 @@ def main():
     # warm: a new process over the filled cache
     cfg_file = work / "configs.json"
     cfg_file.write_text(json.dumps([c.as_dict() for c in cfgs]))
-    cmd = [sys.executable, "-m", "flashscope.cli", "inspect", "--configs", str(cfg_file),
+    cmd = [sys.executable, "-m", "flashscope.cli", "inspect", "--kernel", KERNEL,
+           "--configs", str(cfg_file),
            "--target", ",".join(targets), "--head-dim", str(a.head_dim), "--json"]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
     warm_s = time.perf_counter() - t0
     warm_in_process = time.perf_counter()
-    inspect_configs(cfgs, targets, jobs=a.jobs, head_dim=a.head_dim)
+    inspect_configs(cfgs, targets, jobs=a.jobs, head_dim=a.head_dim, kernel=KERNEL)
     warm_in_process = time.perf_counter() - warm_in_process
 
     result = {
@@ -142,7 +145,8 @@ def main():
     }
     (out / "bench_inspect.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "inspect_errors"}, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -106,7 +106,7 @@ def measure(jobs: int) -> dict:
             total = Counter()
             for c in per:
                 total.update(c)
-            row.update(config=art.config.get("key"), loops=len(per),
+            row.update(config=art.config.get("label"), loops=len(per),
                        registers=rec.registers, spills=[rec.spill_stores, rec.spill_loads],
                        instructions=sum(total.values()) / max(1, len(per)),
                        per_tile={k: v / max(1, len(per)) for k, v in sorted(total.items())})

@@ -160,6 +160,33 @@ def test_sm90_rule_by_head_dim_and_mask():
     assert sm90_fwd.check(d256, "sm90", 256) is d256
 
 
+def test_sm90_fit_takes_the_smaller_tile_only_on_short_padded_rows():
+    """192-row tiles give way to 128-row ones where they pad a quarter more rows (ViT-B's
+    197 tokens: 384 rows against 256); at 512, 577, 1500 and 4096 rows they stay."""
+    for n, block in ((197, 128), (100, 128), (512, 192), (577, 192), (1500, 192),
+                     (4096, 192), (1, 128)):
+        p = Problem("sm90", "bfloat16", 64, False, n, n, 768)
+        assert default_config(p).BLOCK_M == block, n
+        assert sm90_fwd.fit(default_config(p), p).BLOCK_M == block  # fitting is idempotent
+    d128 = Problem("sm90", "bfloat16", 128, False, 197, 197, 768)
+    assert sm90_fwd.fit(default_config(d128), d128) == default_config(d128)  # 128 rows
+    cfg = sm90_fwd.select(Problem("sm90", head_dim=64))
+    assert sm90_fwd.fit(cfg, Problem("sm90", "bfloat16", 64, False, 197)) == \
+        cfg.replace(BLOCK_M=128)  # only the tile changes
+
+
+def test_sm90_fit_cuts_the_keys_when_the_tiles_leave_sms_idle():
+    """SDXL's 440 tiles take 4 waves of 132 SMs, 83% busy: the work list is cut along the
+    keys. Full waves, causal problems and an unknown batch keep their config."""
+    sdxl = Problem("sm90", "bfloat16", 64, False, 4096, 4096, 20)
+    assert sm90_fwd.wave_share(440, 132) < sm90_fwd.WAVE_LIMIT
+    assert default_config(sdxl).SPLIT_KV and default_config(sdxl).BLOCK_M == 192
+    for p in (Problem("sm90", "bfloat16", 64, False, 4096, 4096, 128),  # 2816 tiles: 97%
+              Problem("sm90", "bfloat16", 64, True, 4096, 4096, 20),
+              Problem("sm90", "bfloat16", 64, False, 4096, 4096)):
+        assert not default_config(p).SPLIT_KV, p
+
+
 def test_config_from_text_fills_from_the_targets_own_default():
     p = Problem("gfx942", "bfloat16", 128)
     cfg = config_from_text("BLOCK_M=64", p)

@@ -13,6 +13,10 @@
 #   scripts/gpu/fa4_install.sh stage .gpu/p1
 #   scripts/gpu/fa4_install.sh install .gpu/p2 && export PYTHONPATH=$(cat /tmp/fa4_path)
 set -euo pipefail
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+  sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
 STEP=${1:?usage: fa4_install.sh stage|install DIR}
 DIR=${2:?usage: fa4_install.sh stage|install DIR}
 PARTS=/root/fa4parts

@@ -5,12 +5,14 @@ is held busy by a sleep kernel (so no call waits on the GPU); ``gpu_us``, the ke
 of back-to-back calls queued behind that sleep (no host gaps, inputs warm in L2);
 ``bench_us``, the harness's timing (``triton.testing.do_bench``, L2 flushed before each
 call), which adds the host time wherever it exceeds the flush. Callers: flashscope's
-public API with its default config, the same call forced through Triton's
-``kernel[grid]`` every time, its launch plan rebuilt (``fs-api-jit``: what the plans of
-:func:`flashscope.launch.gluon_plan` and the direct launch of
-:func:`flashscope.launch.launch_compiled` save, Gluon defaults only), with the config
-given, the launcher alone, cuDNN (SDPA) and FlashAttention-4 when importable. A cProfile of the API default's calls goes to
-OUTDIR/host_profile_*.txt.
+public API with its default config (``fs-api``); the same with every sm_90 launch plan
+built again and the kernel bound through Triton's ``kernel[grid]`` on every call
+(``fs-api-jit``: what :func:`flashscope.families.sm90_fwd.plan` and
+:func:`flashscope.launch.launch_compiled` save); with the config given (``fs-api-cfg``);
+:func:`flashscope.launch.forward` alone (``fs-launch``); cuDNN (SDPA) and
+FlashAttention-4 when importable. A cProfile of the API default's calls goes to
+OUTDIR/host_profile_D<D>.txt. No command measures host time: the bench harness and
+``flashscope tune`` time the GPU.
 
 Usage: PYTHONPATH=src python scripts/gpu/host_overhead.py OUTDIR [--ns 512,1024]
 """
@@ -22,6 +24,7 @@ import json
 import pstats
 import sys
 import time
+from pathlib import Path
 
 import torch
 import triton
@@ -29,6 +32,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashscope
 from flashscope import api, launch
+from flashscope.families import sm90_fwd
+from flashscope.masks import Mask
 
 
 def host_and_gpu_us(fn, n=100):
@@ -47,11 +52,12 @@ def host_and_gpu_us(fn, n=100):
     return host, start.elapsed_time(end) / n * 1e3
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
-    ap.add_argument("--ns", default="512,1024")
-    a = ap.parse_args()
+    ap.add_argument("--ns", default="512,1024", help="sequence lengths (default 512,1024)")
+    a = ap.parse_args(argv)
+    Path(a.outdir).mkdir(parents=True, exist_ok=True)
     try:
         from flash_attn.cute import flash_attn_func as fa4
     except Exception:  # noqa: BLE001
@@ -63,21 +69,21 @@ def main():
                 B, H = 16384 // N, 2048 // D
                 q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16)
                            for _ in range(3))
-                cfg = api._default_config(q, k, v, causal)
-                sc = launch.default_scale(D)
+                mask, sc = Mask(causal=causal), launch.default_scale(D)
+                cfg = api._default_config(q, k, v, mask, sc)
                 callers = {
                     "fs-api": lambda: flashscope.attention(q, k, v, is_causal=causal),
                     "fs-api-jit": lambda: _jit_path(q, k, v, causal),
                     "fs-api-cfg": lambda: flashscope.attention(q, k, v, is_causal=causal,
                                                                config=cfg),
-                    "fs-launch": lambda: launch.forward(q, k, v, causal=causal, scale=sc,
+                    "fs-launch": lambda: launch.forward(q, k, v, mask=mask, scale=sc,
                                                         cfg=cfg, return_lse=False),
                 }
                 callers["cudnn"] = lambda: _cudnn(q, k, v, causal)
                 if fa4 is not None:
                     qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
                     callers["fa4"] = lambda: fa4(qf, kf, vf, causal=causal)
-                row = {"D": D, "N": N, "causal": causal, "config": cfg.key}
+                row = {"D": D, "N": N, "causal": causal, "config": cfg.label}
                 for name, fn in callers.items():
                     h, g = host_and_gpu_us(fn)
                     b = triton.testing.do_bench(fn, warmup=25, rep=100,
@@ -107,10 +113,11 @@ def main():
                  for n, c in r.items() if isinstance(c, dict)]
         print(f"{r['D']}/{r['N']}/{int(r['causal']):>1} {r['config']:>22}  " + "  ".join(cells))
     print(meta, file=sys.stderr)
+    return 0
 
 
 class _NeverHit(dict):
-    """Stands in for launch._PLANS: no plan (and so no compiled handle) is ever found or
+    """Stands in for sm90_fwd._PLANS: no plan (and so no compiled handle) is ever found or
     kept."""
 
     def get(self, key, default=None):
@@ -121,11 +128,11 @@ class _NeverHit(dict):
 
 
 def _jit_path(q, k, v, causal):
-    saved, launch._PLANS = launch._PLANS, _NeverHit()
+    saved, sm90_fwd._PLANS = sm90_fwd._PLANS, _NeverHit()
     try:
         return flashscope.attention(q, k, v, is_causal=causal)
     finally:
-        launch._PLANS = saved
+        sm90_fwd._PLANS = saved
 
 
 def _cudnn(q, k, v, causal):
@@ -134,4 +141,4 @@ def _cudnn(q, k, v, causal):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -26,9 +26,20 @@ Usage: PYTHONPATH=src python scripts/gpu/inspect_groundtruth.py OUTDIR [--mode M
 """
 
 import argparse
+import ctypes
 import json
 import os
 from pathlib import Path
+
+import torch
+import triton
+
+import flashscope
+from flashscope import TritonFwdConfig, kernels
+from flashscope.compile import DEFAULT_PROBLEM
+from flashscope.isa import inspect_config, nvidia
+from flashscope.isa.groundtruth import (PROBE_STATIC_BYTES, compare_launch, compare_ncu,
+                                        probe_cubin)
 
 CONFIGS = (  # (head_dim, causal, config text of the portable kernel, triton-fwd)
     (64, False, "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"),
@@ -52,20 +63,12 @@ CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 
 
 def offline(cfg, head_dim, causal):
-    from flashscope.isa import inspect_config
-
     r = inspect_config(cfg, "sm90", head_dim=head_dim, causal=causal, occupancy=False)
     return {k: getattr(r, k) for k in OFFLINE_FIELDS}
 
 
 def launch(cfg, head_dim, causal):
     """Run the forward once with a fresh in-memory JIT cache; return the launched kernel."""
-    import torch
-
-    import flashscope
-    from flashscope import kernels
-    from flashscope.compile import DEFAULT_PROBLEM
-
     fn = kernels.load("attention_fwd", interpret=False)._attn_fwd
     fn.device_caches.clear()
     B, H, Hkv, Nq, Nk = DEFAULT_PROBLEM
@@ -81,10 +84,6 @@ def launch(cfg, head_dim, causal):
 
 def driver_view(kernel):
     """The driver's attributes of the launched CUfunction, and the device's reserve."""
-    import ctypes
-
-    import torch
-
     cuda = ctypes.CDLL("libcuda.so.1")
     cuda.cuFuncGetAttribute.argtypes = (ctypes.POINTER(ctypes.c_int), ctypes.c_int,
                                         ctypes.c_void_p)
@@ -108,11 +107,6 @@ def static_probe():
     """Load the 256-byte static-shared probe (sm_90a) and ask the driver its static size:
     256 if the driver counts static shared without the 1 KB system window (as the reader
     now does), 1280 if with it."""
-    import ctypes
-
-    from flashscope.isa import nvidia
-    from flashscope.isa.groundtruth import PROBE_STATIC_BYTES, probe_cubin
-
     cubin = probe_cubin("sm_90a")
     (rec,) = nvidia.read_cubin(cubin, "probe", sass="")
     cuda = ctypes.CDLL("libcuda.so.1")
@@ -136,23 +130,20 @@ def report(rows):
           f"({len(rows) - len(checked)} not recorded)", *bad, sep="\n")
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
     ap.add_argument("--mode", choices=("launch", "ncu", "compare"), default="launch")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     out = Path(a.outdir)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("FLASHSCOPE_CACHE", str(out / "flashscope-cache"))
-    from flashscope.families.triton_fwd import TritonFwdConfig
-    from flashscope.isa.groundtruth import compare_launch, compare_ncu
-
     if a.mode == "compare":
         order = json.loads((out / "ncu_order.json").read_text())
         rows = compare_ncu(order, (out / "ncu.csv").read_text(errors="replace"))
         (out / "ncu_compare.json").write_text(json.dumps({"rows": rows}, indent=1))
         report(rows)
-        return
+        return 0
     rows = []
     for head_dim, causal, text in CONFIGS:
         cfg = TritonFwdConfig.parse(text)
@@ -167,17 +158,15 @@ def main():
         rows.append(row)
     if a.mode == "ncu":
         (out / "ncu_order.json").write_text(json.dumps({"rows": rows}, indent=1))
-        return
-    import torch
-    import triton
-
+        return 0
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": triton.__version__, "rows": rows, "static_probe": static_probe()}
     doc["compare"] = compare_launch(doc)
     (out / "inspect_groundtruth.json").write_text(json.dumps(doc, indent=1))
     report(doc["compare"])
     print("static probe:", doc["static_probe"])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

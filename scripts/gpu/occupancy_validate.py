@@ -13,15 +13,17 @@ Usage: PYTHONPATH=src python scripts/gpu/occupancy_validate.py OUTDIR
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
+
+from flashscope.occupancy import occupancy
 
 CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
@@ -45,12 +47,11 @@ def _check(rc, what):
         raise RuntimeError(f"{what} failed with CUresult {rc}")
 
 
-def main(outdir: str) -> int:
-    out = Path(outdir)
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("outdir")
+    out = Path(ap.parse_args(argv).outdir)
     out.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from flashscope.occupancy import occupancy
-
     cuda = ctypes.CDLL("libcuda.so.1")
     torch.zeros(1, device="cuda")  # creates the primary context
     props = torch.cuda.get_device_properties(0)
@@ -110,6 +111,4 @@ def main(outdir: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    raise SystemExit(main(sys.argv[1]))
+    raise SystemExit(main())

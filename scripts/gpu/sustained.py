@@ -1,119 +1,104 @@
-"""Speed under sustained load, with the clock and power it ran at.
+"""Speed under sustained load, with the clock and power it ran at (GPU, nvidia-smi).
 
-The bench harness times each call after zeroing a 256 MB buffer (triton's do_bench), so
-the GPU runs back to back for tens of milliseconds; Nsight Compute times one launch. When
-the two disagree for one kernel and not another, the difference is in the clock a kernel
-can hold, or in the gaps between calls. For each NAME=SPEC (``cudnn``, ``fa4`` or a
-flashscope config ``K=V,...``; ``default`` for the tuned one), this prints:
+``flashscope bench`` times each call after evicting the L2, and ``flashscope tune ab``
+times bursts of 10 launches; a loop that runs for hundreds of milliseconds settles at
+another clock. Where two kernels compare differently in bursts and back to back, the
+difference is the clock each can hold. For every variant (``tune ab``'s specs: ``+`` the
+default, ``+K=V,...``, ``FAMILY:K=V,...``, ``cudnn``, ``fa4``, any bench provider),
+validated as ``tune ab`` validates, this prints:
 
-- ``bench``: do_bench with the L2 flush, median (the harness's number);
-- ``graph``: do_bench_cudagraph, median (no launch gaps, no flush);
-- ``loop``: a 300 ms back-to-back loop, median per call from CUDA events, with the median
-  SM clock (MHz) and power (W) that ``nvidia-smi`` sampled every 20 ms during it.
+- ``bench``: ``triton.testing.do_bench`` with the L2 flush, median;
+- ``graph``: ``do_bench_cudagraph``, median (no launch gaps, no flush);
+- ``loop``: a back-to-back loop of --seconds, median ms a call from CUDA events over its
+  last three quarters, with the median SM clock (MHz) and power (W) that nvidia-smi
+  sampled every 20 ms meanwhile.
 
-Writes OUTDIR/sustained.json. Usage: PYTHONPATH=src python scripts/gpu/sustained.py OUTDIR
---shape 1,32,16384,64 [--causal] --runs "p3=GLUON=1,...;fa4=fa4;cudnn=cudnn"
+Writes OUTDIR/sustained.json.
+
+Usage: PYTHONPATH=src python scripts/gpu/sustained.py OUTDIR --shape 1,32,16384,64 \\
+       --variants "d=+;f=fa4;n=cudnn" [--causal] [--seconds 0.3]
 """
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
-import sys
 import time
+from pathlib import Path
 
 import torch
+import triton.testing
+
+from flashscope.launch import device_target
+from flashscope.roofline import attention_flops
+from flashscope.tune.ab import _validated
+from flashscope.tune.cells import problem, shape_cell
+from flashscope.tune.variants import parse_variants, resolve_all
 
 
-def _fn(spec, q, k, v, causal):
-    if spec == "cudnn":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        def run():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v,
-                                                                        is_causal=causal)
-        return run
-    if spec == "fa4":
-        from flash_attn.cute import flash_attn_func
-
-        qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-        return lambda: flash_attn_func(qf, kf, vf, causal=causal)
-    import flashscope
-
-    cfg = None if spec == "default" else flashscope.AttentionConfig.parse(spec)
-    return lambda: flashscope.attention(q, k, v, is_causal=causal, config=cfg)
-
-
-def _loop(fn, seconds):
-    """Per-call ms of a back-to-back loop, with nvidia-smi sampling clock and power."""
+def loop(step, seconds: float) -> dict:
+    """ms a call of a back-to-back loop, and the SM clock and power nvidia-smi read."""
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw",
                             "--format=csv,noheader,nounits", "-lms", "20"],
                            stdout=subprocess.PIPE, text=True)
     time.sleep(0.1)
     events, t0 = [], time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        events.append((a, b))
-        if len(events) % 8 == 0:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        events.append((start, end))
+        if len(events) % 8 == 0:  # keep the queue short: the loop is timed, not queued
             events[-8][1].synchronize()
     torch.cuda.synchronize()
     smi.terminate()
     samples = []
     for line in smi.communicate()[0].splitlines():
         try:
-            mhz, watts = (float(x) for x in line.split(","))
-            samples.append((mhz, watts))
+            samples.append(tuple(float(x) for x in line.split(",")))
         except ValueError:
             continue
-    ms = [a.elapsed_time(b) for a, b in events[len(events) // 4:]]
-    tail = samples[len(samples) // 4:] or samples or [(float("nan"), float("nan"))]
-    return (statistics.median(ms), statistics.median(s[0] for s in tail),
-            statistics.median(s[1] for s in tail), len(ms))
+    tail = samples[len(samples) // 4:] or [(float("nan"), float("nan"))]
+    ms = [s.elapsed_time(e) for s, e in events[len(events) // 4:]]
+    return {"loop_ms": statistics.median(ms), "loop_calls": len(ms),
+            "mhz": statistics.median(s[0] for s in tail),
+            "watts": statistics.median(s[1] for s in tail)}
 
 
-def main():
-    import triton.testing
-
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("outdir")
-    ap.add_argument("--shape", default="1,32,16384,64")
+    ap.add_argument("--shape", required=True, help="B,H,N,D[,Nk[,Hkv]]")
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--runs", required=True)
+    ap.add_argument("--variants", required=True, help="NAME=SPEC;... as tune ab takes them")
     ap.add_argument("--seconds", type=float, default=0.3)
-    a = ap.parse_args()
-    os.makedirs(a.outdir, exist_ok=True)
-    B, H, N, D = map(int, a.shape.split(","))
-    flops = 4 * B * H * N * N * D / (2 if a.causal else 1)
-    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    args = ap.parse_args(argv)
+    cell = shape_cell(args.shape, args.causal)
+    dev = torch.device("cuda")
+    variants = resolve_all(parse_variants(args.variants), problem(cell, device_target(dev)))
+    kept, dropped = _validated(cell, variants, dev, print)
+    c = cell.case
+    flops = attention_flops(c.B, c.H, c.Nq, c.Nk, c.D, c.causal, "fwd")
     rows = []
-    for item in a.runs.split(";"):
-        name, spec = item.split("=", 1)
-        fn = _fn(spec, q, k, v, a.causal)
-        fn()
-        torch.cuda.synchronize()
-        bench = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
-        graph = triton.testing.do_bench_cudagraph(fn, rep=40, return_mode="median")
-        loop, mhz, watts, n = _loop(fn, a.seconds)
-        row = {"name": name, "spec": spec, "bench_ms": bench, "graph_ms": graph,
-               "loop_ms": loop, "loop_calls": n, "mhz": mhz, "watts": watts,
-               "tflops": {k_: round(flops / ms / 1e9, 1) for k_, ms in
-                          (("bench", bench), ("graph", graph), ("loop", loop))}}
+    for name, k in kept.items():
+        step = k["step"]
+        row = {"name": name, "spec": k["variant"].spec,
+               "bench_ms": triton.testing.do_bench(step, warmup=10, rep=40),
+               "graph_ms": triton.testing.do_bench_cudagraph(step, rep=40),
+               **loop(step, args.seconds)}
+        row["tflops"] = {w: round(flops / row[f"{w}_ms"] / 1e9, 1)
+                         for w in ("bench", "graph", "loop")}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        with open(os.path.join(a.outdir, "sustained.json"), "w") as f:
-            json.dump({"shape": a.shape, "causal": a.causal, "device":
-                       torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "rows": rows}, f, indent=1)
-    print(f"{'name':>10} {'bench':>8} {'graph':>8} {'loop':>8} {'MHz':>6} {'W':>6}  TFLOP/s")
-    for r in rows:
-        print(f"{r['name']:>10} {r['bench_ms']:8.3f} {r['graph_ms']:8.3f} {r['loop_ms']:8.3f} "
-              f"{r['mhz']:6.0f} {r['watts']:6.0f}  {r['tflops']}")
+    doc = {"cell": cell.name, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows, "dropped": dropped}
+    out = Path(args.outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sustained.json").write_text(json.dumps(doc, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

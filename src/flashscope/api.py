@@ -11,7 +11,8 @@ Autograd and ``torch.compile``: the kernels are registered as the custom ops
 and ``register_autograd`` linking them, so a compiled model calls them without graph breaks.
 Configs and masks cross the op boundary as plain values (``kernel:KEY=VALUE,...`` text,
 window bounds as integers with -1 for unbounded), since custom ops take only plain types.
-Calls that need neither gradients nor tracing skip the dispatcher and launch directly.
+Outside a compiler, calls skip the dispatcher and launch directly, through a
+``torch.autograd.Function`` when gradients are needed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import torch
 
 from . import launch, tuned
 from .errors import ConfigError, FlashscopeError
-from .families import Knobs, Problem, family, family_of, forward_family, sm90_fwd, triton_fwd
+from .families import (Knobs, Problem, default_config, family, family_of, forward_family,
+                       sm90_fwd, triton_fwd)
 from .families.base import check_head_dim
 from .families.triton_bwd import TritonBwdConfig
 from .masks import ALIGNS, Mask
@@ -167,13 +169,20 @@ def _choose_default(q, k, v, mask: Mask, scale: float) -> Knobs:
     fam = forward_family(problem)
     if fam is sm90_fwd and sm90_fwd.tensors_problem(q, k, v, scale):
         fam = triton_fwd
-    return tuned.lookup(problem, fam.KERNEL)[0]
+    return default_config(problem, fam)
+
+
+_BACKWARD: dict = {}
 
 
 def _backward_config(q, k, mask: Mask) -> TritonBwdConfig:
+    """The backward family's default for these tensors, remembered per geometry."""
     from .families import default_backward
 
-    return default_backward(problem_of(q, k, mask, device_target(q.device)))
+    target = device_target(q.device)
+    return launch.remembered(
+        _BACKWARD, (target, launch.geometry_key(q, k, k), mask),
+        lambda: default_backward(problem_of(q, k, mask, target)), _DEFAULTS_MAX)
 
 
 def config_text(cfg) -> str:
@@ -249,10 +258,33 @@ def _backward(ctx, dout, _dlse):
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _through_op(*tensors) -> bool:
-    """Go through the custom op when autograd or a compiler must see the call."""
-    if torch.compiler.is_compiling():
-        return True
+class _Eager(torch.autograd.Function):
+    """The differentiable call outside a compiler: the launches of the two custom ops
+    without the dispatcher around them (about 40-90 us of host time per op, as much as a
+    short kernel runs). A compiler sees the custom ops instead."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask_args: tuple, scale: float, cfg):
+        mask = _mask_of(*mask_args)
+        out, lse = launch.forward(q, k, v, mask=mask, scale=scale, return_lse=True,
+                                  cfg=cfg or _default_config(q, k, v, mask, scale))
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mask = mask
+        ctx.scale = scale
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(out)
+        dq, dk, dv = launch.backward(dout, q, k, v, out, lse, mask=ctx.mask, scale=ctx.scale,
+                                     cfg=_backward_config(q, k, ctx.mask))
+        return dq, dk, dv, None, None, None
+
+
+def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
@@ -300,11 +332,16 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
     cfg = None if config is None else resolve_config(config, D, _DTYPES[query.dtype],
                                                      query.device)
     sc = launch.default_scale(D) if scale is None else float(scale)
-    if _through_op(query, key, value):
+    if torch.compiler.is_compiling():  # the compiler sees the custom ops
         left, right = _window_ints(mask)
         text = "" if cfg is None else config_text(cfg)
         out, lse = _attention_fwd(query, key, value, mask.causal, left, right,
                                   mask.align == "bottom_right", mask.softcap or 0.0, sc, text)
+    elif _needs_grad(query, key, value):
+        left, right = _window_ints(mask)
+        out, lse = _Eager.apply(query, key, value, (mask.causal, left, right,
+                                                    mask.align == "bottom_right",
+                                                    mask.softcap or 0.0), sc, cfg)
     else:
         out, lse = launch.forward(query, key, value, mask=mask, scale=sc,
                                   cfg=cfg or _default_config(query, key, value, mask, sc),

@@ -151,7 +151,7 @@ def plain_params(kernel) -> frozenset:
 
 
 def launch_compiled(kernel, grid, args, consts: dict, options: dict, cache=None) -> None:
-    """Launch a Gluon kernel: the first time for a :func:`launch_key`, through
+    """Launch a Triton or Gluon kernel on a GPU: the first time for a :func:`launch_key`, through
     ``kernel[grid]`` (Triton binds, specializes, compiles or loads the kernel); then as
     ``JITFunction.run`` ends, straight through the compiled kernel's launcher, with the
     launch metadata and hooks that profilers read. The binding and specialization skipped
@@ -186,6 +186,16 @@ def launch_compiled(kernel, grid, args, consts: dict, options: dict, cache=None)
                  compiled.packed_metadata, compiled.launch_metadata(grid, stream, *call),
                  knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *call)
     LAUNCHES["direct"] += 1
+
+
+def launch_jit(kernel, grid, args, consts: dict, options: dict, device) -> None:
+    """Launch a Triton kernel: through :func:`launch_compiled` on a GPU (Triton's own
+    binding costs about as much host time as a short kernel runs, three times over in the
+    backward), through ``kernel[grid]`` under the interpreter."""
+    if device.type == "cuda" and not interpreting():
+        launch_compiled(kernel, grid, args, consts, options)
+    else:
+        kernel[grid](*args, **consts, **options)
 
 
 def _current_stream(index: int):

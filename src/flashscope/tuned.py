@@ -32,6 +32,7 @@ import functools
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -136,16 +137,33 @@ def read_json(path) -> object:
         raise ArtifactError(f"{path}: not valid JSON ({e})") from None
 
 
+#: How long a read of a file's stamp stands, in seconds: a default-config call asks for
+#: the stamp every time, and a stat costs more than the rest of the lookup (about a third
+#: of the host time of a short launch). :func:`write_entries` clears it at once; a file
+#: edited by hand or by another process takes effect within this time.
+RESTAT_S = 1.0
+_STAMPS: dict = {}
+
+
 def file_stamp(target, data_dir=None) -> "tuple | None":
     """(path, mtime in ns, size) of a target's file, None when it has none: what the
-    entries read from it depend on (a default-config call stats the file every time, so
-    an edited file takes effect at once)."""
+    entries read from it depend on. Read again from the file system at most every
+    :data:`RESTAT_S` seconds."""
+    key = (target, str(data_dir or DATA_DIR))
+    now = time.monotonic()
+    hit = _STAMPS.get(key)
+    if hit is not None and now - hit[0] < RESTAT_S:
+        return hit[1]
     path = tuned_path(target, data_dir)
     try:
         st = os.stat(path)
+        stamp = str(path), st.st_mtime_ns, st.st_size
     except FileNotFoundError:
-        return None
-    return str(path), st.st_mtime_ns, st.st_size
+        stamp = None
+    if len(_STAMPS) >= 64:
+        _STAMPS.clear()
+    _STAMPS[key] = (now, stamp)
+    return stamp
 
 
 def load_tuned(target, data_dir=None) -> dict:
@@ -212,6 +230,7 @@ def write_entries(target, entries: list, data_dir=None) -> Path:
     path = tuned_path(name, d)
     parse_tuned(data, name, str(path))
     _atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _STAMPS.clear()
     return path
 
 

@@ -1,7 +1,7 @@
 """The default config of a call (``config=None``), remembered per geometry.
 
 ``flashscope.api._default_config`` keeps its answer by everything it reads: the tuned
-file's stamp (an edited file takes effect on the next call), dtype, shapes, strides,
+file's stamp (an edited file takes effect within tuned.RESTAT_S), dtype, shapes, strides,
 alignment, mask and the scale's sign. Offline: the target is pinned to sm90 and the
 tuned files come from a temporary folder.
 """
@@ -11,6 +11,7 @@ import json
 import torch
 
 from flashscope import api, tuned
+from flashscope.families import Problem
 from flashscope.families.sm90_fwd import Sm90FwdConfig
 from flashscope.masks import Mask
 
@@ -26,6 +27,8 @@ def _write(tmp_path, cfg):
 
 def test_default_is_remembered_and_follows_the_tuned_file(tmp_path, monkeypatch):
     monkeypatch.setattr(tuned, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(tuned, "_STAMPS", {})
+    monkeypatch.setattr(tuned, "RESTAT_S", 0.0)  # an edit by hand counts at once
     monkeypatch.setattr(api, "device_target", lambda device: "sm90")
     monkeypatch.setattr(api, "_DEFAULTS", {})
     chosen = []
@@ -50,6 +53,27 @@ def test_default_is_remembered_and_follows_the_tuned_file(tmp_path, monkeypatch)
     assert api._default_config(odd, k, v, causal, 0.125).KERNEL == "triton-fwd"
     assert api._default_config(q, k, v, Mask.of(True, (8, 0)), 0.125).KERNEL == "triton-fwd"
     assert len(chosen) == 6
+
+
+def test_the_file_is_stat_at_most_once_a_restat_interval(tmp_path, monkeypatch):
+    """A default-config call asks for the file's stamp every time; the file system is
+    asked once per RESTAT_S, and the one writer makes its own write count at once."""
+    monkeypatch.setattr(tuned, "_STAMPS", {})
+    monkeypatch.setattr(tuned, "RESTAT_S", 3600.0)
+    stats = []
+    real = tuned.os.stat
+    monkeypatch.setattr(tuned.os, "stat", lambda p, *a, **kw: stats.append(p) or real(p))
+    _write(tmp_path, G)
+    first = tuned.file_stamp("sm90", tmp_path)
+    for _ in range(5):
+        assert tuned.file_stamp("sm90", tmp_path) == first
+    assert len(stats) == 1
+    entry = tuned.make_entry(G.replace(OUT_RCP=False), "bfloat16", 64, True, "le1k",
+                             source="test")
+    tuned.write_entries("sm90", [entry], tmp_path)
+    assert tuned.file_stamp("sm90", tmp_path) != first
+    assert tuned.lookup(Problem("sm90", "bfloat16", 64, True, 100, 100), "sm90-fwd",
+                        tmp_path)[0] == G.replace(OUT_RCP=False)
 
 
 def test_fp16_takes_the_bf16_entry(tmp_path, monkeypatch):

@@ -128,7 +128,8 @@ def test_malformed_files_exit_2(capsys, tmp_path, flag, data, msg):
     assert msg in err and "Traceback" not in err and err.count("\n") == 1
 
 
-# Shares the H100 run reported (scripts/gpu/profile_record.sh, 2026-11-21, breakdown.json),
+# Shares the H100 run reported (`flashscope breakdown --device cuda --attention both`,
+# 2026-11-21, breakdown.json),
 # re-derived here from the real torch.profiler traces of that run (kernel, memset and
 # memcpy events kept: tests/data/breakdown/torch_h100_<preset>_<attention>.json).
 H100_SHARES = {

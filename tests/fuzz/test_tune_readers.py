@@ -15,7 +15,7 @@ DATA = Path(__file__).parents[1] / "data" / "tune"
 def test_ab_results():
     from flashscope.tune.results import read_result
 
-    doc = json.loads((DATA / "ab140" / "d64n16k.json").read_text())
+    doc = json.loads((DATA / "balance-30" / "d64n16k.json").read_text())
 
     def check(res):
         bad = [t for ts in res.times.values() for t in ts if not (math.isfinite(t) and t > 0)]

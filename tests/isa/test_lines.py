@@ -53,6 +53,9 @@ def test_json_rows_and_inlined_helpers(user_builds):
         for key in ("file", "line", "source", "instructions", "live_registers_max",
                     "spill_stores", "spill_loads"):
             assert key in r
+    if not any("@[" in ln and "tutorial_attention.py:18:" in ln for ln in art.asm.splitlines()):
+        pytest.skip("this Triton's PTX gives the helper's lines no call site (3.9 keeps "
+                    "almost none)")
     rows = {(r.file.rsplit("/", 1)[-1], r.line): r for r in v.rows}
     dot = next(r for k, r in rows.items() if r.source and "tl.dot(q, k)" in r.source)
     assert dot.helper and dot.count > 0 and dot.instructions.get("mma", 0) > 0

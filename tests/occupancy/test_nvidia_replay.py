@@ -38,7 +38,7 @@ def test_ncu_shared_mem_limit_is_the_launch_carveout_view():
 
 def test_ncu_covers_real_attention_kernels():
     """cuDNN, FlashAttention-2, the memory-efficient kernel and five flashscope configs,
-    read by ncu on the H100 (scripts/gpu/profile_record.sh)."""
+    read by ncu on the H100 (`flashscope profile`, docs/profile.md)."""
     ncu = json.loads((Path(__file__).parents[1] / "data/occupancy/nvidia_h100_ncu.json")
                      .read_text())
     providers = {r.get("provider") for r in ncu["readings"]}

@@ -26,20 +26,20 @@ def tuned(tmp_path):
     d = tmp_path / "tuned"
     d.mkdir()
     shutil.copy(tuned_path("sm90"), d / "sm90.json")
-    bases = [read_result(DATA / "ab139" / "d64n16k.json").base.config,
-             read_result(DATA / "ab170" / "d64c16k.json").base.config]
+    bases = [read_result(DATA / "balance-12" / "d64n16k.json").base.config,
+             read_result(DATA / "pingpong-a" / "d64c16k.json").base.config]
     write_entries("sm90", [make_entry(bases[0], "bfloat16", 64, False, "le16k"),
                            make_entry(bases[1], "bfloat16", 64, True, "le16k")], d)
     return d
 
 
 def _runs(tmp_path, *runs, cells=None) -> list:
-    """Copies of recorded run folders (``cells``: only those files)."""
+    """Copies of recorded A/B folders (``cells``: only those files)."""
     out = []
     for r in runs:
-        d = tmp_path / f"ab{r}"
+        d = tmp_path / r
         d.mkdir(exist_ok=True)
-        for f in (DATA / f"ab{r}").glob("*.json"):
+        for f in (DATA / r).glob("*.json"):
             if cells is None or f.stem in cells:
                 shutil.copy(f, d / f.name)
         out.append(d)
@@ -47,9 +47,9 @@ def _runs(tmp_path, *runs, cells=None) -> list:
 
 
 def test_one_reading_adopts_and_its_confirmation_refuses(tuned, tmp_path):
-    """Run 139 alone adopts + BALANCE (0.958 in 12 rounds) for D = 64 non-causal 16k;
-    confirmed by run 140 (1.022 in 30) it is kept, and the file is not touched."""
-    one, two = _runs(tmp_path, 139, 140)
+    """The 12-round reading alone adopts + BALANCE (0.958) for D = 64 non-causal 16k;
+    confirmed by the 30-round one (1.022) it is kept, and the file is not touched."""
+    one, two = _runs(tmp_path, "balance-12", "balance-30")
     before = (tuned / "sm90.json").read_bytes()
     [v] = adopt(one, data_dir=tuned, dry_run=True)
     assert v.action == "adopted" and "bl1 +BALANCE=1: 0.958" in v.line, v.line
@@ -61,7 +61,7 @@ def test_one_reading_adopts_and_its_confirmation_refuses(tuned, tmp_path):
 
 
 def test_relaxed_quartile_adopts_the_wide_cell_and_writes_what_was_timed(tuned, tmp_path):
-    main, *confirm = _runs(tmp_path, 172, 170, 171, 173)
+    main, *confirm = _runs(tmp_path, "pingpong-c", "pingpong-a", "pingpong-b", "pingpong-d")
     [v] = adopt(main, Rule(confirm=tuple(confirm)), data_dir=tuned, dry_run=True)
     assert v.line == ("d64c16k: kept the default (no variant <= 0.995 with Q3 < 1 here and "
                       "in the 3 --confirm run(s))")
@@ -91,7 +91,7 @@ def test_relaxed_quartile_adopts_the_wide_cell_and_writes_what_was_timed(tuned, 
 
 
 def test_pooled_rule_adopts_the_lowest_pooled_median(tuned, tmp_path):
-    main, *confirm = _runs(tmp_path, 172, 170, 171, 173)
+    main, *confirm = _runs(tmp_path, "pingpong-c", "pingpong-a", "pingpong-b", "pingpong-d")
     [v] = adopt(main, Rule(alpha=0.01, confirm=tuple(confirm)), data_dir=tuned)
     assert "pok +PINGPONG=1,K_EARLY=0:" in v.line
     assert "pooled over 112 rounds of 4 A/B runs, faster in 77 (sign test p = " in \
@@ -101,19 +101,19 @@ def test_pooled_rule_adopts_the_lowest_pooled_median(tuned, tmp_path):
 
 
 def test_pooled_rule_refuses_the_chance_reading(tuned, tmp_path):
-    one, two = _runs(tmp_path, 139, 140)
+    one, two = _runs(tmp_path, "balance-12", "balance-30")
     [v] = adopt(one, Rule(alpha=0.01, confirm=(two,)), data_dir=tuned)
     assert v.line.startswith("d64n16k: kept the default (no variant at a pooled median")
 
 
 def test_a_cell_missing_from_a_confirmation_is_kept(tuned, tmp_path):
-    main, other = _runs(tmp_path, 172, 140)
+    main, other = _runs(tmp_path, "pingpong-c", "balance-30")
     [v] = adopt(main, Rule(confirm=(other,)), data_dir=tuned)
     assert v.line == "d64c16k: kept the default (not in every --confirm run)"
 
 
 def test_a_default_changed_since_the_ab_is_skipped(tuned, tmp_path):
-    [one] = _runs(tmp_path, 139)
+    [one] = _runs(tmp_path, "balance-12")
     base = lookup(D64N16K, "sm90-fwd", tuned)[0]
     write_entries("sm90", [make_entry(base.replace(num_stages=2), "bfloat16", 64, False,
                                       "le16k")], tuned)
@@ -124,7 +124,7 @@ def test_a_default_changed_since_the_ab_is_skipped(tuned, tmp_path):
 
 
 def test_two_cells_deciding_one_entry_are_refused(tuned, tmp_path):
-    [one] = _runs(tmp_path, 139)
+    [one] = _runs(tmp_path, "balance-12")
     data = json.loads((one / "d64n16k.json").read_text())
     data["meta"].update(cell="2x32x8192x64n", shape="2,32,8192,64")
     (one / "2x32x8192x64n.json").write_text(json.dumps(data))
@@ -135,7 +135,7 @@ def test_two_cells_deciding_one_entry_are_refused(tuned, tmp_path):
 
 
 def test_bad_results_fail_closed_naming_the_file(tuned, tmp_path):
-    [one] = _runs(tmp_path, 139)
+    [one] = _runs(tmp_path, "balance-12")
     before = (tuned / "sm90.json").read_bytes()
     (one / "d64n16k.json").write_text((one / "d64n16k.json").read_text()[:500])
     with pytest.raises(ArtifactError, match="d64n16k.json: not valid JSON"):

@@ -64,9 +64,9 @@ def test_gpu_subcommands_refuse_at_once_without_a_gpu(capsys, tmp_path, argv):
      "--resume and --force"),
     (["tune", "cells", "--cells", "d64c1k", "--jobs", "-1", "--out", "o"], "--jobs"),
     (["tune", "adopt", "missing-dir"], "missing-dir: not a folder of A/B results"),
-    (["tune", "adopt", str(DATA / "ab139"), "--q3-below", "1.02"], "two --confirm"),
-    (["tune", "adopt", str(DATA / "ab139"), "--pooled"], "--pooled needs --confirm"),
-    (["tune", "adopt", str(DATA / "ab139"), "--max-ratio", "nan"], "--max-ratio"),
+    (["tune", "adopt", str(DATA / "balance-12"), "--q3-below", "1.02"], "two --confirm"),
+    (["tune", "adopt", str(DATA / "balance-12"), "--pooled"], "--pooled needs --confirm"),
+    (["tune", "adopt", str(DATA / "balance-12"), "--max-ratio", "nan"], "--max-ratio"),
     (["tune", "convert", "missing.json"], "missing.json: no such file"),
     (["tune", "compare-sass", "a.csv", "b.csv", "--top", "0"], "argument --top"),
 ])
@@ -113,10 +113,10 @@ def test_convert_refuses_what_cannot_be_converted_and_writes_nothing(capsys, tmp
 
 def test_adopt_prints_and_writes_through_the_one_writer(capsys, tmp_path):
     tuned = tmp_path / "tuned"
-    res = read_result(DATA / "ab139" / "d64n16k.json")
+    res = read_result(DATA / "balance-12" / "d64n16k.json")
     write_entries("sm90", [make_entry(res.base.config, "bfloat16", 64, False, "le16k")], tuned)
     ab = tmp_path / "ab"
-    shutil.copytree(DATA / "ab139", ab)
+    shutil.copytree(DATA / "balance-12", ab)
     assert main(["tune", "adopt", str(ab), "--tuned", str(tuned), "--dry-run"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "d64n16k: sm90-fwd" in out and "bl1 +BALANCE=1: 0.958" in out

@@ -80,14 +80,15 @@ def test_nan_never_passes():
 
 # -- recorded runs ---------------------------------------------------------------------------
 
-def _recorded(run: int, cell: str):
-    return read_result(DATA / f"ab{run}" / f"{cell}.json")
+def _recorded(reading: str, cell: str):
+    return read_result(DATA / reading / f"{cell}.json")
 
 
-@pytest.mark.parametrize("run,cell", [(139, "d64n16k"), (140, "d64n16k"), (170, "d64c16k"),
-                                      (171, "d64c16k"), (172, "d64c16k"), (173, "d64c16k")])
-def test_statistics_recomputed_from_the_times_are_the_recorded_ones(run, cell):
-    res = _recorded(run, cell)
+@pytest.mark.parametrize("reading,cell", [
+    ("balance-12", "d64n16k"), ("balance-30", "d64n16k"), ("pingpong-a", "d64c16k"),
+    ("pingpong-b", "d64c16k"), ("pingpong-c", "d64c16k"), ("pingpong-d", "d64c16k")])
+def test_statistics_recomputed_from_the_times_are_the_recorded_ones(reading, cell):
+    res = _recorded(reading, cell)
     for name, row in res.rows.items():
         s = stat(round_ratios(res.times, name, res.base.name))
         assert (round(s.ratio, 4), round(s.q1, 4), round(s.q3, 4)) == (
@@ -95,10 +96,10 @@ def test_statistics_recomputed_from_the_times_are_the_recorded_ones(run, cell):
 
 
 def test_recorded_16k_chance_reading_fails_its_confirmation():
-    """Run 139 read D = 64 non-causal 16k + BALANCE at 0.958 in 12 rounds; run 140, 30
-    rounds, at 1.022. Alone the first passes; with the second it does not, per reading
-    or pooled."""
-    one, two = _recorded(139, "d64n16k").reading(), _recorded(140, "d64n16k").reading()
+    """D = 64 non-causal 16k + BALANCE read 0.958 in 12 rounds and 1.022 in 30 rounds.
+    Alone the first passes; with the second it does not, per reading or pooled."""
+    one = _recorded("balance-12", "d64n16k").reading()
+    two = _recorded("balance-30", "d64n16k").reading()
     won = per_reading([one], 0.995)
     assert won.name == "bl1" and round(won.stat.ratio, 3) == 0.958
     assert per_reading([one, two], 0.995) is None
@@ -106,11 +107,12 @@ def test_recorded_16k_chance_reading_fails_its_confirmation():
 
 
 def test_recorded_wide_cell_needs_the_relaxed_quartile_or_the_pooled_rule():
-    """Runs 170-173, D = 64 causal 16k: +PINGPONG=1 at medians 0.988-0.993 with third
+    """Four readings of D = 64 causal 16k: +PINGPONG=1 at medians 0.988-0.993 with third
     quartiles 1.006-1.016. Per reading only Q3 < 1.02 adopts it (not the same with
-    K_EARLY=0, whose median in run 171 is 0.9952); pooled, the lowest pooled median wins:
+    K_EARLY=0, whose median in the second reading is 0.9952); pooled, the lowest pooled median wins:
     K_EARLY=0 as well, 0.9885 over 112 rounds, faster in 77."""
-    readings = [_recorded(r, "d64c16k").reading() for r in (172, 170, 171, 173)]
+    readings = [_recorded(r, "d64c16k").reading()
+                for r in ("pingpong-c", "pingpong-a", "pingpong-b", "pingpong-d")]
     assert per_reading(readings, 0.995) is None
     won = per_reading(readings, 0.995, q3_below=1.02)
     assert won.name == "po"

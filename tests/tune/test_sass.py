@@ -12,7 +12,7 @@ from flashscope.errors import ParseError
 from flashscope.tune.sass import by_reason, compare, opcode_diff, opcode_mix, read_source, top
 
 DATA = Path(__file__).parents[1] / "data" / "tune"
-E, FA4 = DATA / "run206_e_source.csv.gz", DATA / "run206_fa4_source.csv.gz"
+E, FA4 = DATA / "d64n16k_entry_source.csv.gz", DATA / "d64n16k_fa4_source.csv.gz"
 HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
           '"stall_wait","stall_barrier"\n')
 

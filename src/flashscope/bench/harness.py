@@ -48,6 +48,7 @@ class Result:
     pct_gemm: Optional[float] = None
     pct_copy: Optional[float] = None
     peak_mib: Optional[float] = None
+    host_us: Optional[float] = None
     max_rel_error: Optional[float] = None
     validated_shapes: list = field(default_factory=list)
     ms_rounds: list = field(default_factory=list)
@@ -143,6 +144,7 @@ class _Runner:
             peak = peak_memory_mib(step, self.device.type)
             ms = self.timer.time(step)
             err = max(err, check_timed_result(self.timer.last, ref, case, inp))
+            host = self.timer.host_us(step)
             if self.timer.rounds > 1:
                 self.kept[p.name] = (step, ref, inp)
         except ValidationFailure as e:
@@ -154,7 +156,7 @@ class _Runner:
             return Result(p.name, case, "error", _short(e), validated_shapes=shapes)
         finally:
             self.timer.last = None
-        return self._rate(Result(p.name, case, "ok", ms=ms, peak_mib=peak,
+        return self._rate(Result(p.name, case, "ok", ms=ms, peak_mib=peak, host_us=host,
                                   max_rel_error=err, validated_shapes=shapes, ms_rounds=[ms]))
 
     def _rate(self, res: Result) -> Result:

@@ -24,6 +24,7 @@ METRICS = MappingProxyType({
     "gemm": ("pct_gemm", "% GEMM", "{:.1f}"),
     "copy": ("pct_copy", "% copy", "{:.1f}"),
     "memory": ("peak_mib", "peak (MiB)", "{:.0f}"),
+    "host": ("host_us", "host (us/call)", "{:.0f}"),
     "error": ("max_rel_error", "rel err", "{:.1e}"),
 })
 

@@ -56,6 +56,25 @@ class Timer:
         self.last = holder["result"]
         return float(ms)
 
+    def host_us(self, step: Callable, calls: int = 50) -> Optional[float]:
+        """Microseconds of host time per call on a GPU: ``calls`` calls queued back to
+        back, timed up to the return of the last (the GPU is synchronized before and
+        after, not between). When it exceeds the GPU time of the call, the GPU waits for
+        the host and a timer that does not replay a CUDA graph measures the host. None on
+        a CPU, where the two are one."""
+        if self.device != "cuda":
+            return None
+        import torch
+
+        step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            step()
+        host = time.perf_counter() - t0
+        torch.cuda.synchronize()
+        return host / calls * 1e6
+
 
 def peak_memory_mib(step: Callable, device: str) -> Optional[float]:
     """MiB allocated at the peak of one call beyond what was live before it (GPU only)."""

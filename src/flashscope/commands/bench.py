@@ -18,6 +18,8 @@ metrics:
   copy     % of the device-to-device copy ceiling (bytes read + written, measured at the
            start): minimum bytes = read Q,K,V + write O,LSE (fwd); + dO,O and dQ,dK,dV (bwd)
   memory   peak MiB allocated during one call beyond the live inputs
+  host     host microseconds per call (50 calls queued back to back; GPU only): above the
+           latency, the GPU waits for the host and the latency measures the host
   error    worst relative error max|out-ref|/max|ref| over the validations
 
 validation (before any timing counts; a failure shows the reason and no speed):
@@ -63,7 +65,7 @@ def register(sub):
     p.add_argument("--only", help="comma list of providers to run")
     p.add_argument("--skip", help="comma list of providers to leave out")
     p.add_argument("--metrics", help="comma list of table columns: latency, tflops, "
-                                     "speedup, gemm, copy, memory, error (default all)")
+                                     "speedup, gemm, copy, memory, host, error (default all)")
     p.add_argument("--baseline", help="provider the speedup is measured against "
                                       "(default: sdpa-cudnn, else the first available)")
     p.add_argument("--config", help="flashscope forward config, KEY=VALUE,... "

@@ -49,11 +49,15 @@ def forward_family(problem: Problem):
 
 def default_config(problem: Problem, fam=None, data_dir=None) -> Knobs:
     """The default config of ``fam`` (default: :func:`forward_family`) for ``problem``:
-    its tuned entry where the target's data file has one, else its rule."""
+    its tuned entry where the target's data file has one, else its rule, then fitted to
+    the problem's sizes where the family has a ``fit`` (a tuned entry stands for a class
+    of lengths)."""
     from .. import tuned
 
     fam = fam or forward_family(problem)
-    return tuned.lookup(problem, fam.KERNEL, data_dir)[0]
+    cfg = tuned.lookup(problem, fam.KERNEL, data_dir)[0]
+    fit = getattr(fam, "fit", None)
+    return fit(cfg, problem) if fit is not None else cfg
 
 
 def _keys(body) -> set:

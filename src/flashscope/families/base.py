@@ -359,7 +359,7 @@ class Problem:
     causal: bool = False
     n_q: int = 1024
     n_k: int = 1024
-    heads: int = 1  # batch x query heads
+    heads: int = 0  # batch x query heads (0: not known, as for a kernel built offline)
     window: bool = False  # a sliding window (or bottom-right alignment) bounds the keys
     varlen: bool = False  # packed sequences of different lengths
     softcap: bool = False  # scores capped by c tanh(s / c)

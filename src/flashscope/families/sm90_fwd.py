@@ -201,6 +201,58 @@ def select(problem: Problem) -> Sm90FwdConfig:
     return base.replace(BLOCK_N=64, Q_IN_REGS=False, EARLY_Q=False, BALANCE=problem.causal)
 
 
+#: How many more padded query rows three-consumer tiles (BLOCK_M = 192) may cost than
+#: two-consumer ones (128) before :func:`fit` takes the smaller tile. The 192-row tile
+#: runs 5-15% more rows a second (BERT-large, 512 rows: 417 against 401 TFLOP/s with 12%
+#: more padded rows; ViT-L/14, 577 rows: even at 20% more); at ViT-B/16's 197 rows, 384
+#: padded rows against 256, the 128-row tile runs 181 TFLOP/s against 132 (H200, bf16,
+#: CUDA-graph time).
+ROW_PAD_LIMIT = 1.25
+
+
+def _padded(n: int, block: int) -> int:
+    return -(-n // block) * block
+
+
+#: Below this share of the SMs busy over the persistent grid's waves, a non-causal
+#: problem's work list is cut along the keys (SPLIT_KV). SDXL's self-attention (B 2, H 10,
+#: N 4096, D 64: 440 tiles of 192 rows, 4 waves on 132 SMs, 83% busy) ran 486 against 456
+#: TFLOP/s with the cut (H200, bf16); the suite's other shapes fill 94-99%. Causal work
+#: lists are balanced by BALANCE instead.
+WAVE_LIMIT = 0.9
+
+
+def wave_share(tiles: int, sms: int) -> float:
+    """The share of ``sms`` busy over the waves ``tiles`` equal tiles take."""
+    return tiles / (-(-tiles // sms) * sms)
+
+
+def fit(cfg: Sm90FwdConfig, problem: Problem) -> Sm90FwdConfig:
+    """A tuned entry or rule's config fitted to the problem's sizes (entries are tuned on
+    lengths in whole thousands and batches that fill the GPU):
+
+    - a 192-row tile gives way to a 128-row one where it pads :data:`ROW_PAD_LIMIT` times
+      as many query rows (short rows such as a ViT's 197 tokens);
+    - a non-causal problem whose tiles leave the SMs under :data:`WAVE_LIMIT` busy cuts
+      its work list along the keys (SPLIT_KV), when its batch x heads is known.
+
+    Everything else is kept; a change the rules refuse is not made."""
+    out = cfg
+    n = max(1, int(problem.n_q))
+    if out.BLOCK_M == 192 and _padded(n, 192) > ROW_PAD_LIMIT * _padded(n, 128):
+        out = out.replace(BLOCK_M=128)
+    sms = getattr(problem.target_record(), "sm_count", 0)
+    if (not problem.causal and not out.SPLIT_KV and problem.heads > 0 and sms
+            and wave_share(-(-n // out.BLOCK_M) * problem.heads, sms) < WAVE_LIMIT):
+        out = out.replace(SPLIT_KV=True)
+    if out is cfg:
+        return cfg
+    try:
+        return check(out, problem.target, problem.head_dim, problem.dtype)
+    except ConfigError:
+        return cfg
+
+
 def tensors_problem(q, k, v, scale: "float | None" = None) -> Optional[str]:
     """Why the kernel cannot run on these tensors, or None: head dim, scale > 0 (it folds
     the scale into the row maximum) and a rank-4 TMA descriptor for each."""
@@ -363,10 +415,10 @@ class Sm90Plan(NamedTuple):
 
     def workspace(self, q):
         """A float32 workspace for the pieces of cut blocks (SPLIT_KV), else None."""
-        import torch
-
         if self.split is None:
             return None
+        import torch
+
         rec = self.consts["BLOCK_M"] * (self.consts["HEAD_DIM"] + 2)
         return torch.empty(max(1, self.split.slots) * rec, dtype=torch.float32,
                            device=q.device)
@@ -386,11 +438,11 @@ class Sm90Plan(NamedTuple):
     def merge(self, part, out, lse) -> None:
         """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
         second kernel of a SPLIT_KV forward (:mod:`flashscope.kernels.attention_merge`)."""
+        if self.split is None or self.split.slots == 0:
+            return
         from .. import kernels
         from ..launch import launch_compiled, triton_cdiv
 
-        if self.split is None or self.split.slots == 0:
-            return
         H, N_Q = self.scalars[0], self.scalars[2]
         block_m, d = self.consts["BLOCK_M"], self.consts["HEAD_DIM"]
         kernel = kernels.load("attention_merge")._merge_parts
@@ -485,10 +537,9 @@ def _check_mask(mask, n_q: int, n_k: int) -> None:
 
 def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig) -> None:
     """Launch the kernel (and the merge of a SPLIT_KV list) on an sm_90 GPU."""
-    from .. import kernels
     from ..launch import interpreting, launch_compiled, launch_options
 
-    if interpreting() or q.device.type != "cuda":
+    if q.device.type != "cuda" or interpreting():
         raise ConfigError(f"{KERNEL} runs on an sm_90 GPU only: Triton's interpreter cannot "
                           "run Gluon kernels (use triton-fwd on CPU tensors)")
     if scale <= 0:
@@ -496,8 +547,14 @@ def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig) -> None:
                           f"maximum), got {scale} (use triton-fwd)")
     _check_mask(mask, q.shape[2], k.shape[2])
     p = plan(q, k, v, out, lse, causal=mask.causal, scale=scale, cfg=cfg)
-    kernel = getattr(kernels.load(MODULE), FUNCTION)
     part = p.workspace(q)
-    launch_compiled(kernel, p.grid, p.args(q, k, v, out, lse, part), p.consts,
+    launch_compiled(_kernel(), p.grid, p.args(q, k, v, out, lse, part), p.consts,
                     launch_options(cfg, q.device), cache=p.compiled)
     p.merge(part, out, lse)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel():
+    from .. import kernels
+
+    return getattr(kernels.load(MODULE), FUNCTION)

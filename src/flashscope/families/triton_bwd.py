@@ -170,7 +170,7 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
     import torch
 
     from .. import kernels
-    from ..launch import interpreting
+    from ..launch import interpreting, launch_jit
 
     mod = kernels.load(MODULE, interpret=interpreting())
     B, H, Nq, _ = q.shape
@@ -178,4 +178,4 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
     for fn_name, grid, args, consts, opts in calls(
             dout, q, k, v, out, lse, delta, dq, dk, dv, mask=mask, scale=scale,
             cfg=cfg).values():
-        getattr(mod, fn_name)[grid](*args, **consts, **opts)
+        launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device)

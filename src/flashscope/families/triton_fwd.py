@@ -142,8 +142,8 @@ def call(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig):
 def run(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig) -> None:
     """Launch the kernel (GPU, or Triton's interpreter on CPU tensors)."""
     from .. import kernels
-    from ..launch import interpreting, launch_options
+    from ..launch import interpreting, launch_jit, launch_options
 
     grid, args, consts = call(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
     kernel = getattr(kernels.load(MODULE, interpret=interpreting()), FUNCTION)
-    kernel[grid](*args, **consts, **launch_options(cfg, q.device))
+    launch_jit(kernel, grid, args, consts, launch_options(cfg, q.device), q.device)
