@@ -165,7 +165,8 @@ def test_cli_end_to_end(report, tmp_path, capsys):
     cfgs.write_text(json.dumps([BASE.as_dict()]))
     out = tmp_path / "out"
     argv = ["report", "--targets", TARGETS, "--configs", str(cfgs), "--head-dims", "64",
-            "--ablate", "Q_IN_REGS", "--out", str(out), "--json", "--jobs", "2"]
+            "--ablate", "Q_IN_REGS", "--out", str(out), "--json", "--jobs", "2",
+            "--no-neighbours"]
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["measured"]["registers"] for r in doc["rows"][:2]] == \

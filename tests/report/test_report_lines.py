@@ -94,7 +94,8 @@ def test_cli(built, tmp_path, capsys):
     cfgs.write_text(json.dumps([BASE.as_dict()]))
     out = tmp_path / "out"
     argv = ["report", "--targets", TARGETS, "--configs", str(cfgs), "--head-dims", "64",
-            "--ablate", "Q_IN_REGS", "--out", str(out), "--jobs", "2", "--lines"]
+            "--ablate", "Q_IN_REGS", "--out", str(out), "--jobs", "2", "--lines",
+            "--no-neighbours"]
     assert main(argv + ["--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert "lines" in summary["files"] and summary["timings"]["lines_kernels"] == 4

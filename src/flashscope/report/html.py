@@ -281,7 +281,8 @@ def write_html(report, path, plots: dict, extra: str = "",
     kernels = {**report.default_kernels(), **(default_kernels or {})}
     body = (default_kernel_sentence([t.name for t in s.targets], kernels)
             + failed_note(report.main_rows()) + _defaults_section(report)
-            + _neighbours_section(report) + _budget_section(report) + _ablation_section(report) + _cliff_section(report)
+            + _neighbours_section(report) + _budget_section(report)
+            + _ablation_section(report) + _cliff_section(report)
             + extra + imgs)
     Path(path).write_text(page(title, meta, body), encoding="utf-8")
     return str(path)

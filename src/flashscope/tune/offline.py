@@ -243,8 +243,8 @@ def loop_counts(text: str, kernel: str, cfg: TritonFwdConfig, head_dim: int) -> 
 @dataclass
 class Judged:
     """One candidate's reading and verdict. ``kind``: ``ok`` (eligible), ``failed``,
-    ``spills``, ``repeats``, ``no-launch`` or ``cliff``; ``why``: the reason in words; ``cliff``: the
-    nearest cliff's numbers (resource, save_to_gain, room_before_loss)."""
+    ``spills``, ``repeats``, ``no-launch`` or ``cliff``; ``why``: the reason in words;
+    ``cliff``: the nearest cliff's numbers (resource, save_to_gain, room_before_loss)."""
 
     candidate: Candidate
     reading: Reading
