@@ -84,8 +84,8 @@ def check(cfg: TritonFwdConfig, target="sm90", head_dim: int = 128,
 # 20-config scan on an H100 (bf16, B*N = 16384, H*D = 2048, 2026-11-21): 128/64/8w/3s was
 # best for D = 64 everywhere and for D = 128 non-causal (501 TFLOP/s at N = 4096);
 # 64/64/4w/3s was best for causal D = 128 at N <= 4096 (432 TFLOP/s against 411).
-# AMD rows (no AMD GPU timed): chosen from the compiled code objects by
-# ``flashscope tune offline`` (flashscope.tune.offline; Triton 3.6): each is free of VGPR
+# Rows naming gfx90a, gfx942 and gfx1100 (no AMD GPU timed): chosen from the code objects
+# by ``flashscope tune offline`` (flashscope.tune.offline; Triton 3.6): each is free of VGPR
 # and SGPR spills and scratch, its waves do not repeat each other's matrix work, it is not
 # within 16 VGPRs or 8 KB of LDS of gaining a workgroup, and it beats every rule-valid
 # config one knob (or one paired two-knob move) away on waves per SIMD (up to 2), then
@@ -93,7 +93,8 @@ def check(cfg: TritonFwdConfig, target="sm90", head_dim: int = 128,
 # whose choice differs from these rows are tuned entries (search "offline"). gfx1100 at
 # D = 256 has no clean config near its default: the row is the least bad (no spills, but
 # its loop issues 1.5x the tile's WMMA multiply-adds: 16 waves of 8 rows each against a
-# 16-row instruction); the former 32x16 w4 spilled 24 VGPRs.
+# 16-row instruction); the former 32x16 w4 spilled 24 VGPRs. The cdna and rdna rows
+# (gfx950, gfx1201) are the earlier hand-read choice, not yet through the offline search.
 C = TritonFwdConfig
 DEFAULTS = (
     ("sm90", 64, None, C(128, 64, 8, 3)),
