@@ -114,6 +114,31 @@ def test_defaults_are_feasible_everywhere(t, d):
         assert triton_bwd.check(bwd, t.name, d) is bwd
 
 
+def _suite_problems():
+    """Every forward problem of the models suite and the standard suite, both dtypes, as
+    the API poses it (batch x heads, both lengths)."""
+    from flashscope.bench.suite import DTYPES, standard_suite, table_suite
+
+    cases = table_suite("models", dtypes=DTYPES) + standard_suite(dtypes=DTYPES)
+    return {(c.dtype, c.D, c.causal, c.Nq, c.Nk, c.B * c.H) for c in cases}
+
+
+@pytest.mark.parametrize("t", ALL_TARGETS, ids=lambda t: t.name)
+def test_every_suite_shape_resolves_to_a_config_the_rules_accept(t):
+    """On every target, each shape of the models and standard suites gets a forward config
+    (its tuned entry or rule) and a backward config that their families' rules accept."""
+    problems = _suite_problems()
+    assert len(problems) > 50
+    for dtype, d, causal, nq, nk, heads in sorted(problems):
+        p = Problem(t.name, dtype, d, causal, nq, nk, heads)
+        fam = forward_family(p)
+        cfg = default_config(p)
+        assert cfg.KERNEL == fam.KERNEL
+        assert fam.check(cfg, t.name, d, dtype) is cfg
+        bwd = triton_bwd.select(p)
+        assert triton_bwd.check(bwd, t.name, d, dtype) is bwd
+
+
 def test_forward_family_rule():
     assert forward_family(Problem("sm90", "float16", 128)) is sm90_fwd
     assert forward_family(Problem("sm90", head_dim=96)) is sm90_fwd  # at width 128

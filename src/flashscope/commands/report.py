@@ -6,6 +6,11 @@ With no arguments: targets sm90, sm80, gfx942, gfx1100; head dim 128 (bf16, non-
 base config m128n64w8s2q1 and its single-knob ablation variants; output in a new folder
 ``flashscope-report-YYYYmmdd-HHMMSS`` under the current directory.
 
+``--neighbours``: each AMD target's default (per head dim) next to its one- and two-knob
+neighbours as the offline choice judges them (``flashscope tune offline``): spills, just
+past a cliff, or ranked lower by the model (20 to 50 more compiles per AMD target and head
+dim, cached; left out by default so the report stays about a minute cold).
+
 ``--kernel bwd``: the dK/dV and dQ kernels of each target's default backward config and of
 its one-knob ablations (BLOCK_M1/N1/M2/N2, num_warps, head dim), measured only.
 ``--kernel decode``: the decoding attention (dense and paged) and its split merge at each
@@ -57,6 +62,9 @@ def register(sub):
                       "of an earlier report are replaced only with --force")
     p.add_argument("--jobs", type=common.integer(0), default=0,
                    help="compile worker processes (default 0: one per CPU core)")
+    p.add_argument("--neighbours", action="store_true",
+                   help="add the AMD defaults' neighbourhoods and why each lost (20 to 50 "
+                        "more compiles per AMD target and head dim, cached)")
     p.add_argument("--lines", action="store_true",
                    help="registers, spills and instructions per source line of every kernel "
                         "(lines.json and a section of report.html with the source, a heat "
@@ -97,7 +105,7 @@ def run(args) -> int:
         common.read_configs(args.configs, TritonFwdConfig)
     kw = _spec_args(args)
     spec = make_spec(kw["targets"], args.configs, kw["head_dims"], kw["dtype"], kw["causal"],
-                     kw["ablate"], kw["variant"])
+                     kw["ablate"], kw["variant"], neighbours=args.neighbours)
     files = dict(FWD_FILES, **({"lines": "lines.json"} if args.lines else {}))
     out = _prepare(args, files)
     report = _collect(collect, spec, args.jobs)

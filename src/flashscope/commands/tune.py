@@ -22,7 +22,8 @@ the one-knob and transplant search steps, the adoption rule that writes the tune
 
 on a GPU:  ab (one shape), cells (many cells, one worker process per GPU)
 anywhere:  adopt (A/B results -> tuned entries), convert (format-1 tuned file -> format 2),
-           compare-sass (two Nsight Compute source pages)
+           compare-sass (two Nsight Compute source pages), offline (AMD defaults chosen
+           from compiled code objects: spills, occupancy cliffs, a stated model)
 guide:     docs/tune.md"""
 VARIANTS = ("NAME=SPEC;... with SPEC +K=V,... (on the problem's default), FAMILY:K=V,... "
             "(sm90-fwd, triton-fwd), cudnn, fa4 or another bench provider; the first "
@@ -33,7 +34,7 @@ def register(sub) -> None:
     p = sub.add_parser("tune", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     tsub = p.add_subparsers(dest="tune_command", metavar="SUBCOMMAND")
-    for add in (_ab, _cells, _adopt, _convert, _compare):
+    for add in (_ab, _cells, _adopt, _convert, _compare, _offline):
         add(tsub)
     p.set_defaults(func=lambda args: _usage(p))
 
@@ -145,6 +146,36 @@ def _compare(tsub) -> None:
                    help="opcodes shown (default 16)")
     common.add_output(q, out_help="write DIR/compare-sass.json and compare-sass.csv")
     q.set_defaults(func=run_compare)
+
+
+def _offline(tsub) -> None:
+    from ..tune.offline import AMD_TARGETS, HEAD_DIMS, MAX_ROUNDS
+
+    q = tsub.add_parser("offline", help="choose AMD defaults from offline readings (no GPU)",
+                        description="For each AMD target, head dim, dtype and mask: compile "
+                                    "the default and its one- and two-knob neighbours, "
+                                    "reject spills and configs just past an occupancy "
+                                    "cliff, rank the rest by the model, and search again "
+                                    "from the winner until it stays (docs/occupancy.md).")
+    common.add_target(q, default=",".join(AMD_TARGETS))
+    common.add_head_dim(q, default=",".join(map(str, HEAD_DIMS)))
+    common.add_dtype(q, default="bf16,fp16")
+    common.add_causal(q, default="both")
+    q.add_argument("--rounds", type=common.integer(1), default=MAX_ROUNDS,
+                   help=f"rounds of the search at most (default {MAX_ROUNDS})")
+    q.add_argument("--no-seed", action="store_true",
+                   help="start every cell from its current default, not from the choice "
+                        "of its relative (bf16, no mask, the padded head dim)")
+    q.add_argument("--jobs", type=common.integer(0), default=2,
+                   help="compile processes (default 2; 0: one per core)")
+    q.add_argument("--write", action="store_true",
+                   help="write the choices the defaults table does not already give as "
+                        "tuned entries (never over a measured entry)")
+    q.add_argument("--tuned", metavar="DIR", help="tuned files to read the defaults from and "
+                                                  "write to (default: the package's)")
+    common.add_output(q, out_help="write DIR/offline.json (every candidate and verdict) and "
+                                  "offline.csv (one row per cell)")
+    q.set_defaults(func=run_offline)
 
 
 # -- GPU subcommands -------------------------------------------------------------------------
@@ -355,3 +386,70 @@ def _sass_tables(con, res: dict) -> None:
             top.add_row(common.pct(x["share"]), x["address"], x["sass"],
                         ", ".join(f"{k} {v}" for k, v in x["reasons"].items()))
         common.show(con, top)
+
+
+def run_offline(args) -> int:
+    import triton
+
+    from ..families.base import check_head_dim
+    from ..progress import Progress
+    from ..tune import offline
+
+    for d in args.head_dim:
+        check_head_dim(d)
+    todo = offline.cells([t.name for t in args.target], args.head_dim, args.dtype,
+                         args.causal)
+    common.prepare(args, name="offline")
+    read = offline.offline_reader(args.jobs)
+    with Progress("cells", len(todo)) as bar:
+        def log(ch):
+            bar.note(f"{ch.cell.name}: {ch.chosen.config.label}")
+            bar.advance()
+
+        choices = offline.choose_cells(todo, read, data_dir=args.tuned,
+                                       max_rounds=args.rounds, seeded=not args.no_seed,
+                                       log=log)
+    written, notes = (offline.write(choices, triton.__version__, args.tuned) if args.write
+                      else ([], []))
+    doc = {"triton": triton.__version__, "model": list(offline.TERMS),
+           "choices": [ch.as_dict() for ch in choices],
+           "rule_rows": [{"target": t, "head_dim": d, "causal": c, "config": cfg.label,
+                          "config_fields": cfg.as_dict()}
+                         for t, d, c, cfg in offline.rule_rows(choices)],
+           "written": [str(p) for p in written], "notes": notes}
+    rows = [_offline_row(ch) for ch in choices]
+    common.emit(args, doc, rows=rows, name="offline",
+                render=lambda con: _offline_table(con, choices, written, notes))
+    return 0
+
+
+def _offline_row(ch) -> dict:
+    r = ch.chosen.as_dict()
+    return {"target": ch.cell.target, "head_dim": ch.cell.head_dim, "dtype": ch.cell.dtype,
+            "causal": ch.cell.causal, "start": ch.start.label, "chosen": r["config"],
+            "vgprs": r["vgprs"], "spills": r["spills"], "lds_bytes": r["lds_bytes"],
+            "waves_per_simd": r["waves_per_simd"], "workgroups": r["workgroups"],
+            "occupancy": r["occupancy"],
+            "room_before_loss": (r["cliff"] or {}).get("room_before_loss"),
+            "read": ch.read, "rounds": len(ch.rounds), "clean": ch.clean,
+            "converged": ch.converged}
+
+
+def _offline_table(con, choices, written, notes) -> None:
+    t = common.table("cell", "start", "chosen", "VGPRs", "spills", "waves/SIMD",
+                     "occupancy", "room", "read", left=("cell", "start", "chosen"),
+                     title="Defaults chosen offline (room: VGPRs before a workgroup is "
+                           "lost; read: configs compiled and read)")
+    for ch in choices:
+        r = _offline_row(ch)
+        flag = "" if ch.clean and ch.converged else (
+            " (least bad: none clean)" if not ch.clean else " (not settled)")
+        t.add_row(ch.cell.name, r["start"], r["chosen"] + flag, str(r["vgprs"]),
+                  str(r["spills"]), str(r["waves_per_simd"]), common.pct(r["occupancy"]),
+                  "-" if r["room_before_loss"] is None else str(r["room_before_loss"]),
+                  str(r["read"]))
+    common.show(con, t)
+    for n in notes:
+        con.print(n, highlight=False, markup=False)
+    for p in written:
+        con.print(f"wrote {p}", highlight=False, markup=False)

@@ -84,9 +84,18 @@ def check(cfg: TritonFwdConfig, target="sm90", head_dim: int = 128,
 # 20-config scan on an H100 (bf16, B*N = 16384, H*D = 2048, 2026-11-21): 128/64/8w/3s was
 # best for D = 64 everywhere and for D = 128 non-causal (501 TFLOP/s at N = 4096);
 # 64/64/4w/3s was best for causal D = 128 at N <= 4096 (432 TFLOP/s against 411).
-# gfx942, D = 128, read offline (no MI300X timed): 4 warps with waves_per_eu=2 forces
-# 256 VGPRs and spills 18; without the cap it needs 360 (1 wave/SIMD); 8 warps fit in
-# 230 VGPRs with no spill at 2 waves/SIMD.
+# Rows naming gfx90a, gfx942 and gfx1100 (no AMD GPU timed): chosen from the code objects
+# by ``flashscope tune offline`` (flashscope.tune.offline; Triton 3.6): each is free of VGPR
+# and SGPR spills and scratch, its waves do not repeat each other's matrix work, it is not
+# within 16 VGPRs or 8 KB of LDS of gaining a workgroup, and it beats every rule-valid
+# config one knob (or one paired two-knob move) away on waves per SIMD (up to 2), then
+# resident score elements per CU, then BLOCK_M; docs/report.md has the readings. Cells
+# whose choice differs from these rows are tuned entries (search "offline"). gfx1100 at
+# D = 256 has no clean config near its default: the row is the least bad (no spills, but
+# its loop issues 1.5x the tile's WMMA multiply-adds: 16 waves of 8 rows each against a
+# 16-row instruction); the former 32x16 w4 spilled 24 VGPRs. gfx1201 D = 64: chosen the
+# same way (118-120 VGPRs, 12 waves/SIMD). The other cdna and rdna rows (gfx950; gfx1201
+# above D = 64) are the earlier hand-read choice, not yet through the offline search.
 C = TritonFwdConfig
 DEFAULTS = (
     ("sm90", 64, None, C(128, 64, 8, 3)),
@@ -96,6 +105,17 @@ DEFAULTS = (
     ("nvidia", 64, None, C(128, 64, 4, 3)),
     ("nvidia", 128, None, C(128, 64, 8, 2)),
     ("nvidia", 256, None, C(64, 32, 4, 2)),
+    ("gfx90a", 64, None, C(256, 32, 4, 2, waves_per_eu=2)),
+    ("gfx90a", 128, None, C(256, 64, 8, 2)),
+    ("gfx90a", 256, None, C(128, 16, 8, 2, waves_per_eu=2)),
+    ("gfx942", 64, None, C(256, 32, 4, 2, waves_per_eu=2)),
+    ("gfx942", 128, None, C(256, 32, 8, 2)),
+    ("gfx942", 256, None, C(128, 16, 8, 1, waves_per_eu=2)),
+    ("gfx1100", 64, False, C(64, 128, 4, 1, waves_per_eu=6)),
+    ("gfx1100", 64, True, C(128, 128, 8, 1)),
+    ("gfx1100", 128, None, C(128, 64, 8, 1)),
+    ("gfx1100", 256, False, C(128, 16, 16, 1)),
+    ("gfx1201", 64, None, C(64, 64, 4, 1, waves_per_eu=12)),
     ("cdna", 64, None, C(128, 64, 4, 2, waves_per_eu=2)),
     ("cdna", 128, None, C(128, 64, 8, 2)),
     ("cdna", 256, None, C(64, 32, 4, 1, waves_per_eu=2)),

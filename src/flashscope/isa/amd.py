@@ -97,6 +97,38 @@ def split_text(text: str, kernels) -> dict:
     return out
 
 
+_ANY_LABEL = re.compile(r"^([A-Za-z_.][\w.$]*):")
+_BRANCH_TO = re.compile(r"^\s+s_c?branch\w*\s+(\.L\w+)")
+
+
+def loops(text: str, kernel: str) -> list:
+    """The loops of ``kernel`` in amdgcn text: every branch back to an earlier label gives
+    one body, the mnemonics from that label to the branch in program order (nested loops
+    give nested bodies)."""
+    ops, labels, bodies, inside = [], {}, [], False
+    for line in text.splitlines():
+        m = _ANY_LABEL.match(line)
+        if m:
+            name = m.group(1)
+            if name == kernel:
+                inside = True
+            elif not name.startswith(".L"):
+                inside = False
+            elif inside:
+                labels[name] = len(ops)
+            continue
+        if inside and (".Lfunc_end" in line
+                       or line.lstrip().startswith(".end_amdgpu_metadata")):
+            break
+        m = _MNEMONIC.match(line) if inside else None
+        if m:
+            ops.append(m.group(1))
+            to = _BRANCH_TO.match(line)
+            if to and to.group(1) in labels:
+                bodies.append(ops[labels[to.group(1)]:])
+    return bodies
+
+
 def mix_of(ops: Counter) -> tuple:
     """(mix, features): class counts (zeros included) plus ``ds_read.b<bits>`` /
     ``ds_write.b<bits>`` per-lane widths; features from :data:`FEATURES`."""

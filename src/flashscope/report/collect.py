@@ -9,7 +9,11 @@ ablation step a row of the budget table: 10 (config, head dim) pairs x 4 targets
 compiles. Besides those, :attr:`Report.defaults` holds, per target and head dim, the kernel
 the library runs there by default with its default config (on sm90 the Gluon kernel,
 ``sm90-fwd``; elsewhere the portable one), read the same way: the kernel that actually runs,
-next to the portable kernel the ablations study.
+next to the portable kernel the ablations study. With :attr:`ReportSpec.neighbours`,
+:attr:`Report.choices` holds each AMD target's default (per head dim) next to its
+neighbours as the offline choice reads them (:mod:`flashscope.tune.offline`): which of
+them spill, which sit just past a cliff, which the model ranks lower, and whether the
+default is still the best of them.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ class ReportSpec:
     causal: bool = False
     knobs: tuple = ablations.KNOB_NAMES
     variant: tuple = ()  #: (option, value) pairs of :data:`flashscope.compile.VARIANT_OPTIONS`
+    #: the AMD defaults' neighbourhoods (about 20 compiles per AMD target and head dim,
+    #: cached); the command asks for them with --neighbours
+    neighbours: bool = False
 
 
 @dataclass
@@ -100,6 +107,7 @@ class Report:
     cliffs: list
     timings: dict = field(default_factory=dict)
     defaults: list = field(default_factory=list)  #: rows of the kernel each target runs
+    choices: list = field(default_factory=list)  #: AMD defaults and their neighbours
 
     def default_kernels(self) -> dict:
         """target -> the label of the config (and so the kernel) the library runs there by
@@ -149,6 +157,7 @@ class Report:
             "defaults": [r.as_dict() for r in self.defaults],
             "ablations": self.ablations,
             "cliffs": self.cliffs,
+            "amd_defaults": [c.as_dict() for c in self.choices],
             "timings": self.timings,
         }
 
@@ -208,7 +217,7 @@ def parse_head_dims(text: str) -> tuple:
 
 def make_spec(targets: str = DEFAULT_TARGETS, configs_file=None, head_dims=None,
               dtype: str = "bfloat16", causal: bool = False, ablate: str = "all",
-              variant: "dict | None" = None) -> ReportSpec:
+              variant: "dict | None" = None, neighbours: bool = False) -> ReportSpec:
     """The spec from CLI-style strings; ``ablate``: knobs to ablate (see
     :func:`ablations.parse_knobs`); ``variant``: the kernel variant every build takes
     (:data:`flashscope.compile.VARIANT_OPTIONS`: a window, alignment, softcap, varlen)."""
@@ -222,7 +231,7 @@ def make_spec(targets: str = DEFAULT_TARGETS, configs_file=None, head_dims=None,
         base = DEFAULT_BASE
         cfgs = default_configs(base, dims[0], ts, knobs)
     return ReportSpec(ts, cfgs, dims, base, dtype, causal, knobs,
-                      tuple(sorted((variant or {}).items())))
+                      tuple(sorted((variant or {}).items())), neighbours)
 
 
 def measure_row(row, rec):
@@ -288,14 +297,34 @@ def collect(spec: ReportSpec, *, jobs: int = 0,
         if progress:
             progress(done, total)
     rep_defaults = _default_rows(spec, jobs)
+    choices = default_choices(spec, jobs) if spec.neighbours else []
     t1 = time.perf_counter()
-    rep = Report(spec, rows, [], [], defaults=rep_defaults)
+    rep = Report(spec, rows, [], [], defaults=rep_defaults, choices=choices)
     rep.ablations = ablations.steps(steps, rep.by_key(), spec.targets)
     rep.cliffs = cliff_view(rep.main_rows())
     rep.timings = {"compile_s": round(t1 - t0, 3),
                    "analysis_s": round(time.perf_counter() - t1, 3),
-                   "kernels": total + len(rep_defaults)}
+                   "kernels": total + len(rep_defaults)
+                   + sum(len(c.last.judged) for c in choices)}
     return rep
+
+
+def default_choices(spec: ReportSpec, jobs: int) -> list:
+    """Per AMD target and head dim: the default and its neighbours, read and judged as
+    the offline choice does, in one round from the default (:func:`flashscope.tune.
+    offline.search`): the default stays when none of them beats it."""
+    from ..tune import offline
+
+    read = offline.offline_reader(jobs)
+    out = []
+    for t in spec.targets:
+        if t.vendor != "amd":
+            continue
+        for hd in spec.head_dims:
+            cell = offline.Cell(t.name, spec.dtype, hd, spec.causal)
+            out.append(offline.search(cell, offline.current_default(cell), read,
+                                      max_rounds=1))
+    return out
 
 
 def _default_rows(spec: ReportSpec, jobs: int) -> list:

@@ -135,6 +135,37 @@ def _defaults_section(report) -> str:
                      classes=classes))
 
 
+def _neighbours_section(report) -> str:
+    """Each AMD default next to its neighbours, as the offline choice reads them."""
+    from ..tune.offline import TERMS
+    from .cliffs import NEAR
+
+    if not report.choices:
+        return ""
+    head = ["target", "D", "role", "move", "config", "VGPRs", "spills", "waves/SIMD",
+            "workgroups", "occupancy", "verdict"]
+    rows, classes = [], []
+    for ch in report.choices:
+        for v in ch.verdicts():
+            rows.append([ch.cell.target, ch.cell.head_dim, v["role"], v["move"], v["config"],
+                         *("-" if v[k] is None else v[k] for k in
+                           ("vgprs", "spills", "waves_per_simd", "workgroups")),
+                         pct(v["occupancy"]), v["verdict"]])
+            classes.append({"spills": "spill", "failed": "fail", "no-launch": "fail",
+                            "cliff": "near", "repeats": "near"}.get(v["kind"], ""))
+    return ("<h2>AMD defaults and their neighbours</h2><p>The default of each AMD target "
+            "and head dim next to every config one knob (or one of the paired two-knob "
+            "moves) away, compiled and judged as <code>flashscope tune offline</code> "
+            "judges them: a config that spills or uses scratch is out (red), so is one "
+            "whose waves repeat each other's matrix instructions, and one just past an "
+            f"occupancy cliff, within {NEAR['registers']} VGPRs or "
+            f"{NEAR['shared_mem'] // 1024} KB of LDS of gaining a workgroup (yellow); the "
+            f"rest are ranked by {escape(', then '.join(TERMS))}. The verdict says which "
+            "term each one lost on.</p>"
+            + _table(head, rows, left=("target", "role", "move", "config", "verdict"),
+                     classes=classes))
+
+
 def _budget_section(report) -> str:
     head = ["config", "D", "target", "measured", "spills", *COMPONENTS, "predicted", "error",
             "dominant", "occupancy", "limiter"]
@@ -250,7 +281,8 @@ def write_html(report, path, plots: dict, extra: str = "",
     kernels = {**report.default_kernels(), **(default_kernels or {})}
     body = (default_kernel_sentence([t.name for t in s.targets], kernels)
             + failed_note(report.main_rows()) + _defaults_section(report)
-            + _budget_section(report) + _ablation_section(report) + _cliff_section(report)
+            + _neighbours_section(report) + _budget_section(report)
+            + _ablation_section(report) + _cliff_section(report)
             + extra + imgs)
     Path(path).write_text(page(title, meta, body), encoding="utf-8")
     return str(path)

@@ -99,13 +99,33 @@ def defaults_table(report):
     return tab
 
 
+def neighbours_table(report):
+    """Each AMD default next to its neighbours and why each lost (the offline choice's
+    verdicts, :meth:`flashscope.tune.offline.Choice.verdicts`)."""
+    tab = table("target", "D", "config", "VGPRs", "spills", "waves/SIMD", "occupancy",
+                "verdict", title="AMD defaults and their neighbours, as the offline choice "
+                "reads them (spill-free, not just past a cliff, then the model)",
+                left=("target", "config", "verdict"))
+    for ch in report.choices:
+        for v in ch.verdicts():
+            first = v["role"] == "default"
+            tab.add_row(ch.cell.target if first else "", str(ch.cell.head_dim) if first else "",
+                        v["config"] if first else f"  {v['move']}",
+                        "-" if v["vgprs"] is None else str(v["vgprs"]),
+                        "-" if v["spills"] is None else str(v["spills"]),
+                        "-" if v["waves_per_simd"] is None else str(v["waves_per_simd"]),
+                        pct(v["occupancy"]), v["verdict"])
+    return tab
+
+
 def render(report, console=None, out_dir=None) -> None:
     from ..terminal import console as make_console
 
     console = console or make_console()
     tables = [budget_table(report), model_table(report), ablation_table(report),
               cliff_table(report)]
-    show(console, *([defaults_table(report)] if report.defaults else []), *tables)
+    show(console, *([defaults_table(report)] if report.defaults else []),
+         *([neighbours_table(report)] if report.choices else []), *tables)
     t = report.timings
     tail = f"{t.get('kernels', 0)} kernels in {t.get('compile_s', 0):.1f} s"
     if out_dir is not None:
