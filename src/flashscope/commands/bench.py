@@ -210,7 +210,12 @@ def run(args) -> int:
     partial = _Partial(args.out_dir)
     with Progress("benchmark", len(cases) * len(chosen)) as bar:
         def log(r):
-            tail = f"{r.tflops:.1f} TFLOP/s" if r.status == "ok" else f"{r.status}: {r.reason}"
+            if r.status != "ok":
+                tail = f"{r.status}: {r.reason}"
+            elif r.tflops is not None:
+                tail = f"{r.tflops:.1f} TFLOP/s"
+            else:  # decoding, and the copy it is measured against
+                tail = f"{r.gbps:.0f} GB/s"
             bar.note(f"{r.case.label:<40} {r.provider:<15} {tail}")
             bar.advance()
             partial.add(r.row())
