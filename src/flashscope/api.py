@@ -61,6 +61,14 @@ def check_tensors(tensors: dict, rank: int, axes: str) -> None:
                               f"{', '.join(str(t.device) for t in ts)}")
 
 
+def check_same_shape(name_a: str, a, name_b: str, b) -> None:
+    """``a`` and ``b`` of one shape (a key and its value tensor); else the error naming
+    both."""
+    if a.shape != b.shape:
+        raise FlashscopeError(f"{name_a}, {name_b}: expected the same shape, got "
+                              f"{tuple(a.shape)} and {tuple(b.shape)}")
+
+
 def check_device(name: str, dev: torch.device) -> None:
     """A GPU (CUDA/ROCm), or the CPU under Triton's interpreter; else the error naming
     ``name``."""
@@ -93,9 +101,7 @@ def _check_inputs(query, key, value, enable_gqa: bool, scale):
     check_tensors({"query": query, "key": key, "value": value}, 4, "(B, H, N, D)")
     check_device("query", query.device)
     B, H, Nq, D = query.shape
-    if key.shape != value.shape:
-        raise FlashscopeError(f"key, value: expected the same shape, got {tuple(key.shape)} "
-                              f"and {tuple(value.shape)}")
+    check_same_shape("key", key, "value", value)
     Bk, Hkv, Nk, Dk = key.shape
     if Bk != B:
         raise FlashscopeError(f"key: batch {Bk} does not match query's batch {B}")

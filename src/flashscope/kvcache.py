@@ -23,7 +23,7 @@ import torch
 
 from . import launch
 from .api import (_DTYPES, _flag, check_device, check_head_dim_of, check_mask_args,
-                  check_scale, device_target, resolve_config)
+                  check_same_shape, check_scale, device_target, resolve_config)
 from .errors import FlashscopeError
 from .families import Problem, triton_decode
 from .families.triton_decode import Cache, TritonDecodeConfig
@@ -69,9 +69,7 @@ def _check_layout(q, k_cache, v_cache, cache_seqlens, k, v, block_table) -> tupl
         if t.dtype != torch.int32:
             raise TypeError(f"{name}: expected dtype int32, got {t.dtype}")
     B, _, H, D = q.shape
-    if k_cache.shape != v_cache.shape:
-        raise FlashscopeError(f"k_cache, v_cache: expected the same shape, got "
-                              f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    check_same_shape("k_cache", k_cache, "v_cache", v_cache)
     _, n_or_page, hkv, dk = k_cache.shape
     if dk != D:
         raise FlashscopeError(f"k_cache: head dim {dk} does not match q's head dim {D}")
@@ -94,9 +92,7 @@ def _check_layout(q, k_cache, v_cache, cache_seqlens, k, v, block_table) -> tupl
     cache = Cache.of(k_cache, v_cache, cache_seqlens, block_table)
     n_new = 0
     if k is not None:
-        if k.shape != v.shape:
-            raise FlashscopeError(f"k, v: expected the same shape, got {tuple(k.shape)} and "
-                                  f"{tuple(v.shape)}")
+        check_same_shape("k", k, "v", v)
         if k.shape[0] != B or k.shape[2] != hkv or k.shape[3] != D:
             raise FlashscopeError(f"k: shape {tuple(k.shape)}, expected ({B}, Nnew, {hkv}, "
                                   f"{D}) like the cache's heads and q's batch")

@@ -35,8 +35,9 @@ import torch
 
 from . import launch, tuned
 from .api import (_DTYPES, _flag, _mask_of, _needs_grad, _window_ints, check_device,
-                  check_head_dim_of, check_mask_args, check_scale, check_tensors, config_text,
-                  device_target, parse_config_text, resolve_config, saved_with_dout)
+                  check_head_dim_of, check_mask_args, check_same_shape, check_scale,
+                  check_tensors, config_text, device_target, parse_config_text,
+                  resolve_config, saved_with_dout)
 from .errors import FlashscopeError
 from .families import Knobs, Problem, default_backward, triton_fwd
 from .launch import Packed
@@ -48,9 +49,7 @@ def _check_packed_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     """Everything :func:`attention_varlen` can check without reading a tensor's values."""
     check_tensors({"q": q, "k": k, "v": v}, 3, "(total, heads, head_dim)")
     check_device("q", q.device)
-    if k.shape != v.shape:
-        raise FlashscopeError(f"k, v: expected the same shape, got {tuple(k.shape)} and "
-                              f"{tuple(v.shape)}")
+    check_same_shape("k", k, "v", v)
     H, Hkv = q.shape[1], k.shape[1]
     if Hkv == 0 or H % Hkv:
         raise FlashscopeError(f"k: {Hkv} kv heads must divide q's {H} heads (GQA)")
