@@ -229,9 +229,9 @@ def select(problem: Problem) -> Sm90FwdConfig:
 
 #: How many more padded query rows three-consumer tiles (BLOCK_M = 192) may cost than
 #: two-consumer ones (128) before :func:`fit` takes the smaller tile. The 192-row tile
-#: runs 5-15% more rows a second (BERT-large, 512 rows: 417 against 401 TFLOP/s with 12%
-#: more padded rows; ViT-L/14, 577 rows: even at 20% more); at ViT-B/16's 197 rows, 384
-#: padded rows against 256, the 128-row tile runs 181 TFLOP/s against 132 (H200, bf16,
+#: processes 5-15% more rows a second (BERT-large, 512 rows: 417 against 401 TFLOP/s with
+#: 12% more padded rows; ViT-L/14, 577 rows: even at 20% more); at ViT-B/16's 197 rows, 384
+#: padded rows against 256, the 128-row tile reaches 181 TFLOP/s against 132 (H200, bf16,
 #: CUDA-graph time).
 ROW_PAD_LIMIT = 1.25
 
