@@ -93,9 +93,11 @@ def check(cfg: TritonFwdConfig, target="sm90", head_dim: int = 128,
 # whose choice differs from these rows are tuned entries (search "offline"). gfx1100 at
 # D = 256 has no clean config near its default: the row is the least bad (no spills, but
 # its loop issues 1.5x the tile's WMMA multiply-adds: 16 waves of 8 rows each against a
-# 16-row instruction); the former 32x16 w4 spilled 24 VGPRs. gfx1201 D = 64: chosen the
-# same way (118-120 VGPRs, 12 waves/SIMD). The other cdna and rdna rows (gfx950; gfx1201
-# above D = 64) are the earlier hand-read choice, not yet through the offline search.
+# 16-row instruction); the former 32x16 w4 spilled 24 VGPRs. gfx1201: chosen the same way
+# (D = 64: 118-120 VGPRs, 12 waves/SIMD; D = 80-128: 228-234 VGPRs, 6 waves/SIMD; D = 256
+# least bad again, 32x32 w4 at 238-239 VGPRs; the former 64x32 w4 at D = 128 causal
+# spilled 7 VGPRs). The cdna and rdna rows (gfx950) are the earlier hand-read choice,
+# not yet through the offline search.
 C = TritonFwdConfig
 DEFAULTS = (
     ("sm90", 64, None, C(128, 64, 8, 3)),
@@ -116,6 +118,9 @@ DEFAULTS = (
     ("gfx1100", 128, None, C(128, 64, 8, 1)),
     ("gfx1100", 256, False, C(128, 16, 16, 1)),
     ("gfx1201", 64, None, C(64, 64, 4, 1, waves_per_eu=12)),
+    ("gfx1201", 128, False, C(128, 128, 8, 1)),
+    ("gfx1201", 128, True, C(128, 128, 8, 1, waves_per_eu=4)),
+    ("gfx1201", 256, None, C(32, 32, 4, 1)),
     ("cdna", 64, None, C(128, 64, 4, 2, waves_per_eu=2)),
     ("cdna", 128, None, C(128, 64, 8, 2)),
     ("cdna", 256, None, C(64, 32, 4, 1, waves_per_eu=2)),
