@@ -156,7 +156,8 @@ def _offline(tsub) -> None:
                                     "the default and its one- and two-knob neighbours, "
                                     "reject spills and configs just past an occupancy "
                                     "cliff, rank the rest by the model, and search again "
-                                    "from the winner until it stays (docs/occupancy.md).")
+                                    "from the winner until it stays (docs/report.md: AMD "
+                                    "defaults and their neighbours).")
     common.add_target(q, default=",".join(AMD_TARGETS))
     common.add_head_dim(q, default=",".join(map(str, HEAD_DIMS)))
     common.add_dtype(q, default="bf16,fp16")
