@@ -84,20 +84,19 @@ def check(cfg: TritonFwdConfig, target="sm90", head_dim: int = 128,
 # 20-config scan on an H100 (bf16, B*N = 16384, H*D = 2048, 2026-11-21): 128/64/8w/3s was
 # best for D = 64 everywhere and for D = 128 non-causal (501 TFLOP/s at N = 4096);
 # 64/64/4w/3s was best for causal D = 128 at N <= 4096 (432 TFLOP/s against 411).
-# Rows naming gfx90a, gfx942 and gfx1100 (no AMD GPU timed): chosen from the code objects
-# by ``flashscope tune offline`` (flashscope.tune.offline; Triton 3.6): each is free of VGPR
-# and SGPR spills and scratch, its waves do not repeat each other's matrix work, it is not
-# within 16 VGPRs or 8 KB of LDS of gaining a workgroup, and it beats every rule-valid
-# config one knob (or one paired two-knob move) away on waves per SIMD (up to 2), then
-# resident score elements per CU, then BLOCK_M; docs/report.md has the readings. Cells
-# whose choice differs from these rows are tuned entries (search "offline"). gfx1100 at
-# D = 256 has no clean config near its default: the row is the least bad (no spills, but
-# its loop issues 1.5x the tile's WMMA multiply-adds: 16 waves of 8 rows each against a
-# 16-row instruction); the former 32x16 w4 spilled 24 VGPRs. gfx1201: chosen the same way
-# (D = 64: 118-120 VGPRs, 12 waves/SIMD; D = 80-128: 228-234 VGPRs, 6 waves/SIMD; D = 256
-# least bad again, 32x32 w4 at 238-239 VGPRs; the former 64x32 w4 at D = 128 causal
-# spilled 7 VGPRs). The cdna and rdna rows (gfx950) are the earlier hand-read choice,
-# not yet through the offline search.
+# Rows naming gfx90a, gfx942, gfx950, gfx1100 and gfx1201 (no AMD GPU timed): chosen from
+# the code objects by ``flashscope tune offline`` (flashscope.tune.offline; Triton 3.6):
+# each is free of VGPR and SGPR spills and scratch, its waves do not repeat each other's
+# matrix work, it is not within 16 VGPRs or 8 KB of LDS of gaining a workgroup, and it
+# beats every rule-valid config one knob (or one paired two-knob move) away on waves per
+# SIMD (up to 2), then resident score elements per CU, then BLOCK_M; docs/report.md has
+# the readings. Cells whose choice differs from these rows are tuned entries (search
+# "offline"). gfx1100 and gfx1201 at D = 256 have no clean config near their defaults: the
+# rows are the least bad (no spills, but the loop issues more WMMA multiply-adds than the
+# tile needs: waves of 8 rows against a 16-row instruction); the former gfx1100 32x16 w4
+# spilled 24 VGPRs, the former gfx1201 64x32 w4 at D = 128 causal 7. gfx950: both dtypes
+# agree in every cell (240-253 VGPRs, 2 waves/SIMD). The cdna and rdna rows are the
+# earlier hand-read choice, for targets the offline search has not covered.
 C = TritonFwdConfig
 DEFAULTS = (
     ("sm90", 64, None, C(128, 64, 8, 3)),
@@ -113,6 +112,12 @@ DEFAULTS = (
     ("gfx942", 64, None, C(256, 32, 4, 2, waves_per_eu=2)),
     ("gfx942", 128, None, C(256, 32, 8, 2)),
     ("gfx942", 256, None, C(128, 16, 8, 1, waves_per_eu=2)),
+    ("gfx950", 64, False, C(256, 64, 4, 2, waves_per_eu=2)),
+    ("gfx950", 64, True, C(256, 64, 4, 1, waves_per_eu=2)),
+    ("gfx950", 128, False, C(256, 128, 8, 2)),
+    ("gfx950", 128, True, C(256, 64, 8, 2)),
+    ("gfx950", 256, False, C(256, 32, 8, 1, waves_per_eu=2)),
+    ("gfx950", 256, True, C(256, 16, 8, 1, waves_per_eu=2)),
     ("gfx1100", 64, False, C(64, 128, 4, 1, waves_per_eu=6)),
     ("gfx1100", 64, True, C(128, 128, 8, 1)),
     ("gfx1100", 128, None, C(128, 64, 8, 1)),
