@@ -246,26 +246,30 @@ def run(args) -> int:
 class _Partial:
     """``bench.partial.jsonl`` under ``--out``: one JSON line per result, flushed to disk
     as it is timed, so a run stopped by a signal or a time limit keeps every finished
-    result; :meth:`close` removes it once ``bench.json`` holds them all."""
+    result; :meth:`close` removes it once ``bench.json`` holds them all. Opened on the
+    first result, so a run refused before any timing writes nothing."""
 
     def __init__(self, out):
-        self.path = out.file(PARTIAL) if out is not None else None
-        self.fh = open(self.path, "w") if self.path is not None else None
+        self.out = out
+        self.fh = None
 
     def add(self, row: dict) -> None:
-        if self.fh is not None:
-            import json
+        if self.out is None:
+            return
+        import json
 
-            from ..outfiles import plain
+        from ..outfiles import plain
 
-            self.fh.write(json.dumps(plain(row), default=str, allow_nan=False) + "\n")
-            self.fh.flush()
-            os.fsync(self.fh.fileno())
+        if self.fh is None:
+            self.fh = open(self.out.file(PARTIAL), "w")
+        self.fh.write(json.dumps(plain(row), default=str, allow_nan=False) + "\n")
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
 
     def close(self) -> None:
         if self.fh is not None:
             self.fh.close()
-            self.path.unlink()
+            os.unlink(self.fh.name)
             self.fh = None
 
 
