@@ -7,7 +7,8 @@ enables the ``gpu``-marked ones. ``FLASHSCOPE_TEST_DEVICE`` sets the default.
 
 The suite runs in pytest-xdist workers (``-n auto --dist loadfile`` in pyproject.toml: a
 file's tests share one worker, so module fixtures build once); ``-n 0`` runs it in one
-process.
+process. With ``--device cuda`` on several GPUs each worker is pinned to one of them,
+round robin (``CUDA_VISIBLE_DEVICES``), so the suite spreads over the host.
 """
 
 import os
@@ -21,11 +22,20 @@ def pytest_addoption(parser):
                      help="where kernels run: cpu = Triton interpreter (default), cuda = GPU")
 
 
+def _gpus() -> list:
+    """The GPU ids the test run spreads over (``CUDA_VISIBLE_DEVICES``, else every one)."""
+    if "FLASHSCOPE_TEST_GPUS" not in os.environ:
+        from flashscope.sweep.executors import visible_devices
+
+        os.environ["FLASHSCOPE_TEST_GPUS"] = ",".join(visible_devices())
+    return [g for g in os.environ["FLASHSCOPE_TEST_GPUS"].split(",") if g]
+
+
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (the configured default): one worker per core, at most 4, on CPU (the
-    interpreter runs one test on one core); 2 on a GPU, where the tests share the device."""
+    interpreter runs one test on one core); 2 per GPU on GPUs, where two share a device."""
     if config.getoption("--device") == "cuda":
-        return 2
+        return 2 * max(1, len(_gpus()))
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                       else os.cpu_count() or 1))
 
@@ -33,6 +43,15 @@ def pytest_xdist_auto_num_workers(config):
 def pytest_configure(config):
     device = config.getoption("--device")
     os.environ["FLASHSCOPE_TEST_DEVICE"] = device
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if device == "cuda" and worker.startswith("gw"):
+        # each worker on one GPU, round robin, pinned before anything starts CUDA here
+        gpus = _gpus()
+        if len(gpus) > 1:
+            pin = gpus[int(worker[2:]) % len(gpus)]
+            os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["HIP_VISIBLE_DEVICES"] = pin
+    elif device == "cuda":
+        _gpus()  # the controller's list, which its workers inherit
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
         from flashscope.testing.interpreter import patch_bf16_dot
@@ -73,3 +92,17 @@ def compile_cache(tmp_path_factory):
 def device(pytestconfig):
     """'cpu' (interpreter) or 'cuda'."""
     return pytestconfig.getoption("--device")
+
+
+@pytest.fixture(autouse=True)
+def interpreter_flag(pytestconfig):
+    """A command run with ``--device cpu`` sets TRITON_INTERPRET for its whole process (a
+    CLI process runs one command); under ``--device cuda`` the flag is put back after each
+    test, so a later test of the same worker that leaves ``--device`` out gets the GPU."""
+    saved = os.environ.get("TRITON_INTERPRET")
+    yield
+    if pytestconfig.getoption("--device") == "cuda":
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved

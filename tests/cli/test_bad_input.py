@@ -197,6 +197,9 @@ ALL = [(area, argv, needle) for area, cases in CASES.items() for argv, needle in
 @pytest.mark.parametrize("area, argv, needle", ALL,
                          ids=[f"{a}:{' '.join(v)[:60]}" for a, v, _ in ALL])
 def test_bad_input_is_one_line_exit_2_nothing_written(area, argv, needle, tmp_path, capsys):
+    if needle and ("no CUDA" in needle or needle == "--suite needs a GPU" and "cpu" not in
+                   argv) and _gpu_visible():
+        pytest.skip("checks the refusal where no GPU is visible")
     paths = _setup(tmp_path)
     argv = [a.format(**paths) for a in argv]
     needle = needle.format(**paths) if needle else "exists; pass --force"
@@ -208,6 +211,12 @@ def test_bad_input_is_one_line_exit_2_nothing_written(area, argv, needle, tmp_pa
     assert needle in err, err
     assert out == ""
     assert _snapshot(tmp_path) == before  # nothing written, created or replaced
+
+
+def _gpu_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def test_case_counts():

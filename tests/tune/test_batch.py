@@ -111,3 +111,33 @@ def test_sigkill_keeps_every_finished_cell_leaves_no_worker_and_resumes(tmp_path
     assert len(result_paths(tmp_path)) == 8 and len(summary["cells"]) == 8
     assert {n: b for n, b in ((p.name, p.read_bytes()) for p in result_paths(tmp_path))
             if n in first} == first
+
+
+def test_suite_cells_are_the_suites_dense_shapes_named_by_model():
+    from flashscope.bench.suite import standard_suite, table_suite
+    from flashscope.tune.cells import parse_cell, suite_cells
+
+    models = suite_cells("models", "float16")
+    rows = table_suite("models", dtypes=("float16",))
+    assert [c.case for c in models] == rows  # every row, model name and dtype kept
+    assert len({c.name for c in models}) == len(models)
+    for c in models:  # a name stands for its shape, so a result file re-reads as its cell
+        assert parse_cell(c.name, "float16").case == c.case.__class__(
+            **{**c.case.__dict__, "name": ""})
+    std = suite_cells("standard")
+    assert [(c.case.B, c.case.H, c.case.Nq, c.case.D, c.case.causal) for c in std] == [
+        (c.B, c.H, c.Nq, c.D, c.causal) for c in standard_suite()]
+    assert "d64c1k" in {c.name for c in std}
+
+
+def test_best_config_leaves_peers_out_and_states_the_regret():
+    from flashscope.tune.batch import best_config
+
+    rows = [{"name": "d", "ratio": 1.0, "config": {}, "label": "sm90-fwd 128x128"},
+            {"name": "a", "ratio": 0.8, "config": {}, "label": "sm90-fwd 192x128"},
+            {"name": "n", "ratio": 0.5}]  # a peer: faster, never the best config
+    b = best_config(rows)
+    assert (b["best"], b["best_label"], b["regret"], b["configs"]) == (
+        "a", "sm90-fwd 192x128", 1.25, ["d", "a"])
+    assert best_config(rows[:1])["regret"] == 1.0
+    assert best_config(rows[2:])["best"] is None

@@ -81,9 +81,12 @@ def _cells(tsub) -> None:
                                     "--extra, --neighbours, --transplants and the peers, "
                                     "validated and timed in interleaved bursts; each cell "
                                     "on one GPU, the cells spread over all of them.")
-    q.add_argument("--cells", required=True,
+    q.add_argument("--cells",
                    help="comma list of d<D><c|n><N>k (standard suite, e.g. d64c1k) or "
                         "BxHxNqxD[xNk[xHkv]]<c|n>")
+    q.add_argument("--suite", metavar="NAME",
+                   help="every shape of a bench suite of dense forward shapes as cells: "
+                        "standard or models (instead of --cells)")
     q.add_argument("--variants", default="", help="variants for every cell: " + VARIANTS)
     q.add_argument("--extra", default="", help="CELL:NAME=SPEC;... variants of one cell")
     q.add_argument("--neighbours", action="store_true",
@@ -250,7 +253,7 @@ def _ab_table(con, res: dict) -> None:
 def run_cells(args) -> int:
     from ..progress import Progress
     from ..tune.batch import cell_specs, parse_extra, run_cells as time_cells
-    from ..tune.cells import parse_cells
+    from ..tune.cells import parse_cells, suite_cells
     from ..tune.variants import parse_variants
 
     settings = _settings(args)
@@ -258,7 +261,10 @@ def run_cells(args) -> int:
         raise FlashscopeError("tune cells: --out DIR is required (one result file per cell)")
     if args.resume and args.force:
         raise FlashscopeError("--resume and --force: give one or the other")
-    cells = parse_cells(args.cells, args.dtype)
+    if (args.cells is None) == (args.suite is None):
+        raise FlashscopeError("tune cells: give --cells or --suite (one of them)")
+    cells = parse_cells(args.cells, args.dtype) if args.cells is not None \
+        else suite_cells(args.suite.strip(), args.dtype)
     common_specs = parse_variants(args.variants)
     extra = parse_extra(args.extra, cells)
     peers = [] if args.peers.strip() == "none" else [
@@ -284,28 +290,49 @@ def run_cells(args) -> int:
         summary = time_cells(plan, args.out, settings, target=target, devices=devices,
                              executor=executor, device=args.device, data_dir=args.tuned,
                              resume=args.resume, force=args.force, jobs=args.jobs, log=log)
-    rows = [{"cell": r["cell"], "gpu": r.get("gpu"), "variant": n, "ratio": ratio,
-             "tflops": r["tflops"][n], "error": r.get("error")}
+    rows = [{"cell": r["cell"], "model": r.get("model"), "gpu": r.get("gpu"), "variant": n,
+             "ratio": ratio, "tflops": r.get("tflops", {}).get(n),
+             "best": n == r.get("best"), "regret": r.get("regret"), "error": r.get("error")}
             for r in summary["cells"] for n, ratio in r.get("ratios", {"-": None}).items()]
     common.emit(args, summary, rows=rows, render=lambda con: _cells_table(con, summary),
                 name="summary")
     return 1 if summary["cells"] and all("error" in r for r in summary["cells"]) else 0
 
 
+#: more variants than this and the cells table shows each cell's best config, not them all
+_WIDE = 6
+
+
 def _cells_table(con, summary: dict) -> None:
+    """One row per cell: the default's TFLOP/s, each variant's time over the default's (or,
+    with more than :data:`_WIDE` variants, only the peers'), the fastest flashscope config
+    and the default's regret (its time over that config's)."""
     names = []
     for r in summary["cells"]:
         names += [n for n in r.get("ratios", {}) if n not in names]
-    t = common.table("cell", "d TFLOP/s", *names, left=("cell",),
-                     title="time / d's, median of rounds")
+    if len(names) > _WIDE:
+        names = [n for n in names if any(n in _peer_names(r) for r in summary["cells"])]
+    t = common.table("cell", "GPU", "d TFLOP/s", *names, "best config", "regret",
+                     left=("cell", "best config"),
+                     title="time / d's, median of rounds; regret: d's time / the best "
+                           "config's")
     for r in summary["cells"]:
+        cell = f"{r['cell']} ({r['model']})" if r.get("model") else r["cell"]
         if "error" in r:
-            t.add_row(r["cell"], f"FAILED: {r['error']}", *["" for _ in names])
+            t.add_row(cell, "", f"FAILED: {r['error']}", *["" for _ in names], "", "")
             continue
         rat = r["ratios"]
-        t.add_row(r["cell"], f"{r['tflops'].get('d', 0):.1f}",
-                  *(f"{rat[n]:.3f}" if n in rat else "-" for n in names))
+        best = r.get("best")
+        t.add_row(cell, str(r.get("gpu") or ""), f"{r['tflops'].get('d', 0):.1f}",
+                  *(f"{rat[n]:.3f}" if n in rat else "-" for n in names),
+                  "-" if best is None else f"{best}: {r.get('best_label') or ''}".strip(),
+                  "-" if r.get("regret") is None else f"{r['regret']:.3f}")
     common.show(con, t)
+
+
+def _peer_names(row: dict) -> set:
+    """The variant names of a summary row that are not flashscope configs."""
+    return set(row.get("ratios", {})) - set(row.get("configs", ()))
 
 
 # -- offline subcommands ---------------------------------------------------------------------

@@ -244,7 +244,10 @@ def _padded(n: int, block: int) -> int:
 #: problem's work list is cut along the keys (SPLIT_KV). SDXL's self-attention (B 2, H 10,
 #: N 4096, D 64: 440 tiles of 192 rows, 4 waves on 132 SMs, 83% busy) ran 486 against 456
 #: TFLOP/s with the cut (H200, bf16); the suite's other shapes fill 94-99%. Causal work
-#: lists are balanced by BALANCE instead.
+#: lists are balanced by BALANCE instead. A cut list drops BALANCE: the cut already evens
+#: the sections, and pricing the padded row blocks on top of it cost SDXL 6-7% of its time
+#: in both dtypes (H100, flashscope tune cells --suite models --neighbours; Flux.1 and the
+#: chunked prefill, cut lists without BALANCE, ran 0.5% slower with it).
 WAVE_LIMIT = 0.9
 
 
@@ -260,8 +263,8 @@ def fit(cfg: Sm90FwdConfig, problem: Problem) -> Sm90FwdConfig:
     - a 192-row tile gives way to a 128-row one where it pads :data:`ROW_PAD_LIMIT` times
       as many query rows (short rows such as a ViT's 197 tokens);
     - a non-causal problem whose tiles leave the SMs under :data:`WAVE_LIMIT` busy cuts
-      its work list along the keys (SPLIT_KV), when its batch x heads is known and it is
-      not a band (a band runs with :data:`BAND_KNOBS` off).
+      its work list along the keys (SPLIT_KV, without BALANCE), when its batch x heads is
+      known and it is not a band (a band runs with :data:`BAND_KNOBS` off).
 
     Everything else is kept; a change the rules refuse is not made."""
     out = cfg
@@ -271,7 +274,7 @@ def fit(cfg: Sm90FwdConfig, problem: Problem) -> Sm90FwdConfig:
     sms = getattr(problem.target_record(), "sm_count", 0)
     if (not problem.causal and not problem.window and not out.SPLIT_KV and problem.heads > 0
             and sms and wave_share(-(-n // out.BLOCK_M) * problem.heads, sms) < WAVE_LIMIT):
-        out = out.replace(SPLIT_KV=True)
+        out = out.replace(SPLIT_KV=True, BALANCE=False)
     if out is cfg:
         return cfg
     try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -85,16 +86,32 @@ def time_cell(item: dict) -> dict:
     """Worker body: time one cell and write its result; returns a summary row, or the
     error of a cell that cannot run (a bad variant, a base that fails)."""
     cell = parse_cell(item["cell"], item["dtype"])
+    if item.get("model"):
+        cell = Cell(cell.name, replace(cell.case, name=item["model"]))
     try:
         res = run_ab(cell, item["specs"], Settings(**item["settings"]),
                      device=item.get("device", "cuda"), data_dir=item.get("data_dir"))
     except FlashscopeError as e:
         return {"cell": cell.name, "error": str(e)}
     write_result(item["path"], res)
-    return {"cell": cell.name, "gpu": res["meta"]["gpu"], "device": res["meta"]["device"],
+    return {"cell": cell.name, "model": res["meta"]["model"], "gpu": res["meta"]["gpu"],
+            "device": res["meta"]["device"],
             "ratios": {r["name"]: r["ratio"] for r in res["rows"]},
             "tflops": {r["name"]: r["tflops"] for r in res["rows"]},
-            "dropped": res["dropped"]}
+            **best_config(res["rows"]), "dropped": res["dropped"]}
+
+
+def best_config(rows) -> dict:
+    """The fastest flashscope config of a cell's rows (peers left out) and the default's
+    regret: the default's time over that config's (1.0 where the default is the fastest;
+    the first row is the default, every ratio is a time over its time)."""
+    configs = [r for r in rows if r.get("config") is not None]
+    if not configs:
+        return {"configs": [], "best": None, "best_label": None, "regret": None}
+    best = min(configs, key=lambda r: r["ratio"])
+    return {"configs": [r["name"] for r in configs], "best": best["name"],
+            "best_label": best.get("label"),
+            "regret": round(1.0 / best["ratio"], 4) if best["ratio"] > 0 else None}
 
 
 class FolderLock:
@@ -158,7 +175,8 @@ def run_cells(plan: dict, out, settings: Settings, *, target: "str | None" = Non
         names = todo(plan, out, settings, resume=resume, force=force)
         if target is not None and names:
             _precompile([plan[n] for n in names], target, jobs)
-        items = [{"cell": n, "dtype": plan[n][0].case.dtype, "specs": plan[n][1],
+        items = [{"cell": n, "model": plan[n][0].case.name or None,
+                  "dtype": plan[n][0].case.dtype, "specs": plan[n][1],
                   "settings": settings.__dict__, "device": device,
                   "data_dir": None if data_dir is None else str(data_dir),
                   "path": str(out / f"{n}.json")} for n in names]
@@ -178,9 +196,11 @@ def run_cells(plan: dict, out, settings: Settings, *, target: "str | None" = Non
 
 def _done_row(path: Path) -> dict:
     res = read_result(path)
-    return {"cell": res.cell.name, "gpu": res.meta.get("gpu"), "device": res.meta["device"],
+    return {"cell": res.cell.name, "model": res.meta.get("model"),
+            "gpu": res.meta.get("gpu"), "device": res.meta["device"],
             "ratios": {n: r["ratio"] for n, r in res.rows.items()},
-            "tflops": {n: r["tflops"] for n, r in res.rows.items()}, "resumed": True}
+            "tflops": {n: r["tflops"] for n, r in res.rows.items()},
+            **best_config(list(res.rows.values())), "resumed": True}
 
 
 def _compile_one(item: tuple) -> None:

@@ -8,6 +8,9 @@ A cell is one forward problem, a :class:`flashscope.bench.suite.Case`, under a n
   heads of 128 queries over 16384 keys, no mask (the dimensions of ``--shape``, joined
   by ``x`` so the name is also a file name).
 
+A named suite gives its dense forward shapes as cells (:func:`suite_cells`): ``standard``
+in the first form, ``models`` in the second.
+
 Each cell maps to the tuned entry it would decide (:func:`problem`): its key length's
 class, head dim, mask and dtype.
 """
@@ -80,6 +83,33 @@ def parse_cells(text: str, dtype: str = "bfloat16") -> list:
     if twice:
         raise FlashscopeError(f"--cells: {', '.join(twice)} given twice")
     return cells
+
+
+def suite_cells(name: str, dtype: str = "bfloat16") -> list:
+    """The cells of a bench suite (``standard`` or a table suite of dense shapes such as
+    ``models``); a suite whose rows need more than a dense forward (windows, packed
+    batches, decoding) or whose causal rows have Nq != Nk is refused by name."""
+    from ..bench.suite import SUITE_NAMES, standard_suite, table_suite
+
+    if name == "standard":  # d<D><c|n><N>k where N is whole kilo-tokens
+        return [parse_cell(f"d{c.D}{'c' if c.causal else 'n'}{c.Nq // 1024}k", dtype)
+                if c.Nq % 1024 == 0 else shape_cell(f"{c.B},{c.H},{c.Nq},{c.D}", c.causal,
+                                                    dtype)
+                for c in standard_suite(dtypes=(dtype,), modes=("fwd",))]
+    if name not in SUITE_NAMES or name == "decode":
+        dense = ", ".join(n for n in SUITE_NAMES if n in ("standard", "models"))
+        raise FlashscopeError(f"--suite {name!r}: expected a suite of dense forward shapes "
+                              f"({dense})")
+    out = []
+    for case in table_suite(name, dtypes=(dtype,)):
+        extra = sorted(case.needs)
+        if extra or case.align != "top_left" or (case.causal and case.Nq != case.Nk):
+            raise FlashscopeError(f"--suite {name}: row {case.name!r} is not a dense forward "
+                                  f"cell ({', '.join(extra) or 'causal with Nq != Nk'}); "
+                                  "expected standard or models")
+        shape = f"{case.B},{case.H},{case.Nq},{case.D},{case.Nk},{case.Hkv}"
+        out.append(Cell(shape_cell(shape, case.causal, dtype).name, case))
+    return out
 
 
 def problem(cell: Cell, target: str) -> Problem:
