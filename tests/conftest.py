@@ -31,6 +31,7 @@ def _gpus() -> list:
     return [g for g in os.environ["FLASHSCOPE_TEST_GPUS"].split(",") if g]
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown without the plugin
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (the configured default): one worker per core, at most 4, on CPU (the
     interpreter runs one test on one core); 2 per GPU on GPUs, where two share a device."""

@@ -22,7 +22,9 @@ Unchanged across the range and used directly: ``ASTSource``/``GluonASTSource``,
 ``make_backend``, ``create_function_from_signature``, ``JITFunction._pack_args``, the
 compiled kernel's ``run`` (grid, stream, function, packed metadata, launch metadata, the
 two hooks, then every parameter), the Gluon layouts, ``warp_specialize`` (3.7 makes the
-register list optional), ``mbarrier``, ``warpgroup_mma``, ``store_wait`` (3.8 adds
+register list optional), ``mbarrier``, ``warpgroup_mma``, the aggregate decorator (``aggregate``: Triton's
+``triton.language.core._aggregate``, private in every release and what Gluon's own
+examples use to carry constexprs into partitions), ``store_wait`` (3.8 adds
 ``read_only``, default True: the ``.read`` wait 3.6 emits), ``knobs.runtime.interpret``,
 the interpreter's ``create_dot`` (whose bf16 fault :mod:`flashscope.testing.interpreter`
 mends), and the tools under ``triton/backends/nvidia/bin``. TMA descriptors gain a
@@ -68,6 +70,10 @@ def __getattr__(name):
     other way. Kernels import them from here and call them as Gluon builtins. Looked up on
     first use, so importing this module does not import Gluon (whose first import patches
     ``triton.language`` under the process's interpreter mode: :mod:`flashscope.kernels`)."""
+    if name == "aggregate":
+        from triton.language.core import _aggregate
+
+        return _aggregate
     if name in ("tma_load", "tma_store"):
         from triton.experimental.gluon.language.nvidia.hopper import tma
 

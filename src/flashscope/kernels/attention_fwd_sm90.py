@@ -88,7 +88,8 @@ Three modules hold the pieces: :mod:`~flashscope.kernels.sm90_worklist` (which w
 tiles a program runs and what each covers), :mod:`~flashscope.kernels.sm90_softmax`
 (masking, exponentials, the P operand, the lazy rescale) and
 :mod:`~flashscope.kernels.sm90_sync` (ring slots, hand-backs, wgmma turns). This file
-reads top down: partition sizes (``_worker_*``), the clock stamps (``_stamp``), the
+reads top down: the knobs the partitions share (``Knobs``, one argument: the entry's
+constexprs bundled), partition sizes (``_worker_*``), the clock stamps (``_stamp``), the
 producer (``_load_kv``, ``_producer``), the output (``_store_out``, or with SPLIT a cut
 block's partial, ``_store_part``), ``_consumer``, and the kernel ``_attn_fwd_sm90``,
 which allocates the shared memory and barriers and starts the partitions.
@@ -104,7 +105,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from flashscope.compat import tma_load, tma_store
+from flashscope.compat import aggregate, tma_load, tma_store
 from flashscope.kernels.common import LN2, softcapped
 from flashscope.kernels.sm90_softmax import (
     _lazy_rescale,
@@ -132,6 +133,39 @@ from flashscope.kernels.sm90_worklist import (
     _tile,
     _work,
 )
+
+
+@aggregate
+class Knobs:
+    """The kernel's compile-time knobs, carried into its partitions as one argument (the
+    entry's constexprs of the same names; CONSUMERS = BLOCK_M / 64)."""
+
+    BLOCK_M: gl.constexpr
+    BLOCK_N: gl.constexpr
+    HEAD_DIM: gl.constexpr
+    STAGES: gl.constexpr
+    CONSUMERS: gl.constexpr
+    IS_CAUSAL: gl.constexpr
+    RETURN_LSE: gl.constexpr
+    LPT: gl.constexpr
+    PINGPONG: gl.constexpr
+    RESCALE_TAU: gl.constexpr
+    EARLY_Q: gl.constexpr
+    K_EARLY: gl.constexpr
+    MASKED_FIRST: gl.constexpr
+    OUT_RCP: gl.constexpr
+    Q_REGS: gl.constexpr
+    SPLIT: gl.constexpr
+    TRACE: gl.constexpr
+    HAS_LEFT: gl.constexpr
+    HAS_RIGHT: gl.constexpr
+    SHIFTED: gl.constexpr
+    SOFTCAP: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, **knobs):
+        for name, value in knobs.items():
+            setattr(self, name, gl.constexpr(value))
 
 
 @gluon.constexpr_function
@@ -184,10 +218,7 @@ def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_K, Div,
-              Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr, LPT: gl.constexpr,
-              MASKED_FIRST: gl.constexpr, SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr,
-              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr):
+              Band, Trace, K):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
@@ -195,50 +226,50 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     consumers finish the previous tile, whereas Q's slot waits for that tile's output
     store. With SPLIT a work tile loads the positions of its key range only; with a band
     the key tiles from the band's first (:func:`_work`)."""
-    BAND: gl.constexpr = HAS_LEFT or HAS_RIGHT or SHIFTED
+    BAND: gl.constexpr = K.HAS_LEFT or K.HAS_RIGHT or K.SHIFTED
     g = 0
     i = 0
-    n_work, base, L = _share(pid, nprog, total, Sched, LPT, SPLIT)
-    t_next, kr_next, _ = _tile(0, n_work, base, L, nprog, Sched, LPT, SPLIT)
+    n_work, base, L = _share(pid, nprog, total, Sched, K.LPT, K.SPLIT)
+    t_next, kr_next, _ = _tile(0, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT)
     for r in range(0, n_work):
         t = t_next
         kr = kr_next
-        t_next, kr_next, _ = _tile(r + 1, n_work, base, L, nprog, Sched, LPT, SPLIT)
+        t_next, kr_next, _ = _tile(r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT)
         _, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from = _work(
-            t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_LEFT,
-            HAS_RIGHT, SHIFTED)
-        lo, hi = _range(kr, n_tiles, SPLIT)
-        first = _key_tile(lo, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
+            t, n_m, H, GROUP, N_K, Div, Band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
+            K.HAS_RIGHT, K.SHIFTED)
+        lo, hi = _range(kr, n_tiles, K.SPLIT)
+        first = _key_tile(lo, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
         if BAND:
             first += t0
-        _stamp(Trace, pid, 3, r, 0, TRACE)
-        _stamp(Trace, pid, 3, r, 5, TRACE, t)
-        _stamp(Trace, pid, 3, r, 6, TRACE, n_tiles)
+        _stamp(Trace, pid, 3, r, 0, K.TRACE)
+        _stamp(Trace, pid, 3, r, 5, K.TRACE, t)
+        _stamp(Trace, pid, 3, r, 6, K.TRACE, n_tiles)
         if i > 0:
-            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
-                     STAGES)
-            _stamp(Trace, pid, 3, r, 4, TRACE)
-        for c in gl.static_range(CONSUMERS):
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, K.BLOCK_N,
+                     K.STAGES)
+            _stamp(Trace, pid, 3, r, 4, K.TRACE)
+        for c in gl.static_range(K.CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
             tma_load(q_desc, [off_b, off_h, start_m + 64 * c, 0], q_ready.index(c),
                      q_smem.index(c))
-        _stamp(Trace, pid, 3, r, 1, TRACE)
+        _stamp(Trace, pid, 3, r, 1, K.TRACE)
         if i == 0:
-            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, BLOCK_N,
-                     STAGES)
-        _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, BLOCK_N,
-                 STAGES)
-        _stamp(Trace, pid, 3, r, 2, TRACE)
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, K.BLOCK_N,
+                     K.STAGES)
+        _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, K.BLOCK_N,
+                 K.STAGES)
+        _stamp(Trace, pid, 3, r, 2, K.TRACE)
         for pos in range(lo + 1, hi):
-            j = _key_tile(pos, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
+            j = _key_tile(pos, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
             if BAND:
                 j += t0
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + pos - lo,
-                     BLOCK_N, STAGES)
+                     K.BLOCK_N, K.STAGES)
             _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + pos - lo,
-                     BLOCK_N, STAGES)
-        _stamp(Trace, pid, 3, r, 3, TRACE)
+                     K.BLOCK_N, K.STAGES)
+        _stamp(Trace, pid, 3, r, 3, K.TRACE)
         g += hi - lo
         i += 1
 
@@ -303,15 +334,8 @@ def _store_part(acc, l_part, m_i, Part, slot, C: gl.constexpr, BLOCK_M: gl.const
 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-              v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m, H,
-              GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, C: gl.constexpr,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-              STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
-              RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr,
-              MASKED_FIRST: gl.constexpr, OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr,
-              SPLIT: gl.constexpr, Trace, TRACE: gl.constexpr, HAS_LEFT: gl.constexpr,
-              HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr, SOFTCAP: gl.constexpr):
+              v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m, H, GROUP, N_Q,
+              N_K, qk_scale, Div, Band, Cap, C: gl.constexpr, Trace, K):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -331,67 +355,67 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     (scale / c, c log2 e), qk_scale 1): scores become c tanh(s / c) in the exp2 domain
     before the mask and the row maximum."""
     ROWS: gl.constexpr = 64
-    BAND: gl.constexpr = HAS_LEFT or HAS_RIGHT or SHIFTED
-    CONSUMERS: gl.constexpr = BLOCK_M // 64
+    BAND: gl.constexpr = K.HAS_LEFT or K.HAS_RIGHT or K.SHIFTED
+    CONSUMERS: gl.constexpr = K.CONSUMERS
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, K.BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, K.HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
     q_slot = q_smem.index(C)
-    if not Q_REGS:
-        q = q_slot.reshape([ROWS, HEAD_DIM])
-    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    if not K.Q_REGS:
+        q = q_slot.reshape([ROWS, K.HEAD_DIM])
+    s_zero = gl.zeros([ROWS, K.BLOCK_N], gl.float32, s_layout)
     g = 0
     i = 0
     k = 0  # wgmma issue turns taken (counted always, waited on with PINGPONG)
-    n_work, base, L = _share(pid, nprog, total, Sched, LPT, SPLIT)
-    t_next, kr_next, slot_next = _tile(0, n_work, base, L, nprog, Sched, LPT, SPLIT)
+    n_work, base, L = _share(pid, nprog, total, Sched, K.LPT, K.SPLIT)
+    t_next, kr_next, slot_next = _tile(0, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT)
     for r in range(0, n_work):
         t = t_next
         kr = kr_next
         part = slot_next
-        t_next, kr_next, slot_next = _tile(r + 1, n_work, base, L, nprog, Sched, LPT, SPLIT)
+        t_next, kr_next, slot_next = _tile(r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT)
         pid_bh, off_b, off_h, _, start_m, t0, n_tiles, mask_from = _work(
-            t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_LEFT,
-            HAS_RIGHT, SHIFTED)
-        lo, hi = _range(kr, n_tiles, SPLIT)
+            t, n_m, H, GROUP, N_K, Div, Band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
+            K.HAS_RIGHT, K.SHIFTED)
+        lo, hi = _range(kr, n_tiles, K.SPLIT)
         row0 = start_m + ROWS * C
-        n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, BLOCK_N,
-                                     IS_CAUSAL, LPT, BAND)
+        n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, K.BLOCK_N,
+                                     K.IS_CAUSAL, K.LPT, BAND)
         if BAND:  # this consumer masks the tiles outside [mask_lo, mask_own)
-            mask_lo, mask_own = _band_edges(row0, N_K, Band, ROWS, BLOCK_N, IS_CAUSAL,
-                                            HAS_LEFT, HAS_RIGHT, SHIFTED)
+            mask_lo, mask_own = _band_edges(row0, N_K, Band, ROWS, K.BLOCK_N, K.IS_CAUSAL,
+                                            K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED)
         else:
             mask_lo = 0
-        _stamp(Trace, pid, C, r, 0, TRACE)
-        _stamp(Trace, pid, C, r, 7, TRACE, n_own)
+        _stamp(Trace, pid, C, r, 0, K.TRACE)
+        _stamp(Trace, pid, C, r, 7, K.TRACE, n_own)
         mbarrier.wait(q_ready.index(C), i & 1)
-        _stamp(Trace, pid, C, r, 1, TRACE)
-        if Q_REGS:
-            q = q_slot.reshape([ROWS, HEAD_DIM]).load(q_layout)
-        k_slot = g % STAGES
-        k_phase = (g // STAGES) & 1
+        _stamp(Trace, pid, C, r, 1, K.TRACE)
+        if K.Q_REGS:
+            q = q_slot.reshape([ROWS, K.HEAD_DIM]).load(q_layout)
+        k_slot = g % K.STAGES
+        k_phase = (g // K.STAGES) & 1
         # the tiles this consumer processes are positions first .. end - 1 of the work
         # tile's order (within [lo, hi)); with MASKED_FIRST those past its rows come
         # before them: pass them
-        if MASKED_FIRST:
+        if K.MASKED_FIRST:
             first = n_tiles - n_own
-            if SPLIT:
+            if K.SPLIT:
                 first = gl.maximum(first, lo)
             k_slot, k_phase = _pass_tiles(k_ready, v_ready, k_empty, v_empty, k_slot,
-                                          k_phase, first - lo, k, C, CONSUMERS, STAGES,
-                                          K_EARLY, PINGPONG)
+                                          k_phase, first - lo, k, C, CONSUMERS, K.STAGES,
+                                          K.K_EARLY, K.PINGPONG)
             end = hi
-        elif (IS_CAUSAL and not BAND) or LPT == 2:
+        elif (K.IS_CAUSAL and not BAND) or K.LPT == 2:
             first = lo
             end = n_own
-            if SPLIT:
+            if K.SPLIT:
                 end = gl.minimum(end, hi)
         else:  # every consumer takes every key tile
             first = lo
@@ -401,72 +425,72 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         # or before it, and so does every other tile it owns)
         kk = k + first - lo
         mbarrier.wait(k_ready.index(k_slot), k_phase)
-        _stamp(Trace, pid, C, r, 2, TRACE)
-        kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        _take_turn(C, kk, PINGPONG)
+        _stamp(Trace, pid, C, r, 2, K.TRACE)
+        kt = k_smem.index(k_slot).reshape([K.BLOCK_N, K.HEAD_DIM]).permute((1, 0))
+        _take_turn(C, kk, K.PINGPONG)
         s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
-        _pass_turn(C, CONSUMERS, PINGPONG)
+        _pass_turn(C, CONSUMERS, K.PINGPONG)
         kk += 1
         s = warpgroup_mma_wait(0, deps=(s,))
-        _stamp(Trace, pid, C, r, 3, TRACE)
-        if Q_REGS:
-            _scores_done(k_empty, q_empty, k_slot, C, True, K_EARLY, EARLY_Q)
+        _stamp(Trace, pid, C, r, 3, K.TRACE)
+        if K.Q_REGS:
+            _scores_done(k_empty, q_empty, k_slot, C, True, K.K_EARLY, K.EARLY_Q)
         else:
-            _scores_done(k_empty, q_empty, k_slot, C, first == end - 1, K_EARLY, EARLY_Q)
-        if SOFTCAP:
+            _scores_done(k_empty, q_empty, k_slot, C, first == end - 1, K.K_EARLY, K.EARLY_Q)
+        if K.SOFTCAP:
             s, _ = softcapped(s, Cap[0], Cap[1])
         if BAND:
             p0 = t0 + first
-        elif IS_CAUSAL or MASKED_FIRST:
-            p0 = _key_tile(first, n_tiles, mask_from, BLOCK_N, MASKED_FIRST)
+        elif K.IS_CAUSAL or K.MASKED_FIRST:
+            p0 = _key_tile(first, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
         else:  # only the last key tile masks, and no piece starts there (split_points);
             p0 = 0  # a position read from the list here cost the loop 0.3%
-        s = _masked(s, p0, row0, N_K, mask_own, mask_lo, Band, ROWS, BLOCK_N, IS_CAUSAL,
-                    HAS_LEFT, HAS_RIGHT, SHIFTED, s_layout)
+        s = _masked(s, p0, row0, N_K, mask_own, mask_lo, Band, ROWS, K.BLOCK_N, K.IS_CAUSAL,
+                    K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, s_layout)
         m_i = gl.max(s, 1) * qk_scale
         p = gl.exp2(s * qk_scale - gl.expand_dims(_row_max(m_i, BAND), 1))
         l_part = _quad_sums(p)
         p_op = _p_operand(p, dtype, p_layout)
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+        acc = gl.zeros([ROWS, K.HEAD_DIM], gl.float32, o_layout)
 
         # Without MASKED_FIRST the loop counts from the first position and the mask's
         # bounds move with it, so LLVM keeps one induction variable (the key offset) for
         # the mask and the exit test; a start read from the list (SPLIT) gave it two.
         # MASKED_FIRST's loop carries no mask.
         origin = first
-        if MASKED_FIRST:
+        if K.MASKED_FIRST:
             origin = 0
         if BAND:  # positions count from the band's first tile
-            shift = (origin + t0) * BLOCK_N
+            shift = (origin + t0) * K.BLOCK_N
         else:
-            shift = origin * BLOCK_N
+            shift = origin * K.BLOCK_N
         for it in range(first + 1 - origin, end - origin):
             v_slot = k_slot  # the previous tile's V shares its K's slot number
             v_phase = k_phase
-            k_slot, k_phase = _next_slot(k_slot, k_phase, STAGES)
+            k_slot, k_phase = _next_slot(k_slot, k_phase, K.STAGES)
             mbarrier.wait(k_ready.index(k_slot), k_phase)
-            kt = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            kt = k_smem.index(k_slot).reshape([K.BLOCK_N, K.HEAD_DIM]).permute((1, 0))
             mbarrier.wait(v_ready.index(v_slot), v_phase)
-            v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
-            _take_turn(C, kk, PINGPONG)
+            v = v_smem.index(v_slot).reshape([K.BLOCK_N, K.HEAD_DIM])
+            _take_turn(C, kk, K.PINGPONG)
             s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v, acc, is_async=True)
-            _pass_turn(C, CONSUMERS, PINGPONG)
+            _pass_turn(C, CONSUMERS, K.PINGPONG)
             kk += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
-            if SOFTCAP:
+            if K.SOFTCAP:
                 s, _ = softcapped(s, Cap[0], Cap[1])
-            _scores_done(k_empty, q_empty, k_slot, C, it == end - origin - 1, K_EARLY,
-                         EARLY_Q and not Q_REGS)
+            _scores_done(k_empty, q_empty, k_slot, C, it == end - origin - 1, K.K_EARLY,
+                         K.EARLY_Q and not K.Q_REGS)
 
-            if not MASKED_FIRST:  # positions are tiles
+            if not K.MASKED_FIRST:  # positions are tiles
                 s = _masked(s, it, row0 - shift, N_K - shift, mask_own - shift,
-                            mask_lo - shift, Band, ROWS, BLOCK_N, IS_CAUSAL, HAS_LEFT,
-                            HAS_RIGHT, SHIFTED, s_layout)
+                            mask_lo - shift, Band, ROWS, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
+                            K.HAS_RIGHT, K.SHIFTED, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-            if RESCALE_TAU > 0:
+            if K.RESCALE_TAU > 0:
                 # a row keeps its old maximum unless the tile raises it by more than TAU
-                m_new = gl.where(m_new - m_i > RESCALE_TAU, m_new, m_i)
+                m_new = gl.where(m_new - m_i > K.RESCALE_TAU, m_new, m_i)
             # the row maxima go to shared memory, so they are computed under the P V
             # product; ptxas would otherwise hoist the wait above them (:func:`_pin`)
             _pin(pin, C, gl.expand_dims(m_new, 1))
@@ -480,44 +504,44 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
 
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             _release(v_empty, v_slot)
-            if RESCALE_TAU > 0:
+            if K.RESCALE_TAU > 0:
                 acc = _lazy_rescale(acc, gl.convert_layout(alpha, row_o))
             else:
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             p_op = _p_operand(p, dtype, p_layout)
 
-        _stamp(Trace, pid, C, r, 4, TRACE)
+        _stamp(Trace, pid, C, r, 4, K.TRACE)
         mbarrier.wait(v_ready.index(k_slot), k_phase)  # the last tile's V
-        v = v_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM])
-        _take_turn(C, kk, PINGPONG)
+        v = v_smem.index(k_slot).reshape([K.BLOCK_N, K.HEAD_DIM])
+        _take_turn(C, kk, K.PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
-        _pass_turn(C, CONSUMERS, PINGPONG)
+        _pass_turn(C, CONSUMERS, K.PINGPONG)
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        _stamp(Trace, pid, C, r, 5, TRACE)
+        _stamp(Trace, pid, C, r, 5, K.TRACE)
         _release(v_empty, k_slot)
-        if not MASKED_FIRST and ((IS_CAUSAL and not BAND) or LPT == 2):
+        if not K.MASKED_FIRST and ((K.IS_CAUSAL and not BAND) or K.LPT == 2):
             # the tiles past this consumer's rows, after its last slot went back: passing
             # them waits for their loads, which may need that slot
-            n_slot, n_phase = _next_slot(k_slot, k_phase, STAGES)
+            n_slot, n_phase = _next_slot(k_slot, k_phase, K.STAGES)
             _pass_tiles(k_ready, v_ready, k_empty, v_empty, n_slot, n_phase,
-                        hi - end, k + end - lo + 1, C, CONSUMERS, STAGES, K_EARLY,
-                        PINGPONG)
+                        hi - end, k + end - lo + 1, C, CONSUMERS, K.STAGES, K.K_EARLY,
+                        K.PINGPONG)
 
         # a piece of a cut block writes its rows too (the merge overwrites them), so the
         # epilogue is the one without SPLIT: a branch choosing between the two stores
         # moved ptxas's loop schedule, 0.5-1% a key tile
         _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
-                   pid_bh, N_Q, RETURN_LSE, EARLY_Q, OUT_RCP, row_s, BAND)
-        if SPLIT:
+                   pid_bh, N_Q, K.RETURN_LSE, K.EARLY_Q, K.OUT_RCP, row_s, BAND)
+        if K.SPLIT:
             if part >= 0:
-                _store_part(acc, l_part, m_i, Part, part, C, BLOCK_M, row_s)
-        _stamp(Trace, pid, C, r, 6, TRACE)
+                _store_part(acc, l_part, m_i, Part, part, C, K.BLOCK_M, row_s)
+        _stamp(Trace, pid, C, r, 6, K.TRACE)
         k += hi - lo + 1  # wgmma turns: every consumer takes T + 1 per work tile
         g += hi - lo
         i += 1
     if C == 0:  # one turn more: the last consumer's final pass gets its sync, so no named
-        _take_turn(C, k, PINGPONG)  # barrier is left half-arrived when the CTA exits
-    if EARLY_Q:  # the last work tile's output store was not waited for
+        _take_turn(C, k, K.PINGPONG)  # barrier is left half-arrived when the CTA exits
+    if K.EARLY_Q:  # the last work tile's output store was not waited for
         tma.store_wait(0)
 
 
@@ -612,20 +636,22 @@ def _attn_fwd_sm90(
         Cap = (cap_in, cap_out)
     else:
         Cap = ()
+    K = Knobs(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=HEAD_DIM, STAGES=STAGES,
+              CONSUMERS=CONSUMERS, IS_CAUSAL=IS_CAUSAL, RETURN_LSE=RETURN_LSE, LPT=LPT,
+              PINGPONG=PINGPONG, RESCALE_TAU=RESCALE_TAU, EARLY_Q=EARLY_Q, K_EARLY=K_EARLY,
+              MASKED_FIRST=MASKED_FIRST, OUT_RCP=OUT_RCP, Q_REGS=Q_REGS, SPLIT=SPLIT,
+              TRACE=TRACE, HAS_LEFT=HAS_LEFT, HAS_RIGHT=HAS_RIGHT, SHIFTED=SHIFTED,
+              SOFTCAP=SOFTCAP)
     # One list, in partition order (_worker_warps): consumer c, or the producer where c is
     # -1. The arguments are spelled out in place: a tuple bound to a name first would turn
-    # its constexprs into tensors; a comprehension over a tuple of constexprs does not.
+    # its constexprs into tensors (an aggregate such as K keeps them).
     gl.warp_specialize(
         [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                       k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
-                      GROUP, N_K, Div, Band, BLOCK_M, BLOCK_N, STAGES, CONSUMERS, IS_CAUSAL,
-                      LPT, MASKED_FIRST, SPLIT, Trace, TRACE, HAS_LEFT, HAS_RIGHT, SHIFTED))
+                      GROUP, N_K, Div, Band, Trace, K))
          if c < 0 else
          (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                       k_empty, v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog,
-                      total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, c, BLOCK_M,
-                      BLOCK_N, HEAD_DIM, STAGES, K_EARLY, IS_CAUSAL, RETURN_LSE, LPT,
-                      PINGPONG, RESCALE_TAU, EARLY_Q, MASKED_FIRST, OUT_RCP, Q_REGS, SPLIT,
-                      Trace, TRACE, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP))
+                      total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, c, Trace, K))
          for c in ((0, -1), (0, 1, -1), (-1, 0, 1, 2))[CONSUMERS - 1]],
         _worker_warps(CONSUMERS), _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS))
