@@ -13,7 +13,7 @@ from flashscope.isa import KernelRecord
 from flashscope.isa.amd import loops
 from flashscope.report.collect import Row, measure_row
 from flashscope.targets import get_target
-from flashscope.tune import offline
+from flashscope.tune import offline, offline_data
 from flashscope.tune.offline import Candidate, Cell, Reading
 from flashscope.tuned import load_tuned, lookup, make_entry, write_entries
 
@@ -213,13 +213,13 @@ def test_nothing_clean_gives_the_least_bad_and_says_so():
     assert not ch.clean and ch.chosen.row.spills == min(
         j.row.spills for j in ch.last.judged)
     assert ch.converged and ch.chosen.config.BLOCK_M == 16
-    src = offline.source_text(ch, "3.6.0")
+    src = offline_data.source_text(ch, "3.6.0")
     assert f"{ch.chosen.row.spills} spilled registers" in src and "least bad" in src
-    written, notes = offline.planned_entries([ch], "3.6.0")
+    written, notes = offline_data.planned_entries([ch], "3.6.0")
     (entry, *_), = written.values()
     assert entry["source"] == src and notes == []
     short = offline.search(CELL, C(128, 64, 8, 2), read, max_rounds=1)
-    assert offline.planned_entries([short], "3.6.0") == (
+    assert offline_data.planned_entries([short], "3.6.0") == (
         {}, ["gfx942 D128 bf16 full: nothing written (not settled in 1 round)"])
 
 
@@ -249,7 +249,7 @@ def test_choose_cells_starts_relatives_from_the_choice_of_their_seed():
         assert ch.seed == offline.seed_cell(ch.cell) and ch.read == 1
         assert ch.chosen.config == lead.chosen.config
         assert ch.verdicts()[0]["verdict"].startswith(f"kept: the choice of {ch.seed.name}")
-    rows = offline.rule_rows(choices)
+    rows = offline_data.rule_rows(choices)
     assert rows == [("gfx942", 128, None, lead.chosen.config),
                     ("gfx942", 96, None, lead.chosen.config)]
 
@@ -279,11 +279,11 @@ def test_entries_only_where_the_rule_differs_and_never_over_a_measurement(tmp_pa
     todo = [Cell("gfx942", "bfloat16", 128, False), Cell("gfx942", "float16", 128, True)]
     choices = offline.choose_cells(todo, read, data_dir=tmp_path)
     for ch in choices:
-        assert offline.differs(ch)
+        assert offline_data.differs(ch)
     measured = make_entry(C(64, 64, 4, 1), "float16", 128, True, "le4k", ms=1.0,
                           search="ab", source="an A/B on an MI300X")
     write_entries("gfx942", [measured], tmp_path)
-    paths, notes = offline.write(choices, "3.6.0", tmp_path)
+    paths, notes = offline_data.write(choices, "3.6.0", tmp_path)
     assert [p.name for p in paths] == ["gfx942.json"]
     assert notes == ["gfx942 D128 fp16 causal: kept the measured entry (le4k)"]
     have = load_tuned("gfx942", tmp_path)

@@ -421,7 +421,7 @@ def run_offline(args) -> int:
 
     from ..families.base import check_head_dim
     from ..progress import Progress
-    from ..tune import offline
+    from ..tune import offline, offline_data
 
     for d in args.head_dim:
         check_head_dim(d)
@@ -437,13 +437,13 @@ def run_offline(args) -> int:
         choices = offline.choose_cells(todo, read, data_dir=args.tuned,
                                        max_rounds=args.rounds, seeded=not args.no_seed,
                                        log=log)
-    written, notes = (offline.write(choices, triton.__version__, args.tuned) if args.write
+    written, notes = (offline_data.write(choices, triton.__version__, args.tuned) if args.write
                       else ([], []))
     doc = {"triton": triton.__version__, "model": list(offline.TERMS),
            "choices": [ch.as_dict() for ch in choices],
            "rule_rows": [{"target": t, "head_dim": d, "causal": c, "config": cfg.label,
                           "config_fields": cfg.as_dict()}
-                         for t, d, c, cfg in offline.rule_rows(choices)],
+                         for t, d, c, cfg in offline_data.rule_rows(choices)],
            "written": [str(p) for p in written], "notes": notes}
     rows = [_offline_row(ch) for ch in choices]
     common.emit(args, doc, rows=rows, name="offline",
