@@ -74,9 +74,11 @@ def _softmax(s: torch.Tensor, hidden) -> torch.Tensor:
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                         is_causal: bool = False, scale: Optional[float] = None,
                         compute_dtype: torch.dtype = torch.float64, window=None,
-                        align: str = "top_left", softcap=None) -> torch.Tensor:
+                        align: str = "top_left", softcap=None,
+                        row_range: Optional[tuple] = None) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v in ``compute_dtype`` (float64 by default), shape
-    (B, H, Nq, D), on q's device. ``scale`` defaults to 1/sqrt(D)."""
+    (B, H, Nq, D), on q's device. ``scale`` defaults to 1/sqrt(D). ``row_range=(a, b)``:
+    query rows a..b-1 only, shape (B, H, b - a, D), masked as rows of the whole problem."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise FlashscopeError(f"q, k, v: expected rank-4 (B, H, N, D) tensors, got shapes "
                               f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
@@ -95,14 +97,17 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     kt = kd.transpose(-1, -2)
     itemsize = torch.empty((), dtype=compute_dtype).element_size()
     rows = max(1, _CHUNK_BYTES // max(1, B * H * Nk * itemsize))
-    out = torch.empty(B, H, Nq, D, dtype=compute_dtype, device=q.device)
-    for r0 in range(0, Nq, rows):
-        r1 = min(Nq, r0 + rows)
+    a, b = (0, Nq) if row_range is None else (int(row_range[0]), int(row_range[1]))
+    if not 0 <= a <= b <= Nq:
+        raise FlashscopeError(f"row_range: expected 0 <= a <= b <= {Nq}, got {row_range}")
+    out = torch.empty(B, H, b - a, D, dtype=compute_dtype, device=q.device)
+    for r0 in range(a, b, rows):
+        r1 = min(b, r0 + rows)
         s = (qd[:, :, r0:r1] @ kt) * scale
         if softcap:
             s = softcap * torch.tanh(s / softcap)
         hidden = _hidden(r0, r1, Nq, Nk, is_causal, window, align, q.device)
-        out[:, :, r0:r1] = _softmax(s, hidden) @ vd
+        out[:, :, r0 - a:r1 - a] = _softmax(s, hidden) @ vd
     return out
 
 
