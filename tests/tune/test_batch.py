@@ -141,3 +141,18 @@ def test_best_config_leaves_peers_out_and_states_the_regret():
         "a", "sm90-fwd 192x128", 1.25, ["d", "a"])
     assert best_config(rows[:1])["regret"] == 1.0
     assert best_config(rows[2:])["best"] is None
+
+
+def test_cells_go_to_the_workers_longest_first(tmp_path):
+    """The executor receives the cells by work, largest first (a long cell that starts last
+    keeps one GPU busy after the others are done); the summary keeps the plan's order."""
+    class Recording(SerialExecutor):
+        def imap(self, fn, items):
+            self.seen = [i["cell"] for i in items]
+            return super().imap(fn, items)
+
+    plan = slow_cells.plan(3)  # 32, 40, 48 rows
+    ex = Recording()
+    summary = run_cells(plan, tmp_path, QUICK, executor=ex, device="cpu")
+    assert ex.seen == list(plan)[::-1]
+    assert [r["cell"] for r in summary["cells"]] == list(plan)

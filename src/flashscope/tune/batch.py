@@ -6,7 +6,9 @@ transplanted entries when asked (:mod:`.search`), the peers last (``n=cudnn`` by
 
 :func:`run_cells` times them with one worker process per GPU
 (:class:`flashscope.sweep.executors.GpuExecutor`: each worker pinned to its device with
-``CUDA_VISIBLE_DEVICES`` before CUDA starts). A worker times whole cells: all variants of
+``CUDA_VISIBLE_DEVICES`` before CUDA starts), the cells handed out longest first (FLOPs
+times variants), so a long cell starts while the others share the rest of the GPUs
+instead of starting last. A worker times whole cells: all variants of
 an A/B share one GPU and its clock, so every ratio is taken on one device; a result file
 names its GPU (id and UUID), and results of different GPUs meet only as ratios, never as
 times (:mod:`.rule`). Before timing, the flashscope configs are compiled offline in a pool
@@ -175,6 +177,7 @@ def run_cells(plan: dict, out, settings: Settings, *, target: "str | None" = Non
         names = todo(plan, out, settings, resume=resume, force=force)
         if target is not None and names:
             _precompile([plan[n] for n in names], target, jobs)
+        names.sort(key=lambda n: -_work(plan[n]))  # longest first: no long cell ends last
         items = [{"cell": n, "model": plan[n][0].case.name or None,
                   "dtype": plan[n][0].case.dtype, "specs": plan[n][1],
                   "settings": settings.__dict__, "device": device,
@@ -192,6 +195,15 @@ def run_cells(plan: dict, out, settings: Settings, *, target: "str | None" = Non
                 ex.close()
         return {"cells": [rows.get(n) or _done_row(out / f"{n}.json") for n in plan],
                 "settings": settings.__dict__}
+
+
+def _work(entry: tuple) -> float:
+    """A cell's timing work, for the order cells go to the workers: its FLOPs times the
+    variants that time it."""
+    from ..bench.suite import case_flops
+
+    cell, specs = entry
+    return case_flops(cell.case) * max(1, len(specs))
 
 
 def _done_row(path: Path) -> dict:
