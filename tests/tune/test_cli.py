@@ -63,6 +63,8 @@ def test_gpu_subcommands_refuse_at_once_without_a_gpu(capsys, tmp_path, argv):
      "give --cells or --suite"),
     (["tune", "cells", "--suite", "windows", "--out", "o"], "not a dense forward cell"),
     (["tune", "cells", "--suite", "decode", "--out", "o"], "--suite 'decode': expected"),
+    (["tune", "cells", "--suite", "models", "--device", "cpu", "--out", "o"],
+     "--suite needs a GPU"),
     (["tune", "cells", "--cells", "d64c1k", "--extra", "d64n1k:a=+", "--out", "o"],
      "CELL one of --cells"),
     (["tune", "cells", "--cells", "d64c1k", "--resume", "--force", "--out", "o"],

@@ -263,6 +263,10 @@ def run_cells(args) -> int:
         raise FlashscopeError("--resume and --force: give one or the other")
     if (args.cells is None) == (args.suite is None):
         raise FlashscopeError("tune cells: give --cells or --suite (one of them)")
+    if args.suite is not None and args.device == "cpu":
+        raise FlashscopeError("--suite needs a GPU: its shapes run thousands of tokens, which "
+                              "Triton's CPU interpreter would take days over; name small "
+                              "cells with --cells on the CPU")
     cells = parse_cells(args.cells, args.dtype) if args.cells is not None \
         else suite_cells(args.suite.strip(), args.dtype)
     common_specs = parse_variants(args.variants)
