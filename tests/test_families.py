@@ -178,8 +178,8 @@ def test_sm90_fit_takes_the_smaller_tile_only_on_short_padded_rows():
 
 def test_sm90_fit_cuts_the_keys_when_the_tiles_leave_sms_idle():
     """SDXL's 440 tiles take 4 waves of 132 SMs, 83% busy: the work list is cut along the
-    keys, without BALANCE. Full waves, causal problems, bands (which refuse SPLIT_KV) and an unknown batch
-    keep their config."""
+    keys, without BALANCE. Full waves, causal problems, bands (which refuse SPLIT_KV) and
+    an unknown batch keep their config."""
     sdxl = Problem("sm90", "bfloat16", 64, False, 4096, 4096, 20)
     assert sm90_fwd.wave_share(440, 132) < sm90_fwd.WAVE_LIMIT
     assert default_config(sdxl).SPLIT_KV and default_config(sdxl).BLOCK_M == 192

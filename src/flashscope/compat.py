@@ -22,14 +22,15 @@ Unchanged across the range and used directly: ``ASTSource``/``GluonASTSource``,
 ``make_backend``, ``create_function_from_signature``, ``JITFunction._pack_args``, the
 compiled kernel's ``run`` (grid, stream, function, packed metadata, launch metadata, the
 two hooks, then every parameter), the Gluon layouts, ``warp_specialize`` (3.7 makes the
-register list optional), ``mbarrier``, ``warpgroup_mma``, the aggregate decorator (``aggregate``: Triton's
-``triton.language.core._aggregate``, private in every release and what Gluon's own
-examples use to carry constexprs into partitions), ``store_wait`` (3.8 adds
-``read_only``, default True: the ``.read`` wait 3.6 emits), ``knobs.runtime.interpret``,
-the interpreter's ``create_dot`` (whose bf16 fault :mod:`flashscope.testing.interpreter`
-mends), and the tools under ``triton/backends/nvidia/bin``. TMA descriptors gain a
-``round_f32_to_tf32`` field in 3.7, with a class default, which the launch's directly
-filled descriptors (:func:`flashscope.launch._descriptor`) inherit.
+register list optional), ``mbarrier``, ``warpgroup_mma``, the aggregate decorator
+(``aggregate``: Triton's ``triton.language.core._aggregate``, private in every release
+and what Gluon's own examples use to carry constexprs into partitions), ``store_wait``
+(3.8 adds ``read_only``, default True: the ``.read`` wait 3.6 emits),
+``knobs.runtime.interpret``, the interpreter's ``create_dot`` (whose bf16 fault
+:mod:`flashscope.testing.interpreter` mends), and the tools under
+``triton/backends/nvidia/bin``. TMA descriptors gain a ``round_f32_to_tf32`` field in
+3.7, with a class default, which the launch's directly filled descriptors
+(:func:`flashscope.launch._descriptor`) inherit.
 
 numpy: Triton 3.6's interpreter turns one-element arrays into Python integers, which
 numpy 2.4 refuses (deprecated since 1.25); 3.7 to 3.9 run on numpy 2.4. pip cannot make
