@@ -51,6 +51,8 @@ from .variants import VARIANT_OPTIONS, _meta_tensors, bwd_call, fwd_call, varian
 DEFAULT_PROBLEM = (2, 16, 16, 1024, 1024)
 
 
+# -- the kernels and their configs -------------------------------------------------------
+
 @dataclass(frozen=True)
 class KernelSpec:
     """How to build one kernel: where its body lives (``flashscope.kernels.<module>``,
@@ -185,6 +187,8 @@ def _register_all() -> None:
 
 _register_all()
 
+
+# -- compiling one config ----------------------------------------------------------------
 
 @dataclass
 class Artifact:

@@ -259,10 +259,9 @@ def check_result(result: tuple, ref: tuple, case: Case, inp: Inputs) -> float:
         if not isinstance(got, torch.Tensor):
             raise ValidationFailure(f"{name}: returned {type(got).__name__}, not a tensor")
         got = inp.bhnd(got).detach()
-        whole = want.shape if isinstance(want, RowSample) else tuple(want.shape)
-        if tuple(got.shape) != tuple(whole):
+        if tuple(got.shape) != tuple(want.shape):  # a RowSample holds the whole shape
             raise ValidationFailure(f"{name}: shape {tuple(got.shape)}, expected "
-                                    f"{tuple(whole)}")
+                                    f"{tuple(want.shape)}")
         if got.dtype != dtype:
             raise ValidationFailure(f"{name}: dtype {got.dtype}, expected {dtype}")
         bad = int((~torch.isfinite(got)).sum())
