@@ -15,17 +15,20 @@ def decode_problem(B=8, Nq=1, H=32, Hkv=8, Nk=8192, D=128, target="sm90"):
     return Problem(target, "bfloat16", D, True, Nq, Nk, B * H, group=H // Hkv)
 
 
-@pytest.mark.parametrize("tiles,key_tiles,slots,want", [
-    (512, 2048, 396, 1),    # B = 64 x 8 kv heads fill the GPU: no split
-    (396, 2048, 396, 1),
-    (8, 2048, 396, 50),     # one sequence: enough splits to fill every slot
-    (64, 512, 396, 7),
-    (8, 16, 396, 8),        # a short cache: two key tiles a split at least
-    (8, 1, 396, 1),
+@pytest.mark.parametrize("tiles,key_tiles,units,want", [
+    (512, 2048, 132, 1),    # B = 64 x 8 kv heads fill the GPU: no split
+    (132, 2048, 132, 1),
+    (67, 2048, 132, 1),     # more than half the SMs: a second split would need a wave
+    (66, 2048, 132, 2),
+    (8, 2048, 132, 16),     # one sequence: the most splits within one program an SM
+    (64, 512, 132, 2),
+    (8, 2048, 304, 38),     # an MI300X's CUs
+    (8, 16, 132, 8),        # a short cache: two key tiles a split at least
+    (8, 1, 132, 1),
     (1, 10 ** 6, 10 ** 4, MAX_SPLITS),
 ])
-def test_split_count(tiles, key_tiles, slots, want):
-    assert split_count(tiles, key_tiles, slots) == want
+def test_split_count(tiles, key_tiles, units, want):
+    assert split_count(tiles, key_tiles, units) == want
 
 
 def test_select_packs_the_group_and_splits_small_grids():
@@ -65,22 +68,23 @@ def test_rules_name_the_limit(cfg, msg):
 
 def test_wgmma_tiles_count_every_stage_and_q_in_shared_memory():
     """From 64 rows on sm_90 the products are wgmma, which read K, V (all S stages) and Q
-    from shared memory: the bound the rules and the split rule's residency use."""
+    from shared memory: the bound the rules use, and the default halves its key tiles
+    where 128 rows at D = 256 would pass a block's shared memory."""
     wide = TritonDecodeConfig(BLOCK_M=64, BLOCK_N=64, num_stages=3)
     sm90, sm80 = get_target("sm90"), get_target("sm80")
     assert triton_decode.min_shared_bytes(wide, 128, "bfloat16", sm90) == 114688
     assert triton_decode.min_shared_bytes(wide, 128, "bfloat16", sm80) == 65536
     assert triton_decode.min_shared_bytes(wide.replace(BLOCK_M=32), 128, "bfloat16",
                                           sm90) == 65536
-    assert triton_decode.resident(wide, sm90, 128, "bfloat16") == 2
-    # gfx942 at 16 rows, 2 stages: the dense build is the bound, 32,768 B, two a CU
-    amd = TritonDecodeConfig(BLOCK_M=16, BLOCK_N=64, num_stages=2)
-    assert triton_decode.resident(amd, get_target("gfx942"), 128, "bfloat16") == 2
-    assert triton_decode.resident(wide.replace(BLOCK_M=16), sm90, 128, "bfloat16") == 3
     deep = TritonDecodeConfig(BLOCK_N=128, num_stages=4)
     assert triton_decode.check(deep.replace(BLOCK_M=32), "sm90", 128)
     with pytest.raises(ConfigError, match="BLOCK_M=64, BLOCK_N=128.*shared memory"):
         triton_decode.check(deep.replace(BLOCK_M=64), "sm90", 128)
+    wide256 = select(decode_problem(B=8, Nq=16, H=64, Hkv=8, D=256))
+    assert (wide256.BLOCK_M, wide256.BLOCK_N) == (128, 32)  # 64-key tiles would not fit
+    assert triton_decode.check(wide256.replace(BLOCK_N=64), "sm80", 256)
+    with pytest.raises(ConfigError, match="shared memory"):
+        triton_decode.check(wide256.replace(BLOCK_N=64), "sm90", 256)
 
 
 def test_reduce_path_within_its_register_bound_is_accepted():

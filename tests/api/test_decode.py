@@ -40,6 +40,10 @@ CASES = [
     (2, 4, 8, 2, 32, 40, [12, 3], 5, 4, True, None, None, torch.float16, WHOLE),
     # more queries than keys: the first rows see none (zeros, lse -inf)
     (2, 4, 2, 1, 32, 16, [0, 1], 0, 0, True, None, None, torch.float16, SPLIT),
+    # 37 splits, more than the merge loads at once, 17 of them empty; a padded head dim
+    # the merge covers in four column chunks; an empty sequence beside a long one
+    (2, 2, 8, 1, 80, 640, [0, 600], 0, 0, True, None, None, torch.bfloat16,
+     WHOLE.replace(SPLITS=37)),
     # the CUDA-core path (DOT=0): 2 packed rows, paged, an append, softcap, splits
     (2, 1, 4, 2, 24, 48, [0, 29], 16, 1, True, None, 5.0, torch.float16,
      TritonDecodeConfig(BLOCK_M=2, BLOCK_N=16, num_stages=1, DOT=False, SPLITS=2)),

@@ -150,3 +150,24 @@ def test_gpu_decode_bench_small(tmp_path, capsys):
     assert all(r["status"] in ("ok", "unsupported", "unavailable") for r in rows), \
         [r["reason"] for r in rows if r["status"] in ("failed", "error")]
     assert "GB/s" in (tmp_path / "bench.md").read_text()
+
+
+@pytest.mark.gpu
+def test_gpu_time_leaves_the_host_out():
+    """A call that takes the host 3 ms to queue a short kernel: do_bench's events time the
+    host, :func:`gpu_time`'s the kernel."""
+    import time
+
+    import torch
+    import triton.testing
+
+    from flashscope.bench.timing import gpu_time
+
+    x = torch.zeros(1 << 20, device="cuda")
+
+    def slow_host():
+        time.sleep(0.003)
+        x.add_(1.0)
+
+    assert triton.testing.do_bench(slow_host, warmup=10, rep=30, return_mode="median") > 2.5
+    assert gpu_time(slow_host, warmup_ms=10, rep_ms=30) < 0.5

@@ -140,6 +140,7 @@ CASES = {
         (["sweep", "--shapes", "4,32,4096,64"], "--shapes applies to GPU sweeps"),
         (["report", "--kernel", "bwd", "--configs", "{file}"], "--configs applies to"),
         (["bench"], "give --suite and/or --shape"),
+        (["bench", "--shape", "1,2,16,16", "--hide-host", "--cuda-graph"], "one timer"),
         (["targets", "--json", "--csv"], "not allowed with argument"),
     ],
 }

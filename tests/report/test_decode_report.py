@@ -23,7 +23,8 @@ def test_knobs_rebuild_only_the_kernels_that_read_them():
     assert [s.name for s in steps] == ["BLOCK_N halved", "BLOCK_N doubled",
                                        "num_stages halved", "num_stages doubled"]
     base = steps[0].before
-    assert steps[1].after == base.replace(BLOCK_N=2 * base.BLOCK_N)
+    assert steps[0].after == base.replace(BLOCK_N=base.BLOCK_N // 2)
+    assert base.BLOCK_N == 128 and steps[1].after is None  # 256 x 128 x 3 stages: too big
     assert steps[2].after == base.replace(num_stages=base.num_stages // 2)
 
 

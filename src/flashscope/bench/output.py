@@ -77,7 +77,8 @@ def stamp(device, *, argv=None, baseline=None, ceilings=None, timer=None) -> dic
             "gemm_tflops": ceilings.flops / 1e12, "copy_gbps": ceilings.bandwidth / 1e9,
             "source": ceilings.source},
         "timer": None if timer is None else {
-            "cuda_graph": timer.cuda_graph, "warmup_ms": timer.warmup_ms,
+            "cuda_graph": timer.cuda_graph, "hide_host": timer.hide_host,
+            "warmup_ms": timer.warmup_ms,
             "rep_ms": timer.rep_ms, "rounds": timer.rounds,
             "statistic": "median" if timer.rounds == 1 else "median of round medians"},
     }

@@ -12,8 +12,10 @@ from . import common
 
 FORMULAS = """\
 metrics:
-  latency  median ms of triton.testing.do_bench (L2 flushed before every call), or of
-           do_bench_cudagraph with --cuda-graph
+  latency  median ms of triton.testing.do_bench (L2 flushed before every call), of
+           do_bench_cudagraph with --cuda-graph, or with --hide-host (the default for
+           --suite decode) of the GPU alone: the L2 flushed, then the GPU kept busy
+           while the host queues each call
   tflops   FLOPs / latency, FLOPs = 4*B*H*Nq*Nk*D, x0.5 when causal,
            x2.5 for bwd (the backward alone), x3.5 for fwd+bwd
   speedup  baseline latency / provider latency, same case, same run
@@ -93,6 +95,9 @@ def register(sub):
     p.add_argument("--config", help="flashscope forward config, KEY=VALUE,... "
                                     "(e.g. BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=2)")
     p.add_argument("--cuda-graph", action="store_true", help="time with do_bench_cudagraph")
+    p.add_argument("--hide-host", action=argparse.BooleanOptionalAction, default=None,
+                   help="time the GPU only: it spins while the host queues each call "
+                        "(default: on for --suite decode, off otherwise)")
     p.add_argument("--warmup-ms", type=common.number(0, strict=True), default=25.0,
                    help="warm-up time per measurement, ms > 0 (default 25)")
     p.add_argument("--rep-ms", type=common.number(0, strict=True), default=100.0,
@@ -141,6 +146,8 @@ def run(args) -> int:
     if not args.list_baselines and not args.suite and not args.shape:
         raise FlashscopeError("give --suite and/or --shape B,H,N,D[,Nk[,Hkv]] "
                               "(or --list-baselines)")
+    if args.hide_host and args.cuda_graph:
+        raise FlashscopeError("--hide-host, --cuda-graph: expected one timer, got both")
     common.prepare(args, meta=True, plot=True, extra=OUT_FILES)
     import torch
 
@@ -204,8 +211,9 @@ def run(args) -> int:
 
         with Progress("measuring the bf16 GEMM and copy ceilings"):
             ceilings = measure_ceilings("cuda")
-    timer = Timer(device=device.type, cuda_graph=args.cuda_graph, warmup_ms=args.warmup_ms,
-                  rep_ms=args.rep_ms, rounds=args.rounds)
+    hide = decoding and not args.cuda_graph if args.hide_host is None else args.hide_host
+    timer = Timer(device=device.type, cuda_graph=args.cuda_graph, hide_host=hide,
+                  warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, rounds=args.rounds)
 
     partial = _Partial(args.out_dir)
     with Progress("benchmark", len(cases) * len(chosen)) as bar:

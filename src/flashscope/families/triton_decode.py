@@ -27,16 +27,18 @@ FUNCTION = FUNCTIONS[KERNEL]
 #: The append copies one token's heads a program and the merge reads a few float32 rows a
 #: split: both memory-bound and small, launched with fixed options.
 SMALL_OPTIONS = {"num_warps": 4, "num_stages": 1, **CODEGEN_OPTIONS}
-#: rows of a work tile one merge program combines (fp32 rows x padded head dim in registers)
+#: The merge: a program combines MERGE_ROWS rows x MERGE_COLS columns of a work tile,
+#: MERGE_CHUNK splits' slots loaded at once (16 x 16 x 32 float32: 64 a thread of 4
+#: warps). A split's slots are read in one round of loads a chunk, not one after another:
+#: on an H100 the merge of 50 splits took 16 us one slot at a time (8 programs).
 MERGE_ROWS = 16
+MERGE_COLS = 32
+MERGE_CHUNK = 16
 #: most splits of a work tile (each costs a workspace slot and a pass of the merge)
 MAX_SPLITS = 256
 #: fewest key tiles a split is given: with two, each program has a tile loading under the
 #: one it computes
 MIN_SPLIT_TILES = 2
-#: most programs the split rule counts resident on one SM (CU) at a time (the bound where
-#: shared memory sets none: the reduce path)
-MAX_RESIDENT = 4
 #: products a thread may hold in the reduce path (rows x keys x padded head dim over the
 #: threads), past which they spill instead of staying in registers
 REDUCE_PRODUCTS = 128
@@ -161,14 +163,15 @@ def check(cfg: TritonDecodeConfig, target="sm90", head_dim: int = 128,
 
 # Tiles and pipeline depth as data: (target name or family, largest head dim, causal or
 # None for both) -> config; BLOCK_M, DOT and SPLITS are set per problem by select().
-# Chosen offline, not yet timed: 64-key tiles of 3 stages keep two tiles of K and V (64
-# KB) in flight a program at D = 128, and three programs fit an sm_90 SM (70 KB of shared
-# memory each, read from the binary); 32-key tiles do the same at D = 256. AMD's
-# pipeliner takes 2 stages, RDNA's 64 KB LDS one.
+# NVIDIA: 32 KB key tiles (128 keys at D <= 128, 64 at D = 256) of 3 stages, two tiles of
+# K and V in flight (128 KB) and one program an sm_90 SM: on an H100 (D = 128, one query
+# token, GQA 4:1 and 8:1, 8k-128k keys) one such program an SM read 2.6-3.1 TB/s, where
+# three programs of 64-key tiles an SM read 2.3-2.8. AMD's pipeliner takes 2 stages,
+# RDNA's 64 KB LDS one; not timed.
 C = TritonDecodeConfig
 DEFAULTS = (
-    ("nvidia", 128, None, C(BLOCK_N=64, num_warps=4, num_stages=3)),
-    ("nvidia", 256, None, C(BLOCK_N=32, num_warps=4, num_stages=3)),
+    ("nvidia", 128, None, C(BLOCK_N=128, num_warps=4, num_stages=3)),
+    ("nvidia", 256, None, C(BLOCK_N=64, num_warps=4, num_stages=3)),
     ("cdna", 128, None, C(BLOCK_N=64, num_warps=4, num_stages=2)),
     ("cdna", 256, None, C(BLOCK_N=32, num_warps=4, num_stages=2)),
     ("rdna", 256, None, C(BLOCK_N=32, num_warps=4, num_stages=1)),
@@ -185,36 +188,20 @@ def packed_rows(problem: Problem) -> int:
     return max(1, problem.group) * max(1, problem.n_q)
 
 
-def resident(cfg: TritonDecodeConfig, target, head_dim: int, dtype: str) -> int:
-    """Programs of ``cfg`` that fit one SM (CU) at a time by shared memory (the bound and
-    the block's reservation) and warps, at most :data:`MAX_RESIDENT`: the slots the
-    split rule fills. The dense builds' shared memory, read from the binaries: the bound
-    on gfx942 (32,768 B at 16 x 64, D = 128: two a CU), 6 KB above it on sm_90 (70 KB:
-    three an SM); a paged build takes a little more (gfx942: 256 B, which leaves it one a
-    CU; the rule does not know whether a call is paged)."""
-    t = target
-    smem = getattr(t, "smem_per_sm", None) or t.lds_per_unit
-    most = MAX_RESIDENT
-    need = min_shared_bytes(cfg, head_dim, dtype, t)
-    if need:
-        need += getattr(t, "reserved_smem_per_block", 0)
-        most = min(most, smem // need)
-    warps = getattr(t, "max_warps_per_sm", None)
-    if warps:
-        most = min(most, warps // cfg.num_warps)
-    return max(1, most)
+def split_count(tiles: int, key_tiles: int, units: int) -> int:
+    """Programs that share each work tile's key tiles: the most that keep the grid within
+    one program per SM (CU) of the ``units`` the GPU has, so that every SM reads and none
+    waits for a second wave, but no more than leave each program :data:`MIN_SPLIT_TILES`
+    of the ``key_tiles`` tiles, nor :data:`MAX_SPLITS`; none (1) once the ``tiles`` work
+    tiles fill half the SMs or more.
 
-
-def split_count(tiles: int, key_tiles: int, slots: int) -> int:
-    """Programs that share each work tile's key tiles: none (1) when the ``tiles`` work
-    tiles fill the ``slots`` resident programs of the GPU already; else enough to fill
-    them (decoding is bound by memory, and a GPU reads at its full bandwidth only with
-    loads in flight on every SM), but no more than leave each program
-    :data:`MIN_SPLIT_TILES` of the ``key_tiles`` tiles, nor :data:`MAX_SPLITS`."""
-    if tiles >= slots:
-        return 1
-    want = -(-slots // max(1, tiles))
-    return max(1, min(want, key_tiles // MIN_SPLIT_TILES, MAX_SPLITS))
+    Why one program an SM: decoding is bound by memory, and one program of the default
+    tiles keeps two 32 KB tiles of K and V in flight, about what an SM's share of the
+    bandwidth needs; more programs add splits to merge without adding bandwidth. On an
+    H100 (D = 64 and 128, one query token): B = 1 with 8 kv heads ran best at 16 splits
+    of 8-128k keys (128 programs), B = 8 at 2, B = 64 unsplit; filling three programs an
+    SM (49 splits at D = 64, 6 at B = 8) read 5-10% slower."""
+    return max(1, min(units // max(1, tiles), key_tiles // MIN_SPLIT_TILES, MAX_SPLITS))
 
 
 def select(problem: Problem) -> TritonDecodeConfig:
@@ -229,8 +216,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
     V, while the padding rows of a 16-row product cost tensor-core issue slots that a
     loop bound by memory has to spare. Splits: :func:`split_count` over the work tiles
     B x Hkv x row blocks, the key tiles of the cache's length (the bound every sequence
-    is under: the host reads no lengths) and the SMs (CUs) of the target times the
-    programs that fit on one."""
+    is under: the host reads no lengths) and the SMs (CUs) of the target. The table's key tiles are halved where the tile's shared
+    memory would not fit a block (128 packed rows at D = 256 on sm_90)."""
     t = problem.target_record()
     check_head_dim(problem.head_dim)
     base = table_select(DEFAULTS, KERNEL, problem)
@@ -239,12 +226,15 @@ def select(problem: Problem) -> TritonDecodeConfig:
     pad = head_dim_pad(problem.head_dim)
     warps = 8 if block_m * pad >= 128 * 128 else base.num_warps
     cfg = base.replace(BLOCK_M=block_m, num_warps=warps)
+    # wide tiles keep every stage and Q in shared memory (sm_90 wgmma): fewer keys a tile
+    while cfg.BLOCK_N > 16 and min_shared_bytes(cfg, problem.head_dim, problem.dtype, t) \
+            > t.smem_per_block_optin:
+        cfg = cfg.replace(BLOCK_N=cfg.BLOCK_N // 2)
     kv_heads = max(1, problem.heads // max(1, problem.group))
     tiles = kv_heads * -(-rows // block_m)
     units = getattr(t, "sm_count", None) or t.cu_count
-    slots = units * resident(cfg, t, problem.head_dim, problem.dtype)
     key_tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
-    return cfg.replace(SPLITS=split_count(tiles, key_tiles, slots))
+    return cfg.replace(SPLITS=split_count(tiles, key_tiles, units))
 
 
 def accepts(problem: Problem) -> Optional[str]:
@@ -352,15 +342,21 @@ def call(q, cache: Cache, out, lse, part, n_new: int, *, mask, scale: float,
 
 
 def merge_call(q, cache: Cache, out, lse, part, cfg: TritonDecodeConfig):
-    """(grid, positional args, constexpr keywords) of the merge of the splits."""
+    """(grid, positional args, constexpr keywords) of the merge of the splits: a program
+    per (work tile, :data:`MERGE_ROWS` of its real rows, :data:`MERGE_COLS` columns),
+    :data:`MERGE_CHUNK` splits loaded at a time."""
     B, Nq, H, D = q.shape
     hkv = cache.k.shape[2]
     n_m = -(-(H // hkv) * Nq // cfg.BLOCK_M)
-    rows = min(MERGE_ROWS, cfg.BLOCK_M)
-    grid = (B * hkv * n_m, cfg.BLOCK_M // rows)
+    real = min(cfg.BLOCK_M, (H // hkv) * Nq)  # rows of a tile that hold queries
+    rows = min(MERGE_ROWS, _next_pow2(real))
+    pad = head_dim_pad(D)
+    cols = min(MERGE_COLS, pad)
+    grid = (B * hkv * n_m, -(-real // rows), pad // cols)
     args = (*merge_tensors(out, lse, part), Nq, n_m, hkv, cfg.SPLITS, *out.stride())
-    consts = dict(GROUP=H // hkv, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
-                  BLOCK_M=cfg.BLOCK_M, ROWS=rows, RETURN_LSE=lse is not None)
+    consts = dict(GROUP=H // hkv, HEAD_DIM=D, HEAD_DIM_PAD=pad, BLOCK_M=cfg.BLOCK_M,
+                  ROWS=rows, COLS=cols, CHUNK=min(MERGE_CHUNK, _next_pow2(cfg.SPLITS)),
+                  RETURN_LSE=lse is not None)
     return grid, args, consts
 
 

@@ -21,7 +21,8 @@ padding rows (the family says which it runs and why). SPLITS programs share a ti
 (flash-decoding): split s takes an even share of its key tiles and, with SPLIT, writes its
 unnormalized rows and softmax state (m, l) to a float32 workspace in
 :mod:`flashscope.kernels.attention_merge`'s slot layout; :func:`_decode_merge` combines
-them. The online softmax is :func:`flashscope.kernels.common.softmax_step`.
+them, many slots at a time. The online softmax is
+:func:`flashscope.kernels.common.softmax_step`.
 
 Device-side guards, so that bad values the host does not read (that would cost a sync)
 stay harmless: n_k is clamped into [0, CAPACITY] (the cache's keys per sequence), pages read
@@ -32,7 +33,7 @@ writes nothing. This module imports Triton only.
 import triton
 import triton.language as tl
 
-from flashscope.kernels.attention_merge import merge_slots
+from flashscope.kernels.attention_merge import merge_chunks
 from flashscope.kernels.common import LN2, load_tile, scaled_scores, softmax_step
 from flashscope.kernels.keyrange import key_range, visible
 
@@ -45,17 +46,15 @@ def _page_of(table_row, cols, ok, PAGE: tl.constexpr):
 
 
 @triton.jit
-def _key_offsets(table_row, seq, cols, ok, NUM_PAGES, stride_b, stride_n,
-                 PAGE: tl.constexpr):
-    """Element offsets of keys ``cols`` of sequence ``seq`` in a cache with strides
-    (stride_b, stride_n) over its first two axes: (seq, col) when dense (PAGE = 0),
-    (page, col % PAGE) when paged, the page clamped into the cache."""
+def _key_rows(table_row, seq, cols, ok, NUM_PAGES, PAGE: tl.constexpr):
+    """Where keys ``cols`` of sequence ``seq`` live, as indices along the cache's first two
+    axes: (seq, col) when dense (PAGE = 0), (page, col % PAGE) when paged, the page read
+    once for K and V and clamped into the cache."""
     if PAGE > 0:
         page = _page_of(table_row, cols, ok, PAGE)
-        page = tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1)
-        return page * stride_b + (cols % PAGE) * stride_n
+        return tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1), cols % PAGE
     else:
-        return seq * stride_b + cols * stride_n
+        return seq, cols
 
 
 @triton.jit
@@ -77,8 +76,9 @@ def _decode_tiles(
     for start_n in tl.range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         ok = cols < N_K
-        k_off = _key_offsets(table_row, seq, cols, ok, NUM_PAGES, stride_kb, stride_kn, PAGE)
-        v_off = _key_offsets(table_row, seq, cols, ok, NUM_PAGES, stride_vb, stride_vn, PAGE)
+        row_b, row_n = _key_rows(table_row, seq, cols, ok, NUM_PAGES, PAGE)
+        k_off = row_b * stride_kb + row_n * stride_kn
+        v_off = row_b * stride_vb + row_n * stride_vn
         if DOT:
             kt = load_tile(k_base + k_off[None, :] + offs_d[:, None] * stride_kd,
                            ok[None, :], d_ok[:, None], MASKED, PAD_D)
@@ -220,22 +220,29 @@ def _decode_merge(
     Part, Out, Lse, N_Q, N_M, HKV, SPLITS,
     stride_ob, stride_om, stride_oh, stride_od,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    BLOCK_M: tl.constexpr, ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
+    BLOCK_M: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, CHUNK: tl.constexpr,
+    RETURN_LSE: tl.constexpr,
 ):
-    """Grid (B * Hkv * N_M, BLOCK_M / ROWS): combine the SPLITS slots of work tile t
-    (:func:`flashscope.kernels.attention_merge.merge_slots`) for ROWS of its rows."""
+    """Grid (B * Hkv * N_M, row chunks, HEAD_DIM_PAD / COLS): combine the SPLITS slots of
+    work tile t (:func:`flashscope.kernels.attention_merge.merge_chunks`, CHUNK slots at a
+    time) for ROWS of its rows and COLS of its columns; the log-sum-exp from the first
+    column chunk."""
     t = tl.program_id(0)
     c = tl.program_id(1)
+    j = tl.program_id(2)
     b, hkv, m = _tile_of(t, N_M, HKV)
     local = c * ROWS + tl.arange(0, ROWS)
     rows = m * BLOCK_M + local
-    row_ok = rows < GROUP * N_Q
+    row_ok = (rows < GROUP * N_Q) & (local < BLOCK_M)
     qi, h = _row_heads(rows, hkv, GROUP)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    out, lse2 = merge_slots(Part, t.to(tl.int64) * SPLITS, SPLITS, local, offs_d, row_ok,
-                            BLOCK_M, HEAD_DIM_PAD)
+    offs_d = j * COLS + tl.arange(0, COLS)
+    out, lse2 = merge_chunks(Part, t.to(tl.int64) * SPLITS, SPLITS, local, offs_d, row_ok,
+                             BLOCK_M, HEAD_DIM_PAD, CHUNK)
     _store_rows(Out, Lse, out, lse2, b, qi, h, row_ok, offs_d, HKV * GROUP, N_Q,
-                stride_ob, stride_om, stride_oh, stride_od, HEAD_DIM, RETURN_LSE)
+                stride_ob, stride_om, stride_oh, stride_od, HEAD_DIM, False)
+    if RETURN_LSE:
+        tl.store(Lse + (b.to(tl.int64) * HKV * GROUP + h) * N_Q + qi, lse2 * LN2,
+                 mask=row_ok & (j == 0))
 
 
 @triton.jit

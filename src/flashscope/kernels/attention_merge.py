@@ -54,6 +54,38 @@ def merge_slots(Part, first, pieces, rows, cols, keep, BLOCK_M: tl.constexpr,
 
 
 @triton.jit
+def merge_chunks(Part, first, pieces, rows, cols, keep, BLOCK_M: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr):
+    """:func:`merge_slots` for many pieces (a decoding split's): CHUNK pieces at a time,
+    their (m_p, l_p) and O_p loaded together and folded into a running maximum, one
+    round of loads a chunk where :func:`merge_slots` takes two a piece (the first pass
+    for M, then O_p after its m_p); ``cols`` may be any subset of the slot's columns."""
+    rec: tl.constexpr = BLOCK_M * (HEAD_DIM + 2)
+    offs = tl.arange(0, CHUNK)
+    big = tl.full(rows.shape, float("-inf"), tl.float32)
+    total = tl.zeros(rows.shape, tl.float32)
+    acc = tl.zeros([rows.shape[0], cols.shape[0]], tl.float32)
+    for c in range(0, pieces, CHUNK):
+        have = (c + offs) < pieces
+        slot = Part + (first + c + offs).to(tl.int64) * rec  # [CHUNK]
+        ml = slot[:, None] + BLOCK_M * HEAD_DIM + 2 * rows[None, :]
+        both = have[:, None] & keep[None, :]
+        m = tl.load(ml, mask=both, other=float("-inf"))
+        lp = tl.load(ml + 1, mask=both, other=0.0)
+        o = tl.load(slot[:, None, None] + rows[None, :, None] * HEAD_DIM + cols[None, None, :],
+                    mask=both[:, :, None], other=0.0)
+        new = tl.maximum(big, tl.max(m, 0))
+        use = tl.where(new == float("-inf"), 0.0, new)
+        w = tl.math.exp2(m - use[None, :])
+        alpha = tl.math.exp2(big - use)
+        total = total * alpha + tl.sum(w * lp, 0)
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o, 0)
+        big = new
+    out = acc / tl.where(total == 0.0, 1.0, total)[:, None]
+    return out, big + tl.math.log2(total)
+
+
+@triton.jit
 def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
                  stride_ob, stride_oh, stride_om, stride_od,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr,
