@@ -3,9 +3,10 @@ seconds) events.
 
 On a GPU the events are the device's kernels, copies and fills (trace categories
 ``kernel``, ``gpu_memcpy``, ``gpu_memset``), each with its duration. Without one, they are
-the CPU operators (``cpu_op``, and ``record_function`` ranges) with their *self* time (duration minus that of the ops
-nested directly inside, per thread), so nested ops (``aten::linear`` -> ``aten::addmm``)
-are not counted twice and the buckets add up to the profiled time.
+the CPU operators (``cpu_op``, and ``record_function`` ranges) with their *self* time
+(duration minus that of the ops nested directly inside, per thread), so nested ops
+(``aten::linear`` -> ``aten::addmm``) are not counted twice and the buckets add up to the
+profiled time.
 """
 
 from __future__ import annotations

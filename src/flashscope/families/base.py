@@ -122,7 +122,8 @@ class Knobs:
         kinds = {f.name: _field_kind(f) for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - set(kinds))
         if unknown:
-            raise ConfigError(f"{cls.KERNEL} config: unknown key(s) {', '.join(map(str, unknown))}; "
+            names = ", ".join(map(str, unknown))
+            raise ConfigError(f"{cls.KERNEL} config: unknown key(s) {names}; "
                               f"expected some of {', '.join(kinds)}")
         return {k: coerce(k, kinds[k], v, f"{cls.KERNEL} config") for k, v in d.items()}
 

@@ -216,8 +216,9 @@ def select(problem: Problem) -> TritonDecodeConfig:
     V, while the padding rows of a 16-row product cost tensor-core issue slots that a
     loop bound by memory has to spare. Splits: :func:`split_count` over the work tiles
     B x Hkv x row blocks, the key tiles of the cache's length (the bound every sequence
-    is under: the host reads no lengths) and the SMs (CUs) of the target. The table's key tiles are halved where the tile's shared
-    memory would not fit a block (128 packed rows at D = 256 on sm_90)."""
+    is under: the host reads no lengths) and the SMs (CUs) of the target. The table's key
+    tiles are halved where the tile's shared memory would not fit a block (128 packed
+    rows at D = 256 on sm_90)."""
     t = problem.target_record()
     check_head_dim(problem.head_dim)
     base = table_select(DEFAULTS, KERNEL, problem)

@@ -15,8 +15,8 @@ from .batch import inspect_configs, inspect_pairs
 from .read import attach_occupancy, read_binary, read_path, record_for
 from .record import DIFF_FIELDS, KernelRecord, diff
 
-__all__ = ["KernelRecord", "inspect_config", "inspect_configs", "inspect_pairs", "read_path", "read_binary",
-           "record_for", "diff", "attach_occupancy", "DIFF_FIELDS"]
+__all__ = ["KernelRecord", "inspect_config", "inspect_configs", "inspect_pairs", "read_path",
+           "read_binary", "record_for", "diff", "attach_occupancy", "DIFF_FIELDS"]
 
 
 def inspect_config(config, target, *, occupancy: bool = True, **kw) -> KernelRecord:

@@ -381,7 +381,8 @@ def _nvidia_checks(kl: KernelLines, ptx_agrees) -> list:
     if kl.live_peak is not None:
         cap = max([kl.registers] + kl.setmaxnreg)
         out.append(_check("live peak", kl.live_peak <= cap,
-                          f"{kl.live_peak} live at most, {cap} allocated: gap {cap - kl.live_peak}"))
+                          f"{kl.live_peak} live at most, {cap} allocated: gap "
+                          f"{cap - kl.live_peak}"))
     out.append(_check("rows add up", sum(r.count for r in kl.rows) + kl.unattributed
                       == kl.instructions, f"{kl.instructions} instructions, "
                       f"{kl.unattributed} without a line"))

@@ -17,8 +17,8 @@ READER_VERSION = 3
 #: Keys compared by ``inspect --diff`` (numeric fields; ``mix`` is compared per class).
 DIFF_FIELDS = ("registers", "agprs", "sgprs", "spill_stores", "spill_loads", "vgpr_spills",
                "sgpr_spills", "local_bytes", "shared_bytes", "static_shared_bytes",
-               "dynamic_shared_bytes", "reserved_shared_bytes", "threads", "barriers", "instructions",
-               "wgmma_serialized")
+               "dynamic_shared_bytes", "reserved_shared_bytes", "threads", "barriers",
+               "instructions", "wgmma_serialized")
 
 
 @dataclass

@@ -7,7 +7,7 @@ s_ij = (q_i . k_j) * scale and dO the incoming gradient (Dao, FlashAttention-2, 
     p_ij    = 2^(s_ij * log2(e) - L_i * log2(e))     = softmax row i, recomputed per tile
     dV_j    = sum_i p_ij dO_i
     dp_ij   = dO_i . v_j
-    ds_ij   = p_ij * (dp_ij - delta_i)               softmax Jacobian, via sum_j p_ij dp_ij = delta_i
+    ds_ij   = p_ij * (dp_ij - delta_i)    softmax Jacobian, via sum_j p_ij dp_ij = delta_i
     dK_j    = scale * sum_i ds_ij q_i
     dQ_i    = scale * sum_j ds_ij k_j
 

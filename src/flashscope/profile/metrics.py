@@ -30,10 +30,11 @@ class Metric:
 
 
 METRICS = (
-    Metric("theoretical_occupancy", "sm__maximum_warps_per_active_cycle_pct", "theor. occ.", "%",
-           "resident warps per SM the launch allows / the SM's maximum (the occupancy calculator's number)"),
-    Metric("achieved_occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active", "achieved occ.",
-           "%", "average resident warps per active cycle / the SM's maximum"),
+    Metric("theoretical_occupancy", "sm__maximum_warps_per_active_cycle_pct", "theor. occ.",
+           "%", "resident warps per SM the launch allows / the SM's maximum (the occupancy "
+                "calculator's number)"),
+    Metric("achieved_occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active",
+           "achieved occ.", "%", "average resident warps per active cycle / the SM's maximum"),
     Metric("limit_registers", "launch__occupancy_limit_registers", "blk lim regs", "count",
            "blocks per SM the register file allows"),
     Metric("limit_shared_mem", "launch__occupancy_limit_shared_mem", "blk lim smem", "count",

@@ -8,7 +8,8 @@
   block size in the report, the register limit alone (solid); each config is plotted at
   its measured registers and its actual occupancy. Where shared memory (LDS) is what holds
   a config down, the staircase with its shared memory is drawn too (dashed, in the colour
-  of its block size), so the cap it sets is on the plot. Labels never overlap (:func:`flashscope.plotting.place_labels`).
+  of its block size), so the cap it sets is on the plot. Labels never overlap
+  (:func:`flashscope.plotting.place_labels`).
 """
 
 from __future__ import annotations

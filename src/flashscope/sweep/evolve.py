@@ -3,8 +3,8 @@
 Start: the history (configs measured by earlier sweeps of the same problem and kind: known
 scores, free; the best of them are the first parents) and the seeds (the tuned config and
 the family's default for the problem), moved onto the space (each knob to
-its nearest axis value) and evaluated first when not known yet. Then, until ``budget`` new evaluations are spent, generations of ``batch``
-children:
+its nearest axis value) and evaluated first when not known yet. Then, until ``budget``
+new evaluations are spent, generations of ``batch`` children:
 
 - parents: the ``population`` best configs scored so far; a child's parent is the better of
   two drawn at random (tournament of 2);

@@ -81,9 +81,9 @@ class Job:
 
     def matches(self, rec: dict) -> bool:
         p = self.problem
-        return (rec.get("kernel", "fwd") == self.kernel and rec.get("target") == p.target and rec.get("dtype") == p.dtype
-                and rec.get("head_dim") == p.head_dim and rec.get("causal") == p.causal
-                and rec.get("shape") == self.shape)
+        return (rec.get("kernel", "fwd") == self.kernel and rec.get("target") == p.target
+                and rec.get("dtype") == p.dtype and rec.get("head_dim") == p.head_dim
+                and rec.get("causal") == p.causal and rec.get("shape") == self.shape)
 
 
 def list_jobs(req: SweepRequest) -> list:

@@ -8,7 +8,8 @@ A space is a plain dict (or a JSON file with the same shape)::
      "num_stages": [2, 3, 4], "Q_IN_REGS": [true], "maxnreg": [null], "waves_per_eu": [null]}
 
 or ``{"spaces": [space, ...]}`` when the axes differ per target, dtype, head dim or causal
-flag. An axis left out takes the one value of the kernel family's default record. Every key and value is checked by :func:`parse_space` before any work starts.
+flag. An axis left out takes the one value of the kernel family's default record. Every
+key and value is checked by :func:`parse_space` before any work starts.
 
 Points are the product problem x axes. A vendor-specific knob (``maxnreg`` on NVIDIA,
 ``waves_per_eu`` on AMD) is set to None for targets of the other vendor, so one space can
