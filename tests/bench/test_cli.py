@@ -58,6 +58,7 @@ def test_results_files_are_stamped(tmp_path, capsys):
     assert meta["command"].startswith("flashscope bench") and meta["date"] and meta["device"]
     assert meta["versions"]["torch"] and meta["versions"]["triton"]
     assert meta["timer"]["rounds"] == 2
+    assert meta["timer"]["hide_host"] is False  # on only for --suite decode or when asked
     rows = {r["provider"]: r for r in data["results"]}
     assert rows["flashscope"]["status"] == "ok", rows["flashscope"]["reason"]
     assert rows["flashscope"]["max_rel_error"] <= 2e-3
