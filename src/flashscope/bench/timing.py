@@ -105,9 +105,14 @@ def gpu_time(call: Callable, *, warmup_ms: float = 25.0, rep_ms: float = 100.0) 
     host_ms = (time.perf_counter() - t0) * 1e3 / n
     torch.cuda.synchronize()
     spin = int(_cycles_per_ms() * (2 * host_ms + 0.02))
-    est = _events(lambda: (flush.zero_(), torch.cuda._sleep(spin)), call, 3)
+
+    def before():
+        flush.zero_()
+        torch.cuda._sleep(spin)
+
+    est = _events(before, call, 3)
     reps = max(5, min(MAX_REPS, int(rep_ms / max(statistics.median(est), 1e-3))))
-    times = _events(lambda: (flush.zero_(), torch.cuda._sleep(spin)), call, reps)
+    times = _events(before, call, reps)
     return float(statistics.median(times))
 
 

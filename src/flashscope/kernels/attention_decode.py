@@ -120,18 +120,18 @@ def _row_heads(rows, hkv, GROUP: tl.constexpr):
 
 
 @triton.jit
-def _store_rows(Out, Lse, out, lse2, b, qi, h, row_ok, offs_d, H, N_Q,
+def _store_rows(Out, Lse, out, lse2, b, qi, h, row_ok, lse_ok, offs_d, H, N_Q,
                 stride_ob, stride_om, stride_oh, stride_od,
                 HEAD_DIM: tl.constexpr, RETURN_LSE: tl.constexpr):
-    """Store normalized rows to Out[b, qi, h] and their log-sum-exp (given in base 2) to
-    Lse[b, h, qi] in natural log."""
+    """Store normalized rows (``row_ok``) to Out[b, qi, h] and the log-sum-exp (given in
+    base 2) of rows ``lse_ok`` to Lse[b, h, qi] in natural log."""
     o_ptrs = (Out + b.to(tl.int64) * stride_ob + qi[:, None].to(tl.int64) * stride_om
               + h[:, None].to(tl.int64) * stride_oh + offs_d[None, :] * stride_od)
     tl.store(o_ptrs, out.to(Out.dtype.element_ty),
              mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
     if RETURN_LSE:
         lse_ptrs = Lse + (b.to(tl.int64) * H + h) * N_Q + qi
-        tl.store(lse_ptrs, lse2 * LN2, mask=row_ok)
+        tl.store(lse_ptrs, lse2 * LN2, mask=lse_ok)
 
 
 @triton.jit
@@ -210,7 +210,7 @@ def _decode_fwd(
         tl.store(ml + 1, l_i, mask=row_ok)
     else:
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-        _store_rows(Out, Lse, out, m_i + tl.math.log2(l_i), b, qi, h, row_ok, offs_d,
+        _store_rows(Out, Lse, out, m_i + tl.math.log2(l_i), b, qi, h, row_ok, row_ok, offs_d,
                     HKV * GROUP, N_Q, stride_ob, stride_om, stride_oh, stride_od, HEAD_DIM,
                     RETURN_LSE)
 
@@ -238,11 +238,9 @@ def _decode_merge(
     offs_d = j * COLS + tl.arange(0, COLS)
     out, lse2 = merge_chunks(Part, t.to(tl.int64) * SPLITS, SPLITS, local, offs_d, row_ok,
                              BLOCK_M, HEAD_DIM_PAD, CHUNK)
-    _store_rows(Out, Lse, out, lse2, b, qi, h, row_ok, offs_d, HKV * GROUP, N_Q,
-                stride_ob, stride_om, stride_oh, stride_od, HEAD_DIM, False)
-    if RETURN_LSE:
-        tl.store(Lse + (b.to(tl.int64) * HKV * GROUP + h) * N_Q + qi, lse2 * LN2,
-                 mask=row_ok & (j == 0))
+    # each column chunk holds the whole log-sum-exp: the first stores it
+    _store_rows(Out, Lse, out, lse2, b, qi, h, row_ok, row_ok & (j == 0), offs_d, HKV * GROUP,
+                N_Q, stride_ob, stride_om, stride_oh, stride_od, HEAD_DIM, RETURN_LSE)
 
 
 @triton.jit
