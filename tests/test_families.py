@@ -144,7 +144,7 @@ def test_forward_family_rule():
     assert forward_family(Problem("sm90", head_dim=96)) is sm90_fwd  # at width 128
     assert forward_family(Problem("sm90", head_dim=32)) is triton_fwd
     assert forward_family(Problem("sm90", head_dim=64, window=True, softcap=True)) is sm90_fwd
-    assert forward_family(Problem("sm90", head_dim=64, varlen=True)) is triton_fwd
+    assert forward_family(Problem("sm90", head_dim=64, varlen=True)) is sm90_fwd
     assert forward_family(Problem("sm80", head_dim=64)) is triton_fwd
     assert FORWARD[-1] is triton_fwd  # accepts everything: the fallback
 

@@ -3,11 +3,14 @@
 The B sequences of a batch lie one after another along the first axis: q (total_q, H, D),
 k and v (total_k, Hkv, D), and ``cu_seqlens_q``/``cu_seqlens_k`` (B + 1,) int32 prefix
 sums say where each starts (sequence b holds rows cu[b] .. cu[b + 1]); nothing is padded.
-The portable kernels (:mod:`flashscope.kernels.attention_fwd`, ``attention_bwd``) run it
-with their VARLEN switch: each program reads its sequence's bounds on the device, so a
-launch never waits for the host to read the prefix sums; the grid covers ``max_seqlen_q``
-rows (and ``max_seqlen_k`` keys) of every sequence, and programs past a sequence's end
-leave at once.
+The kernels run it with their VARLEN switch and never wait for the host to read the
+prefix sums. The portable ones (:mod:`flashscope.kernels.attention_fwd`,
+``attention_bwd``) read each program's sequence bounds on the device: their grid covers
+``max_seqlen_q`` rows (and ``max_seqlen_k`` keys) of every sequence, and programs past a
+sequence's end leave at once. On Hopper the forward is the persistent Gluon kernel
+(:mod:`flashscope.kernels.attention_fwd_sm90`), whose work list of the row blocks that
+hold rows a small kernel builds on the device first
+(:mod:`flashscope.kernels.packed_worklist`).
 
 What is checked, and when. Always, without reading any tensor's values: types, ranks,
 dtypes (int32 prefix sums, fp16/bf16 q, k, v), devices, shapes (both prefix sums B + 1
@@ -39,7 +42,8 @@ from .api import (_DTYPES, _flag, _mask_of, _needs_grad, _window_ints, check_dev
                   check_tensors, config_text, device_target, parse_config_text,
                   resolve_config, saved_with_dout)
 from .errors import FlashscopeError
-from .families import Knobs, Problem, default_backward, triton_fwd
+from .families import (Knobs, Problem, default_backward, default_config, forward_family,
+                       sm90_fwd, triton_fwd)
 from .launch import Packed
 from .masks import Mask
 
@@ -117,20 +121,25 @@ def problem_of(q, k, mask: Mask, packed: Packed, target: Optional[str]) -> Probl
 
 
 #: Default configs by target (its tuned file's stamp), dtype, head dim, mask, longest
-#: lengths and (batch x heads)
+#: lengths, (batch x heads) and whether the Hopper kernel can read the tensors
 _DEFAULTS: dict = {}
 
 
-def _default_config(q, k, mask: Mask, packed: Packed) -> Knobs:
-    """The portable forward's tuned entry or rule for the packed problem (the only forward
-    family with packed support)."""
+def _default_config(q, k, v, mask: Mask, packed: Packed, scale: float) -> Knobs:
+    """The default forward for the packed problem: the first family that accepts it
+    (:func:`flashscope.families.forward_family`) with its rule (tuned entries are measured
+    on dense rows); the sm90 kernel gives way to the portable one on tensors it cannot
+    read (no TMA descriptor, scale <= 0)."""
     target = device_target(q.device)
     problem = problem_of(q, k, mask, packed, target)
-    key = (target and tuned.file_stamp(target), problem)
-    if target is None:
-        return launch.remembered(_DEFAULTS, key, lambda: triton_fwd.select(problem))
-    return launch.remembered(_DEFAULTS, key,
-                             lambda: tuned.lookup(problem, triton_fwd.KERNEL)[0])
+    if target is None:  # the interpreter runs the portable kernel only
+        return launch.remembered(_DEFAULTS, (None, problem),
+                                 lambda: triton_fwd.select(problem))
+    fam = forward_family(problem)
+    if fam is sm90_fwd and sm90_fwd.tensors_problem(_view(q), _view(k), _view(v), scale):
+        fam = triton_fwd
+    return launch.remembered(_DEFAULTS, (tuned.file_stamp(target), problem, fam.KERNEL),
+                             lambda: default_config(problem, fam))
 
 
 def _packed(cu_q, cu_k, max_q: int, max_k: int) -> Packed:
@@ -172,7 +181,8 @@ def _varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q:
     ``flashscope::attention_fwd``; ``config`` "" = the default for the device."""
     mask = _mask_of(is_causal, left, right, bottom_right, softcap)
     packed = _packed(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    cfg = parse_config_text(config) if config else _default_config(q, k, mask, packed)
+    cfg = parse_config_text(config) if config else _default_config(q, k, v, mask, packed,
+                                                                   scale)
     return _forward(q, k, v, packed, mask, scale, cfg, True)
 
 
@@ -233,7 +243,7 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, packed: Packed, mask: Mask, scale: float, cfg):
         out, lse = _forward(q, k, v, packed, mask, scale,
-                            cfg or _default_config(q, k, mask, packed), True)
+                            cfg or _default_config(q, k, v, mask, packed, scale), True)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.packed, ctx.mask, ctx.scale = packed, mask, scale
         ctx.mark_non_differentiable(lse)
@@ -264,9 +274,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     apply to each sequence on its own lengths (bottom-right alignment offsets sequence b
     by its own Nk - Nq). A row that sees no key (e.g. of a sequence without keys)
     returns zeros and a log-sum-exp of -inf. ``scale`` defaults to 1/sqrt(D). ``config``:
-    a portable forward config (:class:`flashscope.TritonFwdConfig`; the Hopper kernel
-    does not take packed batches). ``validate``: check the prefix sums' values (module
-    docstring; default: only where that needs no device synchronization).
+    a forward config (:class:`flashscope.TritonFwdConfig`, or on Hopper
+    :class:`flashscope.Sm90FwdConfig` without BALANCE and SPLIT_KV). ``validate``: check
+    the prefix sums' values (module docstring; default: only where that needs no device
+    synchronization).
 
     Returns the output (total_q, H, D) laid out like q, and with ``return_lse`` the
     natural-log row log-sum-exp (H, total_q) fp32. Differentiable in q, k and v (the
@@ -283,8 +294,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
         check_seqlens(cu_seqlens_q, q.shape[0], max_seqlen_q, "cu_seqlens_q", "max_seqlen_q")
         check_seqlens(cu_seqlens_k, k.shape[0], max_seqlen_k, "cu_seqlens_k", "max_seqlen_k")
     D = q.shape[-1]
-    cfg = None if config is None else resolve_config(config, D, _DTYPES[q.dtype], q.device,
-                                                     kinds=(triton_fwd.KERNEL,))
+    cfg = None if config is None else resolve_config(config, D, _DTYPES[q.dtype], q.device)
+    if cfg is not None and cfg.KERNEL == sm90_fwd.KERNEL:
+        sm90_fwd.check_packed(cfg, True)
     sc = launch.default_scale(D) if scale is None else float(scale)
     packed = _packed(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     if torch.compiler.is_compiling():  # the compiler sees the custom ops
@@ -297,5 +309,5 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
         out, lse = _Eager.apply(q, k, v, packed, mask, sc, cfg)
     else:
         out, lse = _forward(q, k, v, packed, mask, sc,
-                            cfg or _default_config(q, k, mask, packed), return_lse)
+                            cfg or _default_config(q, k, v, mask, packed, sc), return_lse)
     return (out, lse) if return_lse else out

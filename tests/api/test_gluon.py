@@ -64,7 +64,7 @@ def test_cpu_tensors_are_refused():
 @pytest.mark.parametrize("knob", sm90_fwd.BAND_KNOBS)
 def test_band_refuses_the_causal_orderings_by_name(knob):
     """Windows and bottom-right alignment run; the switches that order or price key tiles
-    for causal rows are refused for them, naming the knob; packed batches are not taken."""
+    for causal rows are refused for them, naming the knob; packed batches are taken."""
     q = torch.empty(1, 1, 64, 64, dtype=torch.float16, device="meta")
     k = torch.empty(1, 1, 100, 64, dtype=torch.float16, device="meta")
     band = G.replace(PINGPONG=False)
@@ -75,7 +75,9 @@ def test_band_refuses_the_causal_orderings_by_name(knob):
     sm90_fwd.call(q, q, q, q, None, mask=Mask.of(True, None, "bottom_right", 30.0),
                   scale=0.125, cfg=band.replace(**{knob: True}))  # Nq = Nk: no band
     assert sm90_fwd.accepts(Problem("sm90", head_dim=64, window=True, softcap=True)) is None
-    assert "packed" in sm90_fwd.accepts(Problem("sm90", head_dim=64, varlen=True))
+    assert sm90_fwd.accepts(Problem("sm90", head_dim=64, varlen=True)) is None
+    packed = sm90_fwd.select(Problem("sm90", head_dim=64, causal=True, varlen=True))
+    assert not any(getattr(packed, k) for k in sm90_fwd.PACKED_KNOBS)
     cfg = sm90_fwd.select(Problem("sm90", head_dim=64, causal=True, window=True))
     assert not any(getattr(cfg, k) for k in sm90_fwd.BAND_KNOBS)
 

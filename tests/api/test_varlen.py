@@ -203,7 +203,7 @@ def test_bad_inputs_are_refused_by_name(device):
         ({"max_seqlen_k": 4.0}, "max_seqlen_k: expected an integer"),
         ({"softcap": 0.0}, "softcap"), ({"softcap": float("inf")}, "softcap"),
         ({"window": (1.5, 2)}, "window left"), ({"align": "center"}, "align"),
-        ({"config": flashscope.Sm90FwdConfig()}, "config: a sm90-fwd config is not"),
+        ({"config": flashscope.Sm90FwdConfig()}, "sm90-fwd takes head dims 33..256, got 16"),
     ]
     #: what only the prefix sums' values show: checked on CPU tensors, and on a GPU with
     #: validate=True (one host sync)
@@ -222,6 +222,11 @@ def test_bad_inputs_are_refused_by_name(device):
         if device == "cpu" or not by_value:
             with pytest.raises((TypeError, ValueError), match=msg):
                 flashscope.attention_varlen(**{**ok, **change})
+    wide = packed_batch(device, (3, 4), (3, 4), H=2, Hkv=2, D=64, dtype=torch.float16)
+    for knob in ("BALANCE", "SPLIT_KV"):  # the Hopper kernel's host-list switches
+        with pytest.raises(ValueError, match=f"{knob}=1 shapes the host's work list"):
+            flashscope.attention_varlen(*wide, 4, 4,
+                                        config=flashscope.Sm90FwdConfig(**{knob: True}))
     if device == "cuda":  # a prefix sum on another device than q
         with pytest.raises(ValueError, match="cu_seqlens_q: expected q's device"):
             flashscope.attention_varlen(**{**ok, "cu_seqlens_q": cu_q.cpu()})

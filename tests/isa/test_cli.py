@@ -103,7 +103,8 @@ def test_bad_inputs(capsys, tmp_path):
     _bad(capsys, "--window", "64", match="argument --window: expected L,R")
     _bad(capsys, "--window", "a,0", match="argument --window: expected L,R as integers")
     _bad(capsys, "--softcap", "0", match="argument --softcap: expected a finite number > 0")
-    _bad(capsys, "--kernel", "sm90-fwd", "--varlen", match="sm90-fwd does not take packed")
+    _bad(capsys, "--kernel", "sm90-fwd", "--varlen", "--target", "sm90", "--config",
+         "BALANCE=1", match="BALANCE=1 shapes the host's work list")
 
 
 def test_truncated_cubin(capsys, tmp_path, cubin):

@@ -171,6 +171,23 @@ def check_band(cfg: Sm90FwdConfig, mask, n_q: int, n_k: int) -> None:
                               f"{knob}=0")
 
 
+#: Switches that price or cut the host's work list: a packed batch's list is built on the
+#: device from its prefix sums (:mod:`flashscope.kernels.packed_worklist`), so it takes
+#: neither.
+PACKED_KNOBS = ("BALANCE", "SPLIT_KV")
+
+
+def check_packed(cfg: Sm90FwdConfig, packed) -> None:
+    """ConfigError naming the first of :data:`PACKED_KNOBS` ``cfg`` sets for a packed
+    batch (``packed`` not None)."""
+    if packed is None:
+        return
+    for knob in PACKED_KNOBS:
+        if getattr(cfg, knob):
+            raise ConfigError(f"{KERNEL}: {knob}=1 shapes the host's work list; a packed "
+                              f"batch's list is built on the device (run it with {knob}=0)")
+
+
 def check(cfg: Sm90FwdConfig, target="sm90", head_dim: int = 128,
           dtype: str = "bfloat16") -> Sm90FwdConfig:
     """``cfg`` unchanged if it can be built for ``target``; else ConfigError naming the
@@ -185,8 +202,6 @@ def accepts(problem: Problem) -> Optional[str]:
         return f"{t.name} is not sm_90"
     if not head_dim_ok(problem.head_dim):
         return f"head dim {problem.head_dim} (the kernel takes {MIN_HEAD_DIM}..{MAX_HEAD_DIM})"
-    if problem.varlen:
-        return "packed sequences run on triton-fwd"
     return None
 
 
@@ -210,7 +225,8 @@ def select(problem: Problem) -> Sm90FwdConfig:
     Head dims in between take the recipe of their padded width. Tuned entries
     (:mod:`flashscope.tuned`) override this where an A/B beat it. A band (a window, or
     bottom-right alignment) runs round robin with its masked tiles in place
-    (:data:`BAND_KNOBS` off)."""
+    (:data:`BAND_KNOBS` off); a packed batch runs the device's list (:data:`PACKED_KNOBS`
+    off)."""
     base = Sm90FwdConfig()
     d = head_dim_pad(problem.head_dim)
     if d <= 64:
@@ -224,6 +240,8 @@ def select(problem: Problem) -> Sm90FwdConfig:
                            BALANCE=problem.causal)
     if problem.window:
         cfg = cfg.replace(**{knob: False for knob in BAND_KNOBS})
+    if problem.varlen:
+        cfg = cfg.replace(**{knob: False for knob in PACKED_KNOBS})
     return cfg
 
 
@@ -264,7 +282,8 @@ def fit(cfg: Sm90FwdConfig, problem: Problem) -> Sm90FwdConfig:
       as many query rows (short rows such as a ViT's 197 tokens);
     - a non-causal problem whose tiles leave the SMs under :data:`WAVE_LIMIT` busy cuts
       its work list along the keys (SPLIT_KV, without BALANCE), when its batch x heads is
-      known and it is not a band (a band runs with :data:`BAND_KNOBS` off).
+      known and it is not a band or a packed batch (which run with :data:`BAND_KNOBS`
+      and :data:`PACKED_KNOBS` off).
 
     Everything else is kept; a change the rules refuse is not made."""
     out = cfg
@@ -272,8 +291,9 @@ def fit(cfg: Sm90FwdConfig, problem: Problem) -> Sm90FwdConfig:
     if out.BLOCK_M == 192 and _padded(n, 192) > ROW_PAD_LIMIT * _padded(n, 128):
         out = out.replace(BLOCK_M=128)
     sms = getattr(problem.target_record(), "sm_count", 0)
-    if (not problem.causal and not problem.window and not out.SPLIT_KV and problem.heads > 0
-            and sms and wave_share(-(-n // out.BLOCK_M) * problem.heads, sms) < WAVE_LIMIT):
+    if (not problem.causal and not problem.window and not problem.varlen and not out.SPLIT_KV
+            and problem.heads > 0 and sms
+            and wave_share(-(-n // out.BLOCK_M) * problem.heads, sms) < WAVE_LIMIT):
         out = out.replace(SPLIT_KV=True, BALANCE=False)
     if out is cfg:
         return cfg
@@ -443,6 +463,31 @@ class Sm90Plan(NamedTuple):
     split: "SplitList | None" = None  #: SPLIT_KV: the merge table and workspace size
     merge_compiled: "dict | None" = None  #: the merge kernel's launch cache
     band: tuple = (0, 0, 0, 0.0, 0.0)  #: OFFSET, LEFT, RIGHT, cap_in, cap_out
+    #: a packed batch: (sequences, heads, row blocks a head, list slots L, programs),
+    #: the arguments of its device-built work list (:meth:`packed_list`)
+    packed: "tuple | None" = None
+
+    def packed_list(self, packed):
+        """The work list of a packed batch (:class:`~flashscope.launch.Packed`), built on
+        its device from the prefix sums (:mod:`flashscope.kernels.packed_worklist`): one
+        small launch, no host synchronization. On a meta device, an empty list."""
+        import torch
+
+        B, H, n_m, L, P = self.packed
+        cu = packed.cu_seqlens_q
+        sched = torch.empty(P + 1 + 5 * L, dtype=torch.int32, device=cu.device)
+        if cu.device.type == "meta":
+            return sched
+        from .. import kernels
+        from ..launch import launch_compiled, triton_cdiv
+
+        kernel = kernels.load("packed_worklist")._packed_list
+        grid = (triton_cdiv(L, LIST_BLOCK_E),)
+        consts = dict(BLOCK_M=self.consts["BLOCK_M"], BLOCK_B=LIST_BLOCK_B,
+                      BLOCK_E=LIST_BLOCK_E, HEAVY_FIRST=self.consts["IS_CAUSAL"])
+        launch_compiled(kernel, grid, (cu, packed.cu_seqlens_k, sched, B, H, n_m, P, L),
+                        consts, {"num_warps": 4, **CODEGEN_OPTIONS})
+        return sched
 
     def workspace(self, q):
         """A float32 workspace for the pieces of cut blocks (SPLIT_KV), else None."""
@@ -454,17 +499,19 @@ class Sm90Plan(NamedTuple):
         return torch.empty(max(1, self.split.slots) * rec, dtype=torch.float32,
                            device=q.device)
 
-    def args(self, q, k, v, out, lse, part=None, trace=None) -> tuple:
+    def args(self, q, k, v, out, lse, part=None, trace=None, sched=None) -> tuple:
         """The positional arguments for these tensors (``lse=None``: ``out`` in its slot;
         ``part``: the workspace of :meth:`workspace`, unread without SPLIT_KV; ``trace``:
-        the clock-stamp buffer of a TRACE build, unread otherwise)."""
+        the clock-stamp buffer of a TRACE build, unread otherwise; ``sched``: a packed
+        batch's list, :meth:`packed_list`)."""
         descs = [_descriptor(x, f) for x, f in zip((q, k, v, out), self.fields)]
         lse_arg = lse if lse is not None else out
-        sched = self.sched if self.sched is not None else lse_arg  # unread without a list
+        if sched is None:  # unread without a list
+            sched = self.sched if self.sched is not None else lse_arg
         if part is None:
             part = self.workspace(q) if self.split is not None else lse_arg
         return (*descs, lse_arg, sched, part, *self.scalars,
-                trace if trace is not None else sched, *self.band)
+                trace if trace is not None else sched, *self.band, out)
 
     def merge(self, part, out, lse) -> None:
         """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
@@ -497,48 +544,68 @@ def _as_mask(mask):
     return mask if isinstance(mask, Mask) else Mask.of(bool(mask))
 
 
+def _packed_key(packed) -> "tuple | None":
+    """A packed batch's part of :func:`plan_key`: its sequences and longest lengths."""
+    if packed is None:
+        return None
+    return packed.batch, int(packed.max_seqlen_q), int(packed.max_seqlen_k)
+
+
 def plan_key(q, k, v, out, lse, mask, scale: float, cfg: Sm90FwdConfig,
-             trace: int) -> tuple:
+             trace: int, packed=None) -> tuple:
     """What a launch depends on besides data addresses: the device, dtype, shapes and
-    strides, each tensor's 16-byte alignment, the mask (a Mask, or a causal flag), scale
-    and config. It determines every runtime argument's specialization and every
-    constexpr, so it also keys compiled kernels."""
+    strides, each tensor's 16-byte alignment, the mask (a Mask, or a causal flag), scale,
+    config and a packed batch's sequences and longest lengths. It determines every
+    runtime argument's specialization and every constexpr, so it also keys compiled
+    kernels."""
     from ..launch import geometry_key
 
     return (geometry_key(q, k, v), out.stride(), out.data_ptr() % 16,
             None if lse is None else lse.data_ptr() % 16, _as_mask(mask), float(scale),
-            cfg, trace)
+            cfg, trace, _packed_key(packed))
 
 
 def plan(q, k, v, out, lse, *, scale: float, cfg: Sm90FwdConfig, causal: bool = False,
-         mask=None, trace: int = 0) -> Sm90Plan:
+         mask=None, trace: int = 0, packed=None) -> Sm90Plan:
     """The :class:`Sm90Plan` of a launch, built on the first call of its :func:`plan_key`
     and then looked up: on short rows the host builds a launch in about the time the GPU
     runs it, and the descriptor checks, divisions and argument lists are the same every
     time. ``mask``: a :class:`~flashscope.masks.Mask` (a band refuses
     :data:`BAND_KNOBS`), else ``causal`` alone. ``trace``: TRACE = R rows of clock stamps
-    per program (0: none)."""
+    per program (0: none). ``packed``: a :class:`~flashscope.launch.Packed` batch, q and
+    out (1, H, total_q, D), k and v (1, Hkv, total_k, D) (:data:`PACKED_KNOBS` refused)."""
     from ..launch import remembered
 
     mask = _as_mask(causal if mask is None else mask)
-    return remembered(_PLANS, plan_key(q, k, v, out, lse, mask, scale, cfg, trace),
-                      lambda: _build_plan(q, k, v, out, lse, mask, scale, cfg, trace),
+    return remembered(_PLANS, plan_key(q, k, v, out, lse, mask, scale, cfg, trace, packed),
+                      lambda: _build_plan(q, k, v, out, lse, mask, scale, cfg, trace,
+                                          _packed_key(packed)),
                       _PLANS_MAX)
 
 
-def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace) -> Sm90Plan:
+#: entries and sequences each program of a packed batch's list kernel takes at once
+LIST_BLOCK_E, LIST_BLOCK_B = 128, 32
+
+
+def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed=None) -> Sm90Plan:
     from ..launch import LOG2E, divider, sm_count, triton_cdiv
 
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    check_band(cfg, mask, Nq, Nk)
+    check_packed(cfg, packed)
+    lengths = (Nq, Nk)
+    if packed is not None:  # the grid's lengths are the longest; each sequence's, on the
+        B, Nq, Nk = packed  # device (the mask's OFFSET too)
+        lengths = (None, None)
+    check_band(cfg, mask, *lengths)
     causal = mask.causal
-    band = mask.banded(Nq, Nk)
+    band = mask.banded(*lengths)
     n_m = triton_cdiv(Nq, cfg.BLOCK_M)
     tiles = n_m * B * H
     # a host work list for causal grids, and non-causal ones with BALANCE or SPLIT_KV
     # (whose pieces may outnumber the blocks: one program per SM); a band runs round
-    # robin (its blocks cost about the same: the band's width)
+    # robin (its blocks cost about the same: the band's width); a packed batch runs the
+    # list its device builds (:meth:`Sm90Plan.packed_list`)
     lpt = bool(causal or cfg.BALANCE or cfg.SPLIT_KV) and not band
     split = bool(cfg.SPLIT_KV)
     programs = sm_count(q.device) if split else min(tiles, sm_count(q.device))
@@ -548,8 +615,8 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace) -> Sm90Plan:
     cap_in, cap_out = mask.cap_args(scale)
     scalars = (H, H // Hkv, Nq, Nk, B * H, 1.0 if mask.softcap else scale * LOG2E,
                *divider(n_m), *divider(H), *divider(H // Hkv))
-    switches = mask.switches(Nq, Nk) if band else dict(HAS_LEFT=False, HAS_RIGHT=False,
-                                                        SHIFTED=False)
+    switches = mask.switches(*lengths) if band else dict(HAS_LEFT=False, HAS_RIGHT=False,
+                                                          SHIFTED=False)
     consts = dict(HEAD_DIM=head_dim_pad(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                   STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
                   IS_CAUSAL=bool(causal), RETURN_LSE=lse is not None,
@@ -561,9 +628,13 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace) -> Sm90Plan:
                   SPLIT=split, CONSUMER_REGS=CONSUMER_REGS[cfg.consumers],
                   PRODUCER_REGS=PRODUCER_REGS, HAS_LEFT=switches["HAS_LEFT"],
                   HAS_RIGHT=switches["HAS_RIGHT"], SHIFTED=switches["SHIFTED"],
-                  SOFTCAP=mask.softcap is not None)
+                  SOFTCAP=mask.softcap is not None, VARLEN=packed is not None)
     grid = (programs,)
-    band_args = (*mask.scalars(Nq, Nk), cap_in, cap_out)
+    band_args = (*mask.scalars(*lengths), cap_in, cap_out)
+    if packed is not None:  # a list whatever the mask: the row blocks that hold rows
+        consts["LPT"] = 2 if causal else 1
+        return Sm90Plan(grid, fields, scalars, None, consts, {}, band=band_args,
+                        packed=(B, H, n_m, tiles, programs))
     if split:
         lists = split_tensors(q, Nk, cfg, programs, causal)
         return Sm90Plan(grid, fields, scalars, lists.sched, consts, {}, lists, {},
@@ -574,17 +645,10 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace) -> Sm90Plan:
 
 def call(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None):
     """(grid, positional args, constexpr keywords) of one launch (offline compilation binds
-    these on meta tensors)."""
-    _check_packed(packed)
-    p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
-    return p.grid, p.args(q, k, v, out, lse), dict(p.consts)
-
-
-def _check_packed(packed) -> None:
-    if packed is not None:
-        raise ConfigError(f"{KERNEL} does not take packed (variable-length) batches: its "
-                          "TMA descriptors clip at the tensor's rows, not a sequence's (use "
-                          "triton-fwd)")
+    these on meta tensors; a packed batch's list is then an empty one of its size)."""
+    p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
+    sched = p.packed_list(packed) if packed is not None else None
+    return p.grid, p.args(q, k, v, out, lse, sched=sched), dict(p.consts)
 
 
 def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None) -> None:
@@ -597,11 +661,11 @@ def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=Non
     if scale <= 0:
         raise ConfigError(f"{KERNEL} needs scale > 0 (it folds the scale into the row "
                           f"maximum), got {scale} (use triton-fwd)")
-    _check_packed(packed)
-    p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
+    p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
     part = p.workspace(q)
-    launch_compiled(_kernel(), p.grid, p.args(q, k, v, out, lse, part), p.consts,
-                    launch_options(cfg, q.device), cache=p.compiled)
+    sched = p.packed_list(packed) if packed is not None else None
+    launch_compiled(_kernel(), p.grid, p.args(q, k, v, out, lse, part, sched=sched),
+                    p.consts, launch_options(cfg, q.device), cache=p.compiled)
     p.merge(part, out, lse)
 
 

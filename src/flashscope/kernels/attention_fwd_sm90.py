@@ -129,6 +129,7 @@ from flashscope.kernels.sm90_worklist import (
     _key_tile,
     _own_tiles,
     _range,
+    _sequence,
     _share,
     _tile,
     _work,
@@ -161,6 +162,7 @@ class Knobs:
     HAS_RIGHT: gl.constexpr
     SHIFTED: gl.constexpr
     SOFTCAP: gl.constexpr
+    VARLEN: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, **knobs):
@@ -202,42 +204,53 @@ def _stamp(Trace, pid, part: gl.constexpr, r, slot: gl.constexpr, TRACE: gl.cons
 
 
 @gluon.jit
-def _load_kv(desc, smem, ready, empty, off_b, off_hkv, j, g,
+def _load_kv(desc, smem, ready, empty, off_b, off_hkv, k0, j, g,
              BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """Key (or value) tile j of this work tile into slot g % STAGES of its ring (g counts
-    every tile this program loaded). The slot's use number g // STAGES first waits for
+    """Key (or value) tile j of this work tile (rows from k0: a packed sequence's first
+    key, else 0) into slot g % STAGES of its ring (g counts every tile this program
+    loaded). The slot's use number g // STAGES first waits for
     release number g // STAGES - 1 on ``empty``: the K ring's own barriers with K_EARLY
     (a K slot goes back when its Q K^T completes), else the V ring's (K and V together,
     when the P V completes; the V load's wait then passes at once)."""
     s = g % STAGES
     _acquire(empty, s, (g // STAGES + 1) & 1, g >= STAGES)
     mbarrier.expect(ready.index(s), desc.block_type.nbytes)
-    tma_load(desc, [off_b, off_hkv, j * BLOCK_N, 0], ready.index(s), smem.index(s))
+    tma_load(desc, [off_b, off_hkv, k0 + j * BLOCK_N, 0], ready.index(s), smem.index(s))
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-              v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_K, Div,
-              Band, Trace, K):
+              v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_Q, N_K,
+              Div, Band, Trace, K):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
     which frees while the
     consumers finish the previous tile, whereas Q's slot waits for that tile's output
     store. With SPLIT a work tile loads the positions of its key range only; with a band
-    the key tiles from the band's first (:func:`_work`)."""
+    the key tiles from the band's first (:func:`_work`). With VARLEN the rows are a
+    packed sequence's (:func:`_sequence`)."""
     BAND: gl.constexpr = K.HAS_LEFT or K.HAS_RIGHT or K.SHIFTED
     g = 0
     i = 0
-    n_work, base, L = _share(pid, nprog, total, Sched, K.LPT, K.SPLIT)
-    t_next, kr_next, _ = _tile(0, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT)
+    n_work, base, L = _share(pid, nprog, total, Sched, K.LPT, K.SPLIT, K.VARLEN)
+    t_next, kr_next, _, q0_next, nq_next, k0_next, nk_next = _tile(
+        0, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
     for r in range(0, n_work):
+        seq = (q0_next, nq_next, k0_next, nk_next)
         t = t_next
         kr = kr_next
-        t_next, kr_next, _ = _tile(r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT)
+        t_next, kr_next, _, q0_next, nq_next, k0_next, nk_next = _tile(
+            r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
+        q0, n_q, k0, n_k = _sequence(seq, N_Q, N_K, K.VARLEN)
+        band = Band
+        if K.VARLEN and K.SHIFTED:  # bottom-right: each sequence on its own lengths
+            band = (n_k - n_q, Band[1], Band[2])
         _, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from = _work(
-            t, n_m, H, GROUP, N_K, Div, Band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
-            K.HAS_RIGHT, K.SHIFTED)
+            t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL,
+            K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, K.VARLEN)
+        if K.VARLEN:  # one packed "batch"; off_b names the sequence
+            off_b = 0
         lo, hi = _range(kr, n_tiles, K.SPLIT)
         first = _key_tile(lo, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
         if BAND:
@@ -246,28 +259,28 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _stamp(Trace, pid, 3, r, 5, K.TRACE, t)
         _stamp(Trace, pid, 3, r, 6, K.TRACE, n_tiles)
         if i > 0:
-            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, K.BLOCK_N,
-                     K.STAGES)
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, first, g,
+                     K.BLOCK_N, K.STAGES)
             _stamp(Trace, pid, 3, r, 4, K.TRACE)
         for c in gl.static_range(K.CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
-            tma_load(q_desc, [off_b, off_h, start_m + 64 * c, 0], q_ready.index(c),
+            tma_load(q_desc, [off_b, off_h, q0 + start_m + 64 * c, 0], q_ready.index(c),
                      q_smem.index(c))
         _stamp(Trace, pid, 3, r, 1, K.TRACE)
         if i == 0:
-            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, first, g, K.BLOCK_N,
-                     K.STAGES)
-        _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, first, g, K.BLOCK_N,
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, first, g,
+                     K.BLOCK_N, K.STAGES)
+        _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, k0, first, g, K.BLOCK_N,
                  K.STAGES)
         _stamp(Trace, pid, 3, r, 2, K.TRACE)
         for pos in range(lo + 1, hi):
             j = _key_tile(pos, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
             if BAND:
                 j += t0
-            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, j, g + pos - lo,
+            _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, j, g + pos - lo,
                      K.BLOCK_N, K.STAGES)
-            _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, j, g + pos - lo,
+            _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, k0, j, g + pos - lo,
                      K.BLOCK_N, K.STAGES)
         _stamp(Trace, pid, 3, r, 3, K.TRACE)
         g += hi - lo
@@ -277,7 +290,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
 @gluon.jit
 def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, off_b,
                off_h, row0, pid_bh, N_Q, RETURN_LSE: gl.constexpr, EARLY_Q: gl.constexpr,
-               OUT_RCP: gl.constexpr, row_s: gl.constexpr, GUARD: gl.constexpr):
+               OUT_RCP: gl.constexpr, row_s: gl.constexpr, GUARD: gl.constexpr, q0, Out,
+               VARLEN: gl.constexpr):
     """Consumer C's output rows [row0, row0 + 64) of head (off_b, off_h): O / l (acc
     [64, D] fp32, l_part its rows' quad shares of l, summed here once per work tile) and,
     with RETURN_LSE, (m + log2 l) ln 2. O / l divides each of a thread's D / 2 values,
@@ -287,7 +301,13 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
     slot (its Q K^T products completed), handed back for the next Q once the store has
     read it; with EARLY_Q in a slot of its own, which only the previous work tile's store
     must have left. GUARD: a row that saw no key (l = 0, m = -inf) stores zeros and a
-    log-sum-exp of -inf."""
+    log-sum-exp of -inf.
+
+    VARLEN: the rows are a packed sequence's from row q0 of the (1, H, total, D) output,
+    and the TMA store clips at the tensor's end, not the sequence's: 64 rows all inside
+    the sequence go through it, a block that crosses the sequence's end stores its rows
+    from registers with a row mask (``Out``, the output's address; once per sequence and
+    head). The log-sum-exp is (H, total) there."""
     ROWS: gl.constexpr = acc.shape[0]
     HEAD_DIM: gl.constexpr = acc.shape[1]
     l_i = gl.sum(l_part, 1)
@@ -299,18 +319,47 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
     else:
         out = acc / gl.expand_dims(l_o, 1)
     o_slot = o_smem.index(C)
-    if EARLY_Q:
-        tma.store_wait(0)
-    o_slot.store(gl.reshape(out.to(o_smem.dtype), [1, 1, ROWS, HEAD_DIM]))
-    fence_async_shared()
-    tma_store(o_desc, [off_b, off_h, row0, 0], o_slot)
+    if VARLEN:
+        if row0 + ROWS <= N_Q:
+            if EARLY_Q:
+                tma.store_wait(0)
+            o_slot.store(gl.reshape(out.to(o_smem.dtype), [1, 1, ROWS, HEAD_DIM]))
+            fence_async_shared()
+            tma_store(o_desc, [off_b, off_h, q0 + row0, 0], o_slot)
+        else:
+            _store_rows(out.to(o_smem.dtype), Out, o_desc, off_h, q0, row0, N_Q)
+    else:
+        if EARLY_Q:
+            tma.store_wait(0)
+        o_slot.store(gl.reshape(out.to(o_smem.dtype), [1, 1, ROWS, HEAD_DIM]))
+        fence_async_shared()
+        tma_store(o_desc, [off_b, off_h, row0, 0], o_slot)
     if RETURN_LSE:
         rows = row0 + gl.arange(0, ROWS, layout=row_s)
         lse = (m_i + gl.log2(gl.convert_layout(l_i, row_s))) * LN2
-        gl.store(Lse + pid_bh.to(gl.int64) * N_Q + rows, lse, mask=rows < N_Q)
+        if VARLEN:  # (H, total)
+            at = Lse + off_h.to(gl.int64) * o_desc.shape[2] + q0 + rows
+        else:
+            at = Lse + pid_bh.to(gl.int64) * N_Q + rows
+        gl.store(at, lse, mask=rows < N_Q)
     if not EARLY_Q:
         tma.store_wait(0)
         mbarrier.arrive(q_empty.index(C), count=1)
+
+
+@gluon.jit
+def _store_rows(out, Out, o_desc, off_h, q0, row0, N_Q):
+    """Rows [row0, row0 + 64) of ``out`` (16-bit, the accumulator's layout) below N_Q
+    into head off_h of a packed output (1, H, total, D) at ``Out`` from row q0, with the
+    strides and D of its descriptor ``o_desc``; columns past D (the padded head dim) are
+    not stored."""
+    layout: gl.constexpr = out.type.layout
+    rows = row0 + gl.arange(0, out.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, out.shape[1], layout=gl.SliceLayout(0, layout))
+    base = Out + off_h.to(gl.int64) * o_desc.strides[1] + q0.to(gl.int64) * o_desc.strides[2]
+    at = base + gl.expand_dims(rows * o_desc.strides[2], 1) + gl.expand_dims(cols, 0)
+    ok = gl.expand_dims(rows < N_Q, 1) & gl.expand_dims(cols < o_desc.shape[3], 0)
+    gl.store(at, out, mask=ok)
 
 
 @gluon.jit
@@ -335,7 +384,7 @@ def _store_part(acc, l_part, m_i, Part, slot, C: gl.constexpr, BLOCK_M: gl.const
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m, H, GROUP, N_Q,
-              N_K, qk_scale, Div, Band, Cap, C: gl.constexpr, Trace, K):
+              N_K, qk_scale, Div, Band, Cap, C: gl.constexpr, Trace, Out, K):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -353,9 +402,15 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     cross (:func:`_band_edges`); a row may then meet tiles it sees nothing of before its
     first key, which :func:`_row_max` keeps at zero instead of NaN. SOFTCAP (Cap =
     (scale / c, c log2 e), qk_scale 1): scores become c tanh(s / c) in the exp2 domain
-    before the mask and the row maximum."""
+    before the mask and the row maximum.
+
+    VARLEN: the work tile's rows and keys are a packed sequence's (:func:`_sequence`),
+    whose lengths stand for N_Q and N_K; rows may then see no key (a sequence without
+    keys), so the softmax is guarded as a band's is, and the output rows past the
+    sequence are not stored (:func:`_store_out`)."""
     ROWS: gl.constexpr = 64
     BAND: gl.constexpr = K.HAS_LEFT or K.HAS_RIGHT or K.SHIFTED
+    GUARD: gl.constexpr = BAND or K.VARLEN
     CONSUMERS: gl.constexpr = K.CONSUMERS
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -374,22 +429,31 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     g = 0
     i = 0
     k = 0  # wgmma issue turns taken (counted always, waited on with PINGPONG)
-    n_work, base, L = _share(pid, nprog, total, Sched, K.LPT, K.SPLIT)
-    t_next, kr_next, slot_next = _tile(0, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT)
+    n_work, base, L = _share(pid, nprog, total, Sched, K.LPT, K.SPLIT, K.VARLEN)
+    t_next, kr_next, slot_next, q0_next, nq_next, k0_next, nk_next = _tile(
+        0, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
     for r in range(0, n_work):
+        seq = (q0_next, nq_next, k0_next, nk_next)
         t = t_next
         kr = kr_next
         part = slot_next
-        t_next, kr_next, slot_next = _tile(r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT)
+        t_next, kr_next, slot_next, q0_next, nq_next, k0_next, nk_next = _tile(
+            r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
+        q0, n_q, _, n_k = _sequence(seq, N_Q, N_K, K.VARLEN)
+        band = Band
+        if K.VARLEN and K.SHIFTED:  # bottom-right: each sequence on its own lengths
+            band = (n_k - n_q, Band[1], Band[2])
         pid_bh, off_b, off_h, _, start_m, t0, n_tiles, mask_from = _work(
-            t, n_m, H, GROUP, N_K, Div, Band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
-            K.HAS_RIGHT, K.SHIFTED)
+            t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
+            K.HAS_RIGHT, K.SHIFTED, K.VARLEN)
+        if K.VARLEN:  # one packed "batch"; off_b names the sequence
+            off_b = 0
         lo, hi = _range(kr, n_tiles, K.SPLIT)
         row0 = start_m + ROWS * C
-        n_own, mask_own = _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS, K.BLOCK_N,
-                                     K.IS_CAUSAL, K.LPT, BAND)
+        n_own, mask_own = _own_tiles(row0, n_q, n_k, n_tiles, mask_from, ROWS, K.BLOCK_N,
+                                     K.IS_CAUSAL, K.LPT, BAND, K.VARLEN)
         if BAND:  # this consumer masks the tiles outside [mask_lo, mask_own)
-            mask_lo, mask_own = _band_edges(row0, N_K, Band, ROWS, K.BLOCK_N, K.IS_CAUSAL,
+            mask_lo, mask_own = _band_edges(row0, n_k, band, ROWS, K.BLOCK_N, K.IS_CAUSAL,
                                             K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED)
         else:
             mask_lo = 0
@@ -445,10 +509,10 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             p0 = _key_tile(first, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
         else:  # only the last key tile masks, and no piece starts there (split_points);
             p0 = 0  # a position read from the list here cost the loop 0.3%
-        s = _masked(s, p0, row0, N_K, mask_own, mask_lo, Band, ROWS, K.BLOCK_N, K.IS_CAUSAL,
+        s = _masked(s, p0, row0, n_k, mask_own, mask_lo, band, ROWS, K.BLOCK_N, K.IS_CAUSAL,
                     K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, s_layout)
         m_i = gl.max(s, 1) * qk_scale
-        p = gl.exp2(s * qk_scale - gl.expand_dims(_row_max(m_i, BAND), 1))
+        p = gl.exp2(s * qk_scale - gl.expand_dims(_row_max(m_i, GUARD), 1))
         l_part = _quad_sums(p)
         p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, K.HEAD_DIM], gl.float32, o_layout)
@@ -484,8 +548,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                          K.EARLY_Q and not K.Q_REGS)
 
             if not K.MASKED_FIRST:  # positions are tiles
-                s = _masked(s, it, row0 - shift, N_K - shift, mask_own - shift,
-                            mask_lo - shift, Band, ROWS, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
+                s = _masked(s, it, row0 - shift, n_k - shift, mask_own - shift,
+                            mask_lo - shift, band, ROWS, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
                             K.HAS_RIGHT, K.SHIFTED, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             if K.RESCALE_TAU > 0:
@@ -494,7 +558,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             # the row maxima go to shared memory, so they are computed under the P V
             # product; ptxas would otherwise hoist the wait above them (:func:`_pin`)
             _pin(pin, C, gl.expand_dims(m_new, 1))
-            m_use = _row_max(m_new, BAND)
+            m_use = _row_max(m_new, GUARD)
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))
             alpha = gl.exp2(m_i - m_use)
             l_part = l_part * gl.expand_dims(
@@ -531,7 +595,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         # epilogue is the one without SPLIT: a branch choosing between the two stores
         # moved ptxas's loop schedule, 0.5-1% a key tile
         _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
-                   pid_bh, N_Q, K.RETURN_LSE, K.EARLY_Q, K.OUT_RCP, row_s, BAND)
+                   pid_bh, n_q, K.RETURN_LSE, K.EARLY_Q, K.OUT_RCP, row_s, GUARD, q0, Out,
+                   K.VARLEN)
         if K.SPLIT:
             if part >= 0:
                 _store_part(acc, l_part, m_i, Part, part, C, K.BLOCK_M, row_s)
@@ -549,7 +614,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
 def _attn_fwd_sm90(
     q_desc, k_desc, v_desc, o_desc, Lse, Sched, Part,
     H, GROUP, N_Q, N_K, BH, qk_scale, DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G, Trace,
-    OFFSET, LEFT, RIGHT, cap_in, cap_out,
+    OFFSET, LEFT, RIGHT, cap_in, cap_out, Out,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
@@ -557,7 +622,7 @@ def _attn_fwd_sm90(
     PRODUCER_REGS: gl.constexpr, MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr,
     OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, SPLIT: gl.constexpr,
     HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
-    SOFTCAP: gl.constexpr,
+    SOFTCAP: gl.constexpr, VARLEN: gl.constexpr,
 ):
     """1-D grid of P programs (at most one per SM) over cdiv(N_Q, BLOCK_M) * BH work tiles
     (BH = B * H), each program looping over its tiles: round robin (program p takes tiles
@@ -588,7 +653,11 @@ def _attn_fwd_sm90(
     them (a band: every work tile visits the key tiles its rows see, round robin, each
     consumer masking its band's edges; unread otherwise). SOFTCAP: scores capped as
     c tanh(s / c), cap_in = scale / c, cap_out = c log2(e), qk_scale = 1 (unread
-    otherwise)."""
+    otherwise). VARLEN (with LPT): a packed batch, q and out (1, H, total_q, D), k and v
+    (1, Hkv, total_k, D), BH = B * H over its B sequences and N_Q, N_K its longest; the
+    work list (:mod:`flashscope.kernels.packed_worklist`) holds the row blocks that hold
+    rows, each with its sequence's place and lengths, and ``Out`` is the output's address
+    for the row blocks that cross a sequence's end (unread otherwise)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -641,17 +710,18 @@ def _attn_fwd_sm90(
               PINGPONG=PINGPONG, RESCALE_TAU=RESCALE_TAU, EARLY_Q=EARLY_Q, K_EARLY=K_EARLY,
               MASKED_FIRST=MASKED_FIRST, OUT_RCP=OUT_RCP, Q_REGS=Q_REGS, SPLIT=SPLIT,
               TRACE=TRACE, HAS_LEFT=HAS_LEFT, HAS_RIGHT=HAS_RIGHT, SHIFTED=SHIFTED,
-              SOFTCAP=SOFTCAP)
+              SOFTCAP=SOFTCAP, VARLEN=VARLEN)
     # One list, in partition order (_worker_warps): consumer c, or the producer where c is
     # -1. The arguments are spelled out in place: a tuple bound to a name first would turn
     # its constexprs into tensors (an aggregate such as K keeps them).
     gl.warp_specialize(
         [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                       k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
-                      GROUP, N_K, Div, Band, Trace, K))
+                      GROUP, N_Q, N_K, Div, Band, Trace, K))
          if c < 0 else
          (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                       k_empty, v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog,
-                      total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, c, Trace, K))
+                      total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, c, Trace, Out,
+                      K))
          for c in ((0, -1), (0, 1, -1), (-1, 0, 1, 2))[CONSUMERS - 1]],
         _worker_warps(CONSUMERS), _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS))

@@ -21,11 +21,13 @@ from flashscope.kernels.keyrange import key_range
 
 
 @gluon.jit
-def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
+def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr,
+           VARLEN: gl.constexpr):
     """(n, base, L): how many work tiles program ``pid`` takes and where :func:`_tile`
-    finds them: with LPT its share of the host's list (:mod:`flashscope.schedule`), else
-    every nprog-th tile from pid; with SPLIT, L = the list's length (its key ranges and
-    slots follow its tiles, L entries each)."""
+    finds them: with LPT its share of the list (:mod:`flashscope.schedule`, or a packed
+    batch's, :mod:`flashscope.kernels.packed_worklist`), else every nprog-th tile from
+    pid; with SPLIT, L = the list's length (its key ranges and slots follow its tiles, L
+    entries each); with VARLEN, L = total, the packed list's slots per field."""
     L = 0
     if LPT:
         start = gl.load(Sched + pid)
@@ -33,6 +35,8 @@ def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
         base = start + nprog + 1
         if SPLIT:
             L = gl.load(Sched + nprog)
+        if VARLEN:
+            L = total
     else:
         n = total // nprog + (pid < total % nprog).to(gl.int32)
         base = pid
@@ -40,21 +44,34 @@ def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
 
 
 @gluon.jit
-def _tile(r, n, base, L, nprog, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr):
-    """(t, key range, slot) of the program's r-th work tile, t = pid_bh * n_m + pid_m (r
-    past its last tile: the last one). Without SPLIT the range is 0 (the whole block,
-    :func:`_range`) and the slot -1 (written out). The loops read each tile one work tile
-    ahead, so the list's global loads are not waited for where the tile starts."""
+def _tile(r, n, base, L, nprog, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr,
+          VARLEN: gl.constexpr):
+    """(t, key range, slot, q0, n_q, k0, n_k) of the program's r-th work tile, t = pid_bh
+    * n_m + pid_m (r past its last tile: the last one). Without SPLIT the range is 0 (the
+    whole block, :func:`_range`) and the slot -1 (written out). With VARLEN its sequence's
+    first query row, query rows, first key row and keys in the packed tensors, from the
+    packed list; else 0 (unread). The loops read each tile one work tile ahead, so the
+    list's global loads are not waited for where the tile starts."""
     kr = 0
     slot = -1
+    q0 = 0
+    n_q = 0
+    k0 = 0
+    n_k = 0
     if LPT:
-        t = gl.load(Sched + base + gl.minimum(r, n - 1))
+        at = Sched + base + gl.minimum(r, n - 1)
+        t = gl.load(at)
         if SPLIT:
-            kr = gl.load(Sched + base + gl.minimum(r, n - 1) + L)
-            slot = gl.load(Sched + base + gl.minimum(r, n - 1) + 2 * L)
+            kr = gl.load(at + L)
+            slot = gl.load(at + 2 * L)
+        if VARLEN:
+            q0 = gl.load(at + L)
+            n_q = gl.load(at + 2 * L)
+            k0 = gl.load(at + 3 * L)
+            n_k = gl.load(at + 4 * L)
     else:
         t = r * nprog + base
-    return t, kr, slot
+    return t, kr, slot, q0, n_q, k0, n_k
 
 
 @gluon.jit
@@ -70,6 +87,21 @@ def _range(kr, n_tiles, SPLIT: gl.constexpr):
         lo = 0
         hi = n_tiles
     return lo, hi
+
+
+@gluon.jit
+def _sequence(seq, N_Q, N_K, VARLEN: gl.constexpr):
+    """(q0, n_q, k0, n_k): where a work tile's sequence starts in the packed tensors and
+    how long it is, from the packed list's fields ``seq`` (:func:`_tile`) with VARLEN;
+    else the dense (0, N_Q, 0, N_K)."""
+    if VARLEN:
+        q0, n_q, k0, n_k = seq
+    else:
+        q0 = 0
+        n_q = N_Q
+        k0 = 0
+        n_k = N_K
+    return q0, n_q, k0, n_k
 
 
 @gluon.jit
@@ -94,7 +126,7 @@ def _divmod(n, d, m, k):
 @gluon.jit
 def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           IS_CAUSAL: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-          SHIFTED: gl.constexpr):
+          SHIFTED: gl.constexpr, VARLEN: gl.constexpr):
     """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, first key
     tile, key tiles, first masked key). Div: (m, k) of n_m, H and GROUP for
     :func:`_divmod`.
@@ -109,7 +141,8 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
     Band = (OFFSET, LEFT, RIGHT) as :func:`flashscope.kernels.keyrange.key_range` takes
     them) visits the key tiles its rows see, from the first one; a block that sees no key
     at all still takes one (fully masked: its rows come out zero), so every work tile
-    has a first tile to peel. Without a band the first tile is 0."""
+    has a first tile to peel, and so does a packed sequence without keys (VARLEN; N_K
+    is then the sequence's own). Without a band the first tile is 0."""
     pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
     off_b, off_h = _divmod(pid_bh, H, Div[2], Div[3])
     off_hkv, _ = _divmod(off_h, GROUP, Div[4], Div[5])
@@ -126,6 +159,8 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
         _, _, mask_from, hi = key_range(start_m, N_K, 0, 0, 0, BLOCK_M, BLOCK_N, IS_CAUSAL,
                                         False, False, False)
         n_tiles = gl.cdiv(hi, BLOCK_N)
+        if VARLEN:  # a sequence without keys takes one tile too (fully masked)
+            n_tiles = gl.maximum(n_tiles, 1)
     return pid_bh, off_b, off_h, off_hkv, start_m, first, n_tiles, mask_from
 
 
@@ -149,7 +184,7 @@ def _key_tile(pos, n_tiles, mask_from, BLOCK_N: gl.constexpr, MASKED_FIRST: gl.c
 @gluon.jit
 def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
                BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, LPT: gl.constexpr,
-               BAND: gl.constexpr):
+               BAND: gl.constexpr, VARLEN: gl.constexpr):
     """(key tiles, first masked key) of a consumer's own rows [row0, row0 + ROWS).
 
     A causal work tile loads the key tiles its last row needs, cdiv(min(N_K, start_m +
@@ -164,8 +199,8 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     saves nothing (the programs holding those tiles are not the last to finish) and
     measured 5% slower than computing them at N = 1024, so they pass only with
     LPT = 2, whose list (BALANCE) puts the cheaper tiles where they shorten the grid.
-    A BAND's consumers take every tile of the work tile (:func:`_band_edges` says which
-    they mask)."""
+    With VARLEN, N_Q and N_K are the sequence's own. A BAND's consumers take every tile
+    of the work tile (:func:`_band_edges` says which they mask)."""
     if IS_CAUSAL and not BAND:
         _, _, mask_own, hi = key_range(row0, N_K, 0, 0, 0, ROWS, BLOCK_N, True, False,
                                        False, False)
@@ -173,6 +208,8 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     else:
         n_own = n_tiles
         mask_own = mask_from
+    if VARLEN:  # a packed sequence without keys: one fully masked tile (:func:`_work`)
+        n_own = gl.maximum(n_own, 1)
     if IS_CAUSAL or LPT == 2:  # rows all at or past N_Q: one tile, the rest passed
         n_own = 1 + (n_own - 1) * (row0 < N_Q).to(gl.int32)
     return n_own, mask_own
