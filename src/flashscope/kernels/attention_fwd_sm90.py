@@ -242,15 +242,10 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         kr = kr_next
         t_next, kr_next, _, q0_next, nq_next, k0_next, nk_next = _tile(
             r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
-        q0, n_q, k0, n_k = _sequence(seq, N_Q, N_K, K.VARLEN)
-        band = Band
-        if K.VARLEN and K.SHIFTED:  # bottom-right: each sequence on its own lengths
-            band = (n_k - n_q, Band[1], Band[2])
+        q0, n_q, k0, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED)
         _, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from = _work(
             t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL,
             K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, K.VARLEN)
-        if K.VARLEN:  # one packed "batch"; off_b names the sequence
-            off_b = 0
         lo, hi = _range(kr, n_tiles, K.SPLIT)
         first = _key_tile(lo, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
         if BAND:
@@ -439,15 +434,10 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         part = slot_next
         t_next, kr_next, slot_next, q0_next, nq_next, k0_next, nk_next = _tile(
             r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
-        q0, n_q, _, n_k = _sequence(seq, N_Q, N_K, K.VARLEN)
-        band = Band
-        if K.VARLEN and K.SHIFTED:  # bottom-right: each sequence on its own lengths
-            band = (n_k - n_q, Band[1], Band[2])
+        q0, n_q, _, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED)
         pid_bh, off_b, off_h, _, start_m, t0, n_tiles, mask_from = _work(
             t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
             K.HAS_RIGHT, K.SHIFTED, K.VARLEN)
-        if K.VARLEN:  # one packed "batch"; off_b names the sequence
-            off_b = 0
         lo, hi = _range(kr, n_tiles, K.SPLIT)
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, n_q, n_k, n_tiles, mask_from, ROWS, K.BLOCK_N,

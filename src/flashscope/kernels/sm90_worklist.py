@@ -90,18 +90,21 @@ def _range(kr, n_tiles, SPLIT: gl.constexpr):
 
 
 @gluon.jit
-def _sequence(seq, N_Q, N_K, VARLEN: gl.constexpr):
-    """(q0, n_q, k0, n_k): where a work tile's sequence starts in the packed tensors and
-    how long it is, from the packed list's fields ``seq`` (:func:`_tile`) with VARLEN;
-    else the dense (0, N_Q, 0, N_K)."""
+def _sequence(seq, N_Q, N_K, Band, VARLEN: gl.constexpr, SHIFTED: gl.constexpr):
+    """(q0, n_q, k0, n_k, Band): where a work tile's sequence starts in the packed tensors
+    and how long it is, from the packed list's fields ``seq`` (:func:`_tile`) with
+    VARLEN, and the band with bottom-right alignment's OFFSET on the sequence's own
+    lengths; else the dense (0, N_Q, 0, N_K) and the band as given."""
     if VARLEN:
         q0, n_q, k0, n_k = seq
+        if SHIFTED:
+            Band = (n_k - n_q, Band[1], Band[2])
     else:
         q0 = 0
         n_q = N_Q
         k0 = 0
         n_k = N_K
-    return q0, n_q, k0, n_k
+    return q0, n_q, k0, n_k, Band
 
 
 @gluon.jit
@@ -129,7 +132,8 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
           SHIFTED: gl.constexpr, VARLEN: gl.constexpr):
     """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, first key
     tile, key tiles, first masked key). Div: (m, k) of n_m, H and GROUP for
-    :func:`_divmod`.
+    :func:`_divmod`. b is the descriptors' batch coordinate: with VARLEN 0 (the packed
+    tensors are one batch; pid_bh still names the sequence).
 
     Tiles run in index order on each program, so the order is the schedule. Round robin,
     the row blocks of one head are adjacent: programs running together share K and V in
@@ -146,6 +150,8 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
     pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
     off_b, off_h = _divmod(pid_bh, H, Div[2], Div[3])
     off_hkv, _ = _divmod(off_h, GROUP, Div[4], Div[5])
+    if VARLEN:
+        off_b = 0
     start_m = pid_m * BLOCK_M
     if HAS_LEFT or HAS_RIGHT or SHIFTED:
         lo, _, _, hi = key_range(start_m, N_K, Band[0], Band[1], Band[2], BLOCK_M, BLOCK_N,
