@@ -214,7 +214,8 @@ def test_an_interrupted_compile_takes_its_child_along(monkeypatch):
 def test_variants_build_with_the_switches_a_launch_passes(compile_cache):
     """``--varlen``/``--window``/``--softcap`` builds: the packed portable forward (no
     tile-multiple claim about its sequences) and the Hopper kernel's band, whose default
-    leaves the causal orderings off; the Hopper kernel refuses a packed batch."""
+    leaves the causal orderings off; the Hopper kernel builds a packed batch with its
+    device-built list, and refuses the host-list switches for one."""
     jobs = [("", "sm90", dict(head_dim=64, causal=True, kernel="triton-fwd", varlen=True,
                               window=(32, 0), align="bottom_right")),
             ("", "sm90", dict(head_dim=64, causal=True, window=(32, 0), softcap=30.0))]
@@ -223,5 +224,9 @@ def test_variants_build_with_the_switches_a_launch_passes(compile_cache):
     assert packed.constants["SHIFTED"] and not packed.constants["EVEN_N"]
     assert band.name == "_attn_fwd_sm90" and band.constants["HAS_LEFT"]
     assert band.constants["SOFTCAP"] and not band.config["MASKED_FIRST"]
-    with pytest.raises(ConfigError, match="packed"):
-        fcompile.build("", "sm90", kernel="sm90-fwd", varlen=True, use_cache=False)
+    hopper = fcompile.build("", "sm90", kernel="sm90-fwd", head_dim=64, varlen=True,
+                            use_cache=False)
+    assert hopper.name == "_attn_fwd_sm90" and hopper.constants["VARLEN"]
+    assert hopper.constants["LPT"] == 1 and not hopper.config["BALANCE"]
+    with pytest.raises(ConfigError, match="BALANCE=1 shapes the host's work list"):
+        fcompile.build("BALANCE=1", "sm90", kernel="sm90-fwd", varlen=True, use_cache=False)
