@@ -77,6 +77,13 @@ without its switch.
 Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D), H % Hkv == 0, D in {64, 128} (any
 power of two 16..256 compiles), Out (B, H, Nq, D), Lse (B, H, Nq) fp32.
 
+A packed batch (VARLEN) is one "batch" of (1, H, total, D) tensors: each work tile comes
+from a list built on the device (:mod:`flashscope.kernels.packed_worklist`) with its
+sequence's first rows and lengths, which stand for N_Q and N_K (:func:`~flashscope.
+kernels.sm90_worklist._sequence`); tiles load from the sequence's first row, a tile past
+its end reads the next sequence's rows (masked: keys past N_K are -inf), and the output
+slab that crosses the end stores from registers with a row mask (:func:`_store_out`).
+
 Each program reads its work list one tile ahead and divides tile indices by multipliers
 the host computed (``_divmod``): at N = 1024 the list's global loads and two integer
 divisions otherwise sat between one work tile's output and the next one's first product.
