@@ -18,13 +18,13 @@ import torch
 
 import flashscope
 from flashscope import varlen
-from flashscope.families import sm90_fwd
 from flashscope.families.sm90_fwd import Sm90FwdConfig
 from flashscope.masks import Mask
 from flashscope.testing.inputs import fresh_seed
 from flashscope.testing.reference import ERROR_BOUND
 
-from .test_gluon import BARE, _flags, _needs_sm90, _tile_id
+from .test_gluon import _needs_sm90, _tile_id
+from .test_gluon_masked import _config, _head_dim
 from .test_varlen import check, packed_batch, poisoned, reference  # noqa: F401
 
 #: (query lengths, key lengths)
@@ -40,14 +40,6 @@ MASKS = [  # (is_causal, window, align, softcap)
     (False, (40, 10), "top_left", None),
     (True, (70, None), "bottom_right", 5.0),
 ]
-
-
-def _head_dim(cfg, want):
-    try:
-        sm90_fwd.check(cfg, "sm90", want)
-        return want
-    except Exception:
-        return 64
 
 
 def _run(device, lengths, cfg, D, H, Hkv, dtype, mask):
@@ -73,8 +65,7 @@ def _run(device, lengths, cfg, D, H, Hkv, dtype, mask):
 def test_packed_matches_float64_per_sequence(device, poisoned, lengths, tiles, causal,
                                              window, align, softcap):
     _needs_sm90(device)
-    bm, bn, st, flags = tiles
-    cfg = BARE.replace(BLOCK_M=bm, BLOCK_N=bn, num_stages=st, **_flags(flags))
+    cfg = _config(tiles)
     banded = window is not None or align == "bottom_right"
     if banded:  # a band runs its masked tiles in place
         cfg = cfg.replace(MASKED_FIRST=False)

@@ -587,15 +587,18 @@ def plan(q, k, v, out, lse, *, scale: float, cfg: Sm90FwdConfig, causal: bool = 
 LIST_BLOCK_E, LIST_BLOCK_B = 128, 32
 
 
-def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed=None) -> Sm90Plan:
+def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -> Sm90Plan:
+    """``packed_shape``: a packed batch's (sequences, longest query and key lengths),
+    :func:`_packed_key`."""
     from ..launch import LOG2E, divider, sm_count, triton_cdiv
 
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    check_packed(cfg, packed)
+    packed = packed_shape is not None
+    check_packed(cfg, packed_shape)
     lengths = (Nq, Nk)
-    if packed is not None:  # the grid's lengths are the longest; each sequence's, on the
-        B, Nq, Nk = packed  # device (the mask's OFFSET too)
+    if packed:  # the grid's lengths are the longest; each sequence's, on the device (the
+        B, Nq, Nk = packed_shape  # mask's OFFSET too)
         lengths = (None, None)
     check_band(cfg, mask, *lengths)
     causal = mask.causal
@@ -605,8 +608,8 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed=None) -> Sm90
     # a host work list for causal grids, and non-causal ones with BALANCE or SPLIT_KV
     # (whose pieces may outnumber the blocks: one program per SM); a band runs round
     # robin (its blocks cost about the same: the band's width); a packed batch runs the
-    # list its device builds (:meth:`Sm90Plan.packed_list`)
-    lpt = bool(causal or cfg.BALANCE or cfg.SPLIT_KV) and not band
+    # list its device builds (:meth:`Sm90Plan.packed_list`), whatever the mask
+    lpt = packed or (bool(causal or cfg.BALANCE or cfg.SPLIT_KV) and not band)
     split = bool(cfg.SPLIT_KV)
     programs = sm_count(q.device) if split else min(tiles, sm_count(q.device))
     fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
@@ -628,11 +631,10 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed=None) -> Sm90
                   SPLIT=split, CONSUMER_REGS=CONSUMER_REGS[cfg.consumers],
                   PRODUCER_REGS=PRODUCER_REGS, HAS_LEFT=switches["HAS_LEFT"],
                   HAS_RIGHT=switches["HAS_RIGHT"], SHIFTED=switches["SHIFTED"],
-                  SOFTCAP=mask.softcap is not None, VARLEN=packed is not None)
+                  SOFTCAP=mask.softcap is not None, VARLEN=packed)
     grid = (programs,)
     band_args = (*mask.scalars(*lengths), cap_in, cap_out)
-    if packed is not None:  # a list whatever the mask: the row blocks that hold rows
-        consts["LPT"] = 2 if causal else 1
+    if packed:  # the list is built per call (:meth:`Sm90Plan.packed_list`)
         return Sm90Plan(grid, fields, scalars, None, consts, {}, band=band_args,
                         packed=(B, H, n_m, tiles, programs))
     if split:

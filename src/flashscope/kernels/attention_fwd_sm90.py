@@ -97,8 +97,9 @@ tiles a program runs and what each covers), :mod:`~flashscope.kernels.sm90_softm
 :mod:`~flashscope.kernels.sm90_sync` (ring slots, hand-backs, wgmma turns). This file
 reads top down: the knobs the partitions share (``Knobs``, one argument: the entry's
 constexprs bundled), partition sizes (``_worker_*``), the clock stamps (``_stamp``), the
-producer (``_load_kv``, ``_producer``), the output (``_store_out``, or with SPLIT a cut
-block's partial, ``_store_part``), ``_consumer``, and the kernel ``_attn_fwd_sm90``,
+producer (``_load_kv``, ``_producer``), the output (``_store_out``: through TMA,
+``_tma_rows``, or for a packed sequence's last slab from registers, ``_store_rows``; with
+SPLIT a cut block's partial, ``_store_part``), ``_consumer``, and the kernel ``_attn_fwd_sm90``,
 which allocates the shared memory and barriers and starts the partitions.
 """
 
@@ -311,7 +312,6 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
     from registers with a row mask (``Out``, the output's address; once per sequence and
     head). The log-sum-exp is (H, total) there."""
     ROWS: gl.constexpr = acc.shape[0]
-    HEAD_DIM: gl.constexpr = acc.shape[1]
     l_i = gl.sum(l_part, 1)
     if GUARD:
         l_i = gl.where(l_i == 0.0, 1.0, l_i)
@@ -320,22 +320,15 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
         out = acc * gl.expand_dims(1.0 / l_o, 1)
     else:
         out = acc / gl.expand_dims(l_o, 1)
+    out = out.to(o_smem.dtype)
     o_slot = o_smem.index(C)
     if VARLEN:
         if row0 + ROWS <= N_Q:
-            if EARLY_Q:
-                tma.store_wait(0)
-            o_slot.store(gl.reshape(out.to(o_smem.dtype), [1, 1, ROWS, HEAD_DIM]))
-            fence_async_shared()
-            tma_store(o_desc, [off_b, off_h, q0 + row0, 0], o_slot)
+            _tma_rows(out, o_slot, o_desc, off_b, off_h, q0 + row0, EARLY_Q)
         else:
-            _store_rows(out.to(o_smem.dtype), Out, o_desc, off_h, q0, row0, N_Q)
+            _store_rows(out, Out, o_desc, off_h, q0, row0, N_Q)
     else:
-        if EARLY_Q:
-            tma.store_wait(0)
-        o_slot.store(gl.reshape(out.to(o_smem.dtype), [1, 1, ROWS, HEAD_DIM]))
-        fence_async_shared()
-        tma_store(o_desc, [off_b, off_h, row0, 0], o_slot)
+        _tma_rows(out, o_slot, o_desc, off_b, off_h, row0, EARLY_Q)
     if RETURN_LSE:
         rows = row0 + gl.arange(0, ROWS, layout=row_s)
         lse = (m_i + gl.log2(gl.convert_layout(l_i, row_s))) * LN2
@@ -347,6 +340,18 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
     if not EARLY_Q:
         tma.store_wait(0)
         mbarrier.arrive(q_empty.index(C), count=1)
+
+
+@gluon.jit
+def _tma_rows(out, o_slot, o_desc, off_b, off_h, row, EARLY_Q: gl.constexpr):
+    """``out`` (16-bit [64, D]) to rows [row, row + 64) of head (off_b, off_h) through
+    shared-memory slot ``o_slot`` and a TMA store; with EARLY_Q the slot's previous store
+    must have read it first."""
+    if EARLY_Q:
+        tma.store_wait(0)
+    o_slot.store(gl.reshape(out, [1, 1, out.shape[0], out.shape[1]]))
+    fence_async_shared()
+    tma_store(o_desc, [off_b, off_h, row, 0], o_slot)
 
 
 @gluon.jit
