@@ -97,6 +97,42 @@ def forward(q, k, v, *, mask: Mask, scale: float, cfg, return_lse: bool,
     return out, lse
 
 
+class BoundForward:
+    """:func:`forward` for every call on tensors of one geometry (the shapes, strides,
+    dtypes, devices and 16-byte alignments that fix a launch's specialization), with
+    what depends on the geometry alone done once: the family's checks, the grid, the
+    scalar arguments, the work list and the compiled kernel's lookup. A call then
+    allocates the output, fills in the addresses and launches: on an H100 host the
+    layers between ``attention`` and the launcher cost more host time than the kernel
+    of a BERT-sized problem runs on the GPU. Families that keep no such state (no
+    ``bind``) and empty problems run :func:`forward` each call."""
+
+    __slots__ = ("mask", "scale", "cfg", "return_lse", "lse_shape", "go")
+
+    def __init__(self, q, k, *, mask: Mask, scale: float, cfg, return_lse: bool):
+        self.mask, self.scale, self.cfg, self.return_lse = mask, scale, cfg, return_lse
+        B, H, Nq, _ = q.shape
+        self.lse_shape = (B, H, Nq)
+        plain = q.numel() == 0 or k.shape[2] == 0 or q.device.type != "cuda" or \
+            interpreting()
+        fam = family_of(cfg)
+        #: None: not bound yet (on the first call, with its tensors); False: no binding
+        self.go = False if plain or not hasattr(fam, "bind") else None
+
+    def __call__(self, q, k, v):
+        if self.go is False:
+            return forward(q, k, v, mask=self.mask, scale=self.scale, cfg=self.cfg,
+                           return_lse=self.return_lse)
+        out = torch.empty_like(q)
+        lse = torch.empty(self.lse_shape, device=q.device, dtype=torch.float32) \
+            if self.return_lse else None
+        if self.go is None:
+            self.go = family_of(self.cfg).bind(q, k, v, out, lse, mask=self.mask,
+                                               scale=self.scale, cfg=self.cfg)
+        self.go(q, k, v, out, lse)
+        return out, lse
+
+
 def backward(dout, q, k, v, out, lse, *, mask: Mask, scale: float, cfg,
              dq: "torch.Tensor | None" = None, dk: "torch.Tensor | None" = None,
              dv: "torch.Tensor | None" = None, packed: "Packed | None" = None):

@@ -310,3 +310,122 @@ def test_backward_plan_key_is_finer_than_its_launch_keys():
                 cfg=cfg).values())
         assert seen.setdefault(pkey, keys) == keys, (B, H, Hkv, Nq, Nk, D, dtype, bnhd)
     assert len(set(seen.values())) > 1
+
+
+def _outcome(q, k, v, is_causal, window, align, softcap, scale, enable_gqa):
+    """What attention's checks make of a call: the refusal's type and text, or the mask,
+    scale and problem its launch is configured from."""
+    from flashscope import api
+
+    try:
+        api._check_inputs(q, k, v, enable_gqa, scale)
+        mask = api.check_mask_args(is_causal, window, align, softcap)
+    except (TypeError, ValueError) as e:
+        return type(e).__name__, str(e)
+    sc = launch.default_scale(q.shape[-1]) if scale is None else float(scale)
+    return mask, sc, api.problem_of(q, k, mask, "sm90"), \
+        sm90_fwd.tensors_problem(q, k, v, sc)
+
+
+def test_equal_call_keys_mean_equal_checks_and_configs(monkeypatch):
+    """A bound launch is reused for calls whose :func:`flashscope.api._call_key` is equal,
+    without the checks: so equal keys must mean the same refusal or the same mask, scale
+    and problem. Calls that differ in one thing each (shapes of any tensor, strides, dtype,
+    alignment, keywords of another type with equal values)."""
+    from flashscope import api
+
+    # CPU tensors stand for GPU ones here (the device is a key part of its own)
+    monkeypatch.setattr(api, "check_device", lambda name, dev: None)
+    bf, h = torch.bfloat16, torch.float16
+    base = torch.randn(2, 4, 100, 64, dtype=bf)
+    store = torch.randn(2 * 4 * 100 * 64 + 8, dtype=bf)
+    tensors = {
+        "plain": (base, base.clone(), base.clone()),
+        "fresh": tuple(torch.randn(2, 4, 100, 64, dtype=bf) for _ in range(3)),
+        "bnhd": tuple(torch.randn(2, 100, 4, 64, dtype=bf).transpose(1, 2) for _ in range(3)),
+        # v of another shape with k's strides: only the shapes tell them apart
+        "v-short": (base, base.clone(), base.clone()[:, :, :99]),
+        "v-fp16": (base, base.clone(), base.to(h)),
+        "k-gqa": (base, torch.randn(2, 2, 100, 64, dtype=bf), torch.randn(2, 2, 100, 64,
+                                                                         dtype=bf)),
+        "k-odd": (base, torch.randn(2, 3, 100, 64, dtype=bf), torch.randn(2, 3, 100, 64,
+                                                                         dtype=bf)),
+        "unaligned": (store[2:2 + base.numel()].view_as(base), base.clone(), base.clone()),
+        "d-odd": tuple(torch.randn(2, 4, 100, 72, dtype=bf) for _ in range(3)),
+        "v-d": (base, base.clone(), base.clone()[..., :32]),
+    }
+    keywords = [dict(), dict(is_causal=True), dict(is_causal=1), dict(scale=1), dict(scale=1.0),
+                dict(scale=True), dict(scale=float("inf")), dict(window=(8, 0)),
+                dict(window=[8, 0]), dict(window=(8.0, 0)), dict(window=(8, None)),
+                dict(align="bottom_right"), dict(softcap=30), dict(softcap=30.0),
+                dict(softcap=True), dict(enable_gqa=True)]
+    seen = {}
+    for (name, (q, k, v)), kw in itertools.product(tensors.items(), keywords):
+        args = dict(is_causal=False, window=None, align="top_left", softcap=None,
+                    scale=None, enable_gqa=False)
+        args.update(kw)
+        key = api._call_key(q, k, v, **args, config=None, return_lse=False)
+        if key is None:
+            continue
+        got = _outcome(q, k, v, **args)
+        if key in seen:
+            assert seen[key][1] == got, f"{name} {kw} and {seen[key][0]}: one key"
+        seen[key] = ((name, kw), got)
+    # every call its own key but the fresh tensors of "plain"'s geometry
+    assert len(seen) == (len(tensors) - 1) * len(keywords)
+    refused = sum(isinstance(o[0], str) for _, o in seen.values())
+    assert 0 < refused < len(seen), refused
+
+
+def _poisoned_forward(q, k, v, **kw):
+    """``flashscope.attention`` right after freeing a NaN-filled block of the output's
+    size: the caching allocator hands the same block back, so elements the launch does
+    not write stay NaN."""
+    import flashscope
+
+    poison = torch.full_like(q, float("nan"))
+    del poison
+    return flashscope.attention(q, k, v, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["default", "triton-fwd"])
+def test_bound_launches_match_float64_reference(device, family):
+    """Calls without gradients: the first call of a geometry is checked, configured and
+    bound; later calls on fresh tensors of that geometry take the bound launch and
+    still match the float64 reference with every element written (GQA, (B, N, H, D)
+    views, causal and not, the log-sum-exp); a call the checks refuse is refused after
+    one with the same tensors was bound."""
+    from flashscope import TritonFwdConfig, api
+    from flashscope.testing.inputs import make_qkv
+    from flashscope.testing.reference import ERROR_BOUND, reference_attention, rel_error
+
+    from .test_forward import reference_lse
+
+    if device != "cuda":
+        pytest.skip("bound launches are for GPU tensors")
+    cfg = None if family == "default" else TritonFwdConfig(BLOCK_M=64, BLOCK_N=32,
+                                                           num_warps=4, num_stages=2)
+    for causal, with_lse in ((False, False), (True, True)):
+        keys = set(api._BOUND)
+        for call in range(3):
+            q, k, v = make_qkv(device, 2, 4, 130, 96, 64, Hkv=2, dtype=torch.bfloat16,
+                               bnhd=True)
+            got = _poisoned_forward(q, k, v, is_causal=causal, enable_gqa=True, config=cfg,
+                                    return_lse=with_lse)
+            out, lse = got if with_lse else (got, None)
+            ref = reference_attention(q, k, v, is_causal=causal)
+            assert not torch.isnan(out).any(), f"call {call}: unwritten output elements"
+            assert out.stride() == q.stride()
+            assert rel_error(out, ref) <= ERROR_BOUND[q.dtype], f"call {call}"
+            if with_lse:
+                ref_lse = reference_lse(q, k, is_causal=causal, scale=0.125)
+                assert (lse.double().cpu() - ref_lse.cpu()).abs().max() < 2e-3
+            assert len(set(api._BOUND) - keys) == 1, "one bound launch per geometry"
+    with pytest.raises(TypeError, match="is_causal"):
+        flashscope_attention = __import__("flashscope").attention
+        flashscope_attention(q, k, v, is_causal=1, enable_gqa=True, config=cfg)
+    with pytest.raises(TypeError, match="scale"):
+        flashscope_attention(q, k, v, scale=True, enable_gqa=True, config=cfg)
+    with pytest.raises(ValueError, match="heads"):
+        flashscope_attention(q, k, v, is_causal=True, config=cfg)

@@ -653,9 +653,8 @@ def call(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=No
     return p.grid, p.args(q, k, v, out, lse, sched=sched), dict(p.consts)
 
 
-def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None) -> None:
-    """Launch the kernel (and the merge of a SPLIT_KV list) on an sm_90 GPU."""
-    from ..launch import interpreting, launch_compiled, launch_options
+def _check_run(q, scale: float) -> None:
+    from ..launch import interpreting
 
     if q.device.type != "cuda" or interpreting():
         raise ConfigError(f"{KERNEL} runs on an sm_90 GPU only: Triton's interpreter cannot "
@@ -663,12 +662,38 @@ def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=Non
     if scale <= 0:
         raise ConfigError(f"{KERNEL} needs scale > 0 (it folds the scale into the row "
                           f"maximum), got {scale} (use triton-fwd)")
+
+
+def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None) -> None:
+    """Launch the kernel (and the merge of a SPLIT_KV list) on an sm_90 GPU."""
+    from ..launch import launch_compiled, launch_options
+
+    _check_run(q, scale)
     p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
     part = p.workspace(q)
     sched = p.packed_list(packed) if packed is not None else None
     launch_compiled(_kernel(), p.grid, p.args(q, k, v, out, lse, part, sched=sched),
                     p.consts, launch_options(cfg, q.device), cache=p.compiled)
     p.merge(part, out, lse)
+
+
+def bind(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig):
+    """:func:`run` for every later launch on tensors of these tensors' geometry, with the
+    plan looked up once (:class:`flashscope.launch.BoundForward`): a function of (q, k,
+    v, out, lse)."""
+    from ..launch import launch_compiled, launch_options
+
+    _check_run(q, scale)
+    p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
+    kernel, options, split = _kernel(), launch_options(cfg, q.device), p.split is not None
+
+    def go(q, k, v, out, lse):
+        part = p.workspace(q) if split else None
+        launch_compiled(kernel, p.grid, p.args(q, k, v, out, lse, part), p.consts, options,
+                        cache=p.compiled)
+        if split:
+            p.merge(part, out, lse)
+    return go
 
 
 @functools.lru_cache(maxsize=None)

@@ -158,6 +158,13 @@ def packed_shape(q, k, packed) -> tuple:
     return packed.batch, packed.max_seqlen_q, packed.max_seqlen_k, (None, None)
 
 
+def _args(q, k, v, out, lse, scalars: tuple, cu: tuple) -> tuple:
+    """``_attn_fwd``'s positional arguments: the tensors (``out`` in the slot of a missing
+    log-sum-exp), the scalars (strides, sizes, the mask's), the prefix sums (or any two
+    tensors, unread without VARLEN)."""
+    return (q, k, v, out, lse if lse is not None else out, *scalars, *cu)
+
+
 def call(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig, packed=None):
     """(grid, positional args, constexpr keywords) of one ``_attn_fwd`` launch: what
     :func:`flashscope.launch.forward` launches and offline compilation binds (on meta
@@ -172,10 +179,9 @@ def call(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig, packed=
     grid = (triton_cdiv(rows, cfg.BLOCK_M), B * H)
     switches = mask.switches(*lengths)
     cu = (q, q) if packed is None else (packed.cu_seqlens_q, packed.cu_seqlens_k)
-    args = (q, k, v, out, lse if lse is not None else out,
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            H, H // Hkv, Nq, Nk, scale * LOG2E, *mask.scalars(*lengths),
-            *mask.cap_args(scale), *cu)
+    args = _args(q, k, v, out, lse, (*q.stride(), *k.stride(), *v.stride(), *out.stride(),
+                                      H, H // Hkv, Nq, Nk, scale * LOG2E,
+                                      *mask.scalars(*lengths), *mask.cap_args(scale)), cu)
     consts = dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
                   BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, Q_IN_REGS=bool(cfg.Q_IN_REGS),
                   RETURN_LSE=lse is not None,
@@ -195,3 +201,21 @@ def run(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig,
                               packed=packed)
     kernel = getattr(kernels.load(MODULE, interpret=interpreting()), FUNCTION)
     launch_jit(kernel, grid, args, consts, launch_options(cfg, q.device), q.device)
+
+
+def bind(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig):
+    """:func:`run` for every later launch on a GPU on tensors of these tensors' geometry
+    (:class:`flashscope.launch.BoundForward`): the arguments but the addresses and the
+    compiled kernel are found once. A function of (q, k, v, out, lse)."""
+    from .. import kernels
+    from ..launch import launch_compiled, launch_options
+
+    grid, args, consts = call(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
+    scalars = args[5:-2]  # :func:`_args`: five tensors, the scalars, two prefix sums
+    kernel, options, cache = getattr(kernels.load(MODULE), FUNCTION), \
+        launch_options(cfg, q.device), {}
+
+    def go(q, k, v, out, lse):
+        launch_compiled(kernel, grid, _args(q, k, v, out, lse, scalars, (q, q)), consts,
+                        options, cache=cache)
+    return go
