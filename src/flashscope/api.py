@@ -295,25 +295,24 @@ def saved_with_dout(ctx, dout) -> tuple:
 class _Eager(torch.autograd.Function):
     """The differentiable call outside a compiler: the launches of the two custom ops
     without the dispatcher around them (about 40-90 us of host time per op, as much as a
-    short kernel runs). A compiler sees the custom ops instead."""
+    short kernel runs), through the call's :class:`_Bound` record. A compiler sees the
+    custom ops instead."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask_args: tuple, scale: float, cfg):
-        mask = _mask_of(*mask_args)
-        out, lse = launch.forward(q, k, v, mask=mask, scale=scale, return_lse=True,
-                                  cfg=cfg or _default_config(q, k, v, mask, scale))
+    def forward(ctx, q, k, v, bound):
+        out, lse = bound.train(q, k, v)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.mask = mask
-        ctx.scale = scale
+        ctx.bound = bound
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
         dout, q, k, v, out, lse = saved_with_dout(ctx, dout)
-        dq, dk, dv = launch.backward(dout, q, k, v, out, lse, mask=ctx.mask, scale=ctx.scale,
-                                     cfg=_backward_config(q, k, ctx.mask))
-        return dq, dk, dv, None, None, None
+        b = ctx.bound
+        dq, dk, dv = launch.backward(dout, q, k, v, out, lse, mask=b.mask, scale=b.scale,
+                                     cfg=b.backward_config(q, k))
+        return dq, dk, dv, None
 
 
 def _needs_grad(*tensors) -> bool:
@@ -363,11 +362,9 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
     if not compiling and _bindable(query, key, value):
         call_key = _call_key(query, key, value, is_causal, window, align, softcap, scale,
                              enable_gqa, config, return_lse)
-    if call_key is not None:
-        bound = _BOUND.get(call_key)
+        bound = None if call_key is None else _BOUND.get(call_key)
         if bound is not None:
-            out, lse = bound(query, key, value)
-            return (out, lse) if return_lse else out
+            return bound(query, key, value)
     _check_inputs(query, key, value, enable_gqa, scale)
     mask = check_mask_args(is_causal, window, align, softcap)
     D = query.shape[-1]
@@ -379,22 +376,50 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
         text = "" if cfg is None else config_text(cfg)
         out, lse = _attention_fwd(query, key, value, mask.causal, left, right,
                                   mask.align == "bottom_right", mask.softcap or 0.0, sc, text)
-    elif _needs_grad(query, key, value):
-        left, right = _window_ints(mask)
-        out, lse = _Eager.apply(query, key, value, (mask.causal, left, right,
-                                                    mask.align == "bottom_right",
-                                                    mask.softcap or 0.0), sc, cfg)
-    else:
-        bound = launch.BoundForward(query, key, mask=mask, scale=sc, return_lse=return_lse,
-                                    cfg=cfg or _default_config(query, key, value, mask, sc))
-        if call_key is not None:
-            launch.remembered(_BOUND, call_key, lambda: bound, _BOUND_MAX)
-        out, lse = bound(query, key, value)
-    return (out, lse) if return_lse else out
+        return (out, lse) if return_lse else out
+    bound = _Bound(mask, sc, cfg or _default_config(query, key, value, mask, sc), return_lse)
+    if call_key is not None:
+        launch.remembered(_BOUND, call_key, lambda: bound, _BOUND_MAX)
+    return bound(query, key, value)
 
 
-#: Bound launches (:class:`flashscope.launch.BoundForward`) of inference calls by
-#: :func:`_call_key`: a call whose key is here was checked and configured before.
+class _Bound:
+    """What :func:`attention` makes of the calls of one :func:`_call_key`: the mask, scale
+    and config, and, built on first use, a bound forward
+    (:class:`flashscope.launch.BoundForward`) for calls without gradients, one with the
+    log-sum-exp for differentiable calls, and the backward's default config."""
+
+    __slots__ = ("mask", "scale", "cfg", "return_lse", "_infer", "_train", "_bwd_cfg")
+
+    def __init__(self, mask: Mask, scale: float, cfg, return_lse: bool):
+        self.mask, self.scale, self.cfg, self.return_lse = mask, scale, cfg, return_lse
+        self._infer = self._train = self._bwd_cfg = None
+
+    def __call__(self, q, k, v):
+        if _needs_grad(q, k, v):
+            out, lse = _Eager.apply(q, k, v, self)
+        else:
+            if self._infer is None:
+                self._infer = launch.BoundForward(q, k, mask=self.mask, scale=self.scale,
+                                                  cfg=self.cfg, return_lse=self.return_lse)
+            out, lse = self._infer(q, k, v)
+        return (out, lse) if self.return_lse else out
+
+    def train(self, q, k, v):
+        """(out, lse) of a differentiable call's forward."""
+        if self._train is None:
+            self._train = launch.BoundForward(q, k, mask=self.mask, scale=self.scale,
+                                              cfg=self.cfg, return_lse=True)
+        return self._train(q, k, v)
+
+    def backward_config(self, q, k):
+        if self._bwd_cfg is None:
+            self._bwd_cfg = _backward_config(q, k, self.mask)
+        return self._bwd_cfg
+
+
+#: :class:`_Bound` records by :func:`_call_key`: a call whose key is here was checked and
+#: configured before.
 _BOUND: dict = {}
 _BOUND_MAX = 256
 
@@ -406,11 +431,11 @@ def _typed(x):
 
 
 def _bindable(q, k, v) -> bool:
-    """Whether a call may take a bound launch: plain CUDA tensors (no subclass), no
-    gradient to record."""
+    """Whether a call's record may be looked up by its key: plain CUDA tensors (no
+    subclass)."""
     tensor = torch.Tensor
     return type(q) is tensor and type(k) is tensor and type(v) is tensor and \
-        q.device.type == "cuda" and not _needs_grad(q, k, v)
+        q.device.type == "cuda"
 
 
 def _call_key(q, k, v, is_causal, window, align, softcap, scale, enable_gqa, config,

@@ -429,3 +429,32 @@ def test_bound_launches_match_float64_reference(device, family):
         flashscope_attention(q, k, v, scale=True, enable_gqa=True, config=cfg)
     with pytest.raises(ValueError, match="heads"):
         flashscope_attention(q, k, v, is_causal=True, config=cfg)
+
+
+@pytest.mark.gpu
+def test_bound_records_serve_differentiable_calls(device):
+    """One call key serves calls with and without gradients: after an inference call has
+    bound the key, differentiable calls on fresh tensors of its geometry (the forward
+    with the log-sum-exp, then the backward with the record's config) match the float64
+    gradients, and the record stays the one bound first."""
+    import flashscope
+    from flashscope import api
+    from flashscope.testing.inputs import make_qkv
+
+    from .test_backward import check_grads, reference_grads
+
+    if device != "cuda":
+        pytest.skip("bound records are for GPU tensors")
+    q, k, v = make_qkv(device, 2, 4, 130, 96, 64, Hkv=2, dtype=torch.float16, bnhd=True)
+    flashscope.attention(q, k, v, is_causal=True, enable_gqa=True)
+    keys = set(api._BOUND)
+    for call in range(3):
+        q, k, v = (t.detach().requires_grad_() for t in make_qkv(
+            device, 2, 4, 130, 96, 64, Hkv=2, dtype=torch.float16, bnhd=True))
+        out = flashscope.attention(q, k, v, is_causal=True, enable_gqa=True)
+        assert out.requires_grad
+        dout = torch.randn_like(out)
+        out.backward(dout)
+        _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=1 / 8)
+        check_grads(f"call {call}", (q.grad, k.grad, v.grad), ref, torch.float16)
+        assert set(api._BOUND) == keys
