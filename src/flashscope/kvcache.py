@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from . import launch
-from .api import (_DTYPES, _flag, check_device, check_head_dim_of, check_mask_args,
+from .api import (_DTYPES, _flag, _typed, check_device, check_head_dim_of, check_mask_args,
                   check_same_shape, check_scale, device_target, resolve_config)
 from .errors import FlashscopeError
 from .families import Problem, triton_decode
@@ -202,11 +202,23 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None
     :class:`~flashscope.families.triton_decode.TritonDecodeConfig` (default: chosen for
     the problem, :func:`flashscope.families.triton_decode.select`). Which values are
     checked where: the module docstring."""
+    compiling = torch.compiler.is_compiling()
+    key = None
+    if not compiling and type(q) is torch.Tensor and q.device.type == "cuda":
+        key = _call_key(q, k_cache, v_cache, cache_seqlens, k, v, block_table, is_causal,
+                        scale, window, softcap, return_lse, config)
+        bound = None if key is None else _BOUND.get(key)
+        if bound is not None:
+            return bound(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
     cache, n_new, mask, cfg = _checked(q, k_cache, v_cache, cache_seqlens, k, v,
                                        block_table, is_causal, scale, window, softcap,
                                        return_lse, config)
     sc = launch.default_scale(q.shape[3]) if scale is None else float(scale)
-    if torch.compiler.is_compiling():
+    if key is not None and q.numel():
+        bound = _BoundDecode(mask, sc, cfg or _default_config(q, cache, mask), return_lse)
+        launch.remembered(_BOUND, key, lambda: bound, 256)
+        return bound(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
+    if compiling:
         left = -1 if mask.left is None else mask.left
         right = -1 if mask.right is None or mask.causal else mask.right
         text = "" if cfg is None else f"{cfg.KERNEL}:{cfg.text}"
@@ -215,6 +227,66 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None
     else:
         out, lse = _run(q, cache, k, v, mask, sc, cfg, return_lse)
     return (out, lse) if return_lse else out
+
+
+#: :class:`_BoundDecode` records by :func:`_call_key`: a call whose key is here was
+#: checked and configured before.
+_BOUND: dict = {}
+
+
+def _call_key(q, k_cache, v_cache, cache_seqlens, k, v, block_table, is_causal, scale,
+              window, softcap, return_lse, config):
+    """Everything the checks of a call on CUDA tensors read (none reads a value there):
+    each tensor's device, dtype, shape, strides and 16-byte alignment, the keywords with
+    their types and the config. None for tensor subclasses and keywords that cannot be
+    keys (those calls take the whole path every time)."""
+    tensor = torch.Tensor
+    parts = []
+    for t in (q, k_cache, v_cache, cache_seqlens, k, v, block_table):
+        if t is None:
+            parts.append(None)
+            continue
+        if type(t) is not tensor:
+            return None
+        parts.append((t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16))
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            return None
+        window = (type(window), *(_typed(w) for w in window))
+    key = (*parts, _typed(is_causal), _typed(scale), window, _typed(softcap),
+           _typed(return_lse), config)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+class _BoundDecode:
+    """The calls of one :func:`_call_key`: their mask, scale, config and launch plan
+    (:func:`flashscope.families.triton_decode.plan`, found on the first call); a call
+    allocates the output and launches."""
+
+    __slots__ = ("mask", "scale", "cfg", "return_lse", "plan", "mod")
+
+    def __init__(self, mask, scale: float, cfg, return_lse: bool):
+        self.mask, self.scale, self.cfg, self.return_lse = mask, scale, cfg, return_lse
+        self.plan = self.mod = None
+
+    def __call__(self, q, k_cache, v_cache, cache_seqlens, k, v, block_table):
+        cache = Cache.of(k_cache, v_cache, cache_seqlens, block_table)
+        B, Nq, H, _ = q.shape
+        out = torch.empty_like(q)
+        lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32) \
+            if self.return_lse else None
+        if self.plan is None:
+            from . import kernels
+
+            self.plan = triton_decode.plan(q, cache, out, lse, k, v, mask=self.mask,
+                                           scale=self.scale, cfg=self.cfg)
+            self.mod = kernels.load(triton_decode.MODULE)
+        triton_decode.run_plan(self.plan, self.mod, q, cache, out, lse, k, v)
+        return (out, lse) if self.return_lse else out
 
 
 def _run(q, cache: Cache, k, v, mask, scale: float, cfg, return_lse: bool):

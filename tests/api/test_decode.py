@@ -13,6 +13,8 @@ bit for bit against the expected one; refused calls leave the cache as it was. G
 torch.compile.
 """
 
+import itertools
+
 import pytest
 import torch
 
@@ -311,3 +313,66 @@ def test_gpu_torch_compile_without_graph_breaks(device):
     assert rel_error(out / 2, ref) <= ERROR_BOUND[torch.float16]
     want_k, _ = _expected_cache(inp._replace(k_cache=kc, v_cache=vc), [10, 300], 2)
     assert torch.equal(inp.k_cache, want_k)
+
+
+def test_equal_call_keys_mean_equal_checks(monkeypatch):
+    """A call whose :func:`flashscope.kvcache._call_key` was seen before skips the checks
+    on the GPU (which read no values there): equal keys must mean the same refusal or the
+    same cache, appended keys, mask, scale and config. The refused calls above, keywords
+    of another type with equal values, a cache of another shape with the key's strides."""
+    from flashscope import kvcache
+
+    monkeypatch.setattr(kvcache, "check_device", lambda name, dev: None)
+    monkeypatch.setattr(kvcache, "_check_values", lambda cache, n_new: None)
+    base = _bad("cpu")
+    variants = {"base": base, "fresh": _bad("cpu")}
+    for i, (edit, _, _) in enumerate(REFUSED):
+        variants[f"refused {i}"] = edit(dict(base))
+    variants["v_cache view"] = dict(base, v_cache=base["v_cache"].clone()[:3])
+    variants["dense"] = dict(base, block_table=None, k_cache=base["k_cache"][:2],
+                             v_cache=base["v_cache"][:2])
+    keywords = [dict(), dict(is_causal=1), dict(is_causal=False), dict(scale=1),
+                dict(scale=1.0), dict(scale=True), dict(window=(4, 0)), dict(window=[4, 0]),
+                dict(softcap=5), dict(softcap=5.0), dict(return_lse=True),
+                dict(return_lse=1), dict(config=WHOLE)]
+    seen = {}
+    for (name, a), kw in itertools.product(variants.items(), keywords):
+        a = dict(a, **kw)
+        args = [a.pop(n) for n in ("q", "k_cache", "v_cache", "cache_seqlens")]
+        args += [a.pop(n, None) for n in ("k", "v", "block_table")]
+        key = kvcache._call_key(*args, a.get("is_causal", True), a.get("scale"),
+                                a.get("window"), a.get("softcap"),
+                                a.get("return_lse", False), a.get("config"))
+        if key is None:
+            continue
+        try:
+            cache, n_new, mask, cfg = kvcache._checked(
+                *args[:4], args[4], args[5], args[6], a.get("is_causal", True),
+                a.get("scale"), a.get("window"), a.get("softcap"),
+                a.get("return_lse", False), a.get("config"))
+            got = (cache.page, cache.capacity, cache.pages, n_new, mask, cfg,
+                   a.get("scale"))
+        except (TypeError, ValueError) as e:
+            got = (type(e).__name__, str(e))
+        if key in seen:
+            assert seen[key][1] == got, f"{name} {kw} and {seen[key][0]}: one key"
+        seen[key] = ((name, kw), got)
+    assert len(seen) >= 200  # the calls that differ in geometry or keywords, keyed apart
+    assert 0 < sum(isinstance(g[0], str) for _, g in seen.values()) < len(seen)
+
+
+@pytest.mark.gpu
+def test_gpu_repeated_calls_take_the_bound_record(device):
+    """Later calls of one geometry launch from the record the first call bound (no
+    checks, no plan lookup): fresh caches, lengths and appended keys each time, dense
+    and paged, still match the float64 reference and append bit for bit."""
+    from flashscope import kvcache
+
+    if device != "cuda":
+        pytest.skip("bound records are for GPU tensors")
+    for page in (0, 16):
+        before = set(kvcache._BOUND)
+        for _ in range(3):
+            check_decode(device, 3, 2, 8, 2, 64, 96, [0, 1, 50], page, 2, True, None, None,
+                         torch.bfloat16, None)
+        assert len(set(kvcache._BOUND) - before) == 1

@@ -6,7 +6,7 @@ starts cold, as in a model. ``cuda_graph=True`` uses ``do_bench_cudagraph`` inst
 overhead removed; the L2 is then not flushed between calls). ``hide_host=True`` flushes the
 L2 the same way and then keeps the GPU busy (a spin) while the host queues the call, so the
 events around it time the GPU only: where a call takes the host longer to queue than the GPU
-to run (a decoding step on a small batch: 12 us of kernels behind 70-120 us of Python on an
+to run (a decoding step on a small batch: 12 us of kernels behind 75-105 us of Python on an
 H100 host), do_bench's events time the host. On a CPU (tests), a plain
 median of ``time.perf_counter`` over a few calls. Every timer records the result of the
 last call in ``last`` so the harness can validate it.

@@ -440,14 +440,21 @@ def run(q, cache: Cache, out, lse, *, k_new=None, v_new=None, mask, scale: float
     """Append ``k_new``/``v_new`` (if given), then (with ``attend``) attend and merge the
     splits: up to three launches on the current stream (GPU, or Triton's interpreter on
     CPU tensors)."""
-    import torch
-
     from .. import kernels
-    from ..launch import interpreting, launch_jit
+    from ..launch import interpreting
 
     mod = kernels.load(MODULE, interpret=interpreting())
     p = plan(q, cache, out, lse, k_new, v_new, mask=mask, scale=scale, cfg=cfg,
              attend=attend)
+    run_plan(p, mod, q, cache, out, lse, k_new, v_new)
+
+
+def run_plan(p: "DecodePlan", mod, q, cache: Cache, out, lse, k_new, v_new) -> None:
+    """The launches of plan ``p`` (:func:`plan`) on these tensors, whose geometry is the
+    plan's; ``mod`` the loaded kernel module."""
+    import torch
+
+    from ..launch import launch_jit
 
     def go(launch: Launch, tensors: tuple) -> None:
         launch_jit(getattr(mod, launch.function), launch.grid, (*tensors, *launch.scalars),
