@@ -1,8 +1,8 @@
 """The device-built work list of a packed batch (:mod:`flashscope.kernels.packed_worklist`),
-run by Triton's interpreter and compared with the list written out here in Python: every
-row block that holds rows exactly once, dealt in rounds (every other one backwards) in
-sequence, head and row-block order (the last row block first when causal), with its
-sequence's place and lengths.
+run by Triton's interpreter (compiled for the GPU with --device cuda) and compared with
+the list written out here in Python: every row block that holds rows exactly once, dealt
+in rounds (every other one backwards) in sequence, head and row-block order (the last row
+block first when causal), with its sequence's place and lengths.
 Also what the Hopper forward refuses for a packed batch and how its plan is sized."""
 
 import itertools
@@ -40,18 +40,21 @@ def expected(lq, lk, H, block_m, n_m, P, heavy_first):
     return offsets, [entry for share in shares for entry in share]
 
 
-def built(lq, lk, H, block_m, P, heavy_first, block_b=4, block_e=16, longest=None):
-    """The list the kernel writes (interpreter), and its slot count L; ``longest``: the
-    max_seqlen_q the grid is sized for (default: the longest sequence)."""
+def built(device, lq, lk, H, block_m, P, heavy_first, block_b=4, block_e=16,
+          longest=None):
+    """The list the kernel writes (the interpreter on "cpu", else compiled for the
+    GPU), on the CPU, and its slot count L; ``longest``: the max_seqlen_q the grid is
+    sized for (default: the longest sequence)."""
     n_m = max(1, cdiv(longest or max(lq), block_m))
     L = len(lq) * H * n_m
-    cu_q = torch.tensor([0, *itertools.accumulate(lq)], dtype=torch.int32)
-    cu_k = torch.tensor([0, *itertools.accumulate(lk)], dtype=torch.int32)
-    sched = torch.full((P + 1 + 5 * L,), -7, dtype=torch.int32)
-    kernel = kernels.load("packed_worklist", interpret=True)._packed_list
+    dev = "cuda" if device == "cuda" else "cpu"
+    cu_q = torch.tensor([0, *itertools.accumulate(lq)], dtype=torch.int32, device=dev)
+    cu_k = torch.tensor([0, *itertools.accumulate(lk)], dtype=torch.int32, device=dev)
+    sched = torch.full((P + 1 + 5 * L,), -7, dtype=torch.int32, device=dev)
+    kernel = kernels.load("packed_worklist", interpret=dev == "cpu")._packed_list
     kernel[(cdiv(L, block_e),)](cu_q, cu_k, sched, len(lq), H, n_m, P, L, BLOCK_M=block_m,
                                 BLOCK_B=block_b, BLOCK_E=block_e, HEAVY_FIRST=heavy_first)
-    return sched, L, n_m
+    return sched.cpu(), L, n_m
 
 
 CASES = [  # (query lengths, key lengths, heads, BLOCK_M, programs)
@@ -66,8 +69,9 @@ CASES = [  # (query lengths, key lengths, heads, BLOCK_M, programs)
 
 @pytest.mark.parametrize("lq,lk,H,block_m,P", CASES)
 @pytest.mark.parametrize("heavy_first", [False, True])
-def test_list_holds_each_live_row_block_once_in_order(lq, lk, H, block_m, P, heavy_first):
-    sched, L, n_m = built(lq, lk, H, block_m, P, heavy_first)
+def test_list_holds_each_live_row_block_once_in_order(device, lq, lk, H, block_m, P,
+                                                    heavy_first):
+    sched, L, n_m = built(device, lq, lk, H, block_m, P, heavy_first)
     offsets, placed = expected(lq, lk, H, block_m, n_m, P, heavy_first)
     T = len(placed)
     assert sched[:P + 1].tolist() == offsets
@@ -79,19 +83,19 @@ def test_list_holds_each_live_row_block_once_in_order(lq, lk, H, block_m, P, hea
 
 
 @pytest.mark.parametrize("heavy_first", [False, True])
-def test_list_is_the_same_whatever_the_block_sizes(heavy_first):
+def test_list_is_the_same_whatever_the_block_sizes(device, heavy_first):
     lq, lk = (17, 3, 0, 90, 41), (2, 50, 9, 90, 0)
-    a = built(lq, lk, 3, 16, 6, heavy_first, block_b=2, block_e=8)[0]
-    b = built(lq, lk, 3, 16, 6, heavy_first, block_b=8, block_e=64)[0]
+    a = built(device, lq, lk, 3, 16, 6, heavy_first, block_b=2, block_e=8)[0]
+    b = built(device, lq, lk, 3, 16, 6, heavy_first, block_b=8, block_e=64)[0]
     assert torch.equal(a, b)
 
 
-def test_rows_past_the_longest_length_given_are_left_out():
+def test_rows_past_the_longest_length_given_are_left_out(device):
     """A sequence longer than max_seqlen_q (unchecked on a GPU) keeps the row blocks the
     grid was sized for: no entry names a row block past them (it would decode as
     another head's)."""
     lq, lk = (40, 100, 7), (40, 100, 7)
-    sched, L, n_m = built(lq, lk, 2, 16, 3, True, longest=50)
+    sched, L, n_m = built(device, lq, lk, 2, 16, 3, True, longest=50)
     offsets, placed = expected(lq, lk, 2, 16, n_m, 3, True)
     assert n_m == 4 and len(placed) == 2 * (3 + 4 + 1)
     body = sched[4:].view(5, L)
