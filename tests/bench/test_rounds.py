@@ -126,3 +126,34 @@ def test_no_provider_mostly_follows_the_same_one():
     assert _top_share(rotated) >= 0.75
     for n in (3, 4, 6):
         assert _top_share(round_orders(n, 40)) < 0.6
+
+
+def test_host_bound_readings_are_marked():
+    """A result whose host took as long to queue a call as its events measured is marked
+    host-bound (field, table note, a starred cell in bench.md), after every round; one
+    queued faster is not; timers that keep the host out never mark."""
+    from flashscope.bench import output
+    from flashscope.bench.timing import host_bound
+
+    assert host_bound(80.0, 0.066, Timer()) is True
+    assert host_bound(80.0, 0.091, Timer()) is False
+    assert host_bound(None, 0.05, Timer()) is None
+    assert host_bound(80.0, 0.05, Timer(cuda_graph=True)) is None
+    assert host_bound(80.0, 0.05, Timer(hide_host=True)) is None
+
+    class Queued(Timer):  # the host time a GPU timer would report
+        host = 0.0
+
+        def host_us(self, step, calls=50):
+            return self.host
+
+    for host, marked in ((1e9, True), (0.0, False)):
+        timer = Queued(device="cpu", cpu_reps=1, rounds=2)
+        timer.host = host
+        res, _ = run_bench([CASE], list(_registry([]).values()), device="cpu",
+                           odd_shapes=False, timer=timer, baseline="a")
+        for r in res:
+            assert r.status == "ok" and r.host_bound is marked
+            assert r.reason.startswith("host-bound?") is marked, r.reason
+        md = output.markdown(res, {"date": "d", "device": "cpu"}, subject="a")
+        assert ("* host-bound" in md) is marked and ("*|" in md.replace(" ", "")) is marked

@@ -32,7 +32,7 @@ from typing import Callable, Optional
 from ..errors import FlashscopeError
 from .providers import FEATURES
 from .suite import Case, case_flops, case_min_bytes, odd_cases, validation_key
-from .timing import Timer, peak_memory_mib, round_orders
+from .timing import Timer, host_bound, peak_memory_mib, round_orders
 
 STATUSES = ("ok", "failed", "error", "unsupported", "unavailable")
 BASELINE_ORDER = ("sdpa-cudnn", "fa4", "sdpa-flash", "fa2", "sdpa-efficient", "sdpa-math")
@@ -52,6 +52,9 @@ class Result:
     gbps: Optional[float] = None  #: bytes read per second, decoding (:mod:`.decode`)
     peak_mib: Optional[float] = None
     host_us: Optional[float] = None
+    #: the host took as long to queue a call as the events measured (None: not known, or
+    #: a timer that keeps the host out): the time may be the host's
+    host_bound: Optional[bool] = None
     max_rel_error: Optional[float] = None
     validated_shapes: list = field(default_factory=list)
     ms_rounds: list = field(default_factory=list)
@@ -162,8 +165,9 @@ class _Runner:
             return Result(p.name, case, "error", _short(e), validated_shapes=shapes)
         finally:
             self.timer.last = None
-        return self._rate(Result(p.name, case, "ok", ms=ms, peak_mib=peak, host_us=host,
-                                  max_rel_error=err, validated_shapes=shapes, ms_rounds=[ms]))
+        return self._host(self._rate(Result(p.name, case, "ok", ms=ms, peak_mib=peak,
+                                            host_us=host, max_rel_error=err,
+                                            validated_shapes=shapes, ms_rounds=[ms])))
 
     def _check_timed(self, result, ref, case: Case, inp) -> float:
         from .validate import check_timed_result
@@ -179,6 +183,18 @@ class _Runner:
             res.pct_gemm = 100 * flops / (ms * 1e-3) / self.ceilings.flops
             nbytes = case_min_bytes(c)
             res.pct_copy = 100 * nbytes / (ms * 1e-3) / self.ceilings.bandwidth
+        return res
+
+    def _host(self, res: Result) -> Result:
+        """Mark a result whose events may have timed the host (:func:`.timing.host_bound`):
+        ``host_bound`` and a note in ``reason``."""
+        res.host_bound = host_bound(res.host_us, res.ms, self.timer)
+        if res.host_bound:
+            res.reason = (f"host-bound? the host takes {res.host_us:.0f} us to queue a "
+                          f"call, {1e3 * res.ms:.0f} us measured: --hide-host or "
+                          "--cuda-graph time the GPU alone")
+        elif res.reason.startswith("host-bound?"):
+            res.reason = ""
         return res
 
     def more_rounds(self, results: list) -> None:
@@ -209,7 +225,7 @@ class _Runner:
         for r in ok:
             if r.status == "ok":
                 r.ms = statistics.median(r.ms_rounds)
-                self._rate(r)
+                self._host(self._rate(r))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -203,7 +203,8 @@ def markdown(results, meta: dict, subject: str = "flashscope", metric: str = "tf
         for p in providers:
             r = cells.get((c, p))
             row.append("" if r is None or r.status in ("unsupported", "unavailable") else
-                       f"{getattr(r, attr):.0f}" if r.status == "ok" else r.status)
+                       f"{getattr(r, attr):.0f}{'*' if r.host_bound else ''}"
+                       if r.status == "ok" else r.status)
         for p in peers:
             a, b = cells.get((c, subject)), cells.get((c, p))
             va, vb = (getattr(x, attr, None) if x else None for x in (a, b))
@@ -212,6 +213,10 @@ def markdown(results, meta: dict, subject: str = "flashscope", metric: str = "tf
             rr = round_ratios(cells.get((c, subject)), [cells.get((c, p)) for p in peers])
             row.append(f"{rr[0]:.3f} ({rr[1]:.3f}-{rr[2]:.3f})" if rr else "")
         lines.append("| " + " | ".join(row) + " |")
+    if any(r.host_bound for r in results):
+        lines += ["", "\\* host-bound: the host took as long to queue a call as the events "
+                  "measured, so the time may be the host's (`--hide-host` or `--cuda-graph` "
+                  "time the GPU alone)."]
     bad = [r for r in results if r.status in ("failed", "error")]
     if bad:
         lines += ["", "Failed or errored:", ""]

@@ -83,6 +83,18 @@ class Timer:
         return host / calls * 1e6
 
 
+def host_bound(host_us: Optional[float], ms: Optional[float], timer: Timer) -> Optional[bool]:
+    """Whether do_bench's events may have timed the host rather than the GPU: queuing one
+    call took the host (``host_us``, :meth:`Timer.host_us`) at least as long as the
+    events measured (``ms``). Then the GPU finished the flush and waited for the launch,
+    and the time is the host's, not the kernel's (a ViT-B/16 forward on an H100: 46 us on
+    the GPU, 66 us measured behind 81 us of host time). None where either is unknown or
+    the timer keeps the host out (a CUDA graph's replay, ``hide_host``)."""
+    if host_us is None or ms is None or timer.cuda_graph or timer.hide_host:
+        return None
+    return host_us >= 1e3 * ms
+
+
 #: most timed calls of one :func:`gpu_time`
 MAX_REPS = 1000
 
