@@ -193,10 +193,18 @@ def _choose_default(q, k, v, mask: Mask, scale: float) -> Knobs:
     problem = problem_of(q, k, mask, target)
     if target is None:  # the interpreter runs the portable kernel only
         return triton_fwd.select(problem)
+    return default_config(problem, tensors_family(problem, q, k, v, scale))
+
+
+def tensors_family(problem: Problem, q, k, v, scale: float):
+    """The forward family for ``problem`` on these (B, H, N, D) tensors: the first that
+    accepts the problem (:func:`flashscope.families.forward_family`), the sm90 kernel
+    giving way to the portable one on tensors it cannot read (no TMA descriptor, scale
+    <= 0)."""
     fam = forward_family(problem)
     if fam is sm90_fwd and sm90_fwd.tensors_problem(q, k, v, scale):
         fam = triton_fwd
-    return default_config(problem, fam)
+    return fam
 
 
 _BACKWARD: dict = {}
@@ -300,7 +308,7 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bound):
-        out, lse = bound.train(q, k, v)
+        out, lse = bound.forward(q, k, v, True)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.bound = bound
         ctx.mark_non_differentiable(lse)
@@ -359,7 +367,7 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
     _flag("return_lse", return_lse)
     compiling = torch.compiler.is_compiling()
     call_key = None
-    if not compiling and _bindable(query, key, value):
+    if not compiling and _bindable(query):
         call_key = _call_key(query, key, value, is_causal, window, align, softcap, scale,
                              enable_gqa, config, return_lse)
         bound = None if call_key is None else _BOUND.get(call_key)
@@ -385,32 +393,31 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
 
 class _Bound:
     """What :func:`attention` makes of the calls of one :func:`_call_key`: the mask, scale
-    and config, and, built on first use, a bound forward
-    (:class:`flashscope.launch.BoundForward`) for calls without gradients, one with the
-    log-sum-exp for differentiable calls, and the backward's default config."""
+    and config, and, built on first use, its bound forwards
+    (:class:`flashscope.launch.BoundForward`; the one with the log-sum-exp also serves
+    differentiable calls) and the backward's default config."""
 
-    __slots__ = ("mask", "scale", "cfg", "return_lse", "_infer", "_train", "_bwd_cfg")
+    __slots__ = ("mask", "scale", "cfg", "return_lse", "_forwards", "_bwd_cfg")
 
     def __init__(self, mask: Mask, scale: float, cfg, return_lse: bool):
         self.mask, self.scale, self.cfg, self.return_lse = mask, scale, cfg, return_lse
-        self._infer = self._train = self._bwd_cfg = None
+        self._forwards = {}  # by return_lse
+        self._bwd_cfg = None
 
     def __call__(self, q, k, v):
         if _needs_grad(q, k, v):
             out, lse = _Eager.apply(q, k, v, self)
         else:
-            if self._infer is None:
-                self._infer = launch.BoundForward(q, k, mask=self.mask, scale=self.scale,
-                                                  cfg=self.cfg, return_lse=self.return_lse)
-            out, lse = self._infer(q, k, v)
+            out, lse = self.forward(q, k, v, self.return_lse)
         return (out, lse) if self.return_lse else out
 
-    def train(self, q, k, v):
-        """(out, lse) of a differentiable call's forward."""
-        if self._train is None:
-            self._train = launch.BoundForward(q, k, mask=self.mask, scale=self.scale,
-                                              cfg=self.cfg, return_lse=True)
-        return self._train(q, k, v)
+    def forward(self, q, k, v, return_lse: bool):
+        """(out, lse or None) of the forward alone."""
+        bound = self._forwards.get(return_lse)
+        if bound is None:
+            bound = self._forwards[return_lse] = launch.BoundForward(
+                q, k, mask=self.mask, scale=self.scale, cfg=self.cfg, return_lse=return_lse)
+        return bound(q, k, v)
 
     def backward_config(self, q, k):
         if self._bwd_cfg is None:
@@ -430,35 +437,46 @@ def _typed(x):
     return x if x is None else (type(x), x)
 
 
-def _bindable(q, k, v) -> bool:
-    """Whether a call's record may be looked up by its key: plain CUDA tensors (no
-    subclass)."""
-    tensor = torch.Tensor
-    return type(q) is tensor and type(k) is tensor and type(v) is tensor and \
-        q.device.type == "cuda"
+def _bindable(q) -> bool:
+    """Whether a call may look its record up by key: a plain CUDA tensor first (no
+    subclass; the key refuses subclasses among the others)."""
+    return type(q) is torch.Tensor and q.device.type == "cuda"
 
 
-def _call_key(q, k, v, is_causal, window, align, softcap, scale, enable_gqa, config,
-              return_lse):
-    """Everything :func:`attention`'s checks and default config read: the tensors'
-    geometry (devices, dtypes, shapes, strides, 16-byte alignments), the keywords with
-    their types, the config (or the tuned file its default comes from). Two calls with
-    one key pass or fail the checks alike and launch alike. None for keywords that
-    cannot be keys (those calls take the whole path every time)."""
+def call_key(tensors, window, *keywords):
+    """A call's key: each tensor's device, dtype, shape, strides and 16-byte alignment
+    (None for one not given), the window (a tuple or list of two, each side with its
+    type) and the other parts as given; None for a tensor subclass or a part that cannot
+    be a key (such calls take the whole path every time)."""
+    parts = []
+    for t in tensors:
+        if t is None:
+            parts.append(None)
+            continue
+        if type(t) is not torch.Tensor:
+            return None
+        parts.append((t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16))
     if window is not None:
         if not isinstance(window, (tuple, list)) or len(window) != 2:
             return None
         window = (type(window), *(_typed(w) for w in window))
-    stamp = None
-    if config is None:
-        target = device_target(q.device)
-        stamp = target and tuned.file_stamp(target)
-    key = (q.device, k.device, v.device, q.dtype, k.dtype, v.dtype, q.shape, k.shape,
-           v.shape, q.stride(), k.stride(), v.stride(), q.data_ptr() % 16, k.data_ptr() % 16,
-           v.data_ptr() % 16, _typed(is_causal), window, _typed(align), _typed(softcap),
-           _typed(scale), enable_gqa, config, return_lse, stamp)
+    key = (*parts, window, *keywords)
     try:
         hash(key)
     except TypeError:
         return None
     return key
+
+
+def _call_key(q, k, v, is_causal, window, align, softcap, scale, enable_gqa, config,
+              return_lse):
+    """Everything :func:`attention`'s checks and default config read
+    (:func:`call_key`): the tensors' geometry, the keywords with their types, the config
+    (or the tuned file its default comes from). Two calls with one key pass or fail the
+    checks alike and launch alike."""
+    stamp = None
+    if config is None:
+        target = device_target(q.device)
+        stamp = target and tuned.file_stamp(target)
+    return call_key((q, k, v), window, _typed(is_causal), _typed(align), _typed(softcap),
+                    _typed(scale), enable_gqa, config, return_lse, stamp)

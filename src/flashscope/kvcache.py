@@ -22,8 +22,9 @@ from typing import Optional
 import torch
 
 from . import launch
-from .api import (_DTYPES, _flag, _typed, check_device, check_head_dim_of, check_mask_args,
-                  check_same_shape, check_scale, device_target, resolve_config)
+from .api import (_DTYPES, _bindable, _flag, _typed, call_key, check_device,
+                  check_head_dim_of, check_mask_args, check_same_shape, check_scale,
+                  device_target, resolve_config)
 from .errors import FlashscopeError
 from .families import Problem, triton_decode
 from .families.triton_decode import Cache, TritonDecodeConfig
@@ -204,7 +205,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None
     checked where: the module docstring."""
     compiling = torch.compiler.is_compiling()
     key = None
-    if not compiling and type(q) is torch.Tensor and q.device.type == "cuda":
+    if not compiling and _bindable(q):
         key = _call_key(q, k_cache, v_cache, cache_seqlens, k, v, block_table, is_causal,
                         scale, window, softcap, return_lse, config)
         bound = None if key is None else _BOUND.get(key)
@@ -216,7 +217,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None
     sc = launch.default_scale(q.shape[3]) if scale is None else float(scale)
     if key is not None and q.numel():
         bound = _BoundDecode(mask, sc, cfg or _default_config(q, cache, mask), return_lse)
-        launch.remembered(_BOUND, key, lambda: bound, 256)
+        launch.remembered(_BOUND, key, lambda: bound)
         return bound(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
     if compiling:
         left = -1 if mask.left is None else mask.left
@@ -237,29 +238,11 @@ _BOUND: dict = {}
 def _call_key(q, k_cache, v_cache, cache_seqlens, k, v, block_table, is_causal, scale,
               window, softcap, return_lse, config):
     """Everything the checks of a call on CUDA tensors read (none reads a value there):
-    each tensor's device, dtype, shape, strides and 16-byte alignment, the keywords with
-    their types and the config. None for tensor subclasses and keywords that cannot be
-    keys (those calls take the whole path every time)."""
-    tensor = torch.Tensor
-    parts = []
-    for t in (q, k_cache, v_cache, cache_seqlens, k, v, block_table):
-        if t is None:
-            parts.append(None)
-            continue
-        if type(t) is not tensor:
-            return None
-        parts.append((t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16))
-    if window is not None:
-        if not isinstance(window, (tuple, list)) or len(window) != 2:
-            return None
-        window = (type(window), *(_typed(w) for w in window))
-    key = (*parts, _typed(is_causal), _typed(scale), window, _typed(softcap),
-           _typed(return_lse), config)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    every tensor's geometry, the keywords with their types and the config
+    (:func:`flashscope.api.call_key`)."""
+    return call_key((q, k_cache, v_cache, cache_seqlens, k, v, block_table), window,
+                    _typed(is_causal), _typed(scale), _typed(softcap), _typed(return_lse),
+                    config)
 
 
 class _BoundDecode:

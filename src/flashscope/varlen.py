@@ -40,10 +40,9 @@ from . import launch, tuned
 from .api import (_DTYPES, _flag, _mask_of, _needs_grad, _window_ints, check_device,
                   check_head_dim_of, check_mask_args, check_same_shape, check_scale,
                   check_tensors, config_text, device_target, parse_config_text,
-                  resolve_config, saved_with_dout)
+                  resolve_config, saved_with_dout, tensors_family)
 from .errors import FlashscopeError
-from .families import (Knobs, Problem, default_backward, default_config, forward_family,
-                       sm90_fwd, triton_fwd)
+from .families import Knobs, Problem, default_backward, default_config, sm90_fwd, triton_fwd
 from .launch import Packed
 from .masks import Mask
 
@@ -135,9 +134,7 @@ def _default_config(q, k, v, mask: Mask, packed: Packed, scale: float) -> Knobs:
     if target is None:  # the interpreter runs the portable kernel only
         return launch.remembered(_DEFAULTS, (None, problem),
                                  lambda: triton_fwd.select(problem))
-    fam = forward_family(problem)
-    if fam is sm90_fwd and sm90_fwd.tensors_problem(_view(q), _view(k), _view(v), scale):
-        fam = triton_fwd
+    fam = tensors_family(problem, _view(q), _view(k), _view(v), scale)
     return launch.remembered(_DEFAULTS, (tuned.file_stamp(target), problem, fam.KERNEL),
                              lambda: default_config(problem, fam))
 

@@ -666,34 +666,35 @@ def _check_run(q, scale: float) -> None:
 
 def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None) -> None:
     """Launch the kernel (and the merge of a SPLIT_KV list) on an sm_90 GPU."""
-    from ..launch import launch_compiled, launch_options
+    from ..launch import launch_options
 
     _check_run(q, scale)
     p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
-    part = p.workspace(q)
-    sched = p.packed_list(packed) if packed is not None else None
-    launch_compiled(_kernel(), p.grid, p.args(q, k, v, out, lse, part, sched=sched),
-                    p.consts, launch_options(cfg, q.device), cache=p.compiled)
-    p.merge(part, out, lse)
+    _launch(p, launch_options(cfg, q.device), q, k, v, out, lse,
+            p.packed_list(packed) if packed is not None else None)
 
 
 def bind(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig):
     """:func:`run` for every later launch on tensors of these tensors' geometry, with the
     plan looked up once (:class:`flashscope.launch.BoundForward`): a function of (q, k,
     v, out, lse)."""
-    from ..launch import launch_compiled, launch_options
+    from ..launch import launch_options
 
     _check_run(q, scale)
     p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
-    kernel, options, split = _kernel(), launch_options(cfg, q.device), p.split is not None
+    options = launch_options(cfg, q.device)
+    return lambda q, k, v, out, lse: _launch(p, options, q, k, v, out, lse)
 
-    def go(q, k, v, out, lse):
-        part = p.workspace(q) if split else None
-        launch_compiled(kernel, p.grid, p.args(q, k, v, out, lse, part), p.consts, options,
-                        cache=p.compiled)
-        if split:
-            p.merge(part, out, lse)
-    return go
+
+def _launch(p: Sm90Plan, options: dict, q, k, v, out, lse, sched=None) -> None:
+    """Plan ``p``'s launch on these tensors (``sched``: a packed batch's list) and the
+    merge of its cut blocks."""
+    from ..launch import launch_compiled
+
+    part = p.workspace(q)
+    launch_compiled(_kernel(), p.grid, p.args(q, k, v, out, lse, part, sched=sched),
+                    p.consts, options, cache=p.compiled)
+    p.merge(part, out, lse)
 
 
 @functools.lru_cache(maxsize=None)
