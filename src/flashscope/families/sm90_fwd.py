@@ -5,7 +5,9 @@ warpgroup per 64 query rows on a persistent grid, FlashAttention-3's schedule.
 Its record (:class:`Sm90FwdConfig`), rules (:data:`RULES`), default rule (:func:`select`),
 what it accepts (:func:`accepts`, :func:`tensors_problem`), and its launch plan
 (:class:`Sm90Plan`: descriptors, scalars, work list, constexprs, built once per geometry
-and then looked up, :func:`plan`).
+and then looked up, :func:`plan`; a packed batch's list is built on the device per call,
+:meth:`Sm90Plan.packed_list`), then its launches: :func:`run`, and :func:`bind` for the
+later calls of one geometry (both through ``_launch``).
 """
 
 from __future__ import annotations
