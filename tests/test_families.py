@@ -97,6 +97,25 @@ def test_head_dim_pad():
         [16, 16, 32, 128, 128, 128, 256, 256]
 
 
+def test_sm90_head_parts():
+    """A head dim between two powers of two runs as the lower one and a tail, where that
+    is narrower than the next power; the others are padded whole."""
+    from flashscope.families.sm90_fwd import head_parts, head_width, min_shared_bytes as sm90
+
+    want = {33: (32, 16), 40: (32, 16), 48: (32, 16), 49: (64, 0), 64: (64, 0),
+            65: (64, 16), 72: (64, 16), 80: (64, 16), 81: (64, 32), 96: (64, 32),
+            97: (128, 0), 112: (128, 0), 128: (128, 0), 129: (128, 16), 160: (128, 32),
+            192: (128, 64), 193: (256, 0), 256: (256, 0)}
+    assert {d: head_parts(d) for d in want} == want
+    for d in range(33, 257):
+        main, tail = head_parts(d)
+        assert main + tail >= d and main & (main - 1) == 0 and tail & (tail - 1) == 0
+        assert tail == 0 or 16 <= tail < main
+        assert head_width(d) == main + tail <= head_dim_pad(d)
+    cfg = Sm90FwdConfig(EARLY_Q=False, K_EARLY=False)
+    assert sm90(cfg, 96) - sm90(cfg, 128) == -(128 + 4 * 128) * 32 * 2
+
+
 def test_min_shared_bytes_is_kv_tiles():
     cfg = TritonFwdConfig(BLOCK_N=64, num_stages=3)
     assert min_shared_bytes(cfg, 128) == 2 * 64 * 128 * 2 * 2

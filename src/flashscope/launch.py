@@ -175,7 +175,7 @@ def _arg_spec(a, plain: bool = False):
     """What Triton's binder specializes an argument on: a tensor's dtype and 16-byte
     alignment; an integer's == 1, % 16 == 0 and 32-bit range (only the range for a
     ``plain`` one, a parameter the kernel declares ``do_not_specialize``); a
-    descriptor's type."""
+    descriptor's type; None is a constexpr of its own."""
     if isinstance(a, torch.Tensor):
         return (a.dtype, a.data_ptr() % 16 == 0)
     if isinstance(a, bool):
@@ -188,6 +188,8 @@ def _arg_spec(a, plain: bool = False):
         return ("f",)
     if hasattr(a, "block_shape"):
         return (a.base.dtype, tuple(a.block_shape), a.layout)
+    if a is None:  # a constexpr None (an sm90 launch's tail descriptors without a tail)
+        return (None,)
     raise TypeError(f"launch_key: no specialization rule for {type(a).__name__}")
 
 

@@ -220,9 +220,10 @@ def test_divisors_that_are_not_powers_of_two(device, monkeypatch, programs, caus
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("D", [40, 80, 96, 192, 256])
 def test_padded_and_wide_head_dims_take_the_rule(device, causal, dtype, D):
-    """Head dims that are not 64 or 128 run the kernel at their padded width (TMA fills
-    the columns past D with zeros and clips them on the store) with the rule's config, on
-    shapes with partial tiles, GQA, Nq != Nk and a (B, N, H, D) view."""
+    """Head dims that are not 64 or 128 run the kernel with the rule's config: 40, 80 and
+    96 as a power of two and a tail (two sets of descriptors, two accumulators), 192 as
+    128 + 64, 256 whole; TMA fills the columns past D with zeros and clips them on the
+    store. Shapes with partial tiles, GQA, Nq != Nk and a (B, N, H, D) view."""
     _needs_sm90(device)
     cfg = sm90_fwd.select(Problem("sm90", str(dtype)[6:], D, causal, 333, 500))
     run_case(device, B=2, H=4, Hkv=2, Nq=333, Nk=500, D=D, causal=causal, dtype=dtype,

@@ -103,7 +103,9 @@ def _binary_builds(D, causal, bm, bn, knobs):
     (128, True, 128, 128, {"Q_IN_REGS": True, "LAZY_RESCALE": True, "EARLY_Q": True,
                            "K_EARLY": True, "MASKED_FIRST": True, "SPLIT_KV": True}),
     (256, True, 128, 64, {"LAZY_RESCALE": True, "K_EARLY": True, "MASKED_FIRST": True}),
-    (80, False, 128, 128, {"Q_IN_REGS": True, "EARLY_Q": True, "K_EARLY": True})])
+    (80, False, 128, 128, {"Q_IN_REGS": True, "EARLY_Q": True, "K_EARLY": True}),
+    (96, True, 128, 128, {"Q_IN_REGS": True, "EARLY_Q": True, "LAZY_RESCALE": True,
+                          "SPLIT_KV": True})])
 def test_sm90_binary(D, causal, bm, bn, knobs):
     """What the schedule needs, read from the cubin: 64 x N wgmma, 4-D TMA loads and the
     TMA store, setmaxnreg moving registers between partitions, one warpgroup per 64 rows
@@ -118,9 +120,28 @@ def test_sm90_binary(D, causal, bm, bn, knobs):
     assert mix.get("USETMAXREG", 0) > 0
     assert rec.spill_stores == 0 and rec.spill_loads == 0
     assert mix.get("PRMT", 0) == 0, mix.get("PRMT")
-    from flashscope.families.base import head_dim_pad
+    from flashscope.families.sm90_fwd import head_parts, head_width
+    from flashscope.isa.nvidia import disassemble
 
-    assert rec.dynamic_shared_bytes >= (bm + 2 * 2 * bn) * head_dim_pad(D) * 2
+    assert rec.dynamic_shared_bytes >= (bm + 2 * 2 * bn) * head_width(D) * 2
+    shapes = {op.split(".")[1] for op in _opcodes(disassemble(art.binary)) if
+              op.startswith("HGMMA.")}
+    main, tail = head_parts(D)
+    # Q K^T over the key tile; P V over each column part, the tail's no wider than itself
+    want = {f"64x{bn}x16", f"64x{main}x16"} | ({f"64x{tail}x16"} if tail else set())
+    assert shapes == want, (shapes, want)
+
+
+def _opcodes(sass: str) -> list:
+    """Each SASS instruction's opcode with its suffixes (``HGMMA.64x32x16.F32.BF16``)."""
+    out = []
+    for line in sass.splitlines():
+        if line.strip().startswith("/*") and "*/" in line:
+            words = line.split("*/", 1)[1].split()
+            if words and words[0].startswith("@"):  # a predicate
+                words = words[1:]
+            out += words[:1]
+    return out
 
 
 @_builds_of("test_shared_bound_is_within_the_barriers_of_the_binary")
@@ -131,7 +152,8 @@ def _bound_builds(D, bm, bn, knobs):
 @pytest.mark.parametrize("D,bm,bn,knobs", [
     (64, 192, 128, {"num_stages": 3}), (128, 128, 128, {"EARLY_Q": True}),
     (128, 192, 64, {"num_stages": 3, "EARLY_Q": True, "Q_IN_REGS": True}),
-    (64, 64, 64, {}), (128, 128, 128, {"num_stages": 2, "K_EARLY": True})])
+    (64, 64, 64, {}), (128, 128, 128, {"num_stages": 2, "K_EARLY": True}),
+    (96, 128, 128, {"num_stages": 3, "EARLY_Q": True}), (80, 128, 128, {"EARLY_Q": True})])
 def test_shared_bound_is_within_the_barriers_of_the_binary(D, bm, bn, knobs):
     """The rules' bound for the sm90 kernel (Q, O with EARLY_Q, the K/V ring, the 4 fp32
     a row that _pin stores) is what the binary allocates but its mbarriers (8 bytes each)

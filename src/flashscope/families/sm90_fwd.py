@@ -23,15 +23,34 @@ from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, head
 
 KERNEL = "sm90-fwd"
 MODULE, FUNCTION = "attention_fwd_sm90", "_attn_fwd_sm90"
-#: head dims the kernel runs: any D whose padded width (the next power of two, the
-#: tensor-core tile it is built for) is 64, 128 or 256; TMA zero-fills the columns past D on
-#: loads and clips them on the output store, so Q K^T and P V pay for the padding but need
-#: no masks
+#: head dims the kernel runs (:func:`head_parts` gives the widths it builds for each); TMA
+#: zero-fills the columns past D on loads and clips them on the output store, so the
+#: products pay for the padding but need no masks
 MIN_HEAD_DIM, MAX_HEAD_DIM = 33, 256
 
 
 def head_dim_ok(d: int) -> bool:
     return MIN_HEAD_DIM <= d <= MAX_HEAD_DIM
+
+
+def head_parts(d: int) -> tuple:
+    """(HEAD_DIM, HEAD_TAIL): the column parts the kernel runs head dim ``d`` as. Gluon's
+    tiles are powers of two wide; a D between two of them runs as the lower power and a
+    tail of the next power of two (at least 16, the wgmma K step) past the rest, where
+    that is narrower than padding D whole: 80 as 64 + 16, 96 as 64 + 32, 48 as 32 + 16,
+    160 as 128 + 32, 192 as 128 + 64; 112 runs as 128 (64 + 64 would be no narrower).
+    The tail's share of the MMA work is its width: D = 96 pays for 96 columns, not 128."""
+    whole = head_dim_pad(d)
+    main = whole // 2
+    if main < 32 or d <= main:
+        return whole, 0
+    tail = head_dim_pad(d - main)
+    return (main, tail) if main + tail < whole else (whole, 0)
+
+
+def head_width(d: int) -> int:
+    """Columns the kernel's tiles hold for head dim ``d``: both parts of :func:`head_parts`."""
+    return sum(head_parts(d))
 #: warps of one consumer warpgroup (the kernel's num_warps)
 WARPS = 4
 #: setmaxnreg budgets by consumer warpgroups: with a 24-register producer warpgroup, two
@@ -114,7 +133,7 @@ def min_shared_bytes(cfg: Sm90FwdConfig, head_dim: int, dtype: str = "bfloat16")
     K_EARLY four a ring slot)."""
     rows = cfg.BLOCK_M * (2 if cfg.EARLY_Q else 1) + 2 * cfg.num_stages * cfg.BLOCK_N
     barriers = 2 * cfg.consumers + (4 if cfg.K_EARLY else 3) * cfg.num_stages
-    return rows * head_dim_pad(head_dim) * DTYPE_BYTES[dtype] + 16 * cfg.BLOCK_M + 8 * barriers
+    return rows * head_width(head_dim) * DTYPE_BYTES[dtype] + 16 * cfg.BLOCK_M + 8 * barriers
 
 
 def _target(cfg, ctx):
@@ -224,7 +243,8 @@ def select(problem: Problem) -> Sm90FwdConfig:
       256 fp32 accumulator takes 128 of a consumer's 240 registers, so Q stays in shared
       memory (the shape FlashAttention-3 runs at this head dim, 128 x 80, in powers of two).
 
-    Head dims in between take the recipe of their padded width. Tuned entries
+    Head dims in between take the recipe of their padded width (and run at the width
+    of :func:`head_parts`). Tuned entries
     (:mod:`flashscope.tuned`) override this where an A/B beat it. A band (a window, or
     bottom-right alignment) runs round robin with its masked tiles in place
     (:data:`BAND_KNOBS` off); a packed batch runs the device's list (:data:`PACKED_KNOBS`
@@ -338,17 +358,19 @@ def _strides_aligned(strides, shape, elt: int) -> bool:
     return not any(st * elt % 16 for st, n in zip(strides[:3], shape[:3]) if n > 1)
 
 
-def tma_desc4(x, name: str, rows: int):
+def tma_desc4(x, name: str, rows: int, width: "int | None" = None):
     """A rank-4 Gluon TMA descriptor over ``x`` (B, H, N, D) with its own strides, block
-    (1, 1, rows, D). TMA zero-fills rows past N of each head on loads and clips them on
-    stores. Raises ConfigError (naming ``name``) when TMA's alignment rules fail."""
+    (1, 1, rows, width) (default: D padded to a power of two). TMA zero-fills rows past N
+    of each head and columns past D on loads and clips them on stores. Raises ConfigError
+    (naming ``name``) when TMA's alignment rules fail."""
     import torch
 
     why = _desc4_problem(x)
     if why:
         raise ConfigError(f"{name}: {KERNEL} needs {why} (pass .contiguous())")
+    width = head_dim_pad(x.shape[3]) if width is None else width
     return _descriptor(x, _desc4_fields(x.shape, x.stride(), x.element_size(),
-                                        x.dtype == torch.bfloat16, rows))
+                                        x.dtype == torch.bfloat16, rows, width))
 
 
 def _descriptor(base, fields: dict):
@@ -369,13 +391,12 @@ def _descriptor_class():
 
 
 @functools.lru_cache(maxsize=4096)
-def _desc4_fields(shape, strides, elt: int, bf16: bool, rows: int) -> dict:
+def _desc4_fields(shape, strides, elt: int, bf16: bool, rows: int, width: int) -> dict:
     """TensorDescriptor fields but the base, for :func:`tma_desc4` (read-only: shared by
     every descriptor of this geometry). Size-1 dimensions never move: they get an aligned
     stride TMA accepts."""
     strides = [st if n > 1 else 16 // elt * max(1, shape[3]) for st, n in
                zip(strides[:3], shape[:3])] + [1]
-    width = head_dim_pad(shape[3])  # the block's columns past D: zeros in, clipped out
     return dict(shape=list(shape), strides=strides, block_shape=[1, 1, rows, width],
                 layout=_nvmma_layout(rows, width, bf16), padding="zero")
 
@@ -454,7 +475,8 @@ def _split_on_device(device, *args) -> SplitList:
 
 class Sm90Plan(NamedTuple):
     """Everything of a launch but the tensors' addresses: the grid, the descriptors' fields
-    but their base (q, k, v, out), the scalar arguments, the host's work list (or None),
+    but their base (q, k, v, out, then with a head-dim tail the tail's four), the scalar
+    arguments, the host's work list (or None),
     the constexprs and, once launched, the compiled kernel."""
     grid: tuple
     fields: tuple
@@ -491,13 +513,19 @@ class Sm90Plan(NamedTuple):
                         consts, {"num_warps": 4, **CODEGEN_OPTIONS})
         return sched
 
+    @property
+    def record_width(self) -> int:
+        """Columns of a workspace record: the head dim's padded width (the kernel's
+        ``_record_width``), which the merge kernel reads."""
+        return head_dim_pad(self.consts["HEAD_DIM"] + self.consts["HEAD_TAIL"])
+
     def workspace(self, q):
         """A float32 workspace for the pieces of cut blocks (SPLIT_KV), else None."""
         if self.split is None:
             return None
         import torch
 
-        rec = self.consts["BLOCK_M"] * (self.consts["HEAD_DIM"] + 2)
+        rec = self.consts["BLOCK_M"] * (self.record_width + 2)
         return torch.empty(max(1, self.split.slots) * rec, dtype=torch.float32,
                            device=q.device)
 
@@ -506,14 +534,15 @@ class Sm90Plan(NamedTuple):
         ``part``: the workspace of :meth:`workspace`, unread without SPLIT_KV; ``trace``:
         the clock-stamp buffer of a TRACE build, unread otherwise; ``sched``: a packed
         batch's list, :meth:`packed_list`)."""
-        descs = [_descriptor(x, f) for x, f in zip((q, k, v, out), self.fields)]
+        descs = [_descriptor(x, f) for x, f in zip((q, k, v, out) * 2, self.fields)]
+        tails = descs[4:] or (None,) * 4
         lse_arg = lse if lse is not None else out
         if sched is None:  # unread without a list
             sched = self.sched if self.sched is not None else lse_arg
         if part is None:
             part = self.workspace(q) if self.split is not None else lse_arg
-        return (*descs, lse_arg, sched, part, *self.scalars,
-                trace if trace is not None else sched, *self.band, out)
+        return (*descs[:4], lse_arg, sched, part, *self.scalars,
+                trace if trace is not None else sched, *self.band, out, *tails)
 
     def merge(self, part, out, lse) -> None:
         """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
@@ -524,7 +553,7 @@ class Sm90Plan(NamedTuple):
         from ..launch import launch_compiled, triton_cdiv
 
         H, N_Q = self.scalars[0], self.scalars[2]
-        block_m, d = self.consts["BLOCK_M"], self.consts["HEAD_DIM"]
+        block_m, d = self.consts["BLOCK_M"], self.record_width
         kernel = kernels.load("attention_merge")._merge_parts
         grid = (self.split.merges.shape[0], block_m // 64)
         args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
@@ -614,15 +643,19 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
     lpt = packed or (bool(causal or cfg.BALANCE or cfg.SPLIT_KV) and not band)
     split = bool(cfg.SPLIT_KV)
     programs = sm_count(q.device) if split else min(tiles, sm_count(q.device))
+    main, tail = head_parts(D)
     fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
-                   for d in (tma_desc4(q, "query", 64), tma_desc4(k, "key", cfg.BLOCK_N),
-                             tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(out, "out", 64)))
+                   for width in ((main, tail) if tail else (main,))
+                   for d in (tma_desc4(q, "query", 64, width),
+                             tma_desc4(k, "key", cfg.BLOCK_N, width),
+                             tma_desc4(v, "value", cfg.BLOCK_N, width),
+                             tma_desc4(out, "out", 64, width)))
     cap_in, cap_out = mask.cap_args(scale)
     scalars = (H, H // Hkv, Nq, Nk, B * H, 1.0 if mask.softcap else scale * LOG2E,
                *divider(n_m), *divider(H), *divider(H // Hkv))
     switches = mask.switches(*lengths) if band else dict(HAS_LEFT=False, HAS_RIGHT=False,
                                                           SHIFTED=False)
-    consts = dict(HEAD_DIM=head_dim_pad(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+    consts = dict(HEAD_DIM=main, HEAD_TAIL=tail, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                   STAGES=cfg.num_stages, K_EARLY=bool(cfg.K_EARLY),
                   IS_CAUSAL=bool(causal), RETURN_LSE=lse is not None,
                   LPT=(2 if causal or cfg.BALANCE else 1) if lpt else 0,

@@ -74,8 +74,14 @@ no key keep their maximum at 0 and store zeros (:func:`_row_max`). SOFTCAP caps 
 tile as c tanh(s / c) in the exp2 domain before the mask. All of it compiles away
 without its switch.
 
-Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D), H % Hkv == 0, D in {64, 128} (any
-power of two 16..256 compiles), Out (B, H, Nq, D), Lse (B, H, Nq) fp32.
+Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D), H % Hkv == 0, Out (B, H, Nq, D), Lse
+(B, H, Nq) fp32. Gluon's tiles are powers of two wide, so a head dim D = HEAD_DIM +
+HEAD_TAIL between two of them (D = 80 as 64 + 16, 96 as 64 + 32, 160 as 128 + 32) runs as
+two column parts: a second set of descriptors (``Tail``: block (1, 1, rows, HEAD_TAIL),
+loaded and stored at column HEAD_DIM), their own shared-memory tiles, two wgmma per
+Q K^T (the tail accumulating onto the scores) and a second accumulator for the tail's
+P V. A D padded to one power of two instead pays its padded width in every product (96
+as 128: a third more MMA work); with HEAD_TAIL = 0 none of the tail is built.
 
 A packed batch (VARLEN) is one "batch" of (1, H, total, D) tensors: each work tile comes
 from a list built on the device (:mod:`flashscope.kernels.packed_worklist`) with its
@@ -91,35 +97,36 @@ A ``TRACE = R`` build stamps the SM clock at fixed points of each work tile (``_
 :mod:`flashscope.profile.timeline` reads them);
 with TRACE = 0 the stamps compile away.
 
-Three modules hold the pieces: :mod:`~flashscope.kernels.sm90_worklist` (which work
+Four modules hold the pieces: :mod:`~flashscope.kernels.sm90_worklist` (which work
 tiles a program runs and what each covers), :mod:`~flashscope.kernels.sm90_softmax`
-(masking, exponentials, the P operand, the lazy rescale) and
-:mod:`~flashscope.kernels.sm90_sync` (ring slots, hand-backs, wgmma turns). This file
-reads top down: the knobs the partitions share (``Knobs``, one argument: the entry's
-constexprs bundled), partition sizes (``_worker_*``), the clock stamps (``_stamp``), the
-producer (``_load_kv``, ``_producer``), the output (``_store_out``: through TMA,
-``_tma_rows``, or for a packed sequence's last slab from registers, ``_store_rows``; with
-SPLIT a cut block's partial, ``_store_part``), ``_consumer``, and the kernel ``_attn_fwd_sm90``,
-which allocates the shared memory and barriers and starts the partitions.
+(masking, exponentials, the P operand, the rescale), :mod:`~flashscope.kernels.sm90_sync`
+(ring slots, hand-backs, wgmma turns) and :mod:`~flashscope.kernels.sm90_epilogue` (the
+output: through TMA, or for a packed sequence's last slab from registers; with SPLIT a
+cut block's partial). This file reads top down: the knobs the partitions share
+(``Knobs``, one argument: the entry's constexprs bundled), partition sizes
+(``_worker_*``), the clock stamps (``_stamp``), the producer (``_load_rows``,
+``_load_kv``, ``_producer``), the head-dim tail's operands (``_tail_*``, ``_scores``),
+``_consumer``, and the kernel ``_attn_fwd_sm90``, which allocates the shared memory and
+barriers and starts the partitions.
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
-from flashscope.compat import aggregate, tma_load, tma_store
-from flashscope.kernels.common import LN2, softcapped
+from flashscope.compat import aggregate, tma_load
+from flashscope.kernels.common import softcapped
+from flashscope.kernels.sm90_epilogue import _store_out, _store_part
 from flashscope.kernels.sm90_softmax import (
-    _lazy_rescale,
     _masked,
     _p_operand,
     _quad_sums,
+    _rescaled,
     _row_max,
 )
 from flashscope.kernels.sm90_sync import (
@@ -152,6 +159,7 @@ class Knobs:
     BLOCK_M: gl.constexpr
     BLOCK_N: gl.constexpr
     HEAD_DIM: gl.constexpr
+    HEAD_TAIL: gl.constexpr
     STAGES: gl.constexpr
     CONSUMERS: gl.constexpr
     IS_CAUSAL: gl.constexpr
@@ -212,24 +220,45 @@ def _stamp(Trace, pid, part: gl.constexpr, r, slot: gl.constexpr, TRACE: gl.cons
 
 
 @gluon.jit
+def _load_rows(desc, smem, ready, off_b, off_h, row, tail):
+    """Rows [row, row + block) of head (off_b, off_h) into ``smem`` (and with a ``tail``,
+    (descriptor, shared tile, first column), its columns into the tail's tile), all
+    signalling ``ready``."""
+    if len(tail) > 0:
+        mbarrier.expect(ready, desc.block_type.nbytes + tail[0].block_type.nbytes)
+    else:
+        mbarrier.expect(ready, desc.block_type.nbytes)
+    tma_load(desc, [off_b, off_h, row, 0], ready, smem)
+    if len(tail) > 0:
+        tma_load(tail[0], [off_b, off_h, row, tail[2]], ready, tail[1])
+
+
+@gluon.jit
 def _load_kv(desc, smem, ready, empty, off_b, off_hkv, k0, j, g,
-             BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, tail):
     """Key (or value) tile j of this work tile (rows from k0: a packed sequence's first
     key, else 0) into slot g % STAGES of its ring (g counts every tile this program
     loaded). The slot's use number g // STAGES first waits for
     release number g // STAGES - 1 on ``empty``: the K ring's own barriers with K_EARLY
     (a K slot goes back when its Q K^T completes), else the V ring's (K and V together,
-    when the P V completes; the V load's wait then passes at once)."""
+    when the P V completes; the V load's wait then passes at once). ``tail``: () or the
+    tail's (descriptor, ring, first column)."""
     s = g % STAGES
     _acquire(empty, s, (g // STAGES + 1) & 1, g >= STAGES)
-    mbarrier.expect(ready.index(s), desc.block_type.nbytes)
+    if len(tail) > 0:
+        mbarrier.expect(ready.index(s), desc.block_type.nbytes + tail[0].block_type.nbytes)
+    else:
+        mbarrier.expect(ready.index(s), desc.block_type.nbytes)
     tma_load(desc, [off_b, off_hkv, k0 + j * BLOCK_N, 0], ready.index(s), smem.index(s))
+    if len(tail) > 0:
+        tma_load(tail[0], [off_b, off_hkv, k0 + j * BLOCK_N, tail[2]], ready.index(s),
+                 tail[1].index(s))
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_Q, N_K,
-              Div, Band, Trace, K):
+              Div, Band, Trace, Tail, K):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
@@ -237,8 +266,15 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     consumers finish the previous tile, whereas Q's slot waits for that tile's output
     store. With SPLIT a work tile loads the positions of its key range only; with a band
     the key tiles from the band's first (:func:`_work`). With VARLEN the rows are a
-    packed sequence's (:func:`_sequence`)."""
+    packed sequence's (:func:`_sequence`). With a head-dim tail every copy also brings its
+    tile's tail columns (:func:`_load_rows`)."""
     BAND: gl.constexpr = K.HAS_LEFT or K.HAS_RIGHT or K.SHIFTED
+    if K.HEAD_TAIL > 0:  # (descriptor, shared tiles, first column) of Q, K and V
+        tk = (Tail[1], Tail[5], K.HEAD_DIM)
+        tv = (Tail[2], Tail[6], K.HEAD_DIM)
+    else:
+        tk = ()
+        tv = ()
     g = 0
     i = 0
     n_work, base, L = _share(pid, nprog, total, Sched, K.LPT, K.SPLIT, K.VARLEN)
@@ -263,135 +299,73 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _stamp(Trace, pid, 3, r, 6, K.TRACE, n_tiles)
         if i > 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, first, g,
-                     K.BLOCK_N, K.STAGES)
+                     K.BLOCK_N, K.STAGES, tk)
             _stamp(Trace, pid, 3, r, 4, K.TRACE)
         for c in gl.static_range(K.CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
-            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
-            tma_load(q_desc, [off_b, off_h, q0 + start_m + 64 * c, 0], q_ready.index(c),
-                     q_smem.index(c))
+            if K.HEAD_TAIL > 0:
+                tq = (Tail[0], Tail[4].index(c), K.HEAD_DIM)
+            else:
+                tq = ()
+            _load_rows(q_desc, q_smem.index(c), q_ready.index(c), off_b, off_h,
+                       q0 + start_m + 64 * c, tq)
         _stamp(Trace, pid, 3, r, 1, K.TRACE)
         if i == 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, first, g,
-                     K.BLOCK_N, K.STAGES)
+                     K.BLOCK_N, K.STAGES, tk)
         _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, k0, first, g, K.BLOCK_N,
-                 K.STAGES)
+                 K.STAGES, tv)
         _stamp(Trace, pid, 3, r, 2, K.TRACE)
         for pos in range(lo + 1, hi):
             j = _key_tile(pos, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
             if BAND:
                 j += t0
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, j, g + pos - lo,
-                     K.BLOCK_N, K.STAGES)
+                     K.BLOCK_N, K.STAGES, tk)
             _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, k0, j, g + pos - lo,
-                     K.BLOCK_N, K.STAGES)
+                     K.BLOCK_N, K.STAGES, tv)
         _stamp(Trace, pid, 3, r, 3, K.TRACE)
         g += hi - lo
         i += 1
 
 
-@gluon.jit
-def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, off_b,
-               off_h, row0, pid_bh, N_Q, RETURN_LSE: gl.constexpr, EARLY_Q: gl.constexpr,
-               OUT_RCP: gl.constexpr, row_s: gl.constexpr, GUARD: gl.constexpr, q0, Out,
-               VARLEN: gl.constexpr):
-    """Consumer C's output rows [row0, row0 + 64) of head (off_b, off_h): O / l (acc
-    [64, D] fp32, l_part its rows' quad shares of l, summed here once per work tile) and,
-    with RETURN_LSE, (m + log2 l) ln 2. O / l divides each of a thread's D / 2 values,
-    and ptxas wraps every IEEE division in a range fix-up; OUT_RCP takes one reciprocal
-    per row and multiplies (within an ulp of the quotient, far below bf16's rounding).
-    Out is staged in shared memory for a TMA store: without EARLY_Q in this consumer's Q
-    slot (its Q K^T products completed), handed back for the next Q once the store has
-    read it; with EARLY_Q in a slot of its own, which only the previous work tile's store
-    must have left. GUARD: a row that saw no key (l = 0, m = -inf) stores zeros and a
-    log-sum-exp of -inf.
+@gluon.constexpr_function
+def _products(head_tail):
+    """wgmma products a P V issues: one, two with a head-dim tail."""
+    return 2 if head_tail else 1
 
-    VARLEN: the rows are a packed sequence's from row q0 of the (1, H, total, D) output,
-    and the TMA store clips at the tensor's end, not the sequence's: 64 rows all inside
-    the sequence go through it, a block that crosses the sequence's end stores its rows
-    from registers with a row mask (``Out``, the output's address; once per sequence and
-    head). The log-sum-exp is (H, total) there."""
-    ROWS: gl.constexpr = acc.shape[0]
-    l_i = gl.sum(l_part, 1)
-    if GUARD:
-        l_i = gl.where(l_i == 0.0, 1.0, l_i)
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
-    if OUT_RCP:
-        out = acc * gl.expand_dims(1.0 / l_o, 1)
+
+@gluon.jit
+def _tail_tile(ring, slot, K):
+    """Slot ``slot`` of a head-dim tail's K or V ring as a [BLOCK_N, HEAD_TAIL] tile."""
+    return ring.index(slot).reshape([K.BLOCK_N, K.HEAD_TAIL])
+
+
+@gluon.jit
+def _tail_keys(Tail, qt, slot, K):
+    """The tail's operands of one Q K^T: (Q's tail, K's tail transposed), or () without
+    a tail."""
+    if K.HEAD_TAIL > 0:
+        out = (qt, _tail_tile(Tail[5], slot, K).permute((1, 0)))
     else:
-        out = acc / gl.expand_dims(l_o, 1)
-    out = out.to(o_smem.dtype)
-    o_slot = o_smem.index(C)
-    if VARLEN:
-        if row0 + ROWS <= N_Q:
-            _tma_rows(out, o_slot, o_desc, off_b, off_h, q0 + row0, EARLY_Q)
-        else:
-            _store_rows(out, Out, o_desc, off_h, q0, row0, N_Q)
-    else:
-        _tma_rows(out, o_slot, o_desc, off_b, off_h, row0, EARLY_Q)
-    if RETURN_LSE:
-        rows = row0 + gl.arange(0, ROWS, layout=row_s)
-        lse = (m_i + gl.log2(gl.convert_layout(l_i, row_s))) * LN2
-        if VARLEN:  # (H, total)
-            at = Lse + off_h.to(gl.int64) * o_desc.shape[2] + q0 + rows
-        else:
-            at = Lse + pid_bh.to(gl.int64) * N_Q + rows
-        gl.store(at, lse, mask=rows < N_Q)
-    if not EARLY_Q:
-        tma.store_wait(0)
-        mbarrier.arrive(q_empty.index(C), count=1)
+        out = ()
+    return out
 
 
 @gluon.jit
-def _tma_rows(out, o_slot, o_desc, off_b, off_h, row, EARLY_Q: gl.constexpr):
-    """``out`` (16-bit [64, D]) to rows [row, row + 64) of head (off_b, off_h) through
-    shared-memory slot ``o_slot`` and a TMA store; with EARLY_Q the slot's previous store
-    must have read it first."""
-    if EARLY_Q:
-        tma.store_wait(0)
-    o_slot.store(gl.reshape(out, [1, 1, out.shape[0], out.shape[1]]))
-    fence_async_shared()
-    tma_store(o_desc, [off_b, off_h, row, 0], o_slot)
-
-
-@gluon.jit
-def _store_rows(out, Out, o_desc, off_h, q0, row0, N_Q):
-    """Rows [row0, row0 + 64) of ``out`` (16-bit, the accumulator's layout) below N_Q
-    into head off_h of a packed output (1, H, total, D) at ``Out`` from row q0, with the
-    strides and D of its descriptor ``o_desc``; columns past D (the padded head dim) are
-    not stored."""
-    layout: gl.constexpr = out.type.layout
-    rows = row0 + gl.arange(0, out.shape[0], layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, out.shape[1], layout=gl.SliceLayout(0, layout))
-    base = Out + off_h.to(gl.int64) * o_desc.strides[1] + q0.to(gl.int64) * o_desc.strides[2]
-    at = base + gl.expand_dims(rows * o_desc.strides[2], 1) + gl.expand_dims(cols, 0)
-    ok = gl.expand_dims(rows < N_Q, 1) & gl.expand_dims(cols < o_desc.shape[3], 0)
-    gl.store(at, out, mask=ok)
-
-
-@gluon.jit
-def _store_part(acc, l_part, m_i, Part, slot, C: gl.constexpr, BLOCK_M: gl.constexpr,
-                row_s: gl.constexpr):
-    """Consumer C's rows of one piece of a cut row block (SPLIT): O unnormalized (acc
-    [64, D] fp32, relative to the rows' running maximum m, base 2, scaled) and (m, l),
-    to workspace slot ``slot``: BLOCK_M x D floats of O, then BLOCK_M (m, l) pairs.
-    :func:`flashscope.kernels.attention_merge._merge_parts` combines a block's pieces."""
-    ROWS: gl.constexpr = acc.shape[0]
-    HEAD_DIM: gl.constexpr = acc.shape[1]
-    layout: gl.constexpr = acc.type.layout
-    rec = Part + slot.to(gl.int64) * (BLOCK_M * (HEAD_DIM + 2))
-    rows = C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-    gl.store(rec + gl.expand_dims(rows, 1) * HEAD_DIM + gl.expand_dims(cols, 0), acc)
-    ml = rec + BLOCK_M * HEAD_DIM + 2 * (C * ROWS + gl.arange(0, ROWS, layout=row_s))
-    gl.store(ml, m_i)
-    gl.store(ml + 1, gl.convert_layout(gl.sum(l_part, 1), row_s))
+def _scores(q, kt, s_zero, tail, HEAD_TAIL: gl.constexpr):
+    """Q K^T issued as one async wgmma, and with a head-dim ``tail`` (its Q and K^T
+    operands) a second one accumulating onto it."""
+    s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
+    if HEAD_TAIL > 0:
+        s = warpgroup_mma(tail[0], tail[1], s, is_async=True)
+    return s
 
 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m, H, GROUP, N_Q,
-              N_K, qk_scale, Div, Band, Cap, C: gl.constexpr, Trace, Out, K):
+              N_K, qk_scale, Div, Band, Cap, C: gl.constexpr, Trace, Out, Tail, K):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -414,8 +388,14 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     VARLEN: the work tile's rows and keys are a packed sequence's (:func:`_sequence`),
     whose lengths stand for N_Q and N_K; rows may then see no key (a sequence without
     keys), so the softmax is guarded as a band's is, and the output rows past the
-    sequence are not stored (:func:`_store_out`)."""
+    sequence are not stored (:func:`_store_out`).
+
+    A head-dim tail (HEAD_TAIL > 0; ``Tail``: its descriptors and shared tiles) adds a
+    second wgmma to each Q K^T, accumulating onto the scores, and a second accumulator
+    ``acc_t`` with its own P V; the waits count the tail's products (``PV``)."""
     ROWS: gl.constexpr = 64
+    TAILED: gl.constexpr = K.HEAD_TAIL > 0
+    PV: gl.constexpr = _products(K.HEAD_TAIL)
     BAND: gl.constexpr = K.HAS_LEFT or K.HAS_RIGHT or K.SHIFTED
     GUARD: gl.constexpr = BAND or K.VARLEN
     CONSUMERS: gl.constexpr = K.CONSUMERS
@@ -427,11 +407,20 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
     q_slot = q_smem.index(C)
     if not K.Q_REGS:
         q = q_slot.reshape([ROWS, K.HEAD_DIM])
+    if TAILED:
+        t_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, K.HEAD_TAIL, 16])
+        pt_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=t_layout,
+                                                      k_width=2)
+        qt_slot = Tail[4].index(C)
+        if not K.Q_REGS:
+            qt = qt_slot.reshape([ROWS, K.HEAD_TAIL])
+    else:
+        qt = None
     s_zero = gl.zeros([ROWS, K.BLOCK_N], gl.float32, s_layout)
     g = 0
     i = 0
@@ -465,6 +454,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _stamp(Trace, pid, C, r, 1, K.TRACE)
         if K.Q_REGS:
             q = q_slot.reshape([ROWS, K.HEAD_DIM]).load(q_layout)
+            if TAILED:
+                qt = qt_slot.reshape([ROWS, K.HEAD_TAIL]).load(q_layout)
         k_slot = g % K.STAGES
         k_phase = (g // K.STAGES) & 1
         # the tiles this consumer processes are positions first .. end - 1 of the work
@@ -494,7 +485,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _stamp(Trace, pid, C, r, 2, K.TRACE)
         kt = k_smem.index(k_slot).reshape([K.BLOCK_N, K.HEAD_DIM]).permute((1, 0))
         _take_turn(C, kk, K.PINGPONG)
-        s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
+        s = _scores(q, kt, s_zero, _tail_keys(Tail, qt, k_slot, K), K.HEAD_TAIL)
         _pass_turn(C, CONSUMERS, K.PINGPONG)
         kk += 1
         s = warpgroup_mma_wait(0, deps=(s,))
@@ -518,6 +509,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         l_part = _quad_sums(p)
         p_op = _p_operand(p, dtype, p_layout)
         acc = gl.zeros([ROWS, K.HEAD_DIM], gl.float32, o_layout)
+        if TAILED:
+            acc_t = gl.zeros([ROWS, K.HEAD_TAIL], gl.float32, t_layout)
 
         # Without MASKED_FIRST the loop counts from the first position and the mask's
         # bounds move with it, so LLVM keeps one induction variable (the key offset) for
@@ -539,11 +532,14 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             mbarrier.wait(v_ready.index(v_slot), v_phase)
             v = v_smem.index(v_slot).reshape([K.BLOCK_N, K.HEAD_DIM])
             _take_turn(C, kk, K.PINGPONG)
-            s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
+            s = _scores(q, kt, s_zero, _tail_keys(Tail, qt, k_slot, K), K.HEAD_TAIL)
             acc = warpgroup_mma(p_op, v, acc, is_async=True)
+            if TAILED:
+                acc_t = warpgroup_mma(gl.convert_layout(p_op, pt_layout),
+                                      _tail_tile(Tail[6], v_slot, K), acc_t, is_async=True)
             _pass_turn(C, CONSUMERS, K.PINGPONG)
             kk += 1
-            s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
+            s = warpgroup_mma_wait(PV, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
             if K.SOFTCAP:
                 s, _ = softcapped(s, Cap[0], Cap[1])
             _scores_done(k_empty, q_empty, k_slot, C, it == end - origin - 1, K.K_EARLY,
@@ -568,12 +564,14 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                 + _quad_sums(p)
             m_i = m_new
 
-            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-            _release(v_empty, v_slot)
-            if K.RESCALE_TAU > 0:
-                acc = _lazy_rescale(acc, gl.convert_layout(alpha, row_o))
+            if TAILED:
+                acc, acc_t, p_op = warpgroup_mma_wait(0, deps=(acc, acc_t, p_op))
             else:
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+            _release(v_empty, v_slot)
+            acc = _rescaled(acc, alpha, K.RESCALE_TAU)
+            if TAILED:
+                acc_t = _rescaled(acc_t, alpha, K.RESCALE_TAU)
             p_op = _p_operand(p, dtype, p_layout)
 
         _stamp(Trace, pid, C, r, 4, K.TRACE)
@@ -581,8 +579,14 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         v = v_smem.index(k_slot).reshape([K.BLOCK_N, K.HEAD_DIM])
         _take_turn(C, kk, K.PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
+        if TAILED:
+            acc_t = warpgroup_mma(gl.convert_layout(p_op, pt_layout),
+                                  _tail_tile(Tail[6], k_slot, K), acc_t, is_async=True)
         _pass_turn(C, CONSUMERS, K.PINGPONG)
-        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        if TAILED:
+            acc, acc_t, p_op = warpgroup_mma_wait(0, deps=(acc, acc_t, p_op))
+        else:
+            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         _stamp(Trace, pid, C, r, 5, K.TRACE)
         _release(v_empty, k_slot)
         if not K.MASKED_FIRST and ((K.IS_CAUSAL and not BAND) or K.LPT == 2):
@@ -596,12 +600,18 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         # a piece of a cut block writes its rows too (the merge overwrites them), so the
         # epilogue is the one without SPLIT: a branch choosing between the two stores
         # moved ptxas's loop schedule, 0.5-1% a key tile
+        if TAILED:
+            out_tail = (acc_t, Tail[7], Tail[3], K.HEAD_DIM)
+            part_tail = (acc_t, K.HEAD_DIM)
+        else:
+            out_tail = ()
+            part_tail = ()
         _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
                    pid_bh, n_q, K.RETURN_LSE, K.EARLY_Q, K.OUT_RCP, row_s, GUARD, q0, Out,
-                   K.VARLEN)
+                   K.VARLEN, out_tail)
         if K.SPLIT:
             if part >= 0:
-                _store_part(acc, l_part, m_i, Part, part, C, K.BLOCK_M, row_s)
+                _store_part(acc, l_part, m_i, Part, part, C, K.BLOCK_M, row_s, part_tail)
         _stamp(Trace, pid, C, r, 6, K.TRACE)
         k += hi - lo + 1  # wgmma turns: every consumer takes T + 1 per work tile
         g += hi - lo
@@ -616,8 +626,9 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
 def _attn_fwd_sm90(
     q_desc, k_desc, v_desc, o_desc, Lse, Sched, Part,
     H, GROUP, N_Q, N_K, BH, qk_scale, DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G, Trace,
-    OFFSET, LEFT, RIGHT, cap_in, cap_out, Out,
-    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    OFFSET, LEFT, RIGHT, cap_in, cap_out, Out, q_tail, k_tail, v_tail, o_tail,
+    HEAD_DIM: gl.constexpr, HEAD_TAIL: gl.constexpr, BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
     RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr,
@@ -659,7 +670,10 @@ def _attn_fwd_sm90(
     (1, Hkv, total_k, D), BH = B * H over its B sequences and N_Q, N_K its longest; the
     work list (:mod:`flashscope.kernels.packed_worklist`) holds the row blocks that hold
     rows, each with its sequence's place and lengths, and ``Out`` is the output's address
-    for the row blocks that cross a sequence's end (unread otherwise)."""
+    for the row blocks that cross a sequence's end (unread otherwise). HEAD_TAIL > 0: the
+    head dim is HEAD_DIM + HEAD_TAIL, its last HEAD_TAIL columns read and written through
+    q_tail, k_tail, v_tail and o_tail (blocks (1, 1, rows, HEAD_TAIL), None otherwise;
+    the module docstring)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -686,6 +700,21 @@ def _attn_fwd_sm90(
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     else:  # slot j's K and V go back together, after its P V
         v_empty = k_empty
+    if HEAD_TAIL > 0:  # the tail's descriptors, then its tiles: Q, K, V and the output
+        qt_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, 64, HEAD_TAIL],
+                                            q_tail.layout)
+        if EARLY_Q:
+            ot_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, 64, HEAD_TAIL],
+                                                o_tail.layout)
+        else:
+            ot_smem = qt_smem
+        Tail = (q_tail, k_tail, v_tail, o_tail, qt_smem,
+                gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_TAIL],
+                                          k_tail.layout),
+                gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_TAIL],
+                                          v_tail.layout), ot_smem)
+    else:
+        Tail = ()
     pin = gl.allocate_shared_memory(gl.float32, [CONSUMERS, 64, 4],
                                     gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
     for c in gl.static_range(CONSUMERS):
@@ -707,7 +736,8 @@ def _attn_fwd_sm90(
         Cap = (cap_in, cap_out)
     else:
         Cap = ()
-    K = Knobs(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=HEAD_DIM, STAGES=STAGES,
+    K = Knobs(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=HEAD_DIM, HEAD_TAIL=HEAD_TAIL,
+              STAGES=STAGES,
               CONSUMERS=CONSUMERS, IS_CAUSAL=IS_CAUSAL, RETURN_LSE=RETURN_LSE, LPT=LPT,
               PINGPONG=PINGPONG, RESCALE_TAU=RESCALE_TAU, EARLY_Q=EARLY_Q, K_EARLY=K_EARLY,
               MASKED_FIRST=MASKED_FIRST, OUT_RCP=OUT_RCP, Q_REGS=Q_REGS, SPLIT=SPLIT,
@@ -719,11 +749,11 @@ def _attn_fwd_sm90(
     gl.warp_specialize(
         [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                       k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
-                      GROUP, N_Q, N_K, Div, Band, Trace, K))
+                      GROUP, N_Q, N_K, Div, Band, Trace, Tail, K))
          if c < 0 else
          (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                       k_empty, v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog,
                       total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, c, Trace, Out,
-                      K))
+                      Tail, K))
          for c in ((0, -1), (0, 1, -1), (-1, 0, 1, 2))[CONSUMERS - 1]],
         _worker_warps(CONSUMERS), _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS))

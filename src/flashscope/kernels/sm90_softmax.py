@@ -130,3 +130,13 @@ def _lazy_rescale(acc, alpha):
     a, _ = gl.broadcast(gl.convert_layout(gl.expand_dims(alpha, 1), acc.type.layout), acc)
     return gl.inline_asm_elementwise(_lazy_rescale_asm(N), _lazy_rescale_constraints(N),
                                      [acc, a], dtype=gl.float32, is_pure=True, pack=N)
+
+
+@gluon.jit
+def _rescaled(acc, alpha, RESCALE_TAU: gl.constexpr):
+    """acc * alpha per row (alpha in the scores' row layout): every time, or with the lazy
+    rescale only in warps where a row moved (:func:`_lazy_rescale`)."""
+    a = gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))
+    if RESCALE_TAU > 0:
+        return _lazy_rescale(acc, a)
+    return acc * gl.expand_dims(a, 1)
