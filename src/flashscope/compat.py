@@ -104,3 +104,77 @@ def ptxas(arch: int):
     from triton.backends.nvidia.compiler import get_ptxas
 
     return get_ptxas(arch)
+
+
+#: Descriptor expansions a direct launcher keeps (by argument position and base address)
+#: before it starts over.
+DESCRIPTORS_MAX = 64
+
+
+def direct_launcher_supported() -> bool:
+    """Whether Triton's NVIDIA launcher has the shape :func:`direct_launcher` reads (its
+    3.6 descriptor wrapper; 3.7 passes the kernel's arguments as one tuple, 3.8 changes
+    the encoder's arguments)."""
+    try:
+        from triton.backends.nvidia import driver
+    except ImportError:
+        return False
+    make = getattr(driver, "make_tensordesc_arg", None)
+    return getattr(driver, "_BASE_ARGS_FORMAT_LEN", None) == 13 and make is not None and \
+        make.__code__.co_argcount == 2
+
+
+def direct_launcher(compiled):
+    """A function ``go(grid3, stream, call, metadata, enter_hook, exit_hook)`` that
+    launches ``compiled`` (a compiled kernel whose launches all share one geometry: an
+    sm90 launch plan's, without scratch memory) as its ``run`` would, keeping each TMA
+    descriptor argument's
+    encoded form (``make_tensordesc_arg``: the CUtensorMap the driver encodes, then the
+    shape and strides) by argument position and base address; or None where Triton's
+    launcher is not the one this reads.
+
+    The launcher a Gluon kernel with host descriptors gets (Triton 3.6:
+    ``wrap_handle_tensordesc``'s ``inner``) encodes every descriptor on every launch,
+    about as much host time as the rest of a bound call. A descriptor's encoding depends
+    on its base address and on fields that the launch plan fixes, so one made for the
+    same address serves again: a model's activations come back at the addresses the
+    caching allocator hands out again. Triton 3.8 changes the encoder's arguments; there
+    (and for any launcher of another shape) this returns None and launches go through
+    ``run``."""
+    run = getattr(compiled, "run", None)
+    inner = getattr(run, "launch", None)
+    code = getattr(inner, "__code__", None)
+    if code is None or not inner.__closure__ or getattr(run, "global_scratch_size", 1) or \
+            getattr(run, "profile_scratch_size", 1):
+        return None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in inner.__closure__)))
+    glob = inner.__globals__
+    make = glob.get("make_tensordesc_arg")
+    if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= cells.keys() or \
+            glob.get("_BASE_ARGS_FORMAT_LEN") != 13 or make is None or \
+            make.__code__.co_argcount != 2:
+        return None
+    launcher, metas = cells["launcher"], cells["tensordesc_meta"]
+    order = sorted(cells["tensordesc_indices"])
+    meta_of = {i: metas[n] for n, i in enumerate(order)}
+    head = (run.launch_cooperative_grid, run.launch_pdl, None, None, compiled.packed_metadata)
+    function = compiled.function
+    kept: dict = {}
+
+    def go(grid, stream, call, metadata, enter_hook, exit_hook):
+        final = [*grid, stream, function, *head, metadata, enter_hook, exit_hook]
+        for i, a in enumerate(call):
+            meta = meta_of.get(i, False)
+            if meta is False:
+                final.append(a)
+                continue
+            key = (i, a.base.data_ptr())
+            enc = kept.get(key)
+            if enc is None:
+                if len(kept) >= DESCRIPTORS_MAX:
+                    kept.clear()
+                enc = kept[key] = make(a, meta)
+            final += enc
+        launcher(*final)
+
+    return go

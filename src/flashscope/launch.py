@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from .compat import CODEGEN_OPTIONS
+from .compat import CODEGEN_OPTIONS, direct_launcher
 from .families import family_of
 from .masks import Mask
 from .targets import get_target
@@ -167,8 +167,9 @@ def backward(dout, q, k, v, out, lse, *, mask: Mask, scale: float, cfg,
 _COMPILED: dict = {}
 _COMPILED_MAX = 256
 #: How :func:`launch_compiled` launched: ``jit`` through Triton's ``kernel[grid]``,
-#: ``direct`` through a compiled handle of :data:`_COMPILED`.
-LAUNCHES = {"jit": 0, "direct": 0}
+#: ``direct`` through a compiled handle's ``run``, ``kept`` through a
+#: :func:`~flashscope.compat.direct_launcher` with its encoded descriptors.
+LAUNCHES = {"jit": 0, "direct": 0, "kept": 0}
 
 
 def _arg_spec(a, plain: bool = False):
@@ -221,10 +222,13 @@ def launch_compiled(kernel, grid, args, consts: dict, options: dict, cache=None)
     ``cache``: a dict the caller keeps for launches that share one specialization (an
     :class:`~flashscope.families.sm90_fwd.Sm90Plan`'s, whose key is finer than
     :func:`launch_key`); it then holds the compiled kernel per device, and no key is built
-    per call. Else :data:`_COMPILED`."""
+    per call. Else :data:`_COMPILED`. Launches of a caller's cache share one geometry, so
+    they go through :func:`flashscope.compat.direct_launcher`, which keeps the encoded TMA
+    descriptors (``LAUNCHES["kept"]`` counts them)."""
     from triton import knobs
 
     index = torch.cuda.current_device()
+    own = cache is not None
     if cache is None:
         cache, key = _COMPILED, launch_key(args, consts, options, index, plain_params(kernel))
     else:
@@ -237,16 +241,32 @@ def launch_compiled(kernel, grid, args, consts: dict, options: dict, cache=None)
             if len(cache) >= _COMPILED_MAX:
                 cache.clear()
             # every parameter in signature order: the constexprs follow the arguments
-            cache[key] = (compiled, tuple(consts[p.name] for p in kernel.params[len(args):]))
+            cache[key] = (compiled, tuple(consts[p.name] for p in kernel.params[len(args):]),
+                          direct_launcher(compiled) if own else None)
         return
-    compiled, tail = hit
+    compiled, tail, direct = hit
     call = (*args, *tail)  # the launcher takes the constexprs too, and skips them
     grid = tuple(grid) + (1, 1)
     stream = _current_stream(index)
+    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    if _silent(enter) and _silent(leave):
+        metadata = enter = leave = None
+    else:
+        metadata = compiled.launch_metadata(grid, stream, *call)
+    if direct is not None:
+        direct(grid[:3], stream, call, metadata, enter, leave)
+        LAUNCHES["kept"] += 1
+        return
     compiled.run(grid[0], grid[1], grid[2], stream, compiled.function,
-                 compiled.packed_metadata, compiled.launch_metadata(grid, stream, *call),
-                 knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *call)
+                 compiled.packed_metadata, metadata, enter, leave, *call)
     LAUNCHES["direct"] += 1
+
+
+def _silent(hook) -> bool:
+    """Whether a launch hook calls nothing: None, or an empty chain (Triton 3.6 keeps its
+    hooks as chains, empty unless a profiler adds one, and builds the launch metadata
+    for them on every launch; the launcher skips None)."""
+    return hook is None or getattr(hook, "calls", None) == []
 
 
 def launch_jit(kernel, grid, args, consts: dict, options: dict, device, cache=None) -> None:

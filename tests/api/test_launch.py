@@ -15,7 +15,7 @@ import pytest
 import torch
 import triton
 
-from flashscope import kernels, launch
+from flashscope import compat, kernels, launch
 from flashscope.compat import run_keywords
 from flashscope.families import sm90_fwd
 from flashscope.families.sm90_fwd import Sm90FwdConfig
@@ -162,16 +162,20 @@ def test_first_launch_compiles_then_calls_the_launcher(monkeypatch):
     x = torch.zeros(4)
     launch.launch_compiled(kernel, (7,), (x, 32), {"A": 1, "B": True}, {"num_warps": 4})
     assert len(kernel.jit_calls) == 1
-    ((compiled, tail),) = launch._COMPILED.values()
-    assert tail == (1, True)
+    ((compiled, tail, direct),) = launch._COMPILED.values()
+    assert tail == (1, True) and direct is None  # the shared cache launches through run
     launch.launch_compiled(kernel, (5,), (x, 48), {"A": 1, "B": True}, {"num_warps": 4})
     assert len(kernel.jit_calls) == 1
     # as JITFunction.run: grid, stream, handle, metadata, hooks, then every parameter in
-    # signature order, constexprs included
+    # signature order, constexprs included; hooks that call nothing pass as None
     args = (x, 48, 1, True)
-    assert compiled.calls == [(5, 1, 1, "stream", "fn", "meta",
-                               ("metadata", (5, 1, 1), "stream", args),
-                               hooks.launch_enter_hook, hooks.launch_exit_hook, *args)]
+    assert compiled.calls == [(5, 1, 1, "stream", "fn", "meta", None, None, None, *args)]
+    seen = []
+    monkeypatch.setattr(hooks, "launch_enter_hook", seen.append)
+    launch.launch_compiled(kernel, (5,), (x, 48), {"A": 1, "B": True}, {"num_warps": 4})
+    assert compiled.calls[-1] == (5, 1, 1, "stream", "fn", "meta",
+                                  ("metadata", (5, 1, 1), "stream", args),
+                                  seen.append, hooks.launch_exit_hook, *args)
     launch.launch_compiled(kernel, (5,), (x, 40), {"A": 1, "B": True}, {"num_warps": 4})
     assert len(kernel.jit_calls) == 2  # 40 % 16 != 0: another specialization
     assert len(launch._COMPILED) == 2
@@ -190,8 +194,9 @@ def test_a_plan_cache_keeps_the_compiled_kernel_per_device(monkeypatch):
     for n in (32, 40):  # the plan's key decides what may share it, not this function
         launch.launch_compiled(kernel, (3,), (torch.zeros(2), n), {"A": 7}, {}, cache=cache)
     assert len(kernel.jit_calls) == 1 and list(cache) == [0] and launch._COMPILED == {}
-    compiled, tail = cache[0]
+    compiled, tail, direct = cache[0]
     assert tail == (7,) and compiled.calls[0][-2:] == (40, 7)
+    assert direct is None  # this stand-in's run is not Triton's launcher
 
 
 def test_plan_key_is_finer_than_the_launch_key():
@@ -253,7 +258,64 @@ def test_direct_launches_match_float64_reference(device):
     for Nk in (96, 96, 96, 90, 90):
         run_case(device, B=2, H=4, Hkv=2, Nq=130, Nk=Nk, D=64, causal=True,
                  dtype=torch.bfloat16, bnhd=True, cfg=G, with_lse=True)
-    assert launch.LAUNCHES["direct"] - before["direct"] >= 3
+    after = launch.LAUNCHES
+    assert after["direct"] + after["kept"] - before["direct"] - before["kept"] >= 3
+    if compat.direct_launcher_supported():
+        assert after["kept"] - before["kept"] >= 3
+
+
+def _driver_or_skip():
+    try:
+        from triton.backends.nvidia import driver
+    except ImportError as e:  # pragma: no cover - the wheel ships the NVIDIA backend
+        pytest.skip(f"no NVIDIA backend: {e}")
+    return driver
+
+
+def test_direct_launcher_passes_what_tritons_launcher_passes(monkeypatch):
+    """With Triton 3.6's launcher (its descriptor wrapper around the C launcher), the
+    direct launcher hands the C launcher the same arguments as ``run`` does, while it
+    encodes each descriptor once per (position, base address): a tensor at an address
+    seen before reuses its encoding, another address is encoded anew, and the kept
+    encodings start over past DESCRIPTORS_MAX. On other releases it declines (None)."""
+    driver = _driver_or_skip()
+    encoded = []
+
+    def fake_encode(arg, meta):  # the real one asks the CUDA driver
+        encoded.append(arg.base.data_ptr())
+        return [("map", arg.base.data_ptr(), meta["m"]), *arg.shape, *arg.strides]
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", fake_encode, raising=False)
+    seen = []
+    signature = {"a": "tensordesc<bf16[1, 1, 64, 64]>", "n": "i32",
+                 "b": "tensordesc<bf16[1, 1, 64, 64]>", "c": "constexpr"}
+    inner = driver.wrap_handle_tensordesc(lambda *a: seen.append(a), signature,
+                                          [{"m": 1}, {"m": 2}])
+    run = type("Run", (), dict(launch=staticmethod(inner), global_scratch_size=0,
+                               profile_scratch_size=0, launch_cooperative_grid=False,
+                               launch_pdl=False))()
+    compiled = type("Compiled", (), dict(run=run, packed_metadata=(4, 1, 0), function=99))()
+    go = compat.direct_launcher(compiled)
+    if not compat.direct_launcher_supported():
+        assert go is None
+        return
+    xs = [torch.empty(1, 2, 64, 64, dtype=torch.bfloat16) for _ in range(3)]
+
+    def call(x, y):
+        return (sm90_fwd.tma_desc4(x, "a", 64), 7, sm90_fwd.tma_desc4(y, "b", 64), None)
+
+    for x, y in ((xs[0], xs[1]), (xs[2], xs[1]), (xs[0], xs[1]), (xs[1], xs[0])):
+        c = call(x, y)
+        go((3, 1, 1), 5, c, "md", "enter", "exit")
+        inner(3, 1, 1, 5, 99, False, False, None, None, (4, 1, 0), "md", "enter", "exit", *c)
+        assert seen[-1] == seen[-2] and seen[-1][13] == ("map", x.data_ptr(), 1)
+    # run encodes 8 times; the direct launcher 5: (0, x0) (2, x1) (0, x2) (0, x1) (2, x0)
+    assert len(encoded) == 8 + 5
+    monkeypatch.setattr(compat, "DESCRIPTORS_MAX", 2)
+    go = compat.direct_launcher(compiled)
+    for x in xs:
+        go((1, 1, 1), 0, call(x, x), None, None, None)
+    assert len(encoded) == 13 + 6  # no kept encoding reused: each call starts over
 
 
 def test_divider_is_exact_below_2_31():
