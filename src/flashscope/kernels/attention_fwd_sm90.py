@@ -118,6 +118,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.language.nvidia.hopper.tma import tensor_descriptor
 
 from flashscope.compat import aggregate, tma_load
 from flashscope.kernels.common import softcapped
@@ -184,6 +185,27 @@ class Knobs:
     def __init__(self, **knobs):
         for name, value in knobs.items():
             setattr(self, name, gl.constexpr(value))
+
+
+@aggregate
+class Tail:
+    """A head-dim tail's TMA descriptors (blocks (1, 1, rows, HEAD_TAIL)) and shared
+    tiles: Q's slots, the K and V rings and the output's slots, carried into the
+    partitions as one argument (``()`` without a tail)."""
+
+    q_desc: tensor_descriptor
+    k_desc: tensor_descriptor
+    v_desc: tensor_descriptor
+    o_desc: tensor_descriptor
+    q_smem: gl.shared_memory_descriptor
+    k_smem: gl.shared_memory_descriptor
+    v_smem: gl.shared_memory_descriptor
+    o_smem: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, o_smem):
+        self.q_desc, self.k_desc, self.v_desc, self.o_desc = q_desc, k_desc, v_desc, o_desc
+        self.q_smem, self.k_smem, self.v_smem, self.o_smem = q_smem, k_smem, v_smem, o_smem
 
 
 @gluon.constexpr_function
@@ -258,7 +280,7 @@ def _load_kv(desc, smem, ready, empty, off_b, off_hkv, k0, j, g,
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_Q, N_K,
-              Div, Band, Trace, Tail, K):
+              Div, Band, Trace, T, K):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
@@ -270,8 +292,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     tile's tail columns (:func:`_load_rows`)."""
     BAND: gl.constexpr = K.HAS_LEFT or K.HAS_RIGHT or K.SHIFTED
     if K.HEAD_TAIL > 0:  # (descriptor, shared tiles, first column) of Q, K and V
-        tk = (Tail[1], Tail[5], K.HEAD_DIM)
-        tv = (Tail[2], Tail[6], K.HEAD_DIM)
+        tk = (T.k_desc, T.k_smem, K.HEAD_DIM)
+        tv = (T.v_desc, T.v_smem, K.HEAD_DIM)
     else:
         tk = ()
         tv = ()
@@ -304,7 +326,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         for c in gl.static_range(K.CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
             if K.HEAD_TAIL > 0:
-                tq = (Tail[0], Tail[4].index(c), K.HEAD_DIM)
+                tq = (T.q_desc, T.q_smem.index(c), K.HEAD_DIM)
             else:
                 tq = ()
             _load_rows(q_desc, q_smem.index(c), q_ready.index(c), off_b, off_h,
@@ -342,11 +364,11 @@ def _tail_tile(ring, slot, K):
 
 
 @gluon.jit
-def _tail_keys(Tail, qt, slot, K):
+def _tail_keys(T, qt, slot, K):
     """The tail's operands of one Q K^T: (Q's tail, K's tail transposed), or () without
     a tail."""
     if K.HEAD_TAIL > 0:
-        out = (qt, _tail_tile(Tail[5], slot, K).permute((1, 0)))
+        out = (qt, _tail_tile(T.k_smem, slot, K).permute((1, 0)))
     else:
         out = ()
     return out
@@ -365,7 +387,7 @@ def _scores(q, kt, s_zero, tail, HEAD_TAIL: gl.constexpr):
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m, H, GROUP, N_Q,
-              N_K, qk_scale, Div, Band, Cap, C: gl.constexpr, Trace, Out, Tail, K):
+              N_K, qk_scale, Div, Band, Cap, C: gl.constexpr, Trace, Out, T, K):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -390,7 +412,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     keys), so the softmax is guarded as a band's is, and the output rows past the
     sequence are not stored (:func:`_store_out`).
 
-    A head-dim tail (HEAD_TAIL > 0; ``Tail``: its descriptors and shared tiles) adds a
+    A head-dim tail (HEAD_TAIL > 0; ``T``, a :class:`Tail`) adds a
     second wgmma to each Q K^T, accumulating onto the scores, and a second accumulator
     ``acc_t`` with its own P V; the waits count the tail's products (``PV``)."""
     ROWS: gl.constexpr = 64
@@ -416,7 +438,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, K.HEAD_TAIL, 16])
         pt_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=t_layout,
                                                       k_width=2)
-        qt_slot = Tail[4].index(C)
+        qt_slot = T.q_smem.index(C)
         if not K.Q_REGS:
             qt = qt_slot.reshape([ROWS, K.HEAD_TAIL])
     else:
@@ -485,7 +507,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _stamp(Trace, pid, C, r, 2, K.TRACE)
         kt = k_smem.index(k_slot).reshape([K.BLOCK_N, K.HEAD_DIM]).permute((1, 0))
         _take_turn(C, kk, K.PINGPONG)
-        s = _scores(q, kt, s_zero, _tail_keys(Tail, qt, k_slot, K), K.HEAD_TAIL)
+        s = _scores(q, kt, s_zero, _tail_keys(T, qt, k_slot, K), K.HEAD_TAIL)
         _pass_turn(C, CONSUMERS, K.PINGPONG)
         kk += 1
         s = warpgroup_mma_wait(0, deps=(s,))
@@ -532,11 +554,11 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             mbarrier.wait(v_ready.index(v_slot), v_phase)
             v = v_smem.index(v_slot).reshape([K.BLOCK_N, K.HEAD_DIM])
             _take_turn(C, kk, K.PINGPONG)
-            s = _scores(q, kt, s_zero, _tail_keys(Tail, qt, k_slot, K), K.HEAD_TAIL)
+            s = _scores(q, kt, s_zero, _tail_keys(T, qt, k_slot, K), K.HEAD_TAIL)
             acc = warpgroup_mma(p_op, v, acc, is_async=True)
             if TAILED:
                 acc_t = warpgroup_mma(gl.convert_layout(p_op, pt_layout),
-                                      _tail_tile(Tail[6], v_slot, K), acc_t, is_async=True)
+                                      _tail_tile(T.v_smem, v_slot, K), acc_t, is_async=True)
             _pass_turn(C, CONSUMERS, K.PINGPONG)
             kk += 1
             s = warpgroup_mma_wait(PV, deps=(s,))  # S_j done; P_{j-1} V_{j-1} may run
@@ -581,7 +603,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
         if TAILED:
             acc_t = warpgroup_mma(gl.convert_layout(p_op, pt_layout),
-                                  _tail_tile(Tail[6], k_slot, K), acc_t, is_async=True)
+                                  _tail_tile(T.v_smem, k_slot, K), acc_t, is_async=True)
         _pass_turn(C, CONSUMERS, K.PINGPONG)
         if TAILED:
             acc, acc_t, p_op = warpgroup_mma_wait(0, deps=(acc, acc_t, p_op))
@@ -601,7 +623,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         # epilogue is the one without SPLIT: a branch choosing between the two stores
         # moved ptxas's loop schedule, 0.5-1% a key tile
         if TAILED:
-            out_tail = (acc_t, Tail[7], Tail[3], K.HEAD_DIM)
+            out_tail = (acc_t, T.o_smem, T.o_desc, K.HEAD_DIM)
             part_tail = (acc_t, K.HEAD_DIM)
         else:
             out_tail = ()
@@ -708,13 +730,13 @@ def _attn_fwd_sm90(
                                                 o_tail.layout)
         else:
             ot_smem = qt_smem
-        Tail = (q_tail, k_tail, v_tail, o_tail, qt_smem,
-                gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_TAIL],
-                                          k_tail.layout),
-                gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_TAIL],
-                                          v_tail.layout), ot_smem)
+        T = Tail(q_tail, k_tail, v_tail, o_tail, qt_smem,
+                 gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_TAIL],
+                                           k_tail.layout),
+                 gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_TAIL],
+                                           v_tail.layout), ot_smem)
     else:
-        Tail = ()
+        T = ()
     pin = gl.allocate_shared_memory(gl.float32, [CONSUMERS, 64, 4],
                                     gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
     for c in gl.static_range(CONSUMERS):
@@ -749,11 +771,11 @@ def _attn_fwd_sm90(
     gl.warp_specialize(
         [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                       k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
-                      GROUP, N_Q, N_K, Div, Band, Trace, Tail, K))
+                      GROUP, N_Q, N_K, Div, Band, Trace, T, K))
          if c < 0 else
          (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                       k_empty, v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog,
                       total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, c, Trace, Out,
-                      Tail, K))
+                      T, K))
          for c in ((0, -1), (0, 1, -1), (-1, 0, 1, 2))[CONSUMERS - 1]],
         _worker_warps(CONSUMERS), _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS))
