@@ -111,6 +111,17 @@ def ptxas(arch: int):
 DESCRIPTORS_MAX = 64
 
 
+def _encoder(namespace: dict):
+    """The descriptor encoder (``make_tensordesc_arg``) of a launcher module's namespace
+    where the module has the shape :func:`direct_launcher` reads (Triton 3.6: 13 launch
+    arguments before the kernel's, an encoder of (descriptor, metadata)), else None."""
+    make = namespace.get("make_tensordesc_arg")
+    if namespace.get("_BASE_ARGS_FORMAT_LEN") != 13 or make is None or \
+            make.__code__.co_argcount != 2:
+        return None
+    return make
+
+
 def direct_launcher_supported() -> bool:
     """Whether Triton's NVIDIA launcher has the shape :func:`direct_launcher` reads (its
     3.6 descriptor wrapper; 3.7 passes the kernel's arguments as one tuple, 3.8 changes
@@ -119,19 +130,16 @@ def direct_launcher_supported() -> bool:
         from triton.backends.nvidia import driver
     except ImportError:
         return False
-    make = getattr(driver, "make_tensordesc_arg", None)
-    return getattr(driver, "_BASE_ARGS_FORMAT_LEN", None) == 13 and make is not None and \
-        make.__code__.co_argcount == 2
+    return _encoder(vars(driver)) is not None
 
 
 def direct_launcher(compiled):
     """A function ``go(grid3, stream, call, metadata, enter_hook, exit_hook)`` that
     launches ``compiled`` (a compiled kernel whose launches all share one geometry: an
     sm90 launch plan's, without scratch memory) as its ``run`` would, keeping each TMA
-    descriptor argument's
-    encoded form (``make_tensordesc_arg``: the CUtensorMap the driver encodes, then the
-    shape and strides) by argument position and base address; or None where Triton's
-    launcher is not the one this reads.
+    descriptor argument's encoded form (``make_tensordesc_arg``: the CUtensorMap the
+    driver encodes, then the shape and strides) by argument position and base address;
+    or None where Triton's launcher is not the one this reads.
 
     The launcher a Gluon kernel with host descriptors gets (Triton 3.6:
     ``wrap_handle_tensordesc``'s ``inner``) encodes every descriptor on every launch,
@@ -148,11 +156,8 @@ def direct_launcher(compiled):
             getattr(run, "profile_scratch_size", 1):
         return None
     cells = dict(zip(code.co_freevars, (c.cell_contents for c in inner.__closure__)))
-    glob = inner.__globals__
-    make = glob.get("make_tensordesc_arg")
-    if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= cells.keys() or \
-            glob.get("_BASE_ARGS_FORMAT_LEN") != 13 or make is None or \
-            make.__code__.co_argcount != 2:
+    make = _encoder(inner.__globals__)
+    if make is None or not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= cells.keys():
         return None
     launcher, metas = cells["launcher"], cells["tensordesc_meta"]
     order = sorted(cells["tensordesc_indices"])

@@ -2,8 +2,12 @@
 (:mod:`flashscope.kernels.attention_fwd_sm90`): a TMA producer warp and one consumer
 warpgroup per 64 query rows on a persistent grid, FlashAttention-3's schedule.
 
-Its record (:class:`Sm90FwdConfig`), rules (:data:`RULES`), default rule (:func:`select`),
-what it accepts (:func:`accepts`, :func:`tensors_problem`), and its launch plan
+In order: the head dims it runs and the column parts it runs each as (:func:`head_parts`),
+its record (:class:`Sm90FwdConfig`) with its rules (:data:`RULES`, :func:`check`) and the
+problems it accepts (:func:`accepts`), the default rule (:func:`select`, fitted to a
+problem's sizes by :func:`fit`) and the tensors it reads (:func:`tensors_problem`), its
+TMA descriptors (:func:`tma_desc4`), the host's work lists (:func:`lpt_tensor`,
+:func:`split_tensors`), and its launch plan
 (:class:`Sm90Plan`: descriptors, scalars, work list, constexprs, built once per geometry
 and then looked up, :func:`plan`; a packed batch's list is built on the device per call,
 :meth:`Sm90Plan.packed_list`), then its launches: :func:`run`, and :func:`bind` for the
@@ -51,6 +55,10 @@ def head_parts(d: int) -> tuple:
 def head_width(d: int) -> int:
     """Columns the kernel's tiles hold for head dim ``d``: both parts of :func:`head_parts`."""
     return sum(head_parts(d))
+
+
+# -- the record and its rules ---------------------------------------------------------------
+
 #: warps of one consumer warpgroup (the kernel's num_warps)
 WARPS = 4
 #: setmaxnreg budgets by consumer warpgroups: with a 24-register producer warpgroup, two
@@ -125,6 +133,7 @@ class Sm90FwdConfig(Knobs):
 
 
 Config = Sm90FwdConfig
+
 
 def min_shared_bytes(cfg: Sm90FwdConfig, head_dim: int, dtype: str = "bfloat16") -> int:
     """The kernel's shared memory but the allocator's alignment, in bytes: Q (and the
@@ -225,6 +234,8 @@ def accepts(problem: Problem) -> Optional[str]:
         return f"head dim {problem.head_dim} (the kernel takes {MIN_HEAD_DIM}..{MAX_HEAD_DIM})"
     return None
 
+
+# -- the default rule -----------------------------------------------------------------------
 
 def select(problem: Problem) -> Sm90FwdConfig:
     """The default for a problem the family accepts, a rule over the measured recipes
@@ -687,6 +698,8 @@ def call(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=No
     sched = p.packed_list(packed) if packed is not None else None
     return p.grid, p.args(q, k, v, out, lse, sched=sched), dict(p.consts)
 
+
+# -- launches -------------------------------------------------------------------------------
 
 def _check_run(q, scale: float) -> None:
     from ..launch import interpreting

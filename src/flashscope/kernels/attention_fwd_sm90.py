@@ -375,11 +375,11 @@ def _tail_keys(T, qt, slot, K):
 
 
 @gluon.jit
-def _scores(q, kt, s_zero, tail, HEAD_TAIL: gl.constexpr):
+def _scores(q, kt, s_zero, tail):
     """Q K^T issued as one async wgmma, and with a head-dim ``tail`` (its Q and K^T
-    operands) a second one accumulating onto it."""
+    operands, or ()) a second one accumulating onto it."""
     s = warpgroup_mma(q, kt, s_zero, use_acc=False, is_async=True)
-    if HEAD_TAIL > 0:
+    if len(tail) > 0:
         s = warpgroup_mma(tail[0], tail[1], s, is_async=True)
     return s
 
@@ -507,7 +507,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _stamp(Trace, pid, C, r, 2, K.TRACE)
         kt = k_smem.index(k_slot).reshape([K.BLOCK_N, K.HEAD_DIM]).permute((1, 0))
         _take_turn(C, kk, K.PINGPONG)
-        s = _scores(q, kt, s_zero, _tail_keys(T, qt, k_slot, K), K.HEAD_TAIL)
+        s = _scores(q, kt, s_zero, _tail_keys(T, qt, k_slot, K))
         _pass_turn(C, CONSUMERS, K.PINGPONG)
         kk += 1
         s = warpgroup_mma_wait(0, deps=(s,))
@@ -554,7 +554,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             mbarrier.wait(v_ready.index(v_slot), v_phase)
             v = v_smem.index(v_slot).reshape([K.BLOCK_N, K.HEAD_DIM])
             _take_turn(C, kk, K.PINGPONG)
-            s = _scores(q, kt, s_zero, _tail_keys(T, qt, k_slot, K), K.HEAD_TAIL)
+            s = _scores(q, kt, s_zero, _tail_keys(T, qt, k_slot, K))
             acc = warpgroup_mma(p_op, v, acc, is_async=True)
             if TAILED:
                 acc_t = warpgroup_mma(gl.convert_layout(p_op, pt_layout),
