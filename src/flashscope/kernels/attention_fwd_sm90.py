@@ -268,13 +268,8 @@ def _load_kv(desc, smem, ready, empty, off_b, off_hkv, k0, j, g,
     s = g % STAGES
     _acquire(empty, s, (g // STAGES + 1) & 1, g >= STAGES)
     if len(tail) > 0:
-        mbarrier.expect(ready.index(s), desc.block_type.nbytes + tail[0].block_type.nbytes)
-    else:
-        mbarrier.expect(ready.index(s), desc.block_type.nbytes)
-    tma_load(desc, [off_b, off_hkv, k0 + j * BLOCK_N, 0], ready.index(s), smem.index(s))
-    if len(tail) > 0:
-        tma_load(tail[0], [off_b, off_hkv, k0 + j * BLOCK_N, tail[2]], ready.index(s),
-                 tail[1].index(s))
+        tail = (tail[0], tail[1].index(s), tail[2])
+    _load_rows(desc, smem.index(s), ready.index(s), off_b, off_hkv, k0 + j * BLOCK_N, tail)
 
 
 @gluon.jit
