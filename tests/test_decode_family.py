@@ -6,7 +6,8 @@ import pytest
 from flashscope import compile as fcompile
 from flashscope.errors import ConfigError
 from flashscope.families import Problem, config_from_text, family, triton_decode
-from flashscope.families.triton_decode import (MAX_SPLITS, TritonDecodeConfig, select,
+from flashscope.families.triton_decode import (MAX_SPLITS, TritonDecodeConfig,
+                                               in_flight_bytes, readers, select,
                                                split_count, triton_stages)
 from flashscope.targets import ALL_TARGETS, get_target
 
@@ -15,31 +16,55 @@ def decode_problem(B=8, Nq=1, H=32, Hkv=8, Nk=8192, D=128, target="sm90"):
     return Problem(target, "bfloat16", D, True, Nq, Nk, B * H, group=H // Hkv)
 
 
-@pytest.mark.parametrize("tiles,key_tiles,units,want", [
-    (512, 2048, 132, 1),    # B = 64 x 8 kv heads fill the GPU: no split
-    (132, 2048, 132, 1),
-    (67, 2048, 132, 1),     # more than half the SMs: a second split would need a wave
-    (66, 2048, 132, 2),
-    (8, 2048, 132, 16),     # one sequence: the most splits within one program an SM
-    (64, 512, 132, 2),
+@pytest.mark.parametrize("tiles,key_tiles,grid,want", [
+    (512, 2048, 66, 1),     # B = 64 x 8 kv heads fill the GPU: no split
+    (64, 2048, 66, 1),      # the work tiles alone are the grid
+    (33, 2048, 66, 2),
+    (8, 2048, 66, 8),       # one sequence: 64 programs
+    (8, 2048, 132, 16),
     (8, 2048, 304, 38),     # an MI300X's CUs
-    (8, 16, 132, 8),        # a short cache: two key tiles a split at least
-    (8, 1, 132, 1),
+    (8, 4, 66, 4),          # a short cache: a key tile a split at least
+    (8, 1, 66, 1),
     (1, 10 ** 6, 10 ** 4, MAX_SPLITS),
 ])
-def test_split_count(tiles, key_tiles, units, want):
-    assert split_count(tiles, key_tiles, units) == want
+def test_split_count(tiles, key_tiles, grid, want):
+    assert split_count(tiles, key_tiles, grid) == want
+
+
+def test_readers_by_bytes_in_flight_and_rows():
+    cfg = TritonDecodeConfig(BLOCK_M=16, BLOCK_N=128, num_stages=3)
+    k128 = 2 * 2 * 128 * 128 * 2  # two stages of 128 x 128 K and V tiles in flight
+    assert in_flight_bytes(cfg, 128) == k128
+    assert in_flight_bytes(cfg, 80) == k128  # the padded head dim is what is loaded
+    assert in_flight_bytes(cfg.replace(num_stages=1), 64) == k128 // 4  # a tile at least
+    assert readers(cfg, 128, "bfloat16", 132) == 132 * 64 * 1024 // k128 == 66
+    assert readers(cfg, 64, "bfloat16", 132) == 132  # half the bytes, twice the programs
+    assert readers(cfg.replace(BLOCK_N=16), 64, "bfloat16", 132) == 132  # one an SM at most
+    # wider tiles: their products pace the loads, one program an SM
+    sm90 = get_target("sm90")
+    assert readers(cfg.replace(BLOCK_M=32), 128, "bfloat16", 132, sm90) == 132
+    assert readers(cfg.replace(BLOCK_M=64), 128, "bfloat16", 132, sm90) == 66  # wgmma
+    assert readers(cfg.replace(BLOCK_M=64), 128, "bfloat16", 108, get_target("sm80")) == 108
+    assert readers(cfg.replace(BLOCK_M=128), 128, "bfloat16", 132, sm90) == 132
+    assert readers(cfg, 128, "bfloat16", 132, sm90, paged=True) == 132  # gathers pace
 
 
 def test_select_packs_the_group_and_splits_small_grids():
     one = select(decode_problem(B=1, Nq=1, Hkv=8, Nk=131072))
     assert (one.BLOCK_M, one.DOT, one.num_warps) == (16, True, 4)  # 4 rows padded to 16
-    assert one.SPLITS > 8  # 8 work tiles on 132 SMs
+    assert one.SPLITS == 8  # 8 work tiles x 8 splits: 64 KB loading an SM of 132
     wide = select(decode_problem(B=64, Nq=16, H=64, Hkv=8))
     assert (wide.BLOCK_M, wide.num_warps, wide.SPLITS) == (128, 8, 1)
+    # at B = 8 (64 work tiles): one program an SM for 128- and 32-row tiles (2 splits),
+    # none for 64 rows on wgmma and for 16
+    assert select(decode_problem(B=8, Nq=16, H=64, Hkv=8)).SPLITS == 2
+    assert select(decode_problem(B=8, Nq=4, H=64, Hkv=8)).SPLITS == 2
+    assert select(decode_problem(B=8, Nq=16, H=32, Hkv=8)).SPLITS == 1
+    assert select(decode_problem(B=8, Nq=1, H=64, Hkv=8)).SPLITS == 1
     assert select(decode_problem(Nq=16, H=32, Hkv=1)).BLOCK_M == 128  # 512 rows: 4 blocks
-    # the split rule reads the target's SM count: fewer SMs, fewer splits
-    assert select(decode_problem(B=1, target="sm86")).SPLITS < \
+    # the split rule reads the target's SM count (same tiles: fewer SMs, fewer splits) and
+    # the bytes a program loads (sm86's smaller shared memory halves its key tiles)
+    assert select(decode_problem(B=1, target="sm80")).SPLITS < \
         select(decode_problem(B=1, target="sm90")).SPLITS
     p = decode_problem(B=2, Nk=4096)
     assert select(p) == select(p) and isinstance(select(p), TritonDecodeConfig)

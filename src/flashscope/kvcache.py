@@ -165,13 +165,14 @@ def problem_of(q, cache: Cache, mask) -> Problem:
     return Problem(device_target(q.device) or "sm90", _DTYPES[q.dtype], D, mask.causal, Nq,
                    cache.capacity, B * H,
                    window=mask.left_bounded or (mask.right_bounded and not mask.causal),
-                   softcap=mask.softcap is not None, group=H // hkv)
+                   softcap=mask.softcap is not None, group=H // hkv,
+                   paged=cache.table is not None)
 
 
 def _default_config(q, cache: Cache, mask) -> TritonDecodeConfig:
     """The family's default for this call (:func:`problem_of`), remembered by what the
     problem is made of."""
-    key = (q.device, q.dtype, q.shape, cache.k.shape, cache.capacity, mask)
+    key = (q.device, q.dtype, q.shape, cache.k.shape, cache.capacity, cache.page, mask)
     return launch.remembered(_DEFAULTS, key,
                              lambda: triton_decode.select(problem_of(q, cache, mask)))
 

@@ -241,6 +241,25 @@ def test_check_kvcache_accepts_a_valid_call(device):
                                     **args) is None
 
 
+def test_paged_caches_get_their_own_default():
+    """A paged cache's problem says so, and its default (one program an SM) is never the
+    one remembered for a dense cache of the same tensor shapes."""
+    from flashscope.kvcache import _default_config, problem_of
+    from flashscope.families.triton_decode import Cache
+    from flashscope.masks import Mask
+
+    q = torch.zeros(8, 1, 32, 128, dtype=torch.bfloat16)
+    kv = torch.zeros(8, 8192, 8, 128, dtype=torch.bfloat16)
+    lens = torch.zeros(8, dtype=torch.int32)
+    one_page = torch.zeros(8, 1, dtype=torch.int32)  # 8 pages of 8192 keys: dense's shape
+    mask = Mask.of(True, (-1, -1), "bottom_right", None)
+    dense, paged = Cache.of(kv, kv, lens), Cache.of(kv, kv, lens, one_page)
+    assert not problem_of(q, dense, mask).paged and problem_of(q, paged, mask).paged
+    # 64 work tiles on sm90: unsplit when dense, two splits (one program an SM) when paged
+    assert (_default_config(q, dense, mask).SPLITS, _default_config(q, paged, mask).SPLITS) \
+        == (1, 2)
+
+
 # -- GPU ---------------------------------------------------------------------------------
 
 @pytest.mark.gpu

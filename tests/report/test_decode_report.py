@@ -39,7 +39,7 @@ def test_report_builds_the_decoding_kernels(tmp_path):
     data = json.loads((out / "report.json").read_text())
     assert data["kernel"] == "decode" and "decoding kernels" in data["model"]
     want = triton_decode.select(Problem("sm90", "bfloat16", 128, False, **DECODE.problem))
-    assert data["spec"]["base"]["sm90"] == want.label and want.SPLITS > 1
+    assert data["spec"]["base"]["sm90"] == want.label
     rows = {r["kernel"]: r for r in data["rows"]}
     assert set(rows) == {"triton-decode", "decode_paged", "decode_merge"}
     for r in rows.values():

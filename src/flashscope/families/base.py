@@ -367,6 +367,7 @@ class Problem:
     varlen: bool = False  # packed sequences of different lengths
     softcap: bool = False  # scores capped by c tanh(s / c)
     group: int = 1  # query heads per kv head (GQA); decoding packs a group's rows in a tile
+    paged: bool = False  # decoding: the cache is read through a block table
 
     @property
     def seq_len(self) -> int:

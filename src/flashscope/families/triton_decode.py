@@ -36,9 +36,23 @@ MERGE_COLS = 32
 MERGE_CHUNK = 16
 #: most splits of a work tile (each costs a workspace slot and a pass of the merge)
 MAX_SPLITS = 256
-#: fewest key tiles a split is given: with two, each program has a tile loading under the
-#: one it computes
-MIN_SPLIT_TILES = 2
+#: fewest key tiles a split is given. One: on an H100 a 1024-key cache at B = 1 and 2 read
+#: fastest cut into 8 splits of one 128-key tile each (a short read is all latency, and
+#: more programs overlap more of it), 5-9% ahead of 4 splits of two tiles
+MIN_SPLIT_TILES = 1
+#: K and V bytes a GPU needs loading per SM (CU) to read at its memory's bandwidth: the
+#: splits aim for the programs that together keep that much in flight
+#: (:func:`in_flight_bytes`), no more. On an H100 66 programs of 128 KB each (D = 128 and
+#: 256) read as fast as 132 of them, 132 of 64 KB (D = 64) faster than 66; a split
+#: past that only adds slots to merge.
+IN_FLIGHT_PER_SM = 64 * 1024
+#: most packed rows of a tile whose programs keep pace with their loads on mma.sync
+#: (on sm_90's wgmma: :data:`WGMMA_ROWS`). A program's products per key tile grow with its
+#: rows (BLOCK_M flops per K/V byte loaded): on an H100, tiles of 32 rows (mma.sync) and
+#: 128 (wgmma; GQA 8:1 at 4 and 16 query tokens) read up to 1.4x slower at the byte
+#: target than with one program an SM; tiles of 16 rows (one token, GQA up to 16:1) and
+#: 64 on wgmma (GQA 4:1 at 16 tokens) as fast or up to 9% faster.
+STREAM_ROWS = 16
 #: products a thread may hold in the reduce path (rows x keys x padded head dim over the
 #: threads), past which they spill instead of staying in registers
 REDUCE_PRODUCTS = 128
@@ -188,20 +202,43 @@ def packed_rows(problem: Problem) -> int:
     return max(1, problem.group) * max(1, problem.n_q)
 
 
-def split_count(tiles: int, key_tiles: int, units: int) -> int:
-    """Programs that share each work tile's key tiles: the most that keep the grid within
-    one program per SM (CU) of the ``units`` the GPU has, so that every SM reads and none
-    waits for a second wave, but no more than leave each program :data:`MIN_SPLIT_TILES`
-    of the ``key_tiles`` tiles, nor :data:`MAX_SPLITS`; none (1) once the ``tiles`` work
-    tiles fill half the SMs or more.
+def in_flight_bytes(cfg: TritonDecodeConfig, head_dim: int, dtype: str = "bfloat16") -> int:
+    """K and V bytes one program keeps loading: the tiles of every stage but the one it
+    computes on."""
+    return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * DTYPE_BYTES[dtype] \
+        * max(1, cfg.num_stages - 1)
 
-    Why one program an SM: decoding is bound by memory, and one program of the default
-    tiles keeps two 32 KB tiles of K and V in flight, about what an SM's share of the
-    bandwidth needs; more programs add splits to merge without adding bandwidth. On an
-    H100 (D = 64 and 128, one query token): B = 1 with 8 kv heads ran best at 16 splits
-    of 8-128k keys (128 programs), B = 8 at 2, B = 64 unsplit; filling three programs an
-    SM (49 splits at D = 64, 6 at B = 8) read 5-10% slower."""
-    return max(1, min(units // max(1, tiles), key_tiles // MIN_SPLIT_TILES, MAX_SPLITS))
+
+def readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int,
+            target=None, paged: bool = False) -> int:
+    """Programs that together read the cache at the memory's bandwidth on a GPU of
+    ``units`` SMs (CUs): those that keep :data:`IN_FLIGHT_PER_SM` bytes loading an SM at
+    :func:`in_flight_bytes` a program, for dense caches and tiles whose products keep
+    pace with their loads (up to :data:`STREAM_ROWS` rows, :data:`WGMMA_ROWS` where
+    ``target`` runs them as wgmma); one an SM for wider tiles and for ``paged`` caches,
+    whose programs gather each key tile through the block table at a lower rate (H100,
+    16-key pages: 0.81-0.83 of the dense cache's bandwidth at the byte target's single
+    program a work tile, 0.95-0.98 at one an SM). Never past one program an SM: a
+    second wave's programs run alone."""
+    if paged or cfg.BLOCK_M > (WGMMA_ROWS if _wgmma(cfg, target) else STREAM_ROWS):
+        return units
+    return max(1, min(units, units * IN_FLIGHT_PER_SM // in_flight_bytes(cfg, head_dim,
+                                                                          dtype)))
+
+
+def split_count(tiles: int, key_tiles: int, readers: int) -> int:
+    """Programs that share each work tile's key tiles: enough that the ``tiles`` work
+    tiles make up the grid of ``readers`` programs (:func:`readers`), but no more than
+    leave each program :data:`MIN_SPLIT_TILES` of the ``key_tiles`` tiles, nor
+    :data:`MAX_SPLITS`; none (1) once the work tiles alone are that many.
+
+    Why a target and not as many splits as fit: every split adds a slot to merge and the
+    merge's launch, so a split pays only while it adds bandwidth. On an H100 (1 to 16
+    query tokens; GQA 4:1 and 8:1; D = 64, 128, 256; 1k-128k keys; B = 1-16 at 8 kv heads,
+    against 1-32 splits) the rule's count ran fastest or within 4% of the fastest; one
+    program an SM for 16-row tiles (2 splits at B = 8, D = 128) ran 3-4% slower than none
+    at 8k keys and 11% at 1k."""
+    return max(1, min(readers // max(1, tiles), key_tiles // MIN_SPLIT_TILES, MAX_SPLITS))
 
 
 def select(problem: Problem) -> TritonDecodeConfig:
@@ -216,9 +253,10 @@ def select(problem: Problem) -> TritonDecodeConfig:
     V, while the padding rows of a 16-row product cost tensor-core issue slots that a
     loop bound by memory has to spare. Splits: :func:`split_count` over the work tiles
     B x Hkv x row blocks, the key tiles of the cache's length (the bound every sequence
-    is under: the host reads no lengths) and the SMs (CUs) of the target. The table's key
-    tiles are halved where the tile's shared memory would not fit a block (128 packed
-    rows at D = 256 on sm_90)."""
+    is under: the host reads no lengths) and the programs that read the cache at the
+    memory's bandwidth on the target (:func:`readers`). The table's key tiles are halved
+    where the tile's shared memory would not fit a block (128 packed rows at D = 256 on
+    sm_90)."""
     t = problem.target_record()
     check_head_dim(problem.head_dim)
     base = table_select(DEFAULTS, KERNEL, problem)
@@ -235,7 +273,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
     tiles = kv_heads * -(-rows // block_m)
     units = getattr(t, "sm_count", None) or t.cu_count
     key_tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
-    return cfg.replace(SPLITS=split_count(tiles, key_tiles, units))
+    grid = readers(cfg, problem.head_dim, problem.dtype, units, t, problem.paged)
+    return cfg.replace(SPLITS=split_count(tiles, key_tiles, grid))
 
 
 def accepts(problem: Problem) -> Optional[str]:
