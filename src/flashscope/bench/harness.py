@@ -186,15 +186,9 @@ class _Runner:
         return res
 
     def _host(self, res: Result) -> Result:
-        """Mark a result whose events may have timed the host (:func:`.timing.host_bound`):
-        ``host_bound`` and a note in ``reason``."""
+        """Mark a result whose events may have timed the host (:func:`.timing.host_bound`);
+        the tables say so (:func:`.output.reason`)."""
         res.host_bound = host_bound(res.host_us, res.ms, self.timer)
-        if res.host_bound:
-            res.reason = (f"host-bound? the host takes {res.host_us:.0f} us to queue a "
-                          f"call, {1e3 * res.ms:.0f} us measured: --hide-host or "
-                          "--cuda-graph time the GPU alone")
-        elif res.reason.startswith("host-bound?"):
-            res.reason = ""
         return res
 
     def more_rounds(self, results: list) -> None:

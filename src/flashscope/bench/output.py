@@ -88,6 +88,15 @@ def _fmt(value, fmt: str) -> str:
     return "" if value is None else fmt.format(value)
 
 
+def reason(r) -> str:
+    """What a row's reason column says: why it failed or was skipped, or for a timing the
+    events may have taken from the host (``host_bound``), how to time the GPU alone."""
+    if r.reason or not r.host_bound:
+        return r.reason
+    return (f"host-bound? the host takes {r.host_us:.0f} us to queue a call, "
+            f"{1e3 * r.ms:.0f} us measured: --hide-host or --cuda-graph time the GPU alone")
+
+
 def table(results, metrics, title: str = ""):
     """The terminal table: one row per (case, provider); failed rows in red with the
     reason, unsupported and unavailable ones dimmed."""
@@ -99,7 +108,7 @@ def table(results, metrics, title: str = ""):
         style = {"ok": None, "failed": "red", "error": "red"}.get(r.status, "dim")
         t.add_row(r.case.label, r.provider, r.status,
                   *(_fmt(getattr(r, METRICS[m][0]), METRICS[m][2]) for m in metrics),
-                  r.reason, style=style)
+                  reason(r), style=style)
     return t
 
 
