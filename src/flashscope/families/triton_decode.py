@@ -235,9 +235,9 @@ def split_count(tiles: int, key_tiles: int, readers: int) -> int:
     Why a target and not as many splits as fit: every split adds a slot to merge and the
     merge's launch, so a split pays only while it adds bandwidth. On an H100 (1 to 16
     query tokens; GQA 4:1 and 8:1; D = 64, 128, 256; 1k-128k keys; B = 1-16 at 8 kv heads,
-    against 1-32 splits) the rule's count ran fastest or within 4% of the fastest; one
-    program an SM for 16-row tiles (2 splits at B = 8, D = 128) ran 3-4% slower than none
-    at 8k keys and 11% at 1k."""
+    against 1-32 splits) the rule's count ran fastest or within 5% of the fastest from 8k
+    keys, within 9% at 1k; one program an SM for 16-row tiles (2 splits at B = 8, D =
+    128) ran 3-4% slower than none at 8k keys and 11% at 1k."""
     return max(1, min(readers // max(1, tiles), key_tiles // MIN_SPLIT_TILES, MAX_SPLITS))
 
 
