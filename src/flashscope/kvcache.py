@@ -260,9 +260,7 @@ class _BoundDecode:
     def __call__(self, q, k_cache, v_cache, cache_seqlens, k, v, block_table):
         cache = Cache.of(k_cache, v_cache, cache_seqlens, block_table)
         B, Nq, H, _ = q.shape
-        out = torch.empty_like(q)
-        lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32) \
-            if self.return_lse else None
+        out, lse = torch.empty_like(q), launch.lse_for(q, (B, H, Nq), self.return_lse)
         if self.plan is None:
             from . import kernels
 
@@ -275,9 +273,7 @@ class _BoundDecode:
 
 def _run(q, cache: Cache, k, v, mask, scale: float, cfg, return_lse: bool):
     B, Nq, H, _ = q.shape
-    out = torch.empty_like(q)
-    lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32) \
-        if return_lse else None
+    out, lse = torch.empty_like(q), launch.lse_for(q, (B, H, Nq), return_lse)
     if launch.interpreting() and q.dtype == torch.bfloat16:
         from .testing.interpreter import patch_bf16_dot
 

@@ -68,6 +68,12 @@ class Packed(NamedTuple):
         return self.cu_seqlens_q.shape[0] - 1
 
 
+def lse_for(q, shape: tuple, return_lse: bool) -> "torch.Tensor | None":
+    """The float32 log-sum-exp a forward launch writes beside its output, ``shape`` on
+    ``q``'s device, or None without ``return_lse``."""
+    return torch.empty(shape, device=q.device, dtype=torch.float32) if return_lse else None
+
+
 def forward(q, k, v, *, mask: Mask, scale: float, cfg, return_lse: bool,
             out: "torch.Tensor | None" = None, packed: "Packed | None" = None):
     """Run the forward kernel of ``cfg``'s family. q (B, H, Nq, D); k, v (B, Hkv, Nk, D);
@@ -78,7 +84,7 @@ def forward(q, k, v, *, mask: Mask, scale: float, cfg, return_lse: bool,
     Nk = k.shape[2]
     if out is None:
         out = torch.empty_like(q)
-    lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32) if return_lse else None
+    lse = lse_for(q, (B, H, Nq), return_lse)
     if out.numel() == 0:
         return out, lse
     if Nk == 0:  # no keys: SDPA returns zeros (an empty sum of values); lse = log(0)
@@ -123,9 +129,7 @@ class BoundForward:
         if self.go is False:
             return forward(q, k, v, mask=self.mask, scale=self.scale, cfg=self.cfg,
                            return_lse=self.return_lse)
-        out = torch.empty_like(q)
-        lse = torch.empty(self.lse_shape, device=q.device, dtype=torch.float32) \
-            if self.return_lse else None
+        out, lse = torch.empty_like(q), lse_for(q, self.lse_shape, self.return_lse)
         if self.go is None:
             self.go = family_of(self.cfg).bind(q, k, v, out, lse, mask=self.mask,
                                                scale=self.scale, cfg=self.cfg)
