@@ -91,20 +91,27 @@ class TritonDecodeConfig(Knobs):
 Config = TritonDecodeConfig
 
 
+def in_flight_bytes(cfg: TritonDecodeConfig, head_dim: int, dtype: str = "bfloat16") -> int:
+    """K and V bytes one program keeps loading: the tiles of every stage but the one it
+    computes on."""
+    return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * DTYPE_BYTES[dtype] \
+        * max(1, cfg.num_stages - 1)
+
+
 def min_shared_bytes(cfg: TritonDecodeConfig, head_dim: int, dtype: str = "bfloat16",
                      target=None) -> int:
     """A lower bound on shared memory, in bytes: with DOT, the K and V tiles (BLOCK_N x
     D_pad each) the tensor cores read from shared memory, max(1, S - 1) copies of each in
-    flight for S stages (as the forward's bound). On sm_90 from :data:`WGMMA_ROWS` rows
-    Triton issues wgmma, which reads its operands from shared memory: S copies of K and
-    V, plus Q's tile (read from the sm_90 binaries: 112 KB at 64 x 64 x 128, 3 stages;
+    flight for S stages (:func:`in_flight_bytes`; as the forward's bound). On sm_90 from
+    :data:`WGMMA_ROWS` rows Triton issues wgmma, which reads its operands from shared
+    memory: S copies of K and V, plus Q's tile (read from the sm_90 binaries: 112 KB at 64 x 64 x 128, 3 stages;
     128 KB at 128 rows). The reduce path reads K and V from registers: 0."""
     if not cfg.DOT:
         return 0
     tile = head_dim_pad(head_dim) * DTYPE_BYTES[dtype]
     if _wgmma(cfg, target):
         return 2 * cfg.BLOCK_N * tile * cfg.num_stages + cfg.BLOCK_M * tile
-    return 2 * cfg.BLOCK_N * tile * max(1, cfg.num_stages - 1)
+    return in_flight_bytes(cfg, head_dim, dtype)
 
 
 #: fewest rows of a DOT tile Triton issues sm_90's wgmma for (fewer: mma.sync)
@@ -200,13 +207,6 @@ def _next_pow2(n: int) -> int:
 def packed_rows(problem: Problem) -> int:
     """Rows of a sequence's kv head: its query heads times the query tokens."""
     return max(1, problem.group) * max(1, problem.n_q)
-
-
-def in_flight_bytes(cfg: TritonDecodeConfig, head_dim: int, dtype: str = "bfloat16") -> int:
-    """K and V bytes one program keeps loading: the tiles of every stage but the one it
-    computes on."""
-    return 2 * cfg.BLOCK_N * head_dim_pad(head_dim) * DTYPE_BYTES[dtype] \
-        * max(1, cfg.num_stages - 1)
 
 
 def readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int,
