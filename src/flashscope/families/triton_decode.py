@@ -104,8 +104,9 @@ def min_shared_bytes(cfg: TritonDecodeConfig, head_dim: int, dtype: str = "bfloa
     D_pad each) the tensor cores read from shared memory, max(1, S - 1) copies of each in
     flight for S stages (:func:`in_flight_bytes`; as the forward's bound). On sm_90 from
     :data:`WGMMA_ROWS` rows Triton issues wgmma, which reads its operands from shared
-    memory: S copies of K and V, plus Q's tile (read from the sm_90 binaries: 112 KB at 64 x 64 x 128, 3 stages;
-    128 KB at 128 rows). The reduce path reads K and V from registers: 0."""
+    memory: S copies of K and V, plus Q's tile (read from the sm_90 binaries: 112 KB at
+    64 x 64 x 128, 3 stages; 128 KB at 128 rows). The reduce path reads K and V from
+    registers: 0."""
     if not cfg.DOT:
         return 0
     tile = head_dim_pad(head_dim) * DTYPE_BYTES[dtype]

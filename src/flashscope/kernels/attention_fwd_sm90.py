@@ -645,8 +645,7 @@ def _attn_fwd_sm90(
     H, GROUP, N_Q, N_K, BH, qk_scale, DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G, Trace,
     OFFSET, LEFT, RIGHT, cap_in, cap_out, Out, q_tail, k_tail, v_tail, o_tail,
     HEAD_DIM: gl.constexpr, HEAD_TAIL: gl.constexpr, BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
     RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr,
@@ -754,9 +753,9 @@ def _attn_fwd_sm90(
     else:
         Cap = ()
     K = Knobs(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=HEAD_DIM, HEAD_TAIL=HEAD_TAIL,
-              STAGES=STAGES,
-              CONSUMERS=CONSUMERS, IS_CAUSAL=IS_CAUSAL, RETURN_LSE=RETURN_LSE, LPT=LPT,
-              PINGPONG=PINGPONG, RESCALE_TAU=RESCALE_TAU, EARLY_Q=EARLY_Q, K_EARLY=K_EARLY,
+              STAGES=STAGES, CONSUMERS=CONSUMERS, IS_CAUSAL=IS_CAUSAL, RETURN_LSE=RETURN_LSE,
+              LPT=LPT, PINGPONG=PINGPONG, RESCALE_TAU=RESCALE_TAU, EARLY_Q=EARLY_Q,
+              K_EARLY=K_EARLY,
               MASKED_FIRST=MASKED_FIRST, OUT_RCP=OUT_RCP, Q_REGS=Q_REGS, SPLIT=SPLIT,
               TRACE=TRACE, HAS_LEFT=HAS_LEFT, HAS_RIGHT=HAS_RIGHT, SHIFTED=SHIFTED,
               SOFTCAP=SOFTCAP, VARLEN=VARLEN)
