@@ -121,27 +121,16 @@ def test_sm90_binary(D, causal, bm, bn, knobs):
     assert rec.spill_stores == 0 and rec.spill_loads == 0
     assert mix.get("PRMT", 0) == 0, mix.get("PRMT")
     from flashscope.families.sm90_fwd import head_parts, head_width
-    from flashscope.isa.nvidia import disassemble
+    from flashscope.isa.nvidia import disassemble, sass_lines
 
     assert rec.dynamic_shared_bytes >= (bm + 2 * 2 * bn) * head_width(D) * 2
-    shapes = {op.split(".")[1] for op in _opcodes(disassemble(art.binary)) if
-              op.startswith("HGMMA.")}
+    shapes = {line.split("HGMMA.", 1)[1].split(".")[0]
+              for lines in sass_lines(disassemble(art.binary)).values()
+              for op, line in lines if op == "HGMMA"}
     main, tail = head_parts(D)
     # Q K^T over the key tile; P V over each column part, the tail's no wider than itself
     want = {f"64x{bn}x16", f"64x{main}x16"} | ({f"64x{tail}x16"} if tail else set())
     assert shapes == want, (shapes, want)
-
-
-def _opcodes(sass: str) -> list:
-    """Each SASS instruction's opcode with its suffixes (``HGMMA.64x32x16.F32.BF16``)."""
-    out = []
-    for line in sass.splitlines():
-        if line.strip().startswith("/*") and "*/" in line:
-            words = line.split("*/", 1)[1].split()
-            if words and words[0].startswith("@"):  # a predicate
-                words = words[1:]
-            out += words[:1]
-    return out
 
 
 @_builds_of("test_shared_bound_is_within_the_barriers_of_the_binary")
