@@ -517,9 +517,11 @@ class Sm90Plan(NamedTuple):
         from ..launch import launch_compiled, triton_cdiv
 
         kernel = kernels.load("packed_worklist")._packed_list
-        grid = (triton_cdiv(L, LIST_BLOCK_E),)
+        grid = (max(1, triton_cdiv(B, LIST_BLOCK_B)), H)
+        causal = self.consts["IS_CAUSAL"]
         consts = dict(BLOCK_M=self.consts["BLOCK_M"], BLOCK_B=LIST_BLOCK_B,
-                      BLOCK_E=LIST_BLOCK_E, HEAVY_FIRST=self.consts["IS_CAUSAL"])
+                      BLOCK_E=LIST_BLOCK_E, FOLD=causal,
+                      TOP_LEFT=causal and not self.consts["SHIFTED"])
         launch_compiled(kernel, grid, (cu, packed.cu_seqlens_k, sched, B, H, n_m, P, L),
                         consts, {"num_warps": 4, **CODEGEN_OPTIONS})
         return sched
@@ -625,8 +627,9 @@ def plan(q, k, v, out, lse, *, scale: float, cfg: Sm90FwdConfig, causal: bool = 
                       _PLANS_MAX)
 
 
-#: entries and sequences each program of a packed batch's list kernel takes at once
-LIST_BLOCK_E, LIST_BLOCK_B = 128, 32
+#: a packed batch's list kernel: sequences a program places (and ranks others by at
+#: once), and row blocks of a head it places at once
+LIST_BLOCK_B, LIST_BLOCK_E = 32, 64
 
 
 def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -> Sm90Plan:

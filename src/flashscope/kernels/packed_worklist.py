@@ -4,15 +4,29 @@ built on the device from the prefix sums, so the host never waits to read them.
 A packed batch's grid is sized by its longest sequence: B x H x cdiv(max_seqlen_q,
 BLOCK_M) row blocks, most of them past their own sequence's end when the lengths differ.
 :func:`_packed_list` keeps only the row blocks that hold rows (sequence b has
-cdiv(n_b, BLOCK_M) of them per head) and deals them to the P programs in rounds of P, in
-sequence order, then head, then row block (with HEAVY_FIRST the last row block of a head
-first: a causal block's cost grows with its index). Consecutive entries run at the same
-time, so the row blocks of one head share its K and V in L2, as the dense grid's do.
-Every other round is dealt backwards (program P - 1 first): dealt forwards only, a
-program gets the same row block of every head whenever P is a multiple of the blocks a
-head has (132 programs, 22 causal blocks a head: the program holding the last blocks
-ran twice the average, and the batch took 1.9 times as long), where going back and forth
-pairs each program's heavy blocks with light ones.
+cdiv(n_b, BLOCK_M) of them per head) and deals them to the P programs so that each
+program's share costs about the same, with no list scheduling on the device:
+
+- **Longest sequences first.** The list runs through the sequences by the keys their
+  last query row sees (:func:`_reach`), most first (ties: more query rows, then batch
+  order), then heads, then row blocks. A row block costs the key tiles it visits, so
+  the list's costs fall as it goes, and dealing it out in rounds of P, every other round
+  backwards (program P - 1 first), pairs each program's heavy entries with light ones:
+  the snake order of a longest-first schedule.
+- **Causal row blocks in pairs (FOLD).** A causal head's row blocks cost 1, 2, .., n
+  tiles; listed folded (the last, the first, the next-to-last, the second, ..) and dealt
+  two at a time, each program gets pairs that cost n + 1 whatever the pair. A head of
+  odd n that starts on an odd entry lists its middle block first, so that it pairs with
+  the previous head's middle one.
+
+Consecutive entries run at the same time, so the row blocks of one head share its K and
+V in L2, as the dense grid's do. Why: a list simulation costing each row block by its
+key tiles (+1 for its prologue and epilogue; 132 programs; mixed batches drawn by
+:func:`flashscope.bench.suite.draw_seqlens`, 40 seeds x 4 length ranges x 3 head counts)
+puts the busiest program 1.11-1.34x the mean share on average dealt in batch order one
+entry at a time (causal; up to 1.82x), 1.00-1.05x this way, as even as programs taking
+the next entry as they finish; on an H100 the mixed causal batches of the varlen suite
+ran 1.10x faster (docs/varlen.md).
 
 Layout (int32), the persistent kernel's work-list format
 (:func:`flashscope.kernels.sm90_worklist._share`) with four fields more per entry:
@@ -22,9 +36,9 @@ n_m + m`` in the padded numbering the kernel decodes), then ``L`` slots each of 
 sequence's first query row, its query rows, its first key row and its keys. ``L`` is the
 padded count B H n_m; the live entries T <= L fill the first T slots of each field.
 
-Every program of the grid counts the live row blocks of all sequences (BLOCK_B at a
-time) and places its own BLOCK_E entries; program 0 writes the offsets. This module
-imports Triton only.
+Program (c, h) of the grid ranks sequences [c BLOCK_B, + BLOCK_B) among all B (BLOCK_B
+at a time) and places their head-h entries; program (0, 0) writes the offsets. This
+module imports Triton only.
 """
 
 import triton
@@ -33,7 +47,7 @@ import triton.language as tl
 
 @triton.jit
 def _share_start(p, T, P):
-    """Where program p's share of T entries starts when they are dealt in rounds of P,
+    """Where program p's share of T units starts when they are dealt in rounds of P,
     every other one backwards: T // P each, and one more for the programs the last,
     partial round reaches (the first T % P after an even number of whole rounds, else
     the last T % P)."""
@@ -44,57 +58,108 @@ def _share_start(p, T, P):
 
 
 @triton.jit
-def _entries(e, CuQ, CuK, B, H, N_M, BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr,
-             HEAVY_FIRST: tl.constexpr):
-    """(T, sequence, head, row block, q0, n_q, k0, n_k) of entries ``e`` of the list in
-    sequence, head, row-block order (T: the live entries; the fields of entries e >= T
-    are unread). A sequence longer than the N_M row blocks the grid was sized for keeps
-    N_M (its rows past them are not written, as in the portable kernels)."""
-    seq = tl.zeros(e.shape, tl.int32)  # sequences that end at or before entry e
-    before = tl.zeros(e.shape, tl.int32)  # live entries of those sequences
-    T = 0
-    for b0 in range(0, B, BLOCK_B):
-        b = b0 + tl.arange(0, BLOCK_B)
-        ok = b < B
-        n = tl.load(CuQ + b + 1, mask=ok, other=0) - tl.load(CuQ + b, mask=ok, other=0)
-        ends = T + tl.cumsum(tl.minimum(tl.cdiv(n, BLOCK_M), N_M) * H, 0)
-        past = ends[None, :] <= e[:, None]
-        seq += tl.sum(past.to(tl.int32), 1)
-        before = tl.maximum(before, tl.max(tl.where(past, ends[None, :], 0), 1))
-        T = tl.max(ends, 0)
-    live = e < T
-    s = tl.minimum(seq, B - 1)
-    q0 = tl.load(CuQ + s, mask=live, other=0)
-    n_q = tl.load(CuQ + s + 1, mask=live, other=0) - q0
-    k0 = tl.load(CuK + s, mask=live, other=0)
-    n_k = tl.load(CuK + s + 1, mask=live, other=0) - k0
-    blocks = tl.minimum(tl.maximum(tl.cdiv(n_q, BLOCK_M), 1), N_M)
-    local = e - before
-    h = local // blocks
-    m = local % blocks
-    if HEAVY_FIRST:
-        m = blocks - 1 - m
-    return T, s, h, m, q0, n_q, k0, n_k
+def _dealt_to(u, P):
+    """(program, round) unit u is dealt to: rounds of P, every other one backwards."""
+    r = u // P
+    k = u % P
+    return tl.where(r % 2 == 0, k, P - 1 - k), r
+
+
+@triton.jit
+def _entry_start(p, T, P, FOLD: tl.constexpr):
+    """Where program p's entries start: with FOLD the entries go out in units of two
+    (the last unit one entry when T is odd, at the end of its program's share)."""
+    if FOLD:
+        units = (T + 1) // 2
+        last, _ = _dealt_to(units - 1, P)
+        return 2 * _share_start(p, units, P) - ((T % 2 == 1) & (p > last)).to(tl.int32)
+    else:
+        return _share_start(p, T, P)
+
+
+@triton.jit
+def _reach(n_q, n_k, TOP_LEFT: tl.constexpr):
+    """Keys the last query row of a sequence sees, the list's order (most first): all
+    n_k, or min(n_q, n_k) under a top-left causal mask."""
+    if TOP_LEFT:
+        return tl.minimum(n_q, n_k)
+    else:
+        return n_k
+
+
+@triton.jit
+def _lengths(CuQ, CuK, b, ok, N_M, BLOCK_M: tl.constexpr, TOP_LEFT: tl.constexpr):
+    """(first query row, query rows, first key row, keys, row blocks, reach) of sequences
+    ``b`` (``ok``: those that exist; the others have no row blocks). A sequence longer
+    than the N_M row blocks the grid was sized for keeps N_M (its rows past them are
+    not written, as in the portable kernels)."""
+    q0 = tl.load(CuQ + b, mask=ok, other=0)
+    n_q = tl.load(CuQ + b + 1, mask=ok, other=0) - q0
+    k0 = tl.load(CuK + b, mask=ok, other=0)
+    n_k = tl.load(CuK + b + 1, mask=ok, other=0) - k0
+    blocks = tl.minimum(tl.cdiv(n_q, BLOCK_M), N_M)
+    return q0, n_q, k0, n_k, blocks, _reach(n_q, n_k, TOP_LEFT)
+
+
+@triton.jit
+def _row_block(i, blocks, odd_start, FOLD: tl.constexpr):
+    """The row block a head lists i-th: i itself, or with FOLD the last, the first, the
+    next-to-last, the second, ..; a head of odd ``blocks`` that starts on an odd entry
+    lists its middle block first."""
+    if FOLD:
+        rotate = (odd_start & (blocks % 2 == 1)).to(tl.int32)
+        j = i - rotate
+        m = tl.where(j % 2 == 0, blocks - 1 - j // 2, j // 2)
+        return tl.where((rotate == 1) & (i == 0), (blocks - 1) // 2, m)
+    else:
+        return i
 
 
 @triton.jit
 def _packed_list(CuQ, CuK, Sched, B, H, N_M, P, L, BLOCK_M: tl.constexpr,
-                 BLOCK_B: tl.constexpr, BLOCK_E: tl.constexpr, HEAVY_FIRST: tl.constexpr):
-    """Grid (cdiv(L, BLOCK_E),): program i places live entries [i BLOCK_E, + BLOCK_E)."""
-    pid = tl.program_id(0)
-    e = pid * BLOCK_E + tl.arange(0, BLOCK_E)
-    T, s, h, m, q0, n_q, k0, n_k = _entries(e, CuQ, CuK, B, H, N_M, BLOCK_M, BLOCK_B,
-                                            HEAVY_FIRST)
-    live = e < T
-    r = e // P
-    p = tl.where(r % 2 == 0, e % P, P - 1 - e % P)
-    at = P + 1 + _share_start(p, T, P) + r
-    tl.store(Sched + at, (s * H + h) * N_M + m, mask=live)
-    tl.store(Sched + at + L, q0, mask=live)
-    tl.store(Sched + at + 2 * L, n_q, mask=live)
-    tl.store(Sched + at + 3 * L, k0, mask=live)
-    tl.store(Sched + at + 4 * L, n_k, mask=live)
-    if pid == 0:
+                 BLOCK_B: tl.constexpr, BLOCK_E: tl.constexpr, FOLD: tl.constexpr,
+                 TOP_LEFT: tl.constexpr):
+    """Grid (cdiv(B, BLOCK_B), H): program (c, h) places the head-h entries of sequences
+    [c BLOCK_B, + BLOCK_B). FOLD: causal row blocks folded and dealt in pairs;
+    TOP_LEFT: a top-left causal mask (rows see min(n_q, n_k) keys at most)."""
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    b = c * BLOCK_B + tl.arange(0, BLOCK_B)
+    ok = b < B
+    q0, n_q, k0, n_k, blocks, reach = _lengths(CuQ, CuK, b, ok, N_M, BLOCK_M, TOP_LEFT)
+    # the list places sequence b after the entries of every sequence ahead of it
+    start = tl.zeros([BLOCK_B], tl.int32)
+    T = 0
+    for b0 in range(0, B, BLOCK_B):
+        o = b0 + tl.arange(0, BLOCK_B)
+        o_ok = o < B
+        _, o_q, _, _, o_blocks, o_reach = _lengths(CuQ, CuK, o, o_ok, N_M, BLOCK_M, TOP_LEFT)
+        ahead = (o_reach[None, :] > reach[:, None]) | (
+            (o_reach[None, :] == reach[:, None])
+            & ((o_q[None, :] > n_q[:, None])
+               | ((o_q[None, :] == n_q[:, None]) & (o[None, :] < b[:, None]))))
+        entries = tl.where(o_ok, o_blocks * H, 0)
+        start += tl.sum(tl.where(ahead, entries[None, :], 0), 1)
+        T += tl.sum(entries, 0)
+    first = start + h * blocks  # this head's first entry, per sequence
+    for i0 in range(0, tl.max(blocks, 0), BLOCK_E):
+        i = i0 + tl.arange(0, BLOCK_E)[None, :]
+        live = ok[:, None] & (i < blocks[:, None])
+        e = first[:, None] + i
+        m = _row_block(i, blocks[:, None], first[:, None] % 2 == 1, FOLD)
+        if FOLD:
+            p, r = _dealt_to(e // 2, P)
+            at = _entry_start(p, T, P, FOLD) + 2 * r + e % 2
+        else:
+            p, r = _dealt_to(e, P)
+            at = _entry_start(p, T, P, FOLD) + r
+        at = P + 1 + at
+        tl.store(Sched + at, (b[:, None] * H + h) * N_M + m, mask=live)
+        tl.store(Sched + at + L, q0[:, None], mask=live)
+        tl.store(Sched + at + 2 * L, n_q[:, None], mask=live)
+        tl.store(Sched + at + 3 * L, k0[:, None], mask=live)
+        tl.store(Sched + at + 4 * L, n_k[:, None], mask=live)
+    if (c == 0) & (h == 0):
         for p0 in range(0, P + 1, BLOCK_E):
             pp = p0 + tl.arange(0, BLOCK_E)
-            tl.store(Sched + pp, _share_start(pp, T, P), mask=pp <= P)
+            tl.store(Sched + pp, _entry_start(pp, T, P, FOLD), mask=pp <= P)
