@@ -755,10 +755,9 @@ def _attn_fwd_sm90(
     K = Knobs(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=HEAD_DIM, HEAD_TAIL=HEAD_TAIL,
               STAGES=STAGES, CONSUMERS=CONSUMERS, IS_CAUSAL=IS_CAUSAL, RETURN_LSE=RETURN_LSE,
               LPT=LPT, PINGPONG=PINGPONG, RESCALE_TAU=RESCALE_TAU, EARLY_Q=EARLY_Q,
-              K_EARLY=K_EARLY,
-              MASKED_FIRST=MASKED_FIRST, OUT_RCP=OUT_RCP, Q_REGS=Q_REGS, SPLIT=SPLIT,
-              TRACE=TRACE, HAS_LEFT=HAS_LEFT, HAS_RIGHT=HAS_RIGHT, SHIFTED=SHIFTED,
-              SOFTCAP=SOFTCAP, VARLEN=VARLEN)
+              K_EARLY=K_EARLY, MASKED_FIRST=MASKED_FIRST, OUT_RCP=OUT_RCP, Q_REGS=Q_REGS,
+              SPLIT=SPLIT, TRACE=TRACE, HAS_LEFT=HAS_LEFT, HAS_RIGHT=HAS_RIGHT,
+              SHIFTED=SHIFTED, SOFTCAP=SOFTCAP, VARLEN=VARLEN)
     # One list, in partition order (_worker_warps): consumer c, or the producer where c is
     # -1. The arguments are spelled out in place: a tuple bound to a name first would turn
     # its constexprs into tensors (an aggregate such as K keeps them).

@@ -66,15 +66,13 @@ def _dealt_to(u, P):
 
 
 @triton.jit
-def _entry_start(p, T, P, FOLD: tl.constexpr):
-    """Where program p's entries start: with FOLD the entries go out in units of two
-    (the last unit one entry when T is odd, at the end of its program's share)."""
-    if FOLD:
-        units = (T + 1) // 2
-        last, _ = _dealt_to(units - 1, P)
-        return 2 * _share_start(p, units, P) - ((T % 2 == 1) & (p > last)).to(tl.int32)
-    else:
-        return _share_start(p, T, P)
+def _entry_start(p, T, P, SPAN: tl.constexpr):
+    """Where program p's entries start when the T entries go out in units of SPAN
+    consecutive ones (the last unit shorter where SPAN does not divide T: it ends its
+    program's share, and the programs after that one start that much earlier)."""
+    units = tl.cdiv(T, SPAN)
+    last, _ = _dealt_to(units - 1, P)
+    return SPAN * _share_start(p, units, P) - tl.where(p > last, units * SPAN - T, 0)
 
 
 @triton.jit
@@ -122,6 +120,7 @@ def _packed_list(CuQ, CuK, Sched, B, H, N_M, P, L, BLOCK_M: tl.constexpr,
     """Grid (cdiv(B, BLOCK_B), H): program (c, h) places the head-h entries of sequences
     [c BLOCK_B, + BLOCK_B). FOLD: causal row blocks folded and dealt in pairs;
     TOP_LEFT: a top-left causal mask (rows see min(n_q, n_k) keys at most)."""
+    SPAN: tl.constexpr = 2 if FOLD else 1  # consecutive entries a program is dealt
     c = tl.program_id(0)
     h = tl.program_id(1)
     b = c * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -147,13 +146,8 @@ def _packed_list(CuQ, CuK, Sched, B, H, N_M, P, L, BLOCK_M: tl.constexpr,
         live = ok[:, None] & (i < blocks[:, None])
         e = first[:, None] + i
         m = _row_block(i, blocks[:, None], first[:, None] % 2 == 1, FOLD)
-        if FOLD:
-            p, r = _dealt_to(e // 2, P)
-            at = _entry_start(p, T, P, FOLD) + 2 * r + e % 2
-        else:
-            p, r = _dealt_to(e, P)
-            at = _entry_start(p, T, P, FOLD) + r
-        at = P + 1 + at
+        p, r = _dealt_to(e // SPAN, P)
+        at = P + 1 + _entry_start(p, T, P, SPAN) + SPAN * r + e % SPAN
         tl.store(Sched + at, (b[:, None] * H + h) * N_M + m, mask=live)
         tl.store(Sched + at + L, q0[:, None], mask=live)
         tl.store(Sched + at + 2 * L, n_q[:, None], mask=live)
@@ -162,4 +156,4 @@ def _packed_list(CuQ, CuK, Sched, B, H, N_M, P, L, BLOCK_M: tl.constexpr,
     if (c == 0) & (h == 0):
         for p0 in range(0, P + 1, BLOCK_E):
             pp = p0 + tl.arange(0, BLOCK_E)
-            tl.store(Sched + pp, _entry_start(pp, T, P, FOLD), mask=pp <= P)
+            tl.store(Sched + pp, _entry_start(pp, T, P, SPAN), mask=pp <= P)
