@@ -4,7 +4,8 @@ reference, on fresh random inputs each run.
 On CPU the kernels run in Triton's interpreter on small shapes chosen so that every path
 occurs: ragged lengths (0 and 1 included), Nq > 1 with causal masks, query rows that see
 no key (zeros, log-sum-exp -inf), dense caches and pages handed out in random order
-(pages of 16 and 32 keys, and of 5, smaller than a key tile), appends that cross a page
+(a key tile inside one page of 16, 32 or 64 keys, a tile of four 8-key pages, and pages
+of 5 keys that tiles straddle: the block table's three reads), appends that cross a page
 boundary, GQA with a group that is not a power of two, MQA, windows, softcap, head dims
 that need padding, fp16 and bf16, splits of the keys (with splits left empty by short
 sequences). Every allocation is NaN until written; the cache after an append is checked
@@ -46,6 +47,12 @@ CASES = [
     # the merge covers in four column chunks; an empty sequence beside a long one
     (2, 2, 8, 1, 80, 640, [0, 600], 0, 0, True, None, None, torch.bfloat16,
      WHOLE.replace(SPLITS=37)),
+    # 32-key tiles of four 8-key pages, lengths and an append off the page boundaries
+    (2, 2, 4, 2, 32, 104, [37, 90], 8, 2, True, None, None, torch.bfloat16,
+     TritonDecodeConfig(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=2, SPLITS=2)),
+    # pages of 64 keys, two 32-key tiles each, not causal
+    (2, 1, 4, 1, 16, 192, [100, 150], 64, 1, False, None, None, torch.float16,
+     SPLIT.replace(BLOCK_N=32)),
     # the CUDA-core path (DOT=0): 2 packed rows, paged, an append, softcap, splits
     (2, 1, 4, 2, 24, 48, [0, 29], 16, 1, True, None, 5.0, torch.float16,
      TritonDecodeConfig(BLOCK_M=2, BLOCK_N=16, num_stages=1, DOT=False, SPLITS=2)),

@@ -46,12 +46,24 @@ def _page_of(table_row, cols, ok, PAGE: tl.constexpr):
 
 
 @triton.jit
-def _key_rows(table_row, seq, cols, ok, NUM_PAGES, PAGE: tl.constexpr):
-    """Where keys ``cols`` of sequence ``seq`` live, as indices along the cache's first two
-    axes: (seq, col) when dense (PAGE = 0), (page, col % PAGE) when paged, the page read
-    once for K and V and clamped into the cache."""
+def _key_rows(table_row, seq, start_n, cols, ok, N_K, NUM_PAGES, PAGE: tl.constexpr,
+              BLOCK_N: tl.constexpr):
+    """Where keys ``cols`` = start_n + [0, BLOCK_N) of sequence ``seq`` live, as indices
+    along the cache's first two axes: (seq, col) when dense (PAGE = 0), (page, col % PAGE)
+    when paged, the page read once for K and V and clamped into the cache. A tile inside
+    one page (PAGE a multiple of BLOCK_N) reads its page once, as a scalar; a tile of
+    whole pages (BLOCK_N a multiple of PAGE) reads its BLOCK_N / PAGE pages and spreads
+    each over its keys."""
     if PAGE > 0:
-        page = _page_of(table_row, cols, ok, PAGE)
+        if PAGE % BLOCK_N == 0:
+            page = tl.load(table_row + start_n // PAGE).to(tl.int64)
+        elif BLOCK_N % PAGE == 0:
+            PAGES: tl.constexpr = BLOCK_N // PAGE
+            first = start_n // PAGE + tl.arange(0, PAGES)
+            pages = tl.load(table_row + first, mask=first * PAGE < N_K, other=0).to(tl.int64)
+            page = tl.reshape(tl.broadcast_to(pages[:, None], (PAGES, PAGE)), (BLOCK_N,))
+        else:
+            page = _page_of(table_row, cols, ok, PAGE)
         return tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1), cols % PAGE
     else:
         return seq, cols
@@ -76,7 +88,8 @@ def _decode_tiles(
     for start_n in tl.range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         ok = cols < N_K
-        row_b, row_n = _key_rows(table_row, seq, cols, ok, NUM_PAGES, PAGE)
+        row_b, row_n = _key_rows(table_row, seq, start_n, cols, ok, N_K, NUM_PAGES, PAGE,
+                                 BLOCK_N)
         k_off = row_b * stride_kb + row_n * stride_kn
         v_off = row_b * stride_vb + row_n * stride_vn
         if DOT:
