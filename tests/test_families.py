@@ -210,6 +210,36 @@ def test_sm90_fit_cuts_the_keys_when_the_tiles_leave_sms_idle():
         assert not default_config(p).SPLIT_KV, p
 
 
+@pytest.mark.parametrize("D,span,narrow", [
+    (64, 128, True), (64, 1024, True), (64, 1025, False), (64, 2048, False),
+    (128, 512, True), (128, 513, False), (96, 512, True), (96, 1024, False),
+    (128, 0, False), (256, 128, False)])
+def test_sm90_narrow_bands_take_64_key_tiles(D, span, narrow):
+    """A band that spans span x padded D <= NARROW_BAND keys runs key tiles of 64 and twice
+    the stages (at most NARROW_STAGES); wider bands, one-sided windows (span 0) and D =
+    256 (64-key tiles already) keep the rule's tile. Through the API's problem: a causal
+    window of ``span`` keys, and the two-sided window of the same span."""
+    import torch
+
+    from flashscope import api
+    from flashscope.masks import Mask
+
+    wide = sm90_fwd.select(Problem("sm90", "bfloat16", D, True, 8192, 8192, 64, window=True))
+    for mask in (Mask.of(True, (span, 0)), Mask.of(False, (span // 2, span - span // 2))):
+        if span == 0:
+            mask = Mask.of(False, (300, None))
+        q = torch.empty(2, 32, 8192, D, dtype=torch.bfloat16, device="meta")
+        problem = api.problem_of(q, q, mask, "sm90")
+        assert problem.band_keys == (span if mask.right is not None else 0)
+        cfg = default_config(problem)
+        sm90_fwd.check(cfg, "sm90", D)
+        if narrow:
+            assert cfg.BLOCK_N == wide.BLOCK_N // 2 == 64
+            assert cfg.num_stages == min(2 * wide.num_stages, sm90_fwd.NARROW_STAGES)
+        else:
+            assert (cfg.BLOCK_N, cfg.num_stages) == (wide.BLOCK_N, wide.num_stages)
+
+
 def test_config_from_text_fills_from_the_targets_own_default():
     p = Problem("gfx942", "bfloat16", 128)
     cfg = config_from_text("BLOCK_M=64", p)

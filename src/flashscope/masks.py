@@ -121,6 +121,14 @@ class Mask:
             return False
         return n_q is None or n_k is None or n_q != n_k
 
+    @property
+    def span(self) -> int:
+        """Keys a row's band spans besides its own, left + right, when both sides are
+        bounded; 0 when either is not (a band as wide as the sequence)."""
+        if self.left is None or self.right is None:
+            return 0
+        return self.left + self.right
+
     def offset(self, n_q: int, n_k: int) -> int:
         """p_i - i: 0 top-left, n_k - n_q bottom-right."""
         return n_k - n_q if self.align == "bottom_right" else 0

@@ -6,9 +6,9 @@ zero-wide (each row sees its own key), causal or not, top-left and bottom-right 
 with Nq != Nk both ways (bottom-right with Nq > Nk leaves the first rows without a key:
 zeros and a log-sum-exp of -inf), softcap, GQA, fp16 and bf16, head dims 64, 128 and a
 padded one, on the band-compatible schedules (:data:`flashscope.families.sm90_fwd.
-BAND_KNOBS` off) with and without ping-pong, the lazy rescale, early hand-backs, the
-output reciprocal and Q in registers, on full and 1/3/7-program grids. Outputs are
-poisoned before each run and must be written in full.
+BAND_KNOBS` off; the narrow bands' 64-key tiles among them) with and without ping-pong,
+the lazy rescale, early hand-backs, the output reciprocal and Q in registers, on full and
+1/3/7-program grids. Outputs are poisoned before each run and must be written in full.
 """
 
 import pytest
@@ -32,7 +32,7 @@ SHAPES = [(333, 500, 2, 128), (500, 333, 4, 64), (1, 257, 2, 64), (700, 700, 1, 
           (130, 70, 2, 96)]
 #: band-compatible schedules: (BLOCK_M, BLOCK_N, stages, flags of test_gluon._flags)
 TILES = [(128, 128, 2, ""), (128, 128, 2, "lhkiq"), (192, 128, 3, "xlhki"),
-         (128, 64, 2, "xl"), (64, 64, 3, "hq")]
+         (128, 64, 2, "xl"), (64, 64, 3, "hq"), (192, 64, 4, "xlhki"), (128, 64, 4, "lhkiq")]
 
 
 def _config(tiles) -> Sm90FwdConfig:
@@ -112,7 +112,8 @@ def test_band_on_persistent_programs(device, monkeypatch, programs, tiles):
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_default_path_takes_the_hopper_kernel_for_windows(device, dtype, D):
     """flashscope.attention with a window and a cap on an sm_90 GPU runs sm90-fwd with its
-    band rule (the tuned entries hold no windows) and matches the reference."""
+    band rule (the tuned entries hold no windows; a band of 300 keys is narrow at both head
+    dims) and matches the reference."""
     _needs_sm90(device)
     from flashscope.api import _default_config
     from flashscope.masks import Mask
@@ -124,7 +125,7 @@ def test_default_path_takes_the_hopper_kernel_for_windows(device, dtype, D):
     assert cfg.KERNEL == "sm90-fwd" and not any(getattr(cfg, k) for k in
                                                 sm90_fwd.BAND_KNOBS), cfg.label
     problem = Problem("sm90", str(dtype)[6:], D, True, 1000, 1500, 8, window=True,
-                      softcap=True)
+                      softcap=True, band_keys=300)
     assert cfg == sm90_fwd.fit(sm90_fwd.select(problem), problem)
     out = flashscope.attention(q, k, v, is_causal=True, window=(300, None),
                                align="bottom_right", softcap=30.0, enable_gqa=True)

@@ -347,7 +347,8 @@ def _flashscope(case, options):
                                             window=case.window is not None or
                                             case.align != "top_left",
                                             varlen=case.varlen,
-                                            softcap=case.softcap is not None))
+                                            softcap=case.softcap is not None,
+                                            band_keys=case.mask().span))
     mask = dict(is_causal=case.causal, window=case.window, align=case.align,
                 softcap=case.softcap)
     if case.varlen:

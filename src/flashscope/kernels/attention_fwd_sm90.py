@@ -68,11 +68,12 @@ above carries no mask.
 A band (a sliding window, or bottom-right alignment with Nq != Nk: HAS_LEFT, HAS_RIGHT,
 SHIFTED) starts each work tile at the first key tile its rows see
 (:func:`~flashscope.kernels.sm90_worklist._work`, the shared key-range helper), runs
-round robin without MASKED_FIRST, and has each consumer mask only the tiles its band's
-edges cross (:func:`~flashscope.kernels.sm90_worklist._band_edges`); rows that have seen
-no key keep their maximum at 0 and store zeros (:func:`_row_max`). SOFTCAP caps each score
-tile as c tanh(s / c) in the exp2 domain before the mask. All of it compiles away
-without its switch.
+round robin without MASKED_FIRST, and has each consumer compute only the tiles its own
+rows see and mask only those its band's edges cross
+(:func:`~flashscope.kernels.sm90_worklist._band_own`); rows that have seen no key keep
+their maximum at 0 and store zeros (:func:`_row_max`). SOFTCAP caps each score tile as c
+tanh(s / c) in the exp2 domain before the mask. All of it compiles away without its
+switch.
 
 Shapes: Q (B, H, Nq, D), K and V (B, Hkv, Nk, D), H % Hkv == 0, Out (B, H, Nq, D), Lse
 (B, H, Nq) fp32. Gluon's tiles are powers of two wide, so a head dim D = HEAD_DIM +
@@ -141,7 +142,7 @@ from flashscope.kernels.sm90_sync import (
     _take_turn,
 )
 from flashscope.kernels.sm90_worklist import (
-    _band_edges,
+    _band_own,
     _key_tile,
     _own_tiles,
     _range,
@@ -395,12 +396,12 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     its partial O, m and l (:func:`_store_part`) after its output rows (which the merge
     overwrites).
 
-    With a band (HAS_LEFT, HAS_RIGHT or SHIFTED; Band = (OFFSET, LEFT, RIGHT)) every
-    consumer takes every key tile of its work tile and masks those its band's edges
-    cross (:func:`_band_edges`); a row may then meet tiles it sees nothing of before its
-    first key, which :func:`_row_max` keeps at zero instead of NaN. SOFTCAP (Cap =
-    (scale / c, c log2 e), qk_scale 1): scores become c tanh(s / c) in the exp2 domain
-    before the mask and the row maximum.
+    With a band (HAS_LEFT, HAS_RIGHT or SHIFTED; Band = (OFFSET, LEFT, RIGHT)) each
+    consumer computes the key tiles its own rows see, passes the work tile's others and
+    masks those its band's edges cross (:func:`_band_own`); a row may then meet tiles
+    it sees nothing of before its first key, which :func:`_row_max` keeps at zero instead
+    of NaN. SOFTCAP (Cap = (scale / c, c log2 e), qk_scale 1): scores become c tanh(s / c)
+    in the exp2 domain before the mask and the row maximum.
 
     VARLEN: the work tile's rows and keys are a packed sequence's (:func:`_sequence`),
     whose lengths stand for N_Q and N_K; rows may then see no key (a sequence without
@@ -460,9 +461,10 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, n_q, n_k, n_tiles, mask_from, ROWS, K.BLOCK_N,
                                      K.IS_CAUSAL, K.LPT, BAND, K.VARLEN)
-        if BAND:  # this consumer masks the tiles outside [mask_lo, mask_own)
-            mask_lo, mask_own = _band_edges(row0, n_k, band, ROWS, K.BLOCK_N, K.IS_CAUSAL,
-                                            K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED)
+        if BAND:  # it computes [own_lo, own_hi) and masks outside [mask_lo, mask_own)
+            own_lo, own_hi, mask_lo, mask_own = _band_own(
+                row0, n_k, band, t0, n_tiles, ROWS, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
+                K.HAS_RIGHT, K.SHIFTED)
         else:
             mask_lo = 0
         _stamp(Trace, pid, C, r, 0, K.TRACE)
@@ -477,16 +479,17 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         k_phase = (g // K.STAGES) & 1
         # the tiles this consumer processes are positions first .. end - 1 of the work
         # tile's order (within [lo, hi)); with MASKED_FIRST those past its rows come
-        # before them: pass them
+        # before them, and a band's consumer may need neither the first nor the last
+        # tiles of its work tile: pass those before, then those after (below)
         if K.MASKED_FIRST:
             first = n_tiles - n_own
             if K.SPLIT:
                 first = gl.maximum(first, lo)
-            k_slot, k_phase = _pass_tiles(k_ready, v_ready, k_empty, v_empty, k_slot,
-                                          k_phase, first - lo, k, C, CONSUMERS, K.STAGES,
-                                          K.K_EARLY, K.PINGPONG)
             end = hi
-        elif (K.IS_CAUSAL and not BAND) or K.LPT == 2:
+        elif BAND:
+            first = gl.minimum(gl.maximum(own_lo, lo), hi - 1)
+            end = gl.maximum(gl.minimum(own_hi, hi), first + 1)
+        elif K.IS_CAUSAL or K.LPT == 2:
             first = lo
             end = n_own
             if K.SPLIT:
@@ -494,6 +497,10 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         else:  # every consumer takes every key tile
             first = lo
             end = hi
+        if K.MASKED_FIRST or BAND:
+            k_slot, k_phase = _pass_tiles(k_ready, v_ready, k_empty, v_empty, k_slot,
+                                          k_phase, first - lo, k, C, CONSUMERS, K.STAGES,
+                                          K.K_EARLY, K.PINGPONG)
         # the first tile (with MASKED_FIRST the only one it may mask): scores, then the
         # first softmax (m starts at its row maximum: a row's diagonal tile holds a key at
         # or before it, and so does every other tile it owns)
@@ -606,7 +613,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         _stamp(Trace, pid, C, r, 5, K.TRACE)
         _release(v_empty, k_slot)
-        if not K.MASKED_FIRST and ((K.IS_CAUSAL and not BAND) or K.LPT == 2):
+        if not K.MASKED_FIRST and (K.IS_CAUSAL or BAND or K.LPT == 2):
             # the tiles past this consumer's rows, after its last slot went back: passing
             # them waits for their loads, which may need that slot
             n_slot, n_phase = _next_slot(k_slot, k_phase, K.STAGES)

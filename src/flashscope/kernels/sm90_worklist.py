@@ -9,9 +9,9 @@ tile into its head, rows and key tiles with the host's multipliers (:func:`_divm
 :func:`_range` gives the positions of a SPLIT piece; :func:`_key_tile` maps a position
 to the key tile loaded there (MASKED_FIRST: the masked tiles first), counted from the
 work tile's first key tile (a band's, else 0); :func:`_own_tiles` says which of them a
-consumer's 64 rows need, and :func:`_band_edges` which of them a band masks for those
-rows. Producer and consumers call the same functions on the same list, so they agree on
-every tile without talking.
+consumer's 64 rows need, and :func:`_band_own` which of them a band's consumer computes
+and masks. Producer and consumers call the same functions on the same list, so they
+agree on every tile without talking.
 """
 
 from triton.experimental import gluon
@@ -158,7 +158,7 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
                                  IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
         first = gl.minimum(lo // BLOCK_N, (N_K - 1) // BLOCK_N)
         n_tiles = gl.maximum(gl.cdiv(hi, BLOCK_N) - first, 1)
-        mask_from = 0  # unread: a consumer takes its band's edges (:func:`_band_edges`)
+        mask_from = 0  # unread: a band's consumers read their own (:func:`_band_own`)
     else:
         first = 0
         # mask_from: the first tile holding a key some row of the block does not see
@@ -205,8 +205,8 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
     saves nothing (the programs holding those tiles are not the last to finish) and
     measured 5% slower than computing them at N = 1024, so they pass only with
     LPT = 2, whose list (BALANCE) puts the cheaper tiles where they shorten the grid.
-    With VARLEN, N_Q and N_K are the sequence's own. A BAND's consumers take every tile
-    of the work tile (:func:`_band_edges` says which they mask)."""
+    With VARLEN, N_Q and N_K are the sequence's own. A BAND's consumers take their own
+    range of the work tile's tiles instead (:func:`_band_own`)."""
     if IS_CAUSAL and not BAND:
         _, _, mask_own, hi = key_range(row0, N_K, 0, 0, 0, ROWS, BLOCK_N, True, False,
                                        False, False)
@@ -222,13 +222,23 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
 
 
 @gluon.jit
-def _band_edges(row0, N_K, Band, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
-                IS_CAUSAL: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-                SHIFTED: gl.constexpr):
-    """(full_lo, full_hi): the key tiles of [full_lo, full_hi) hold only keys every one of
-    a consumer's rows [row0, row0 + ROWS) sees (tile multiples); the work tile's others
-    are masked (:func:`flashscope.kernels.sm90_softmax._masked`): the one or two tiles
-    each edge of the band crosses, whatever the window's width."""
-    _, full_lo, full_hi, _ = key_range(row0, N_K, Band[0], Band[1], Band[2], ROWS, BLOCK_N,
-                                       IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
-    return full_lo, full_hi
+def _band_own(row0, N_K, Band, t0, n_tiles, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+              IS_CAUSAL: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+              SHIFTED: gl.constexpr):
+    """(first, end, full_lo, full_hi) of a band's consumer, rows [row0, row0 + ROWS):
+    it computes positions [first, end) of its work tile (whose first key tile is t0, of
+    n_tiles), the key tiles its own rows see, and passes the others, which only the work
+    tile's other rows see; of those it computes, the tiles of keys [full_lo, full_hi)
+    hold only keys every one of its rows sees (tile multiples) and the rest are masked
+    (:func:`flashscope.kernels.sm90_softmax._masked`): the one or two tiles each edge of
+    the band crosses, whatever the window's width. A consumer whose rows see no key
+    (or lie past the keys) still computes one tile, fully masked.
+
+    Why per consumer: a work tile of 192 rows under a causal band of w keys loads the
+    w + 192 keys its rows see together, each consumer's 64 rows only w + 64 of them; at
+    w = 512 that is 5 key tiles of 128 a consumer instead of 6 or 7."""
+    lo, full_lo, full_hi, hi = key_range(row0, N_K, Band[0], Band[1], Band[2], ROWS,
+                                         BLOCK_N, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+    first = gl.minimum(gl.maximum(lo // BLOCK_N - t0, 0), n_tiles - 1)
+    end = gl.minimum(gl.maximum(gl.cdiv(hi, BLOCK_N) - t0, first + 1), n_tiles)
+    return first, end, full_lo, full_hi
