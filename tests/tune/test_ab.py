@@ -105,3 +105,61 @@ def test_a_bad_spec_is_refused_before_anything_runs(monkeypatch):
 def test_settings_are_checked(kw, msg):
     with pytest.raises(FlashscopeError, match=msg):
         Settings(**kw)
+
+
+def test_a_windowed_cell_is_timed_under_its_mask_and_named_by_it(tmp_path):
+    """A cell with a window and a cap: named by them, posed to the rule as a band, its
+    TFLOP/s charged the pairs the window keeps (as the bench charges them), and its mask
+    recorded and checked when the file is read back."""
+    from flashscope.bench.suite import case_flops
+    from flashscope.tune.cells import parse_cell, problem
+
+    cell = shape_cell("1,2,64,16", True, window=(8, 0), softcap=2.0)
+    assert cell.name == "1x2x64x16cw8_0s2" and parse_cell(cell.name).case == cell.case
+    prob = problem(cell, "sm90")
+    assert prob.window and prob.softcap and prob.band_keys == 8
+    res = run_ab(cell, {"d": "+", "b": "+BLOCK_N=16"}, Settings(rounds=2, reps=1),
+                 device="cpu")
+    m = res["meta"]
+    assert (m["window"], m["softcap"], "align" in m) == ([8, 0], 2.0, False)
+    for r in res["rows"]:
+        assert r["tflops"] == round(case_flops(cell.case) / (r["ms"] * 1e-3) / 1e12, 1)
+        assert 0 <= r["max_rel_error"] < 1.6e-2
+    assert case_flops(cell.case) < case_flops(shape_cell("1,2,64,16", True).case) / 3
+    path = write_result(tmp_path / "w.json", res)
+    assert read_result(path).cell == cell
+    good = json.loads(path.read_text())
+    for damage in (lambda d: d["meta"].__setitem__("window", [9, 0]),
+                   lambda d: d["meta"].pop("softcap")):
+        d = json.loads(json.dumps(good))
+        damage(d)
+        path.write_text(json.dumps(d))
+        with pytest.raises(ArtifactError, match="1x2x64x16cw8_0s2's mask is"):
+            read_result(path)
+
+
+@pytest.mark.parametrize("name,msg", [
+    ("1x2x64x16ns0", "softcap: expected a number > 0"),
+    ("1x2x64x16x32cw5_0", "causal with Nq != Nk"),
+    ("1x2x64x16cw5", "expected d<D>"),
+    ("1x2x64x16nw-1_0", "expected d<D>"),
+])
+def test_bad_cell_masks_are_refused_by_name(name, msg):
+    from flashscope.tune.cells import parse_cell
+
+    with pytest.raises(FlashscopeError, match=f"cell '{name}': {msg}"):
+        parse_cell(name)
+
+
+def test_names_round_trip_every_mask():
+    from flashscope.tune.cells import parse_cell
+
+    for shape, causal, kw in [("2,16,32768,128", True, dict(window=(512, 0))),
+                              ("4,32,2048,128,32768,8", True,
+                               dict(window=(4096, 0), align="bottom_right")),
+                              ("4,16,16384,128", False, dict(window=(None, 256))),
+                              ("8,16,8192,128", False, dict(softcap=30.0)),
+                              ("1,2,64,16", False, dict(window=(3, 3), softcap=2.5))]:
+        cell = shape_cell(shape, causal, **kw)
+        assert parse_cell(cell.name).case == cell.case, cell.name
+    assert parse_cell("d64c1kw128_0").case.window == (128, 0)

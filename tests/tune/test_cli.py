@@ -162,3 +162,25 @@ def test_ab_and_cells_on_cpu_tensors(capsys, tmp_path):
     # A/Bs timed on the interpreter are never adopted
     assert main(["tune", "adopt", str(out), "--dry-run"]) == 0
     assert "skipped (timed on Triton's interpreter" in capsys.readouterr().out
+
+
+def test_ab_takes_the_rest_of_the_mask_and_adopt_leaves_it_to_the_rule(capsys, tmp_path):
+    """``tune ab --window --softcap``: the cell is named by its mask, the table says it,
+    and ``adopt`` skips the cell even as if timed on a GPU (tuned entries hold no
+    windows), naming why."""
+    out = tmp_path / "ab"
+    argv = ["tune", "ab", "--shape", "1,2,64,16", "--causal", "--window", "8,0",
+            "--softcap", "2", "--variants", "d=+", "--device", "cpu", "--rounds", "2",
+            "--reps", "1", "--out", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "1x2x64x16cw8_0s2" in text and "window [8, 0] softcap 2.0" in text
+    path = out / "1x2x64x16cw8_0s2.json"
+    data = json.loads(path.read_text())
+    data["meta"]["target"] = "sm90"
+    path.write_text(json.dumps(data))
+    assert read_result(path).cell.case.window == (8, 0)
+    assert main(["tune", "adopt", str(out), "--dry-run"]) == 0
+    assert "skipped (a window, bottom-right alignment or cap" in capsys.readouterr().out
+    _fails(capsys, ["tune", "ab", "--shape", "1,2,64,16,32", "--causal", "--window", "8,0",
+                    "--variants", "d=+", "--device", "cpu"], "causal with Nq != Nk")

@@ -192,10 +192,12 @@ def parse_window(text) -> tuple:
     return tuple(sides)
 
 
-def add_variant(p) -> None:
+def add_variant(p, varlen: bool = True, title: str = "kernel variant (with --causal: the "
+                "mask a build is for)") -> None:
     """``--window L,R``, ``--align``, ``--softcap C``, ``--varlen``: the kernel variant a
-    build takes (:data:`flashscope.compile.VARIANT_OPTIONS`), beside ``--causal``."""
-    g = p.add_argument_group("kernel variant (with --causal: the mask a build is for)")
+    build takes (:data:`flashscope.compile.VARIANT_OPTIONS`), beside ``--causal``; without
+    ``varlen`` the mask's flags alone."""
+    g = p.add_argument_group(title)
     g.add_argument("--window", type=argtype(parse_window, "L,R"), metavar="L,R",
                    help="a sliding window: row p sees keys p-L .. p+R (-1 or none: "
                         "unbounded side)")
@@ -204,8 +206,9 @@ def add_variant(p) -> None:
                         "them by Nk - Nq, per sequence with --varlen)")
     g.add_argument("--softcap", type=number(0, strict=True), metavar="C",
                    help="cap the scores as C tanh(s / C)")
-    g.add_argument("--varlen", action="store_true",
-                   help="a packed batch of variable-length sequences (cu_seqlens)")
+    if varlen:
+        g.add_argument("--varlen", action="store_true",
+                       help="a packed batch of variable-length sequences (cu_seqlens)")
 
 
 def variant_kw(args) -> dict:

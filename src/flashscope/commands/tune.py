@@ -69,6 +69,8 @@ def _ab(tsub) -> None:
                                     "TFLOP/s and median (IQR) ratio to the first.")
     q.add_argument("--shape", required=True, metavar="B,H,N,D[,Nk[,Hkv]]")
     common.add_causal(q, both=False)
+    common.add_variant(q, varlen=False, title="the rest of the mask (the cell's name "
+                                              "carries it: w<L>_<R>, br, s<C>)")
     q.add_argument("--variants", required=True, help=VARIANTS)
     _timing(q, 20)
     common.add_output(q, out_help="write DIR/<cell>.json (the A/B result) and <cell>.csv")
@@ -217,7 +219,8 @@ def run_ab(args) -> int:
     from ..tune.variants import parse_variants
 
     settings = _settings(args)
-    cell = shape_cell(args.shape, common.one(args.causal, "--causal", "mask"), args.dtype)
+    cell = shape_cell(args.shape, common.one(args.causal, "--causal", "mask"), args.dtype,
+                      **common.variant_kw(args))
     specs = parse_variants(args.variants)
     common.prepare(args, name=cell.name)
     _device_target(args)
@@ -236,9 +239,11 @@ def run_ab(args) -> int:
 
 def _ab_table(con, res: dict) -> None:
     m = res["meta"]
+    mask = "".join(f" {k} {m[k]}" for k in ("window", "align", "softcap") if k in m)
     t = common.table("variant", "time (ms)", "TFLOP/s", f"/ {res['rows'][0]['name']}",
                      "IQR", "config", left=("variant", "config"),
-                     title=f"{m['cell']} ({m['shape']}{' causal' if m['causal'] else ''}, "
+                     title=f"{m['cell']} ({m['shape']}{' causal' if m['causal'] else ''}"
+                           f"{mask}, "
                            f"{m['dtype']}) on {m['device']}"
                            f"{', L2 flushed' if m['flush'] else ''}: median of "
                            f"{m['rounds']} rounds of {m['reps']}")

@@ -468,7 +468,6 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         else:
             mask_lo = 0
         _stamp(Trace, pid, C, r, 0, K.TRACE)
-        _stamp(Trace, pid, C, r, 7, K.TRACE, n_own)
         mbarrier.wait(q_ready.index(C), i & 1)
         _stamp(Trace, pid, C, r, 1, K.TRACE)
         if K.Q_REGS:
@@ -501,6 +500,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             k_slot, k_phase = _pass_tiles(k_ready, v_ready, k_empty, v_empty, k_slot,
                                           k_phase, first - lo, k, C, CONSUMERS, K.STAGES,
                                           K.K_EARLY, K.PINGPONG)
+        _stamp(Trace, pid, C, r, 7, K.TRACE, end - first)
         # the first tile (with MASKED_FIRST the only one it may mask): scores, then the
         # first softmax (m starts at its row maximum: a row's diagonal tile holds a key at
         # or before it, and so does every other tile it owns)

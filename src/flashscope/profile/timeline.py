@@ -6,8 +6,8 @@ buffer shaped (P, 4, R, 8): program, part (consumers 0-2, 3 the producer), work 
 slot. All parts of a program share one SM and so one clock. The slots:
 
 consumer: 0 tile start (after the work-list read), 1 Q ready, 2 first K ready, 3 first
-scores done, 4 key-tile loop done, 5 last P V done, 6 output issued, 7 the consumer's
-key tiles (a count, not a clock);
+scores done, 4 key-tile loop done, 5 last P V done, 6 output issued, 7 the key tiles the
+consumer computes (a count, not a clock: a band's consumer passes the work tile's others);
 producer: 0 tile start, 1 Q issued, 2 first K and V issued, 3 all issued, 4 first K
 issued (from the second tile on), 5 the work tile's index, 6 its key tiles (counts).
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..errors import FlashscopeError
-from .cells import Cell, problem
+from .cells import Cell, mask_meta, problem
 from .rule import round_ratios, stat
 from .timer import CudaBursts, WallBursts, interleaved
 from .variants import join_variants, resolve_all
@@ -79,7 +79,8 @@ def run_ab(cell: Cell, specs: dict, settings: Settings = Settings(), *, device="
                               log and (lambda k, n: log(f"{cell.name}: round {k}/{n}")))
     _recheck(cell, kept, last, times, dropped)
     meta = {"cell": cell.name, "model": cell.case.name or None, "shape": cell.case.shape,
-            "causal": cell.case.causal, "dtype": cell.case.dtype, "target": target,
+            "causal": cell.case.causal, **mask_meta(cell.case), "dtype": cell.case.dtype,
+            "target": target,
             **_device_meta(dev), "rounds": settings.rounds, "reps": settings.reps,
             "flush": settings.flush, "seed": settings.seed, "date": time.strftime("%Y-%m-%d %H:%M"),
             "seconds": round(time.perf_counter() - t0, 1), "variants": join_variants(specs)}
@@ -135,12 +136,12 @@ def _recheck(cell: Cell, kept: dict, last: dict, times: dict, dropped: dict) -> 
 
 
 def rows(cell: Cell, kept: dict, times: dict) -> list:
-    """One row per variant timed: median ms, TFLOP/s, ratio to the first (median and
-    quartiles over rounds), the worst relative error of its checks."""
-    from ..roofline import attention_flops
+    """One row per variant timed: median ms, TFLOP/s (a window charged the pairs it keeps,
+    as the bench charges it), ratio to the first (median and quartiles over rounds), the
+    worst relative error of its checks."""
+    from ..bench.suite import case_flops
 
-    c = cell.case
-    flops = attention_flops(c.B, c.H, c.Nq, c.Nk, c.D, c.causal, "fwd")
+    flops = case_flops(cell.case)
     base = next(iter(kept))
     out = []
     for name, k in kept.items():

@@ -28,7 +28,7 @@ from typing import Optional
 
 from ..errors import FlashscopeError
 from ..tuned import entry_key, lookup, make_entry, seq_class, write_entries
-from .cells import problem
+from .cells import mask_suffix, problem
 from .results import ABResult, read_result, result_paths
 from .rule import Decision, per_reading, pooled
 
@@ -105,6 +105,9 @@ def _decide(res: ABResult, rule: Rule, data_dir) -> Verdict:
     if res.target is None:
         return Verdict(cell, "skipped", f"{cell}: skipped (timed on Triton's interpreter, "
                                         "not on a GPU)")
+    if mask_suffix(res.cell.case):
+        return Verdict(cell, "skipped", f"{cell}: skipped (a window, bottom-right alignment or "
+                                        "cap: the tuned entries are for problems without)")
     if base.spec != "+" or base.config is None:
         return Verdict(cell, "skipped", f"{cell}: skipped (its first variant, "
                                         f"{base.name}={base.spec}, is not the default +)")

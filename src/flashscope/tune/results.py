@@ -34,7 +34,7 @@ from ..families import FAMILIES, family
 from ..families.base import DTYPE_BYTES
 from ..targets import get_target
 from ..outfiles import json_text, write_atomic
-from .cells import Cell, parse_cell
+from .cells import Cell, mask_meta, parse_cell
 from .rule import Reading
 from .variants import Variant
 
@@ -122,6 +122,10 @@ def read_result(path) -> ABResult:
     if (cell.case.shape, cell.case.causal) != (meta["shape"], meta["causal"]):
         raise bad(f"meta: cell {cell.name} is not shape {meta['shape']}, causal "
                   f"{meta['causal']}")
+    mask = {k: meta[k] for k in ("window", "align", "softcap") if k in meta}
+    if mask != mask_meta(cell.case):
+        raise bad(f"meta: cell {cell.name}'s mask is {mask_meta(cell.case) or 'causal or none'}"
+                  f", not {mask}")
     if not data["rows"]:
         raise bad("rows: empty (the first row is the base of every ratio)")
     variants, rows = [], {}
