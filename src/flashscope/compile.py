@@ -129,13 +129,22 @@ def parse_config(text, kernel: str, target, head_dim: int = 128, dtype: str = "b
 def _decode_call(kernel: str, paged: bool) -> Callable:
     """Call builder for one decoding kernel (:mod:`flashscope.families.triton_decode`) on
     meta tensors: q (B, Nq, H, D) against a cache of Nk keys a sequence, dense or in pages
-    of 16 keys (the smallest common page size), with as many new keys as queries."""
+    of 16 keys (the smallest common page size), with as many new keys as queries. The
+    attention takes a window and a cap (its rows always sit at the cache's end, so
+    either alignment builds the same kernel); the append and the merge read no mask, so
+    every mask builds them the same; no decoding kernel takes a packed batch (refused by
+    name)."""
 
-    def call(cfg, problem, head_dim, dtype, causal, return_lse=False):
+    def call(cfg, problem, head_dim, dtype, causal, return_lse=False, window=None,
+             align="top_left", softcap=None, varlen=False):
         import torch
 
         from . import launch
         from .families import triton_decode as fam
+
+        if varlen:
+            raise FlashscopeError(f"--varlen: {kernel} takes no packed batch (a decoding "
+                                  "step's sequences have lengths of their own)")
 
         B, H, Hkv, Nq, Nk = problem
         page = 16 if paged else 0
@@ -158,7 +167,8 @@ def _decode_call(kernel: str, paged: bool) -> Callable:
         if kernel == "decode_merge":
             _, args, consts = fam.merge_call(q, cache, out, lse, part, cfg)
             return args, {**consts, **fam.SMALL_OPTIONS}
-        _, args, consts = fam.call(q, cache, out, lse, part, Nq, mask=Mask.of(causal),
+        mask = Mask.of(causal, window, "bottom_right", softcap)
+        _, args, consts = fam.call(q, cache, out, lse, part, Nq, mask=mask,
                                    scale=launch.default_scale(head_dim), cfg=cfg)
         return args, {**consts, "num_stages": fam.triton_stages(cfg, paged)}
 

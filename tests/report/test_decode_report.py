@@ -63,3 +63,22 @@ def test_bad_arguments(tmp_path, capsys, argv, needle):
     assert code == 2
     assert needle in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_decoding_kernels_build_under_a_window_and_a_cap(tmp_path, capsys):
+    """``--window`` and ``--softcap`` reach the attention kernels (a masked build differs
+    from the plain one); the append and the merge read no mask and build as they are; a
+    packed batch (``--varlen``) is refused by name, exit 2, one line."""
+    import json as _json
+
+    def build(kernel, *flags):
+        assert main(["inspect", "--kernel", kernel, "--target", "sm90", "--json",
+                     *flags]) == 0
+        return _json.loads(capsys.readouterr().out)["kernels"][0]["instructions"]
+
+    plain = build("triton-decode")
+    assert build("triton-decode", "--window", "8,0", "--softcap", "5") != plain
+    assert build("decode_merge", "--window", "8,0") == build("decode_merge")
+    assert main(["inspect", "--kernel", "decode_paged", "--target", "sm90", "--varlen"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--varlen: decode_paged takes no packed batch" in err
