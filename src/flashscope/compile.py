@@ -129,14 +129,15 @@ def parse_config(text, kernel: str, target, head_dim: int = 128, dtype: str = "b
 def _decode_call(kernel: str, paged: bool) -> Callable:
     """Call builder for one decoding kernel (:mod:`flashscope.families.triton_decode`) on
     meta tensors: q (B, Nq, H, D) against a cache of Nk keys a sequence, dense or in pages
-    of 16 keys (the smallest common page size), with as many new keys as queries. The
+    of ``page`` keys (default 16, the smallest common page size; the dense kernels build
+    as they are under any), with as many new keys as queries. The
     attention takes a window and a cap (its rows always sit at the cache's end, so
     either alignment builds the same kernel); the append and the merge read no mask, so
     every mask builds them the same; no decoding kernel takes a packed batch (refused by
     name)."""
 
     def call(cfg, problem, head_dim, dtype, causal, return_lse=False, window=None,
-             align="top_left", softcap=None, varlen=False):
+             align="top_left", softcap=None, varlen=False, page=None):
         import torch
 
         from . import launch
@@ -147,7 +148,7 @@ def _decode_call(kernel: str, paged: bool) -> Callable:
                                   "step's sequences have lengths of their own)")
 
         B, H, Hkv, Nq, Nk = problem
-        page = 16 if paged else 0
+        page = (page or 16) if paged else 0
         cache_shape = (B * -(-Nk // page), page, Hkv, head_dim) if paged else \
             (B, Nk, Hkv, head_dim)
         q, out, kc, vc, kn, vn = _meta_tensors(

@@ -12,14 +12,24 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .errors import FlashscopeError
 from .families import Problem, family
 from .masks import Mask
 from .targets import get_target
 
 #: Build options of a kernel variant beyond head dim, dtype and causal (``build``'s
-#: extras): the mask's ``window`` (left, right), ``align`` and ``softcap``, and ``varlen``
-#: (a packed batch, :class:`flashscope.launch.Packed`).
-VARIANT_OPTIONS = ("window", "align", "softcap", "varlen")
+#: extras): the mask's ``window`` (left, right), ``align`` and ``softcap``, ``varlen``
+#: (a packed batch, :class:`flashscope.launch.Packed`), and ``page``: the keys a page of
+#: the paged decoding kernel's cache (its table reads depend on how pages and key tiles
+#: divide; the other kernels read no pages).
+VARIANT_OPTIONS = ("window", "align", "softcap", "varlen", "page")
+
+
+def no_pages(page, kernel: str) -> None:
+    """FlashscopeError naming ``--page`` when a kernel that reads no paged cache gets one."""
+    if page is not None:
+        raise FlashscopeError(f"--page {page}: {kernel} reads no paged cache (decode_paged "
+                              "does)")
 
 
 def variant_mask(causal: bool, window=None, align: str = "top_left", softcap=None) -> Mask:
@@ -28,7 +38,8 @@ def variant_mask(causal: bool, window=None, align: str = "top_left", softcap=Non
 
 
 def variant_problem(target, dtype: str, head_dim: int, causal: bool, window=None,
-                    align: str = "top_left", softcap=None, varlen: bool = False) -> Problem:
+                    align: str = "top_left", softcap=None, varlen: bool = False,
+                    page=None) -> Problem:
     """The :class:`~flashscope.families.base.Problem` a variant poses on
     :data:`flashscope.compile.DEFAULT_PROBLEM`'s lengths (what picks the ``fwd`` family
     and the default)."""
@@ -69,11 +80,12 @@ def _variant_tensors(problem, head_dim, dtype, varlen: bool, *shapes):
 def fwd_call(fam_name: str) -> Callable:
     """The ``call`` of forward family ``fam_name``'s kernel."""
     def call(cfg, problem, head_dim, dtype, causal, return_lse=False, window=None,
-             align="top_left", softcap=None, varlen=False):
+             align="top_left", softcap=None, varlen=False, page=None):
         import torch
 
         from . import launch
 
+        no_pages(page, fam_name)
         B, H, Hkv, Nq, Nk = problem
         (q, k, v, out), packed = _variant_tensors(
             problem, head_dim, dtype, varlen, (B, H, Nq, head_dim), (B, Hkv, Nk, head_dim),
@@ -99,12 +111,13 @@ def bwd_call(kernel: str) -> Callable:
     win over the config's."""
 
     def call(cfg, problem, head_dim, dtype, causal, window=None, align="top_left",
-             softcap=None, varlen=False):
+             softcap=None, varlen=False, page=None):
         import torch
 
         from . import launch
         from .families import triton_bwd
 
+        no_pages(page, kernel)
         B, H, Hkv, Nq, Nk = problem
         (q, out, dout, dq, k, v, dk, dv), packed = _variant_tensors(
             problem, head_dim, dtype, varlen, *[(B, H, Nq, head_dim)] * 4,

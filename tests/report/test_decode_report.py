@@ -57,6 +57,9 @@ def test_report_builds_the_decoding_kernels(tmp_path):
     (["--ablate", "BLOCK_M1"], "--ablate 'block_m1'"),
     (["--configs", "x.json"], "the decoding report starts from each target's default"),
     (["--lines"], "--lines goes with --kernel fwd"),
+    (["--varlen"], "--varlen goes with --kernel fwd or bwd"),
+    (["--kernel", "fwd", "--page", "128"], "--page goes with --kernel decode"),
+    (["--kernel", "bwd", "--page", "128"], "--page goes with --kernel decode"),
 ])
 def test_bad_arguments(tmp_path, capsys, argv, needle):
     code = main(["report", "--kernel", "decode", "--out", str(tmp_path / "o"), *argv])
@@ -82,3 +85,21 @@ def test_the_decoding_kernels_build_under_a_window_and_a_cap(tmp_path, capsys):
     assert main(["inspect", "--kernel", "decode_paged", "--target", "sm90", "--varlen"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--varlen: decode_paged takes no packed batch" in err
+
+
+def test_the_paged_kernel_builds_for_the_page_size_asked(capsys):
+    """``--page N`` sets the paged kernel's page size, which picks its table reads: a
+    128-key tile inside a 128-key page reads one entry (fewer registers than 16-key
+    pages); the dense kernel builds as it is; a forward or backward kernel refuses it."""
+    import json as _json
+
+    def regs(kernel, *flags):
+        assert main(["inspect", "--kernel", kernel, "--target", "sm90", "--json",
+                     *flags]) == 0
+        return _json.loads(capsys.readouterr().out)["kernels"][0]["registers"]
+
+    assert regs("decode_paged", "--page", "128") < regs("decode_paged")  # 16-key pages
+    for kernel in ("fwd", "bwd_dq"):
+        assert main(["inspect", "--kernel", kernel, "--target", "sm90", "--page", "16"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--page 16:" in err and "reads no paged cache" in err

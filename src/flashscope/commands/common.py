@@ -194,9 +194,9 @@ def parse_window(text) -> tuple:
 
 def add_variant(p, varlen: bool = True, title: str = "kernel variant (with --causal: the "
                 "mask a build is for)") -> None:
-    """``--window L,R``, ``--align``, ``--softcap C``, ``--varlen``: the kernel variant a
-    build takes (:data:`flashscope.compile.VARIANT_OPTIONS`), beside ``--causal``; without
-    ``varlen`` the mask's flags alone."""
+    """``--window L,R``, ``--align``, ``--softcap C``, ``--varlen``, ``--page N``: the
+    kernel variant a build takes (:data:`flashscope.compile.VARIANT_OPTIONS`), beside
+    ``--causal``; without ``varlen`` the mask's flags alone."""
     g = p.add_argument_group(title)
     g.add_argument("--window", type=argtype(parse_window, "L,R"), metavar="L,R",
                    help="a sliding window: row p sees keys p-L .. p+R (-1 or none: "
@@ -209,6 +209,9 @@ def add_variant(p, varlen: bool = True, title: str = "kernel variant (with --cau
     if varlen:
         g.add_argument("--varlen", action="store_true",
                        help="a packed batch of variable-length sequences (cu_seqlens)")
+        g.add_argument("--page", type=integer(1), metavar="N",
+                       help="keys a page of the paged decoding kernel's cache (decode_paged; "
+                            "default 16)")
 
 
 def variant_kw(args) -> dict:
@@ -223,6 +226,8 @@ def variant_kw(args) -> dict:
         kw["softcap"] = args.softcap
     if getattr(args, "varlen", False):
         kw["varlen"] = True
+    if getattr(args, "page", None) is not None:
+        kw["page"] = args.page
     return kw
 
 

@@ -96,6 +96,12 @@ def run(args) -> int:
     from ..report import collect, make_spec, write_report
     from ..report.render_terminal import render
 
+    if args.page is not None and args.kernel != "decode":
+        raise FlashscopeError(f"--page goes with --kernel decode (the paged decoding "
+                              f"kernel's pages; the {args.kernel} kernels read none)")
+    if args.varlen and args.kernel == "decode":
+        raise FlashscopeError("--varlen goes with --kernel fwd or bwd (a decoding step's "
+                              "sequences have lengths of their own)")
     if args.kernel != "fwd":
         if args.lines:
             raise FlashscopeError("--lines goes with --kernel fwd (the budget it checks is "
