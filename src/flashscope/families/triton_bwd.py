@@ -97,7 +97,7 @@ def check(cfg: TritonBwdConfig, target="sm90", head_dim: int = 128,
 #   D=64,  32/128/128/32 w8 s3: 194/252 regs, no stack | 103/127   (w4: dK/dV 48 B stack)
 #   D=128, 16/128/128/32 w8 s2: 243/254 regs, no stack | 203/195   (32/128 w8 s3: 16/144 B)
 #   D=256, 16/32/32/16 w8 s2:   208/245 regs, no stack | 252/254   (16/64 w8: 136/680 B)
-# Then timed on an H100 (bf16, N = 4096, 2026-11-21): the smaller 32/64/64/32 with 4 warps
+# Then timed on an H100 (bf16, N = 4096): the smaller 32/64/64/32 with 4 warps
 # and 3 stages beat every spill-free wide tile, for both head dims (TFLOP/s, non-causal /
 # causal):
 #   D=64:  32/64/64/32 w4 s3 349 / 316  vs 32/128/128/32 w8 s3 313 / 303   (FA2 270 / 229)

@@ -81,7 +81,7 @@ def check(cfg: TritonFwdConfig, target="sm90", head_dim: int = 128,
 # Defaults as data: (target name or family, largest head dim, causal or None for both)
 # -> config. The first row whose key matches the target (name before family), whose
 # head-dim bound holds and whose causal flag matches wins. sm90 rows: the best of a
-# 20-config scan on an H100 (bf16, B*N = 16384, H*D = 2048, 2026-11-21): 128/64/8w/3s was
+# 20-config scan on an H100 (bf16, B*N = 16384, H*D = 2048): 128/64/8w/3s was
 # best for D = 64 everywhere and for D = 128 non-causal (501 TFLOP/s at N = 4096);
 # 64/64/4w/3s was best for causal D = 128 at N <= 4096 (432 TFLOP/s against 411).
 # Rows naming gfx90a, gfx942, gfx950, gfx1100 and gfx1201 (no AMD GPU timed): chosen from
