@@ -153,6 +153,8 @@ from flashscope.kernels.sm90_worklist import (
 )
 
 
+# -- what the partitions share: knobs, tail operands, sizes, clock stamps ------------------
+
 @aggregate
 class Knobs:
     """The kernel's compile-time knobs, carried into its partitions as one argument (the
@@ -241,6 +243,8 @@ def _stamp(Trace, pid, part: gl.constexpr, r, slot: gl.constexpr, TRACE: gl.cons
         at = ((pid * 4 + part) * TRACE + r) * 8 + slot
         gl.store(Trace + at, value.to(gl.int64), mask=r < TRACE)
 
+
+# -- the producer --------------------------------------------------------------------------
 
 @gluon.jit
 def _load_rows(desc, smem, ready, off_b, off_h, row, tail):
@@ -346,6 +350,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         g += hi - lo
         i += 1
 
+
+# -- the consumers -------------------------------------------------------------------------
 
 @gluon.constexpr_function
 def _products(head_tail):
@@ -645,6 +651,8 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     if K.EARLY_Q:  # the last work tile's output store was not waited for
         tma.store_wait(0)
 
+
+# -- the kernel ----------------------------------------------------------------------------
 
 @gluon.jit(do_not_specialize=["DIV_M", "SHIFT_M", "DIV_H", "SHIFT_H", "DIV_G", "SHIFT_G"])
 def _attn_fwd_sm90(
