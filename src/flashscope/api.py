@@ -143,8 +143,7 @@ def problem_of(q, k, mask: Mask, target: Optional[str]) -> Problem:
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
     return Problem(target or "sm90", _DTYPES[q.dtype], D, mask.causal, Nq, Nk, B * H,
-                   window=mask.banded(Nq, Nk), softcap=mask.softcap is not None,
-                   band_keys=mask.span)
+                   **mask.problem_fields(Nq, Nk))
 
 
 def resolve_config(config, head_dim: int, dtype: str, device: torch.device,

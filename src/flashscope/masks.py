@@ -129,6 +129,13 @@ class Mask:
             return 0
         return self.left + self.right
 
+    def problem_fields(self, n_q: "int | None" = None, n_k: "int | None" = None) -> dict:
+        """The :class:`~flashscope.families.base.Problem` fields this mask sets on lengths
+        (n_q, n_k) (None: a packed batch's): ``window`` (:meth:`banded`), ``softcap`` and
+        ``band_keys`` (:attr:`span`)."""
+        return {"window": self.banded(n_q, n_k), "softcap": self.softcap is not None,
+                "band_keys": self.span}
+
     def offset(self, n_q: int, n_k: int) -> int:
         """p_i - i: 0 top-left, n_k - n_q bottom-right."""
         return n_k - n_q if self.align == "bottom_right" else 0

@@ -49,8 +49,7 @@ def variant_problem(target, dtype: str, head_dim: int, causal: bool, window=None
     _, _, _, n_q, n_k = DEFAULT_PROBLEM
     lengths = (None, None) if varlen else (n_q, n_k)
     return Problem(get_target(target).name, dtype, head_dim, causal, n_q, n_k,
-                   window=mask.banded(*lengths), varlen=bool(varlen),
-                   softcap=mask.softcap is not None, band_keys=mask.span)
+                   varlen=bool(varlen), **mask.problem_fields(*lengths))
 
 
 def _meta_tensors(problem, head_dim, dtype, *shapes):

@@ -116,8 +116,7 @@ def problem_of(q, k, mask: Mask, packed: Packed, target: Optional[str]) -> Probl
     sequences stand for the lengths."""
     return Problem(target or "sm90", _DTYPES[q.dtype], q.shape[-1], mask.causal,
                    packed.max_seqlen_q, packed.max_seqlen_k, packed.batch * q.shape[1],
-                   window=mask.banded(), varlen=True, softcap=mask.softcap is not None,
-                   band_keys=mask.span)
+                   varlen=True, **mask.problem_fields())
 
 
 #: Default configs by target (its tuned file's stamp), dtype, head dim, mask, longest

@@ -192,11 +192,11 @@ def parse_window(text) -> tuple:
     return tuple(sides)
 
 
-def add_variant(p, varlen: bool = True, title: str = "kernel variant (with --causal: the "
-                "mask a build is for)") -> None:
+def add_variant(p, mask_only: bool = False, title: str = "kernel variant (with --causal: "
+                "the mask a build is for)") -> None:
     """``--window L,R``, ``--align``, ``--softcap C``, ``--varlen``, ``--page N``: the
     kernel variant a build takes (:data:`flashscope.compile.VARIANT_OPTIONS`), beside
-    ``--causal``; without ``varlen`` the mask's flags alone."""
+    ``--causal``; with ``mask_only`` the mask's three flags alone (a timed cell's)."""
     g = p.add_argument_group(title)
     g.add_argument("--window", type=argtype(parse_window, "L,R"), metavar="L,R",
                    help="a sliding window: row p sees keys p-L .. p+R (-1 or none: "
@@ -206,7 +206,7 @@ def add_variant(p, varlen: bool = True, title: str = "kernel variant (with --cau
                         "them by Nk - Nq, per sequence with --varlen)")
     g.add_argument("--softcap", type=number(0, strict=True), metavar="C",
                    help="cap the scores as C tanh(s / C)")
-    if varlen:
+    if not mask_only:
         g.add_argument("--varlen", action="store_true",
                        help="a packed batch of variable-length sequences (cu_seqlens)")
         g.add_argument("--page", type=integer(1), metavar="N",

@@ -69,7 +69,7 @@ def _ab(tsub) -> None:
                                     "TFLOP/s and median (IQR) ratio to the first.")
     q.add_argument("--shape", required=True, metavar="B,H,N,D[,Nk[,Hkv]]")
     common.add_causal(q, both=False)
-    common.add_variant(q, varlen=False, title="the rest of the mask (the cell's name "
+    common.add_variant(q, mask_only=True, title="the rest of the mask (the cell's name "
                                               "carries it: w<L>_<R>, br, s<C>)")
     q.add_argument("--variants", required=True, help=VARIANTS)
     _timing(q, 20)

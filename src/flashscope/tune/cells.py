@@ -187,7 +187,5 @@ def suite_cells(name: str, dtype: str = "bfloat16") -> list:
 def problem(cell: Cell, target: str) -> Problem:
     """The :class:`~flashscope.families.Problem` a cell poses on ``target``."""
     c = cell.case
-    mask = c.mask()
     return Problem(target, c.dtype, c.D, c.causal, c.Nq, c.Nk, c.B * c.H,
-                   window=mask.banded(c.Nq, c.Nk), softcap=mask.softcap is not None,
-                   band_keys=mask.span)
+                   **c.mask().problem_fields(c.Nq, c.Nk))
