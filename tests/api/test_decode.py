@@ -267,6 +267,24 @@ def test_paged_caches_get_their_own_default():
         == (1, 2)
 
 
+def test_paged_launches_take_two_stages_past_one_program_an_sm():
+    """sm90, GQA 4:1, D = 128, 16-key pages: one query token for 64 sequences (512
+    programs) and 8 splits of one key tile take 2 stages; 8 sequences at 8k keys (128
+    programs of 32 tiles) keep 3, so do 16 query tokens (64-row wgmma tiles) and a dense
+    cache everywhere."""
+    from flashscope.families.base import Problem
+    from flashscope.families.triton_decode import select
+
+    def stages(B, n_k, paged, n_q=1):
+        return select(Problem("sm90", "bfloat16", 128, True, n_q, n_k, B * 32, group=4,
+                              paged=paged)).num_stages
+
+    assert [stages(64, 1024, True), stages(64, 8192, True), stages(1, 1024, True)] == [2] * 3
+    assert [stages(8, 8192, True), stages(1, 8192, True), stages(8, 32768, True)] == [3] * 3
+    assert [stages(64, 1024, True, 16), stages(64, 1024, False), stages(1, 1024, False)] \
+        == [3, 3, 3]
+
+
 # -- GPU ---------------------------------------------------------------------------------
 
 @pytest.mark.gpu

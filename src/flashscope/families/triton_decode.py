@@ -53,6 +53,9 @@ IN_FLIGHT_PER_SM = 64 * 1024
 #: target than with one program an SM; tiles of 16 rows (one token, GQA up to 16:1) and
 #: 64 on wgmma (GQA 4:1 at 16 tokens) as fast or up to 9% faster.
 STREAM_ROWS = 16
+#: stages of a paged launch with more programs than SMs or one key tile a split
+#: (:func:`shallow_paged`)
+SHALLOW_PAGED_STAGES = 2
 #: products a thread may hold in the reduce path (rows x keys x padded head dim over the
 #: threads), past which they spill instead of staying in registers
 REDUCE_PRODUCTS = 128
@@ -257,7 +260,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
     is under: the host reads no lengths) and the programs that read the cache at the
     memory's bandwidth on the target (:func:`readers`). The table's key tiles are halved
     where the tile's shared memory would not fit a block (128 packed rows at D = 256 on
-    sm_90)."""
+    sm_90). A paged launch of more programs than SMs, or of one key tile a split, takes
+    two stages, but for wgmma tiles (:func:`shallow_paged`)."""
     t = problem.target_record()
     check_head_dim(problem.head_dim)
     base = table_select(DEFAULTS, KERNEL, problem)
@@ -275,7 +279,32 @@ def select(problem: Problem) -> TritonDecodeConfig:
     units = getattr(t, "sm_count", None) or t.cu_count
     key_tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
     grid = readers(cfg, problem.head_dim, problem.dtype, units, t, problem.paged)
-    return cfg.replace(SPLITS=split_count(tiles, key_tiles, grid))
+    cfg = cfg.replace(SPLITS=split_count(tiles, key_tiles, grid))
+    if problem.paged and not _wgmma(cfg, t) and \
+            shallow_paged(tiles * cfg.SPLITS, key_tiles, cfg.SPLITS, units):
+        cfg = cfg.replace(num_stages=min(cfg.num_stages, SHALLOW_PAGED_STAGES))
+    return cfg
+
+
+def shallow_paged(programs: int, key_tiles: int, splits: int, units: int) -> bool:
+    """Whether a paged launch takes :data:`SHALLOW_PAGED_STAGES` stages: when its
+    ``programs`` outnumber the SMs (CUs), or each split holds one key tile. Tiles that
+    sm_90 runs as wgmma (64 rows and up) keep their stages: their operands all come from
+    shared memory, and with 2 stages GQA 8:1 at 16 query tokens, B = 64, 8k keys read
+    0.79 of the dense cache.
+
+    Why: a paged launch of S stages gives its K and V tiles S - 1 buffers and the block
+    table's reads the rest (:func:`triton_stages`). With more programs than SMs, two
+    stages (one buffer, about half the shared memory) let three programs share an sm_90
+    SM, and their table reads overlap one another's K and V; with one tile a split, a
+    deeper pipeline has nothing to overlap and only lengthens the prologue. H100, one
+    query token, GQA 4:1, D = 128, 16-key pages, GPU time against 3 stages: B = 64 at 1k
+    keys 108 against 120 us (the dense cache: 106), at 8k 720 against 728; B = 1 at 1k, 8
+    splits, 13.8 against 15.2 (dense: 12.8). One program an SM with several tiles a
+    split (B = 8 at 8k and 32k) reads faster with 3 stages (112 against 115 us, 375
+    against 395), and so does the dense cache everywhere (B = 64 at 1k: 106 against
+    109)."""
+    return programs > units or key_tiles <= splits
 
 
 def accepts(problem: Problem) -> Optional[str]:
