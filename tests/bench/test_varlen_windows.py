@@ -87,6 +87,38 @@ def test_providers_say_what_they_cannot_run():
     assert _unsupported(reg["flashscope"], shifted.with_(align="top_left")) is None
 
 
+@pytest.mark.parametrize("case", [
+    Case(2, 4, 64, 64, 32, 4, True, align="bottom_right"),  # Nq == Nk: plain causal
+    Case(2, 4, 48, 64, 32, 2, True, align="bottom_right"),  # the offset moves the band
+    Case(1, 4, 256, 256, 64, 4, True, window=(128, 0)),
+    Case(1, 4, 96, 96, 32, 4, False, window=(16, 8), softcap=30.0),
+    Case(1, 4, 96, 96, 32, 4, True, seqlens=(40, 56), window=(8, 0)),
+])
+def test_flashscope_configs_start_from_the_problem_the_call_poses(case, monkeypatch):
+    """A ``--config`` given to the flashscope provider starts from the default of the
+    problem the library's call poses (window, softcap, band width as the API sets them)."""
+    import torch
+
+    import flashscope.families as families
+    from flashscope import api
+
+    seen = []
+    real = families.config_from_text
+    monkeypatch.setattr(families, "config_from_text",
+                        lambda text, problem, *a, **k: seen.append(problem) or real(
+                            text, problem, *a, **k))
+    providers._flashscope(case, {"config": "num_warps=4", "device": "cpu"})
+    if case.varlen:
+        want = dict(varlen=True, **case.mask().problem_fields())
+    else:
+        q = torch.empty(case.B, case.H, case.Nq, case.D, dtype=torch.bfloat16, device="meta")
+        k = torch.empty(case.B, case.Hkv, case.Nk, case.D, dtype=torch.bfloat16,
+                        device="meta")
+        posed = api.problem_of(q, k, case.mask(), None)
+        want = {f: getattr(posed, f) for f in ("varlen", "window", "softcap", "band_keys")}
+    assert {f: getattr(seen[0], f) for f in want} == want
+
+
 def test_odd_shapes_keep_the_variant_and_a_band_to_mask():
     case = Case(1, 32, 32768, 32768, 128, 8, True, window=(4096, 0), softcap=50.0,
                 mode="bwd")

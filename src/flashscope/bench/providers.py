@@ -341,14 +341,13 @@ def _flashscope(case, options):
         from ..api import device_target
         from ..families import Problem, config_from_text
 
+        # the problem the call itself runs: a packed batch's mask on no fixed lengths
+        lengths = () if case.varlen else (case.Nq, case.Nk)
         target = device_target(__import__("torch").device(options.get("device", "cuda")))
         cfg = config_from_text(cfg, Problem(target or "sm90", case.dtype, case.D, case.causal,
                                             case.Nq, case.Nk, case.B * case.H,
-                                            window=case.window is not None or
-                                            case.align != "top_left",
                                             varlen=case.varlen,
-                                            softcap=case.softcap is not None,
-                                            band_keys=case.mask().span))
+                                            **case.mask().problem_fields(*lengths)))
     mask = dict(is_causal=case.causal, window=case.window, align=case.align,
                 softcap=case.softcap)
     if case.varlen:
