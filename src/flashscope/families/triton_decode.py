@@ -280,31 +280,33 @@ def select(problem: Problem) -> TritonDecodeConfig:
     key_tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
     grid = readers(cfg, problem.head_dim, problem.dtype, units, t, problem.paged)
     cfg = cfg.replace(SPLITS=split_count(tiles, key_tiles, grid))
-    if problem.paged and not _wgmma(cfg, t) and \
-            shallow_paged(tiles * cfg.SPLITS, key_tiles, cfg.SPLITS, units):
+    if problem.paged and shallow_paged(tiles * cfg.SPLITS, key_tiles, cfg.SPLITS, units,
+                                       _wgmma(cfg, t)):
         cfg = cfg.replace(num_stages=min(cfg.num_stages, SHALLOW_PAGED_STAGES))
     return cfg
 
 
-def shallow_paged(programs: int, key_tiles: int, splits: int, units: int) -> bool:
+def shallow_paged(programs: int, key_tiles: int, splits: int, units: int,
+                  wgmma: bool = False) -> bool:
     """Whether a paged launch takes :data:`SHALLOW_PAGED_STAGES` stages: when its
-    ``programs`` outnumber the SMs (CUs), or each split holds one key tile. Tiles that
-    sm_90 runs as wgmma (64 rows and up) keep their stages: their operands all come from
-    shared memory, and with 2 stages GQA 8:1 at 16 query tokens, B = 64, 8k keys read
-    0.79 of the dense cache.
+    ``programs`` outnumber the SMs (CUs), or each split holds one key tile; never for
+    tiles sm_90 runs as ``wgmma`` (64 rows and up), whose operands all come from shared
+    memory (with 2 stages GQA 8:1 at 16 query tokens, B = 64, 8k keys read 0.79 of the
+    dense cache, against 0.95 with 3).
 
     Why: a paged launch of S stages gives its K and V tiles S - 1 buffers and the block
     table's reads the rest (:func:`triton_stages`). With more programs than SMs, two
-    stages (one buffer, about half the shared memory) let three programs share an sm_90
-    SM, and their table reads overlap one another's K and V; with one tile a split, a
-    deeper pipeline has nothing to overlap and only lengthens the prologue. H100, one
+    stages (one buffer: 74 KB of shared memory against 139 KB in the sm_90 build of
+    ``16x128 w4``, 224 registers) let two programs share an SM, and one's table reads
+    overlap the other's K and V; with one tile a split, a deeper pipeline has nothing to
+    overlap and only lengthens the prologue. H100, one
     query token, GQA 4:1, D = 128, 16-key pages, GPU time against 3 stages: B = 64 at 1k
     keys 108 against 120 us (the dense cache: 106), at 8k 720 against 728; B = 1 at 1k, 8
     splits, 13.8 against 15.2 (dense: 12.8). One program an SM with several tiles a
     split (B = 8 at 8k and 32k) reads faster with 3 stages (112 against 115 us, 375
     against 395), and so does the dense cache everywhere (B = 64 at 1k: 106 against
     109)."""
-    return programs > units or key_tiles <= splits
+    return not wgmma and (programs > units or key_tiles <= splits)
 
 
 def accepts(problem: Problem) -> Optional[str]:
