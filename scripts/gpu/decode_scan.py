@@ -1,0 +1,118 @@
+"""Time decoding configs on a GPU: one decoding step (:func:`flashscope.attention_with_kvcache`,
+causal, no append) against a full cache, dense and paged, each problem's default first and
+then configs given as ``K=V,...`` of :class:`flashscope.TritonDecodeConfig` on top of that
+default. Every config's output is checked against the float32 reference before it is timed.
+GPU time with the L2 flushed and the host hidden (the decode suite's timer,
+:func:`flashscope.bench.timing.gpu_time`). No command does this: ``flashscope bench --suite
+decode`` times the defaults against the peers. The decode rules' measured reasons
+(docs/decode.md) come from sweeps like this one.
+
+Shapes as ``flashscope bench --shape``: B,H,Nq,D,Nk,Hkv (Nq the query tokens, Nk the keys
+each sequence holds), ``;`` between shapes. Pages: 0 for the dense cache, else the page
+size (pages handed out in random order). Writes OUTDIR/decode_scan.json; each row gives
+the time, the cache's GB/s and the speed over the dense cache's default.
+
+Usage: PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR \\
+       --shapes "8,32,1,128,1024,8;64,32,1,128,1024,8" --pages 0,16 \\
+       --configs "SPLITS=1;SPLITS=2;num_stages=2"
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import flashscope
+from flashscope import launch
+from flashscope.bench.suite import parse_shape
+from flashscope.bench.timing import Timer
+from flashscope.errors import FlashscopeError
+from flashscope.families import family
+from flashscope.families.triton_decode import Cache
+from flashscope.kvcache import _default_config
+from flashscope.masks import Mask
+from flashscope.testing.inputs import make_kvcache
+from flashscope.testing.reference import ERROR_BOUND, reference_kvcache, rel_error
+
+CAUSAL = Mask.of(True, (-1, -1), "bottom_right", None)
+
+
+def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
+         dtype=torch.bfloat16) -> list:
+    """One row per (cache, config) of one shape, the default first: label, knobs off the
+    default, relative error, and microseconds, GB/s and speed over the dense default (or
+    why it was not timed)."""
+    B, H, Nq, D, Nk, Hkv = shape
+    timer = Timer(device=device, hide_host=True)
+    target = launch.device_target(torch.device(device)) or "sm90"
+    dtype_name = "bfloat16" if dtype == torch.bfloat16 else "float16"
+    rows, dense_us = [], None
+    for page in pages:
+        inp = make_kvcache(device, B, Nq, H, Hkv, D, Nk, page=page, dtype=dtype)
+        cache = Cache.of(inp.k_cache, inp.v_cache, inp.cache_seqlens, inp.block_table)
+        want, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
+                                    block_table=inp.block_table,
+                                    compute_dtype=torch.float32)
+        default = _default_config(inp.q, cache, CAUSAL)
+        kv_bytes = 2 * B * Nk * Hkv * D * inp.k_cache.element_size()
+        for text in ["", *texts]:
+            cfg = flashscope.TritonDecodeConfig.parse(text, base=default)
+            family(cfg.KERNEL).check(cfg, target, D, dtype_name)
+
+            def step(cfg=cfg):
+                return flashscope.attention_with_kvcache(
+                    inp.q, inp.k_cache, inp.v_cache, cache_seqlens=inp.cache_seqlens,
+                    block_table=inp.block_table, config=cfg)
+
+            err = rel_error(step(), want)
+            off = {k: v for k, v in cfg.as_dict().items() if getattr(default, k) != v}
+            row = {"shape": list(shape), "page": page, "config": cfg.label, "knobs": off,
+                   "default": not text, "error": err}
+            if not err <= ERROR_BOUND[dtype]:
+                row["failed"] = f"relative error {err:.2e} > {ERROR_BOUND[dtype]}"
+            else:
+                us = timer.time(step) * 1e3
+                dense_us = us if dense_us is None else dense_us
+                row.update(us=us, gbps=kv_bytes / us / 1e3, of_dense_default=dense_us / us)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del inp, cache
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir")
+    ap.add_argument("--shapes", required=True, help="B,H,Nq,D,Nk,Hkv, ';' between")
+    ap.add_argument("--pages", default="0,16",
+                    help="page sizes, 0 for the dense cache (default 0,16; the dense one "
+                         "first gives the speed column its base)")
+    ap.add_argument("--configs", default="",
+                    help="K=V,... of TritonDecodeConfig on each default, ';' between")
+    args = ap.parse_args(argv)
+    try:
+        shapes = [parse_shape(t.strip()) for t in args.shapes.split(";") if t.strip()]
+        pages = [int(p) for p in args.pages.split(",")]
+        if any(p < 0 for p in pages):
+            raise ValueError
+    except FlashscopeError as e:  # a shape: the message names it
+        print(f"decode_scan: --shapes: {e}")
+        return 2
+    except ValueError:
+        print(f"decode_scan: --pages {args.pages!r}: expected page sizes >= 0, e.g. 0,16")
+        return 2
+    texts = [t.strip() for t in args.configs.split(";") if t.strip()]
+    rows = [row for shape in shapes for row in scan(shape, pages, texts)]
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "date": time.strftime("%Y-%m-%d")}
+    out = Path(args.outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decode_scan.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
