@@ -30,8 +30,8 @@ from flashscope.bench.suite import parse_shape
 from flashscope.bench.timing import Timer
 from flashscope.errors import FlashscopeError
 from flashscope.families import family
-from flashscope.families.triton_decode import Cache
-from flashscope.kvcache import _default_config
+from flashscope.families.triton_decode import Cache, select
+from flashscope.kvcache import problem_of
 from flashscope.masks import Mask
 from flashscope.testing.inputs import make_kvcache
 from flashscope.testing.reference import ERROR_BOUND, reference_kvcache, rel_error
@@ -55,7 +55,7 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
         want, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
                                     block_table=inp.block_table,
                                     compute_dtype=torch.float32)
-        default = _default_config(inp.q, cache, CAUSAL)
+        default = select(problem_of(inp.q, cache, CAUSAL))
         kv_bytes = 2 * B * Nk * Hkv * D * inp.k_cache.element_size()
         for text in ["", *texts]:
             cfg = flashscope.TritonDecodeConfig.parse(text, base=default)
