@@ -19,13 +19,15 @@ Usage: PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR \\
 
 import argparse
 import json
-import time
+import shlex
+import sys
 from pathlib import Path
 
 import torch
 
 import flashscope
 from flashscope import launch
+from flashscope.bench.output import stamp
 from flashscope.bench.suite import parse_shape
 from flashscope.bench.timing import Timer
 from flashscope.errors import FlashscopeError
@@ -33,6 +35,7 @@ from flashscope.families import family
 from flashscope.families.triton_decode import Cache, select
 from flashscope.kvcache import problem_of
 from flashscope.masks import Mask
+from flashscope.outfiles import json_text, write_atomic
 from flashscope.testing.inputs import make_kvcache
 from flashscope.testing.reference import ERROR_BOUND, reference_kvcache, rel_error
 
@@ -106,11 +109,12 @@ def main(argv=None) -> int:
         return 2
     texts = [t.strip() for t in args.configs.split(";") if t.strip()]
     rows = [row for shape in shapes for row in scan(shape, pages, texts)]
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": __import__("triton").__version__, "date": time.strftime("%Y-%m-%d")}
+    argv = sys.argv[1:] if argv is None else argv
+    meta = {**stamp("cuda", timer=Timer(device="cuda", hide_host=True)),
+            "command": shlex.join(["scripts/gpu/decode_scan.py", *argv])}
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "decode_scan.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_atomic(out / "decode_scan.json", json_text({"meta": meta, "rows": rows}))
     return 0
 
 
