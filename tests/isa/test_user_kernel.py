@@ -59,3 +59,35 @@ def test_bad_user_kernels(capsys, tmp_path):
     syntax = tmp_path / "syntax.py"
     syntax.write_text("def k(:\n")
     _bad(capsys, f"{syntax}:k", "--signature", "X=*fp32", match="importing it failed (line 1)")
+
+
+def test_the_same_kernel_from_two_files_names_each(capsys, tmp_path):
+    """Triton keys its cache on a kernel's text: a copy of small.py in another folder,
+    built after the original (and the original then removed), still gets line tables
+    naming its own file, with the source text beside each row."""
+    first, second = tmp_path / "a" / "small.py", tmp_path / "b" / "small.py"
+    for p in (first, second):
+        p.parent.mkdir()
+        p.write_text((KERNELS / "small.py").read_text())
+    for p in (first, second):
+        code, out, err = _run(capsys, f"{p}:add", *ADD_SIG, "--target", "sm90", "--json",
+                              "--lines")
+        assert code == 0, err
+        rows = json.loads(out)["kernels"][0]["lines"]["rows"]
+        assert {r["file"] for r in rows if r["line"] == 13} == {str(p)}
+        assert any("tl.load(X + offs" in (r["source"] or "") for r in rows)
+        if p == first:
+            first.unlink()
+
+
+def test_a_moved_package_file_is_read_from_the_installed_package():
+    """A line table naming flashscope's or Triton's files at a path that no longer exists
+    (a removed checkout or environment) reads them from the installed packages."""
+    import flashscope
+    from flashscope.isa.lines import source_lines
+
+    here = flashscope.__file__.rsplit("/", 2)[0]
+    want = open(f"{here}/flashscope/kernels/common.py").read().splitlines()
+    assert source_lines("/gone/src/flashscope/kernels/common.py") == want
+    assert source_lines("/gone/venv/site-packages/triton/language/standard.py")
+    assert source_lines("/gone/elsewhere/nothing_here.py") is None

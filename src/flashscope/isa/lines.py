@@ -39,11 +39,14 @@ Checks (:func:`checks`), on every kernel read:
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePath
 from typing import Optional
 
 from ..errors import ArtifactError
@@ -131,19 +134,49 @@ def row_order(path: str, line: int) -> tuple:
     return (_library(path), path, line)
 
 
+@functools.lru_cache(maxsize=None)
+def _package_roots() -> tuple:
+    """The folders holding the installed flashscope and Triton packages (found, not
+    imported)."""
+    roots = []
+    for name in ("flashscope", "triton"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            roots.append(Path(spec.origin).resolve().parent.parent)
+    return tuple(dict.fromkeys(roots))
+
+
+def source_lines(path: str) -> "list | None":
+    """The lines of a source file a line table names, or None where it cannot be read.
+
+    A binary from a compile cache names the file its source was first compiled from:
+    Triton's cache and flashscope's own key a package kernel on its text, not its path,
+    so a checkout or virtual environment removed since leaves names that no longer
+    open. Such a name is looked up again by its last three, then two components under
+    the installed flashscope and Triton packages (``flashscope/kernels/x.py``,
+    ``triton/language/standard.py``)."""
+    parts = PurePath(path).parts
+    tries = [Path(path)] + [Path(root, *parts[-k:]) for k in (3, 2) if len(parts) > k
+                            for root in _package_roots()]
+    for p in tries:
+        try:
+            with open(p, encoding="utf-8", errors="replace") as f:
+                return f.read().splitlines()
+        except OSError:
+            continue
+    return None
+
+
 class _Sources:
-    """Line texts of the files named by the line tables (None where unreadable)."""
+    """Line texts of the files named by the line tables (None where unreadable), each
+    file read once (:func:`source_lines`)."""
 
     def __init__(self):
         self._files = {}
 
     def text(self, path: str, line: int) -> Optional[str]:
         if path not in self._files:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    self._files[path] = f.read().splitlines()
-            except OSError:
-                self._files[path] = None
+            self._files[path] = source_lines(path)
         lines = self._files[path]
         return lines[line - 1].rstrip() if lines and 0 < line <= len(lines) else None
 

@@ -20,6 +20,7 @@ options, target and Triton version.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -214,9 +215,28 @@ class _Label:
         self.key = key
 
 
+@contextlib.contextmanager
+def _own_triton_cache():
+    """Triton's cache in a folder of this build's own: Triton keys a kernel on its text,
+    so a build of the same text from another file would come back naming that file in
+    its line tables (gone, or not the one asked about); flashscope's cache, keyed with
+    the path, keeps the builds instead."""
+    import tempfile
+
+    import triton
+
+    knobs = triton.knobs.cache
+    saved = knobs.dir
+    with tempfile.TemporaryDirectory(prefix="flashscope-triton-") as d:
+        knobs.dir = d
+        try:
+            yield
+        finally:
+            knobs.dir = saved
+
+
 def _compile(src: KernelSource, target_name: str):
     """Compile in this process (Triton imported as a compiler): the Artifact."""
-    import contextlib
     import io
 
     import triton
@@ -247,7 +267,7 @@ def _compile(src: KernelSource, target_name: str):
         native = []
         try:
             with contextlib.redirect_stdout(io.StringIO()), fcompile._compiler_mode(), \
-                    fcompile._native_stderr() as native:
+                    fcompile._native_stderr() as native, _own_triton_cache():
                 compiled = triton.compile(source, target=target, options=options)
         except Exception as e:
             raise ConfigError(fcompile.compile_failure(fcompile.failure_text(e), label, t,

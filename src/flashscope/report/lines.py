@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from ..budget import COMPONENT_LABELS
+from ..isa.lines import source_lines
 
 #: Budget structure -> patterns of the source lines that create or update it (first match
 #: wins, in this order); lines matching none count as ``rest``.
@@ -143,11 +144,7 @@ def _source_view(views_by_target: dict) -> str:
         return ""
     path = max(files, key=lambda f: len(files[f]))  # the kernel's file
     lines = sorted(files[path])
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read().splitlines()
-    except OSError:
-        text = None
+    text = source_lines(path)
     head = "".join(f"<th>{escape(t)} live</th>" for t in targets)
     body = []
     for n in range(lines[0], lines[-1] + 1):
