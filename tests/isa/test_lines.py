@@ -168,3 +168,26 @@ def test_inspect_lines_on_files_without_lines(capsys, tmp_path, artifacts):
     assert code == 2 and "115" in out and "no line table" in err
     code, out, err = _run(capsys, "--diff", str(cubin), str(cubin), "--lines")
     assert code == 2 and "without --diff" in err
+
+
+def test_a_build_naming_a_removed_checkout_reads_the_installed_files(artifacts):
+    """A cached build of flashscope's kernels whose line tables name a checkout since
+    removed (Triton's cache and flashscope's key a kernel on its text) gets its texts
+    from the installed package, the rows and the peak's lines alike."""
+    art = artifacts[case_id(CASES[0])]
+    view = lines.lines_for_artifact(art)
+    moved = lines.KernelLines.from_dict(json.loads(json.dumps(view.as_dict())))
+
+    def gone(path):  # .../flashscope/kernels/x.py -> /gone/checkout/flashscope/kernels/x.py
+        return "/gone/checkout/" + "/".join(path.split("/")[-3:])
+
+    for r in moved.rows:
+        r.file, r.source = gone(r.file), None
+    for d in moved.peak["by_line"]:
+        if d["file"]:
+            d["file"], d["source"] = gone(d["file"]), None
+    assert all(r.source for r in view.rows if "/flashscope/kernels/" in r.file)
+    lines._package_texts(moved)
+    assert [r.source for r in moved.rows] == [r.source for r in view.rows]
+    assert [d["source"] for d in moved.peak["by_line"]] == \
+        [d["source"] for d in view.peak["by_line"]]

@@ -146,18 +146,20 @@ def _package_roots() -> tuple:
     return tuple(dict.fromkeys(roots))
 
 
-def source_lines(path: str) -> "list | None":
+def source_lines(path: str, packages: bool = False) -> "list | None":
     """The lines of a source file a line table names, or None where it cannot be read.
 
-    A binary from a compile cache names the file its source was first compiled from:
-    Triton's cache and flashscope's own key a package kernel on its text, not its path,
-    so a checkout or virtual environment removed since leaves names that no longer
-    open. Such a name is looked up again by its last three, then two components under
-    the installed flashscope and Triton packages (``flashscope/kernels/x.py``,
-    ``triton/language/standard.py``)."""
+    ``packages``: for a build of the installed packages' own source (a flashscope kernel
+    built or found in a cache by its current text). Such a build names the file its
+    text was first compiled from: Triton's cache and flashscope's own key a kernel on
+    its text, not its path, so a checkout or virtual environment removed since leaves
+    names that no longer open. With ``packages`` such a name is looked up again by its
+    last three, then two components under the installed flashscope and Triton packages
+    (``flashscope/kernels/x.py``, ``triton/language/standard.py``). Not for binaries read
+    from elsewhere, whose text the installed files may no longer hold."""
     parts = PurePath(path).parts
-    tries = [Path(path)] + [Path(root, *parts[-k:]) for k in (3, 2) if len(parts) > k
-                            for root in _package_roots()]
+    tries = [Path(path)] + [Path(root, *parts[-k:]) for k in (3, 2) if packages
+                            and len(parts) > k for root in _package_roots()]
     for p in tries:
         try:
             with open(p, encoding="utf-8", errors="replace") as f:
@@ -171,12 +173,13 @@ class _Sources:
     """Line texts of the files named by the line tables (None where unreadable), each
     file read once (:func:`source_lines`)."""
 
-    def __init__(self):
+    def __init__(self, packages: bool = False):
         self._files = {}
+        self._packages = packages
 
     def text(self, path: str, line: int) -> Optional[str]:
         if path not in self._files:
-            self._files[path] = source_lines(path)
+            self._files[path] = source_lines(path, self._packages)
         lines = self._files[path]
         return lines[line - 1].rstrip() if lines and 0 < line <= len(lines) else None
 
@@ -568,13 +571,16 @@ def lines_for_artifact(art, sass: Optional[str] = None) -> KernelLines:
     if path and os.path.exists(path):
         try:
             with open(path) as f:
-                return KernelLines.from_dict(json.load(f))
+                kl = KernelLines.from_dict(json.load(f))
+            _package_texts(kl)  # stored where the texts could not be read
+            return kl
         except (OSError, ValueError, TypeError):
             pass
     views = lines_for_binary(art.binary, f"{art.kernel}@{art.target}", art.asm, sass,
                              target=art.target)
     kl = next((v for v in views if v.kernel == art.name), views[0])
     kl.source = art.path
+    _package_texts(kl)
     if path:
         tmp = f"{path}.tmp{os.getpid()}"
         try:
@@ -584,6 +590,19 @@ def lines_for_artifact(art, sass: Optional[str] = None) -> KernelLines:
         except OSError:
             pass
     return kl
+
+
+def _package_texts(kl: KernelLines) -> None:
+    """Fill the texts a build's line tables left empty, its files named at a path that is
+    gone (:func:`source_lines` with ``packages``: an artifact is built, or found in the
+    cache, by its kernel's current text)."""
+    sources = _Sources(packages=True)
+    for r in kl.rows:
+        if r.source is None and r.file:
+            r.source = sources.text(r.file, r.line)
+    for d in (kl.peak or {}).get("by_line", ()):
+        if d.get("source") is None and d.get("file"):
+            d["source"] = sources.text(d["file"], d["line"])
 
 
 def lines_for_artifacts(arts) -> list:

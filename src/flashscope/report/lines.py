@@ -144,7 +144,7 @@ def _source_view(views_by_target: dict) -> str:
         return ""
     path = max(files, key=lambda f: len(files[f]))  # the kernel's file
     lines = sorted(files[path])
-    text = source_lines(path)
+    text = source_lines(path, packages=True)  # the report builds its kernels
     head = "".join(f"<th>{escape(t)} live</th>" for t in targets)
     body = []
     for n in range(lines[0], lines[-1] + 1):
