@@ -130,11 +130,10 @@ def _decode_call(kernel: str, paged: bool) -> Callable:
     """Call builder for one decoding kernel (:mod:`flashscope.families.triton_decode`) on
     meta tensors: q (B, Nq, H, D) against a cache of Nk keys a sequence, dense or in pages
     of ``page`` keys (default 16, the smallest common page size; the dense kernels build
-    as they are under any), with as many new keys as queries. The
-    attention takes a window and a cap (its rows always sit at the cache's end, so
-    either alignment builds the same kernel); the append and the merge read no mask, so
-    every mask builds them the same; no decoding kernel takes a packed batch (refused by
-    name)."""
+    as they are under any), with as many new keys as queries. The attention takes a
+    window and a cap (its rows always sit at the cache's end, so either alignment builds
+    the same kernel); the append and the merge read no mask, so every mask builds them
+    the same; no decoding kernel takes a packed batch (refused by name)."""
 
     def call(cfg, problem, head_dim, dtype, causal, return_lse=False, window=None,
              align="top_left", softcap=None, varlen=False, page=None):

@@ -43,7 +43,7 @@ class Ceilings:
 
 CEILINGS = (
     Ceilings("h100-measured", 780e12, 3.0e12,
-             "measured on a lent H100 SXM 80GB (docs anchors.md, 2026-11-21): bf16 GEMM "
+             "measured on a lent H100 SXM 80GB (docs anchors.md): bf16 GEMM "
              "8192^3 = 780 TFLOP/s, device-to-device copy = 3.0 TB/s (bytes read + written)"),
     Ceilings("h100-datasheet", 989.4e12, 3.35e12,
              "NVIDIA H100 SXM5 datasheet: dense bf16 tensor core 989.4 TFLOP/s, HBM3 3.35 TB/s"),

@@ -299,10 +299,10 @@ def shallow_paged(programs: int, key_tiles: int, splits: int, units: int,
     stages (one buffer: 74 KB of shared memory against 139 KB in the sm_90 build of
     ``16x128 w4``, 224 registers) let two programs share an SM, and one's table reads
     overlap the other's K and V; with one tile a split, a deeper pipeline has nothing to
-    overlap and only lengthens the prologue. H100, one
-    query token, GQA 4:1, D = 128, 16-key pages, GPU time against 3 stages: B = 64 at 1k
-    keys 108 against 120 us (the dense cache: 106), at 8k 720 against 728; B = 1 at 1k, 8
-    splits, 13.8 against 15.2 (dense: 12.8). One program an SM with several tiles a
+    overlap and only lengthens the prologue. H100, one query token, GQA 4:1, D = 128,
+    16-key pages, GPU time against 3 stages: B = 64 at 1k keys 108 against 120 us (the
+    dense cache: 106), at 8k 720 against 728; B = 1 at 1k, 8 splits, 13.8 against 15.2
+    (dense: 12.8). One program an SM with several tiles a
     split (B = 8 at 8k and 32k) reads faster with 3 stages (112 against 115 us, 375
     against 395), and so does the dense cache everywhere (B = 64 at 1k: 106 against
     109)."""

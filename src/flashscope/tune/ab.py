@@ -80,9 +80,9 @@ def run_ab(cell: Cell, specs: dict, settings: Settings = Settings(), *, device="
     _recheck(cell, kept, last, times, dropped)
     meta = {"cell": cell.name, "model": cell.case.name or None, "shape": cell.case.shape,
             "causal": cell.case.causal, **mask_meta(cell.case), "dtype": cell.case.dtype,
-            "target": target,
-            **_device_meta(dev), "rounds": settings.rounds, "reps": settings.reps,
-            "flush": settings.flush, "seed": settings.seed, "date": time.strftime("%Y-%m-%d %H:%M"),
+            "target": target, **_device_meta(dev), "rounds": settings.rounds,
+            "reps": settings.reps, "flush": settings.flush, "seed": settings.seed,
+            "date": time.strftime("%Y-%m-%d %H:%M"),
             "seconds": round(time.perf_counter() - t0, 1), "variants": join_variants(specs)}
     return {"meta": meta, "rows": rows(cell, kept, times), "times": times,
             "dropped": dropped}

@@ -6,7 +6,7 @@
      "meta": {"cell": "d64c16k", "shape": "1,32,16384,64", "causal": true,
               "dtype": "bfloat16", "target": "sm90", "device": "NVIDIA H100 80GB HBM3",
               "gpu": "3", "uuid": "GPU-...", "rounds": 32, "reps": 30, "flush": true,
-              "seed": 0, "date": "2026-11-25 04:32", "variants": "d=+;po=+PINGPONG=1;n=cudnn"},
+              "seed": 0, "date": "YYYY-MM-DD HH:MM", "variants": "d=+;po=+PINGPONG=1;n=cudnn"},
      "rows": [{"name": "d", "spec": "+", "provider": "flashscope", "kernel": "sm90-fwd",
                "config": {...every knob...}, "label": "sm90-fwd 192x128 s3 ...",
                "ms": 2.1157, "tflops": 519.7, "ratio": 1.0, "ratio_q1": 1.0,
