@@ -6,9 +6,10 @@ import pytest
 from flashscope import compile as fcompile
 from flashscope.errors import ConfigError
 from flashscope.families import Problem, config_from_text, family, triton_decode
-from flashscope.families.triton_decode import (MAX_SPLITS, TritonDecodeConfig,
-                                               in_flight_bytes, readers, select,
-                                               split_count, triton_stages)
+from flashscope.families.triton_decode import (CUT_MAX_TILES, LONG_READ_TILES, MAX_SPLITS,
+                                               TritonDecodeConfig, cut_rows,
+                                               in_flight_bytes, merge_pays, readers,
+                                               select, split_count, triton_stages)
 from flashscope.targets import ALL_TARGETS, get_target
 
 
@@ -29,6 +30,35 @@ def decode_problem(B=8, Nq=1, H=32, Hkv=8, Nk=8192, D=128, target="sm90"):
 ])
 def test_split_count(tiles, key_tiles, grid, want):
     assert split_count(tiles, key_tiles, grid) == want
+
+
+@pytest.mark.parametrize("tiles,streams,grid,units,want", [
+    (32, 16, 66, 132, 4),    # two row blocks of 16 kv heads: the bytes counted per kv head
+    (64, 32, 66, 132, 2),
+    (128, 64, 66, 132, 1),
+    (16, 8, 132, 132, 8),    # never past one program an SM: 16 x 8 = 128 programs
+    (32, 8, 132, 132, 4),    # 4 row blocks of 8 kv heads (512 packed rows)
+])
+def test_split_count_reads_bytes_per_kv_head(tiles, streams, grid, units, want):
+    assert split_count(tiles, 2048, grid, streams, units) == want
+    assert tiles * want <= units
+
+
+def test_merge_pays_only_on_long_reads_where_the_bytes_ask_for_no_split():
+    assert merge_pays(8, 2, 1) is False and merge_pays(LONG_READ_TILES - 1, 2, 1) is False
+    assert merge_pays(LONG_READ_TILES, 2, 1) is True
+    assert merge_pays(8, 8, 4) is True  # the byte target splits too: the merge is paid
+    assert merge_pays(8, 1, 1) is True  # nothing to pay for
+
+
+def test_cut_rows_on_short_caches_that_keep_one_wave():
+    assert cut_rows(128, 128, 64, 132, True, 8) == 64  # B = 8 x 8 kv heads: 128 programs
+    assert cut_rows(128, 128, 64, 132, True, CUT_MAX_TILES) == 64
+    assert cut_rows(128, 128, 64, 132, True, CUT_MAX_TILES + 1) == 128  # a long read
+    assert cut_rows(128, 128, 128, 132, True, 8) == 128  # 256 cut programs: two waves
+    assert cut_rows(128, 128, 64, 132, False, 8) == 128  # mma.sync: not measured
+    assert cut_rows(64, 64, 8, 132, True, 8) == 64
+    assert cut_rows(512, 128, 8, 132, True, 8) == 64  # 8 row blocks of 64 for 8 kv heads
 
 
 def test_readers_by_bytes_in_flight_and_rows():
@@ -55,12 +85,23 @@ def test_select_packs_the_group_and_splits_small_grids():
     assert one.SPLITS == 8  # 8 work tiles x 8 splits: 64 KB loading an SM of 132
     wide = select(decode_problem(B=64, Nq=16, H=64, Hkv=8))
     assert (wide.BLOCK_M, wide.num_warps, wide.SPLITS) == (128, 8, 1)
-    # at B = 8 (64 work tiles): one program an SM for 128- and 32-row tiles (2 splits),
-    # none for 64 rows on wgmma and for 16
+    # at B = 8 (64 work tiles) and 8k keys: one program an SM for 128- and 32-row tiles
+    # (2 splits), none for 64 rows on wgmma and for 16
     assert select(decode_problem(B=8, Nq=16, H=64, Hkv=8)).SPLITS == 2
     assert select(decode_problem(B=8, Nq=4, H=64, Hkv=8)).SPLITS == 2
     assert select(decode_problem(B=8, Nq=16, H=32, Hkv=8)).SPLITS == 1
     assert select(decode_problem(B=8, Nq=1, H=64, Hkv=8)).SPLITS == 1
+    # at 1k keys the second program an SM does not pay for the merge's launch; 32-row
+    # tiles stay unsplit, 128-row wgmma tiles are cut into two 64-row blocks instead
+    assert select(decode_problem(B=8, Nq=4, H=64, Hkv=8, Nk=1024)).SPLITS == 1
+    paged = [select(Problem("sm90", "bfloat16", 128, True, 1, n_k, 8 * 32, group=4,
+                            paged=True)).SPLITS for n_k in (1024, 2048, 4096, 8192)]
+    assert paged == [1, 1, 2, 2]  # from LONG_READ_TILES = 32 key tiles of 128
+    cut = [select(decode_problem(B=B, Nq=16, H=64, Hkv=8, Nk=1024)) for B in (1, 2, 4, 8, 16)]
+    assert [(c.BLOCK_M, c.num_warps, c.SPLITS) for c in cut] == \
+        [(64, 4, 8), (64, 4, 4), (64, 4, 2), (64, 4, 1), (128, 8, 1)]
+    assert select(decode_problem(B=8, Nq=16, H=64, Hkv=8, Nk=1024, target="sm80")).BLOCK_M \
+        == 128
     assert select(decode_problem(Nq=16, H=32, Hkv=1)).BLOCK_M == 128  # 512 rows: 4 blocks
     # the split rule reads the target's SM count (same tiles: fewer SMs, fewer splits) and
     # the bytes a program loads (sm86's smaller shared memory halves its key tiles)
@@ -107,6 +148,8 @@ def test_wgmma_tiles_count_every_stage_and_q_in_shared_memory():
         triton_decode.check(deep.replace(BLOCK_M=64), "sm90", 128)
     wide256 = select(decode_problem(B=8, Nq=16, H=64, Hkv=8, D=256))
     assert (wide256.BLOCK_M, wide256.BLOCK_N) == (128, 32)  # 64-key tiles would not fit
+    cut256 = select(decode_problem(B=8, Nq=16, H=64, Hkv=8, D=256, Nk=1024))
+    assert (cut256.BLOCK_M, cut256.BLOCK_N) == (64, 64)  # cut rows: the table's key tiles
     assert triton_decode.check(wide256.replace(BLOCK_N=64), "sm80", 256)
     with pytest.raises(ConfigError, match="shared memory"):
         triton_decode.check(wide256.replace(BLOCK_N=64), "sm90", 256)

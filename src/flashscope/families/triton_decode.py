@@ -56,6 +56,17 @@ STREAM_ROWS = 16
 #: stages of a paged launch with more programs than SMs or one key tile a split
 #: (:func:`shallow_paged`)
 SHALLOW_PAGED_STAGES = 2
+#: key tiles from which a split that only the one-program-an-SM grid asks for
+#: (:func:`readers`: wide tiles, paged caches) may add the merge launch to an unsplit grid
+#: (:func:`merge_pays`): a shorter read is latency more than bytes, and the merge's launch
+#: costs what the second program an SM saves. H100, one query token and 16 (GQA 4:1), D =
+#: 128, 16-key pages, B = 8 (64 programs unsplit, 128 at two splits): unsplit 10% faster
+#: at 8 key tiles, as fast at 16, 4% slower at 32
+LONG_READ_TILES = 32
+#: most key tiles of a cache on which wgmma tiles of 128 rows are cut to 64
+#: (:func:`cut_rows`). H100, GQA 8:1, 16 query tokens, B = 1-8, GPU time against 128 rows:
+#: 0.99-1.37x at 8-32 key tiles (D = 64, 128, 256, dense and paged); at 64, 0.70-1.14x
+CUT_MAX_TILES = 32
 #: products a thread may hold in the reduce path (rows x keys x padded head dim over the
 #: threads), past which they spill instead of staying in registers
 REDUCE_PRODUCTS = 128
@@ -213,6 +224,13 @@ def packed_rows(problem: Problem) -> int:
     return max(1, problem.group) * max(1, problem.n_q)
 
 
+def byte_readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int) -> int:
+    """Programs that keep :data:`IN_FLIGHT_PER_SM` bytes loading an SM (CU) of ``units``
+    at :func:`in_flight_bytes` a program, never more than one an SM."""
+    return max(1, min(units, units * IN_FLIGHT_PER_SM // in_flight_bytes(cfg, head_dim,
+                                                                          dtype)))
+
+
 def readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int,
             target=None, paged: bool = False) -> int:
     """Programs that together read the cache at the memory's bandwidth on a GPU of
@@ -226,15 +244,21 @@ def readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int,
     second wave's programs run alone."""
     if paged or cfg.BLOCK_M > (WGMMA_ROWS if _wgmma(cfg, target) else STREAM_ROWS):
         return units
-    return max(1, min(units, units * IN_FLIGHT_PER_SM // in_flight_bytes(cfg, head_dim,
-                                                                          dtype)))
+    return byte_readers(cfg, head_dim, dtype, units)
 
 
-def split_count(tiles: int, key_tiles: int, readers: int) -> int:
-    """Programs that share each work tile's key tiles: enough that the ``tiles`` work
-    tiles make up the grid of ``readers`` programs (:func:`readers`), but no more than
-    leave each program :data:`MIN_SPLIT_TILES` of the ``key_tiles`` tiles, nor
-    :data:`MAX_SPLITS`; none (1) once the work tiles alone are that many.
+def split_count(tiles: int, key_tiles: int, readers: int, streams: Optional[int] = None,
+                units: Optional[int] = None) -> int:
+    """Programs that share each work tile's key tiles: enough that the ``streams`` (the
+    kv heads the ``tiles`` work tiles read; default: one each) make up the grid of
+    ``readers`` programs (:func:`readers`), but no more than leave each program
+    :data:`MIN_SPLIT_TILES` of the ``key_tiles`` tiles, nor :data:`MAX_SPLITS`, nor a
+    grid past one program an SM of ``units`` (default ``readers``); none (1) once the
+    work tiles alone are that many. The row blocks of one kv head read the same K and
+    V (the later reads can hit L2), so the bytes in flight are counted per kv head:
+    GQA 8:1 at 16 query tokens, cut into two 64-row blocks (:func:`cut_rows`), read
+    fastest on an H100 at B = 2 with 4 splits (45 against 55 us at 8k keys with 2) and
+    at B = 4 with 2 (68 against 76).
 
     Why a target and not as many splits as fit: every split adds a slot to merge and the
     merge's launch, so a split pays only while it adds bandwidth. On an H100 (1 to 16
@@ -242,7 +266,39 @@ def split_count(tiles: int, key_tiles: int, readers: int) -> int:
     against 1-32 splits) the rule's count ran fastest or within 5% of the fastest from 8k
     keys, within 9% at 1k; one program an SM for 16-row tiles (2 splits at B = 8, D =
     128) ran 3-4% slower than none at 8k keys and 11% at 1k."""
-    return max(1, min(readers // max(1, tiles), key_tiles // MIN_SPLIT_TILES, MAX_SPLITS))
+    tiles = max(1, tiles)
+    per_sm = (readers if units is None else units) // tiles
+    return max(1, min(readers // max(1, streams or tiles), per_sm,
+                      key_tiles // MIN_SPLIT_TILES, MAX_SPLITS))
+
+
+def merge_pays(key_tiles: int, splits: int, byte_splits: int) -> bool:
+    """Whether ``splits`` splits of a cache of ``key_tiles`` key tiles pay for their
+    merge where the byte target alone would ask for ``byte_splits``: always where that
+    count splits too (the merge is launched anyway, and a program with fewer tiles ends
+    sooner: B = 2, one query, 16-key pages, 1k keys: 15.5 us at 8 splits against 17.1
+    at 4), and from :data:`LONG_READ_TILES` key tiles where it would not (the merge's
+    launch costs about what the second program an SM saves on a short read)."""
+    return splits <= 1 or byte_splits > 1 or key_tiles >= LONG_READ_TILES
+
+
+def cut_rows(rows: int, block_m: int, kv_heads: int, units: int, wgmma: bool,
+             key_tiles: int) -> int:
+    """BLOCK_M for ``rows`` packed rows a kv head: a tile sm_90 runs as wgmma past
+    :data:`WGMMA_ROWS` rows is cut to that many on a short cache (at most
+    :data:`CUT_MAX_TILES` ``key_tiles``), where the cut work tiles of the ``kv_heads``
+    still make one wave of ``units`` programs. Why: a 128-row program computes two 64-row
+    products a key tile on one SM while half the SMs idle; two 64-row programs read the
+    same K and V (the later reads can hit L2) on two, and a short read is all latency.
+    H100, GQA 8:1, 16 query tokens, B = 1-8 (8-64 kv heads), GPU time against 128 rows:
+    D = 64, 128, 256 at 1k-2k keys 0.99-1.37x, dense and paged (D = 128 at 4k: 1.02-1.10x);
+    at 8k 0.70-1.14x, at 32k and 128k 0.66-1.06x (the cut grid splits half as often:
+    :func:`split_count` counts the bytes in flight per kv head); at B = 16 (256 cut
+    programs) 0.88x at 1k."""
+    if not wgmma or block_m <= WGMMA_ROWS or key_tiles > CUT_MAX_TILES:
+        return block_m
+    blocks = -(-rows // WGMMA_ROWS)
+    return WGMMA_ROWS if kv_heads * blocks <= units else block_m
 
 
 def select(problem: Problem) -> TritonDecodeConfig:
@@ -251,22 +307,32 @@ def select(problem: Problem) -> TritonDecodeConfig:
 
     Rows: the packed rows rounded up to a power of two, at least 16 (the tensor cores'
     smallest M) and at most 128 (a row block past that re-reads K and V), with 8 warps
-    once the fp32 accumulator holds 128 x 128 values. Always DOT: Triton's pipeliner
-    stages only the loads that feed a ``tl.dot`` through shared memory (the reduce path's
-    sm_90 TTGIR has no asynchronous copy), so without it each warp waits for its own K and
-    V, while the padding rows of a 16-row product cost tensor-core issue slots that a
-    loop bound by memory has to spare. Splits: :func:`split_count` over the work tiles
-    B x Hkv x row blocks, the key tiles of the cache's length (the bound every sequence
-    is under: the host reads no lengths) and the programs that read the cache at the
-    memory's bandwidth on the target (:func:`readers`). The table's key tiles are halved
-    where the tile's shared memory would not fit a block (128 packed rows at D = 256 on
-    sm_90). A paged launch of more programs than SMs, or of one key tile a split, takes
-    two stages, but for wgmma tiles (:func:`shallow_paged`)."""
+    once the fp32 accumulator holds 128 x 128 values; wgmma tiles of 128 rows cut to 64 on
+    short caches where the cut grid still makes one wave (:func:`cut_rows`). Always DOT:
+    Triton's pipeliner stages only the loads that feed a ``tl.dot`` through shared memory
+    (the reduce path's sm_90 TTGIR has no asynchronous copy), so without it each warp
+    waits for its own K and V, while the padding rows of a 16-row product cost
+    tensor-core issue slots that a loop bound by memory has to spare.
+
+    Splits: :func:`split_count` over the work tiles B x Hkv x row blocks, the key tiles
+    of the cache's length (the bound every sequence is under: the host reads no lengths)
+    and the programs that read the cache at the memory's bandwidth on the target
+    (:func:`readers`), the bytes in flight counted per kv head; a split past the byte
+    target's grid that would add the merge launch to an unsplit one only on caches of
+    :data:`LONG_READ_TILES` key tiles and more (:func:`merge_pays`). The table's key
+    tiles are halved where the tile's shared memory would not fit a block (128 packed rows
+    at D = 256 on sm_90). A paged launch of more programs than SMs, or of one key tile a
+    split, takes two stages, but for wgmma tiles (:func:`shallow_paged`)."""
     t = problem.target_record()
     check_head_dim(problem.head_dim)
     base = table_select(DEFAULTS, KERNEL, problem)
     rows = packed_rows(problem)
+    kv_heads = max(1, problem.heads // max(1, problem.group))
+    units = getattr(t, "sm_count", None) or t.cu_count
     block_m = min(128, max(16, _next_pow2(rows)))
+    block_m = cut_rows(rows, block_m, kv_heads, units,
+                       _wgmma(base.replace(BLOCK_M=block_m), t),
+                       -(-max(1, problem.n_k) // base.BLOCK_N))
     pad = head_dim_pad(problem.head_dim)
     warps = 8 if block_m * pad >= 128 * 128 else base.num_warps
     cfg = base.replace(BLOCK_M=block_m, num_warps=warps)
@@ -274,12 +340,14 @@ def select(problem: Problem) -> TritonDecodeConfig:
     while cfg.BLOCK_N > 16 and min_shared_bytes(cfg, problem.head_dim, problem.dtype, t) \
             > t.smem_per_block_optin:
         cfg = cfg.replace(BLOCK_N=cfg.BLOCK_N // 2)
-    kv_heads = max(1, problem.heads // max(1, problem.group))
     tiles = kv_heads * -(-rows // block_m)
-    units = getattr(t, "sm_count", None) or t.cu_count
     key_tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
     grid = readers(cfg, problem.head_dim, problem.dtype, units, t, problem.paged)
-    cfg = cfg.replace(SPLITS=split_count(tiles, key_tiles, grid))
+    splits = split_count(tiles, key_tiles, grid, kv_heads, units)
+    by_bytes = split_count(tiles, key_tiles, byte_readers(cfg, problem.head_dim,
+                                                          problem.dtype, units),
+                           kv_heads, units)
+    cfg = cfg.replace(SPLITS=splits if merge_pays(key_tiles, splits, by_bytes) else 1)
     if problem.paged and shallow_paged(tiles * cfg.SPLITS, key_tiles, cfg.SPLITS, units,
                                        _wgmma(cfg, t)):
         cfg = cfg.replace(num_stages=min(cfg.num_stages, SHALLOW_PAGED_STAGES))
