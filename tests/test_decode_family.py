@@ -8,8 +8,9 @@ from flashscope.errors import ConfigError
 from flashscope.families import Problem, config_from_text, family, triton_decode
 from flashscope.families.triton_decode import (CUT_MAX_TILES, LONG_READ_TILES, MAX_SPLITS,
                                                TritonDecodeConfig, cut_rows,
-                                               in_flight_bytes, merge_pays, readers,
-                                               select, split_count, triton_stages)
+                                               in_flight_bytes, merge_pays, narrow_keys,
+                                               readers, select, split_count,
+                                               triton_stages)
 from flashscope.targets import ALL_TARGETS, get_target
 
 
@@ -49,6 +50,14 @@ def test_merge_pays_only_on_long_reads_where_the_bytes_ask_for_no_split():
     assert merge_pays(LONG_READ_TILES, 2, 1) is True
     assert merge_pays(8, 8, 4) is True  # the byte target splits too: the merge is paid
     assert merge_pays(8, 1, 1) is True  # nothing to pay for
+
+
+def test_narrow_keys_for_wgmma_tiles_on_short_caches():
+    assert narrow_keys(128, 3, 8, 64, 132, True) == (64, 4)  # one program an SM at most
+    assert narrow_keys(128, 3, 8, 512, 132, True) == (64, 3)  # two share an SM
+    assert narrow_keys(128, 3, CUT_MAX_TILES + 1, 64, 132, True) == (128, 3)  # long read
+    assert narrow_keys(128, 3, 8, 64, 132, False) == (128, 3)  # mma.sync tiles
+    assert narrow_keys(64, 3, 8, 64, 132, True) == (64, 3)  # already narrow (D = 256)
 
 
 def test_cut_rows_on_short_caches_that_keep_one_wave():
@@ -100,6 +109,13 @@ def test_select_packs_the_group_and_splits_small_grids():
     cut = [select(decode_problem(B=B, Nq=16, H=64, Hkv=8, Nk=1024)) for B in (1, 2, 4, 8, 16)]
     assert [(c.BLOCK_M, c.num_warps, c.SPLITS) for c in cut] == \
         [(64, 4, 8), (64, 4, 4), (64, 4, 2), (64, 4, 1), (128, 8, 1)]
+    # and narrower key tiles for the wgmma tiles of a short cache, the splits kept
+    assert [(c.BLOCK_N, c.num_stages) for c in cut] == [(64, 4)] * 4 + [(64, 4)]
+    long = select(decode_problem(B=64, Nq=16, H=64, Hkv=8, Nk=8192))
+    assert (long.BLOCK_M, long.BLOCK_N, long.num_stages) == (128, 128, 3)
+    many = select(decode_problem(B=64, Nq=16, H=64, Hkv=8, Nk=1024))
+    assert (many.BLOCK_M, many.BLOCK_N, many.num_stages) == (128, 64, 3)  # 512 programs
+    assert select(decode_problem(B=1, Nq=16, H=32, Hkv=8, Nk=1024)).SPLITS == 8
     assert select(decode_problem(B=8, Nq=16, H=64, Hkv=8, Nk=1024, target="sm80")).BLOCK_M \
         == 128
     assert select(decode_problem(Nq=16, H=32, Hkv=1)).BLOCK_M == 128  # 512 rows: 4 blocks

@@ -67,6 +67,10 @@ LONG_READ_TILES = 32
 #: (:func:`cut_rows`). H100, GQA 8:1, 16 query tokens, B = 1-8, GPU time against 128 rows:
 #: 0.99-1.37x at 8-32 key tiles (D = 64, 128, 256, dense and paged); at 64, 0.70-1.14x
 CUT_MAX_TILES = 32
+#: key tiles of wgmma tiles on those short caches, and their stages with at most one
+#: program an SM and with more (:func:`narrow_keys`)
+NARROW_BLOCK_N = 64
+NARROW_STAGES = (4, 3)
 #: products a thread may hold in the reduce path (rows x keys x padded head dim over the
 #: threads), past which they spill instead of staying in registers
 REDUCE_PRODUCTS = 128
@@ -301,6 +305,25 @@ def cut_rows(rows: int, block_m: int, kv_heads: int, units: int, wgmma: bool,
     return WGMMA_ROWS if kv_heads * blocks <= units else block_m
 
 
+def narrow_keys(block_n: int, stages: int, key_tiles: int, programs: int, units: int,
+                wgmma: bool) -> tuple:
+    """(BLOCK_N, num_stages) of a launch of ``programs`` on ``units`` SMs: tiles sm_90
+    runs as wgmma, on a short cache (at most :data:`CUT_MAX_TILES` ``key_tiles`` of
+    ``block_n`` keys), take :data:`NARROW_BLOCK_N`-key tiles, 4 stages with one program
+    an SM at most and 3 with more (two of 64 x 64 at D = 128, 114 KB of shared memory
+    each, fit an SM). The splits stay those of the wider tile: a short read is latency,
+    and the narrower tile shortens the pipeline's fill and drain without changing the
+    grid (letting its smaller bytes in flight raise the splits, B = 1, GQA 4:1 at 16
+    tokens, 1k keys, 11 and 16 splits against 8, read 0.86-0.87x). H100, 16 query
+    tokens, GQA 4:1 and 8:1, B = 1-64, 1k-4k keys, D = 64 and 128, dense and 16-key
+    pages, against 128-key tiles: 89 shapes, geometric mean 1.03x (1.04x at 1k-2k keys,
+    1.02x at 4k); B = 8 at 1k 1.01-1.07x, B = 64 at 1k 0.94-1.12x; lowest GQA 4:1 at
+    B = 64 with D = 64, paged: 0.94x at 1k, 0.89x at 4k."""
+    if not wgmma or block_n <= NARROW_BLOCK_N or key_tiles > CUT_MAX_TILES:
+        return block_n, stages
+    return NARROW_BLOCK_N, NARROW_STAGES[programs > units]
+
+
 def select(problem: Problem) -> TritonDecodeConfig:
     """The default for a problem (``n_q`` query tokens, ``n_k`` the cache's keys per
     sequence, ``heads`` = B x H, ``group`` = H / Hkv): pure, tensor-free, deterministic.
@@ -321,8 +344,10 @@ def select(problem: Problem) -> TritonDecodeConfig:
     target's grid that would add the merge launch to an unsplit one only on caches of
     :data:`LONG_READ_TILES` key tiles and more (:func:`merge_pays`). The table's key
     tiles are halved where the tile's shared memory would not fit a block (128 packed rows
-    at D = 256 on sm_90). A paged launch of more programs than SMs, or of one key tile a
-    split, takes two stages, but for wgmma tiles (:func:`shallow_paged`)."""
+    at D = 256 on sm_90), and wgmma tiles on short caches take 64-key tiles once the
+    splits are chosen (:func:`narrow_keys`). A paged launch of more programs than SMs,
+    or of one key tile a split, takes two stages, but for wgmma tiles
+    (:func:`shallow_paged`)."""
     t = problem.target_record()
     check_head_dim(problem.head_dim)
     base = table_select(DEFAULTS, KERNEL, problem)
@@ -348,6 +373,9 @@ def select(problem: Problem) -> TritonDecodeConfig:
                                                           problem.dtype, units),
                            kv_heads, units)
     cfg = cfg.replace(SPLITS=splits if merge_pays(key_tiles, splits, by_bytes) else 1)
+    block_n, stages = narrow_keys(cfg.BLOCK_N, cfg.num_stages, key_tiles,
+                                  tiles * cfg.SPLITS, units, _wgmma(cfg, t))
+    cfg = cfg.replace(BLOCK_N=block_n, num_stages=stages)
     if problem.paged and shallow_paged(tiles * cfg.SPLITS, key_tiles, cfg.SPLITS, units,
                                        _wgmma(cfg, t)):
         cfg = cfg.replace(num_stages=min(cfg.num_stages, SHALLOW_PAGED_STAGES))
