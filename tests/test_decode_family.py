@@ -52,6 +52,13 @@ def test_merge_pays_only_on_long_reads_where_the_bytes_ask_for_no_split():
     assert merge_pays(8, 1, 1) is True  # nothing to pay for
 
 
+def test_the_interpreter_case_of_a_cut_tile_is_one():
+    """tests/api/test_decode.py runs this problem's default through the interpreter: it
+    must stay a 128-row group cut into two blocks, with narrow keys and splits."""
+    cfg = select(Problem("sm90", "bfloat16", 16, True, 16, 200, 2 * 16, group=8, paged=True))
+    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.SPLITS) == (64, 64, 2)
+
+
 def test_narrow_keys_for_wgmma_tiles_on_short_caches():
     assert narrow_keys(128, 3, 8, 64, 132, True) == (64, 4)  # one program an SM at most
     assert narrow_keys(128, 3, 8, 512, 132, True) == (64, 3)  # two share an SM

@@ -8,10 +8,10 @@ no key (zeros, log-sum-exp -inf), dense caches and pages handed out in random or
 of 5 keys that tiles straddle: the block table's three reads), appends that cross a page
 boundary, GQA with a group that is not a power of two, MQA, windows, softcap, head dims
 that need padding, fp16 and bf16, splits of the keys (with splits left empty by short
-sequences). Every allocation is NaN until written; the cache after an append is checked
-bit for bit against the expected one; refused calls leave the cache as it was. GPU tests
-(``--device cuda``) add the default configs on larger shapes, CUDA graphs and
-torch.compile.
+sequences), and the sm_90 default of a wide GQA tile cut into two row blocks. Every
+allocation is NaN until written; the cache after an append is checked bit for bit
+against the expected one; refused calls leave the cache as it was. GPU tests (``--device
+cuda``) add the default configs on larger shapes, CUDA graphs and torch.compile.
 """
 
 import itertools
@@ -56,6 +56,9 @@ CASES = [
     # the CUDA-core path (DOT=0): 2 packed rows, paged, an append, softcap, splits
     (2, 1, 4, 2, 24, 48, [0, 29], 16, 1, True, None, 5.0, torch.float16,
      TritonDecodeConfig(BLOCK_M=2, BLOCK_N=16, num_stages=1, DOT=False, SPLITS=2)),
+    # the sm_90 default (what CPU calls select) for GQA 8:1 at 16 tokens on a short
+    # cache: 128 packed rows cut into two 64-row blocks, 64-key tiles, 2 splits
+    (2, 16, 16, 2, 16, 200, [150, 3], 16, 2, True, None, None, torch.bfloat16, None),
 ]
 
 
