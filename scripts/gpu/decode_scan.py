@@ -9,17 +9,21 @@ decode`` times the defaults against the peers. The decode rules' measured reason
 
 Shapes as ``flashscope bench --shape``: B,H,Nq,D,Nk,Hkv (Nq the query tokens, Nk the keys
 each sequence holds), ``;`` between shapes. Pages: 0 for the dense cache, else the page
-size (pages handed out in random order). Writes OUTDIR/decode_scan.json; each row gives
-the time, the cache's GB/s and the speed over the dense cache's default.
+size (pages handed out in random order). ``--rounds R`` times the configs of a cache in
+turn R times, in alternating order, and keeps each one's median: an A/B of two configs
+then sees the same clock (a 12-15 us step read 13.3 and 14.9 us in one sweep without
+it). Writes OUTDIR/decode_scan.json; each row gives the time, the cache's GB/s and the
+speed over the dense cache's default.
 
 Usage: PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR \\
        --shapes "8,32,1,128,1024,8;64,32,1,128,1024,8" --pages 0,16 \\
-       --configs "SPLITS=1;SPLITS=2;num_stages=2"
+       --configs "SPLITS=1;SPLITS=2;num_stages=2" --rounds 3
 """
 
 import argparse
 import json
 import shlex
+import statistics
 import sys
 from pathlib import Path
 
@@ -43,10 +47,11 @@ CAUSAL = Mask.of(True, (-1, -1), "bottom_right", None)
 
 
 def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
-         dtype=torch.bfloat16) -> list:
+         dtype=torch.bfloat16, rounds: int = 1) -> list:
     """One row per (cache, config) of one shape, the default first: label, knobs off the
-    default, relative error, and microseconds, GB/s and speed over the dense default (or
-    why it was not timed)."""
+    default, relative error, and microseconds (the median over ``rounds``, each round
+    timing every config of the cache once, in the opposite order to the round before),
+    GB/s and speed over the dense default (or why it was not timed)."""
     B, H, Nq, D, Nk, Hkv = shape
     timer = Timer(device=device, hide_host=True)
     target = launch.device_target(torch.device(device)) or "sm90"
@@ -60,6 +65,7 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
                                     compute_dtype=torch.float32)
         default = select(problem_of(inp.q, cache, CAUSAL))
         kv_bytes = 2 * B * Nk * Hkv * D * inp.k_cache.element_size()
+        timed = []  # (row, step) of the configs that passed their check
         for text in ["", *texts]:
             cfg = flashscope.TritonDecodeConfig.parse(text, base=default)
             family(cfg.KERNEL).check(cfg, target, D, dtype_name)
@@ -76,12 +82,19 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
             if not err <= ERROR_BOUND[dtype]:
                 row["failed"] = f"relative error {err:.2e} > {ERROR_BOUND[dtype]}"
             else:
-                us = timer.time(step) * 1e3
+                row["us_rounds"] = []
+                timed.append((row, step))
+            rows.append(row)
+        for r in range(rounds):
+            for row, step in (timed if r % 2 == 0 else timed[::-1]):
+                row["us_rounds"].append(timer.time(step) * 1e3)
+        for row in rows[len(rows) - len(texts) - 1:]:
+            if "us_rounds" in row:
+                us = statistics.median(row["us_rounds"])
                 dense_us = us if dense_us is None else dense_us
                 row.update(us=us, gbps=kv_bytes / us / 1e3, of_dense_default=dense_us / us)
-            rows.append(row)
             print(json.dumps(row), flush=True)
-        del inp, cache
+        del inp, cache, timed
     return rows
 
 
@@ -95,6 +108,9 @@ def main(argv=None) -> int:
                          "first gives the speed column its base)")
     ap.add_argument("--configs", default="",
                     help="K=V,... of TritonDecodeConfig on each default, ';' between")
+    ap.add_argument("--rounds", default="1",
+                    help="times each config is timed, the configs of a cache in turn and "
+                         "in alternating order; the median is kept (default 1)")
     args = ap.parse_args(argv)
     try:
         shapes = [parse_shape(t.strip()) for t in args.shapes.split(";") if t.strip()]
@@ -107,8 +123,12 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"decode_scan: --pages {args.pages!r}: expected page sizes >= 0, e.g. 0,16")
         return 2
+    if not (args.rounds.isdigit() and int(args.rounds) >= 1):
+        print(f"decode_scan: --rounds {args.rounds!r}: expected a whole number >= 1")
+        return 2
     texts = [t.strip() for t in args.configs.split(";") if t.strip()]
-    rows = [row for shape in shapes for row in scan(shape, pages, texts)]
+    rows = [row for shape in shapes
+            for row in scan(shape, pages, texts, rounds=int(args.rounds))]
     argv = sys.argv[1:] if argv is None else argv
     meta = {**stamp("cuda", timer=Timer(device="cuda", hide_host=True)),
             "command": shlex.join(["scripts/gpu/decode_scan.py", *argv])}

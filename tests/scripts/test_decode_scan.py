@@ -21,10 +21,20 @@ def test_scan_checks_then_times_each_config():
     assert all("failed" not in r and r["us"] > 0 and r["gbps"] > 0 for r in rows)
 
 
+def test_rounds_time_every_config_in_turn_and_keep_the_median():
+    scan = _load(SCRIPT).scan
+    rows = scan((2, 4, 1, 32, 40, 2), [0], ["SPLITS=2", "BLOCK_N=32"], device="cpu",
+                dtype=torch.float16, rounds=3)
+    assert len(rows) == 3 and all(len(r["us_rounds"]) == 3 for r in rows)
+    assert all(r["us"] == sorted(r["us_rounds"])[1] for r in rows)
+
+
 def test_bad_arguments_get_one_line(capsys, tmp_path):
     main = _load(SCRIPT).main
     assert main([str(tmp_path / "o"), "--shapes", "2,4,1", "--pages", "0"]) == 2
     assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--pages", "x"]) == 2
+    assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--rounds", "0"]) == 2
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 2 and "--shape" in out[0] and "--pages" in out[1]
+    assert len(out) == 3 and "--shape" in out[0] and "--pages" in out[1]
+    assert "--rounds '0'" in out[2]
     assert not (tmp_path / "o").exists()
