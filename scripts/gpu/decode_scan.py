@@ -13,7 +13,9 @@ size (pages handed out in random order). ``--rounds R`` times the configs of a c
 turn R times, in alternating order, and keeps each one's median: an A/B of two configs
 then sees the same clock (a 12-15 us step read 13.3 and 14.9 us in one sweep without
 it). Writes OUTDIR/decode_scan.json; each row gives the time, the cache's GB/s and the
-speed over the dense cache's default.
+speed over the dense cache's default. Each finished row is also kept in
+OUTDIR/decode_scan.partial.jsonl as it is timed, so a sweep stopped by a signal or a time
+limit keeps what it finished.
 
 Usage: PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR \\
        --shapes "8,32,1,128,1024,8;64,32,1,128,1024,8" --pages 0,16 \\
@@ -39,19 +41,22 @@ from flashscope.families import family
 from flashscope.families.triton_decode import Cache, select
 from flashscope.kvcache import problem_of
 from flashscope.masks import Mask
-from flashscope.outfiles import json_text, write_atomic
+from flashscope.outfiles import PartialLines, json_text, write_atomic
 from flashscope.testing.inputs import make_kvcache
 from flashscope.testing.reference import ERROR_BOUND, reference_kvcache, rel_error
 
 CAUSAL = Mask.of(True, (-1, -1), "bottom_right", None)
+#: each finished row as it is timed, removed once decode_scan.json holds them all
+PARTIAL = "decode_scan.partial.jsonl"
 
 
 def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
-         dtype=torch.bfloat16, rounds: int = 1) -> list:
+         dtype=torch.bfloat16, rounds: int = 1, keep=None) -> list:
     """One row per (cache, config) of one shape, the default first: label, knobs off the
     default, relative error, and microseconds (the median over ``rounds``, each round
     timing every config of the cache once, in the opposite order to the round before),
-    GB/s and speed over the dense default (or why it was not timed)."""
+    GB/s and speed over the dense default (or why it was not timed). ``keep``: a
+    :class:`~flashscope.outfiles.PartialLines` each finished row is added to."""
     B, H, Nq, D, Nk, Hkv = shape
     timer = Timer(device=device, hide_host=True)
     target = launch.device_target(torch.device(device)) or "sm90"
@@ -65,10 +70,15 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
                                     compute_dtype=torch.float32)
         default = select(problem_of(inp.q, cache, CAUSAL))
         kv_bytes = 2 * B * Nk * Hkv * D * inp.k_cache.element_size()
-        timed = []  # (row, step) of the configs that passed their check
+        timed, first = [], len(rows)  # (row, step) of the configs that passed the checks
         for text in ["", *texts]:
             cfg = flashscope.TritonDecodeConfig.parse(text, base=default)
-            family(cfg.KERNEL).check(cfg, target, D, dtype_name)
+            try:
+                family(cfg.KERNEL).check(cfg, target, D, dtype_name)
+            except FlashscopeError as e:  # the family's rules for this problem: a row
+                rows.append({"shape": list(shape), "page": page, "config": cfg.label,
+                             "default": not text, "failed": str(e)})
+                continue
 
             def step(cfg=cfg):
                 return flashscope.attention_with_kvcache(
@@ -88,12 +98,14 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
         for r in range(rounds):
             for row, step in (timed if r % 2 == 0 else timed[::-1]):
                 row["us_rounds"].append(timer.time(step) * 1e3)
-        for row in rows[len(rows) - len(texts) - 1:]:
+        for row in rows[first:]:
             if "us_rounds" in row:
                 us = statistics.median(row["us_rounds"])
                 dense_us = us if dense_us is None else dense_us
                 row.update(us=us, gbps=kv_bytes / us / 1e3, of_dense_default=dense_us / us)
             print(json.dumps(row), flush=True)
+            if keep is not None:
+                keep.add(row)
         del inp, cache, timed
     return rows
 
@@ -108,6 +120,11 @@ def main(argv=None) -> int:
                          "first gives the speed column its base)")
     ap.add_argument("--configs", default="",
                     help="K=V,... of TritonDecodeConfig on each default, ';' between")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cuda (default), or cpu: Triton's interpreter with "
+                         "TRITON_INTERPRET=1, for tiny shapes (perf_counter times)")
+    ap.add_argument("--force", action="store_true",
+                    help="replace the results of an earlier sweep in OUTDIR")
     ap.add_argument("--rounds", default="1",
                     help="times each config is timed, the configs of a cache in turn and "
                          "in alternating order; the median is kept (default 1)")
@@ -127,14 +144,26 @@ def main(argv=None) -> int:
         print(f"decode_scan: --rounds {args.rounds!r}: expected a whole number >= 1")
         return 2
     texts = [t.strip() for t in args.configs.split(";") if t.strip()]
-    rows = [row for shape in shapes
-            for row in scan(shape, pages, texts, rounds=int(args.rounds))]
-    argv = sys.argv[1:] if argv is None else argv
-    meta = {**stamp("cuda", timer=Timer(device="cuda", hide_host=True)),
-            "command": shlex.join(["scripts/gpu/decode_scan.py", *argv])}
+    for text in texts:
+        try:
+            flashscope.TritonDecodeConfig.parse(text)
+        except FlashscopeError as e:
+            print(f"decode_scan: --configs {text!r}: {e}")
+            return 2
     out = Path(args.outdir)
+    if (out / "decode_scan.json").exists() and not args.force:
+        print(f"decode_scan: {out / 'decode_scan.json'} exists: pass --force to replace it")
+        return 2
     out.mkdir(parents=True, exist_ok=True)
+    keep = PartialLines(out / PARTIAL)
+    rows = [row for shape in shapes
+            for row in scan(shape, pages, texts, device=args.device,
+                            rounds=int(args.rounds), keep=keep)]
+    argv = sys.argv[1:] if argv is None else argv
+    meta = {**stamp(args.device, timer=Timer(device=args.device, hide_host=True)),
+            "command": shlex.join(["scripts/gpu/decode_scan.py", *argv])}
     write_atomic(out / "decode_scan.json", json_text({"meta": meta, "rows": rows}))
+    keep.close()
     return 0
 
 

@@ -51,6 +51,34 @@ def plain(value):
     return value
 
 
+class PartialLines:
+    """A JSON-lines file of finished results, one line each, flushed to disk as it is
+    added, so a run stopped by a signal or a time limit keeps every finished result;
+    :meth:`close` removes it once the whole result file holds them all. Opened on the
+    first line (``path`` may be a callable returning the path then), so a run refused
+    before any result writes nothing; a ``path`` of None keeps nothing."""
+
+    def __init__(self, path):
+        self.path = path
+        self.fh = None
+
+    def add(self, row: dict) -> None:
+        if self.path is None:
+            return
+        if self.fh is None:
+            self.fh = open(self.path() if callable(self.path) else self.path, "w",
+                           encoding="utf-8")
+        self.fh.write(json.dumps(plain(row), default=str, allow_nan=False) + "\n")
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            os.unlink(self.fh.name)
+            self.fh = None
+
+
 def json_text(doc) -> str:
     return json.dumps(plain(doc), indent=1, default=str, allow_nan=False) + "\n"
 

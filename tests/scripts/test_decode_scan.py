@@ -2,6 +2,7 @@
 each config is checked against the reference before it is timed, a dense default gives the
 speed column its base, and bad arguments get one line and exit code 2."""
 
+import json
 from pathlib import Path
 
 import torch
@@ -21,6 +22,47 @@ def test_scan_checks_then_times_each_config():
     assert all("failed" not in r and r["us"] > 0 and r["gbps"] > 0 for r in rows)
 
 
+def test_a_config_the_rules_refuse_is_a_row_and_the_rest_run():
+    scan = _load(SCRIPT).scan
+    rows = scan((2, 4, 1, 32, 40, 2), [0], ["BLOCK_M=24", "SPLITS=2"], device="cpu",
+                dtype=torch.float16)
+    assert [("failed" in r) for r in rows] == [False, True, False]
+    assert "BLOCK_M=24" in rows[1]["failed"] and rows[2]["us"] > 0
+
+
+def test_finished_rows_are_kept_as_they_are_timed(tmp_path, monkeypatch):
+    """A sweep killed after its first cache keeps that cache's rows in the partial file;
+    a finished one leaves decode_scan.json and no partial file."""
+    mod = _load(SCRIPT)
+    real = mod.scan
+    calls = []
+
+    def scan_then_die(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as a signal would stop it, mid-sweep
+        return real(*a, **kw)
+
+    monkeypatch.setattr(mod, "scan", scan_then_die)
+    argv = [str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2;1,2,1,16,24,1", "--pages", "0",
+            "--device", "cpu"]
+    try:
+        mod.main(argv)
+    except KeyboardInterrupt:
+        pass
+    kept = (tmp_path / "o" / mod.PARTIAL).read_text().splitlines()
+    assert len(kept) == 1 and not (tmp_path / "o" / "decode_scan.json").exists()
+    assert json.loads(kept[0])["shape"] == [2, 4, 1, 32, 40, 2]
+    calls.clear()
+    monkeypatch.setattr(mod, "scan", real)
+    assert mod.main([str(tmp_path / "p"), *argv[1:]]) == 0
+    done = (tmp_path / "p" / "decode_scan.json").read_text()
+    assert not (tmp_path / "p" / mod.PARTIAL).exists()
+    assert mod.main([str(tmp_path / "p"), *argv[1:]]) == 2  # an earlier sweep's results
+    assert (tmp_path / "p" / "decode_scan.json").read_text() == done
+    assert mod.main([str(tmp_path / "p"), *argv[1:], "--force"]) == 0
+
+
 def test_rounds_time_every_config_in_turn_and_keep_the_median():
     scan = _load(SCRIPT).scan
     rows = scan((2, 4, 1, 32, 40, 2), [0], ["SPLITS=2", "BLOCK_N=32"], device="cpu",
@@ -34,7 +76,9 @@ def test_bad_arguments_get_one_line(capsys, tmp_path):
     assert main([str(tmp_path / "o"), "--shapes", "2,4,1", "--pages", "0"]) == 2
     assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--pages", "x"]) == 2
     assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--rounds", "0"]) == 2
+    assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--configs",
+                 "SPLITS=2;FOO=1"]) == 2
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 3 and "--shape" in out[0] and "--pages" in out[1]
-    assert "--rounds '0'" in out[2]
+    assert len(out) == 4 and "--shape" in out[0] and "--pages" in out[1]
+    assert "--rounds '0'" in out[2] and "--configs 'FOO=1'" in out[3] and "FOO" in out[3]
     assert not (tmp_path / "o").exists()

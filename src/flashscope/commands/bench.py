@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 
 from ..bench.suite import SUITE_NAMES
 from . import common
@@ -166,6 +165,7 @@ def run(args) -> int:
     from ..bench import decode, output, providers, suite
     from ..bench.harness import run_bench
     from ..bench.timing import Timer
+    from ..outfiles import PartialLines
     from ..progress import Progress
 
     metrics = output.parse_metrics(args.metrics or (",".join(decode.METRICS) if decoding
@@ -215,7 +215,8 @@ def run(args) -> int:
     timer = Timer(device=device.type, cuda_graph=args.cuda_graph, hide_host=hide,
                   warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, rounds=args.rounds)
 
-    partial = _Partial(args.out_dir)
+    out = args.out_dir
+    partial = PartialLines(None if out is None else (lambda: out.file(PARTIAL)))
     with Progress("benchmark", len(cases) * len(chosen)) as bar:
         def log(r):
             if r.status != "ok":
@@ -249,36 +250,6 @@ def run(args) -> int:
     partial.close()
     failed = [r for r in results if r.status in ("failed", "error")]
     return 1 if failed and not any(r.status == "ok" for r in results) else 0
-
-
-class _Partial:
-    """``bench.partial.jsonl`` under ``--out``: one JSON line per result, flushed to disk
-    as it is timed, so a run stopped by a signal or a time limit keeps every finished
-    result; :meth:`close` removes it once ``bench.json`` holds them all. Opened on the
-    first result, so a run refused before any timing writes nothing."""
-
-    def __init__(self, out):
-        self.out = out
-        self.fh = None
-
-    def add(self, row: dict) -> None:
-        if self.out is None:
-            return
-        import json
-
-        from ..outfiles import plain
-
-        if self.fh is None:
-            self.fh = open(self.out.file(PARTIAL), "w")
-        self.fh.write(json.dumps(plain(row), default=str, allow_nan=False) + "\n")
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-
-    def close(self) -> None:
-        if self.fh is not None:
-            self.fh.close()
-            os.unlink(self.fh.name)
-            self.fh = None
 
 
 SUITE_NEEDS_GPU = (
