@@ -7,7 +7,9 @@ offline only.
 
 The shape is the standard suite's (B*N = 16384, H*D = 2048, bf16) at --head-dim and --n.
 A config is ``K=V,...`` of :class:`flashscope.TritonBwdConfig` on top of the problem's
-default; configs are separated by ``;``. Writes OUTDIR/bwd_scan.json.
+default; configs are separated by ``;``. Writes OUTDIR/bwd_scan.json, stamped as the
+bench's results are; each finished row is also kept in OUTDIR/bwd_scan.partial.jsonl as
+it is timed, so a sweep stopped by a signal or a time limit keeps what it finished.
 
 Usage: PYTHONPATH=src python scripts/gpu/bwd_scan.py OUTDIR --head-dim 256 --n 4096 \\
        --configs "BLOCK_M1=64,BLOCK_N1=64,BLOCK_M2=64,BLOCK_N2=64,num_warps=8,num_stages=2"
@@ -15,7 +17,8 @@ Usage: PYTHONPATH=src python scripts/gpu/bwd_scan.py OUTDIR --head-dim 256 --n 4
 
 import argparse
 import json
-import time
+import shlex
+import sys
 from pathlib import Path
 
 import torch
@@ -23,17 +26,23 @@ import triton
 
 import flashscope
 from flashscope import api, launch
+from flashscope.bench.output import stamp
 from flashscope.bench.validate import GRAD_BOUND
+from flashscope.errors import FlashscopeError
 from flashscope.families import default_backward, family
 from flashscope.masks import Mask
+from flashscope.outfiles import PartialLines, json_text, write_atomic
 from flashscope.testing.reference import reference_attention_grads, rel_error
 
 MASKS = {"no": (False,), "yes": (True,), "both": (False, True)}
+#: each finished row as it is timed, removed once bwd_scan.json holds them all
+PARTIAL = "bwd_scan.partial.jsonl"
 
 
-def scan(head_dim: int, n: int, texts: list, causal: bool) -> list:
+def scan(head_dim: int, n: int, texts: list, causal: bool, keep=None) -> list:
     """One row per config (the default first): its label, knobs off the family's defaults,
-    gradient errors, and ms and TFLOP/s, or the reason it was not timed."""
+    gradient errors, and ms and TFLOP/s, or the reason it was not timed. ``keep``: a
+    :class:`~flashscope.outfiles.PartialLines` each finished row is added to."""
     B, H = 16384 // n, 2048 // head_dim
     q, k, v, dout = (torch.randn(B, H, n, head_dim, device="cuda", dtype=torch.bfloat16)
                      for _ in range(4))
@@ -47,7 +56,12 @@ def scan(head_dim: int, n: int, texts: list, causal: bool) -> list:
     rows = []
     for text in ["", *texts]:
         cfg = flashscope.TritonBwdConfig.parse(text, base=default)
-        family(cfg.KERNEL).check(cfg, target, head_dim, "bfloat16")
+        try:
+            family(cfg.KERNEL).check(cfg, target, head_dim, "bfloat16")
+        except FlashscopeError as e:  # the family's rules for this problem: a row
+            rows.append({"head_dim": head_dim, "n": n, "causal": causal,
+                         "config": cfg.label, "default": not text, "failed": str(e)})
+            continue
 
         def run(cfg=cfg):
             return launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
@@ -62,6 +76,8 @@ def scan(head_dim: int, n: int, texts: list, causal: bool) -> list:
             row["tflops"] = flops / row["ms"] / 1e9
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if keep is not None:
+            keep.add(row)
     return rows
 
 
@@ -73,15 +89,39 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=4096, help="sequence length (default 4096)")
     ap.add_argument("--configs", default="", help="K=V,... of TritonBwdConfig, ';' between")
     ap.add_argument("--causal", choices=tuple(MASKS), default="both")
+    ap.add_argument("--force", action="store_true",
+                    help="replace the results of an earlier sweep in OUTDIR")
     args = ap.parse_args(argv)
+    if not (1 <= args.head_dim <= 2048 and 2048 % args.head_dim == 0):
+        print(f"bwd_scan: --head-dim {args.head_dim}: expected a divisor of 2048 (H x D "
+              "is the suite's 2048), e.g. 64, 128, 256")
+        return 2
+    if not (1 <= args.n <= 16384 and 16384 % args.n == 0):
+        print(f"bwd_scan: --n {args.n}: expected a divisor of 16384 (B x N is the suite's "
+              "16384), e.g. 1024, 4096")
+        return 2
     texts = [t.strip() for t in args.configs.split(";") if t.strip()]
-    rows = [row for causal in MASKS[args.causal]
-            for row in scan(args.head_dim, args.n, texts, causal)]
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": triton.__version__, "date": time.strftime("%Y-%m-%d")}
+    for text in texts:
+        try:
+            flashscope.TritonBwdConfig.parse(text)
+        except FlashscopeError as e:
+            print(f"bwd_scan: --configs {text!r}: {e}")
+            return 2
     out = Path(args.outdir)
+    if (out / "bwd_scan.json").exists() and not args.force:
+        print(f"bwd_scan: {out / 'bwd_scan.json'} exists: pass --force to replace it")
+        return 2
+    if not torch.cuda.is_available():
+        print("bwd_scan: no GPU visible: the scan times the suite's shapes on one")
+        return 2
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bwd_scan.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    keep = PartialLines(out / PARTIAL)
+    rows = [row for causal in MASKS[args.causal]
+            for row in scan(args.head_dim, args.n, texts, causal, keep=keep)]
+    argv = sys.argv[1:] if argv is None else argv
+    meta = {**stamp("cuda"), "command": shlex.join(["scripts/gpu/bwd_scan.py", *argv])}
+    write_atomic(out / "bwd_scan.json", json_text({"meta": meta, "rows": rows}))
+    keep.close()
     return 0
 
 
