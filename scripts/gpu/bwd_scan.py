@@ -19,7 +19,6 @@ import argparse
 import json
 import shlex
 import sys
-from pathlib import Path
 
 import torch
 import triton
@@ -28,6 +27,7 @@ import flashscope
 from flashscope import api, launch
 from flashscope.bench.output import stamp
 from flashscope.bench.validate import GRAD_BOUND
+from flashscope.commands.common import check_out_dir
 from flashscope.errors import FlashscopeError
 from flashscope.families import default_backward, family
 from flashscope.masks import Mask
@@ -100,27 +100,25 @@ def main(argv=None) -> int:
         print(f"bwd_scan: --n {args.n}: expected a divisor of 16384 (B x N is the suite's "
               "16384), e.g. 1024, 4096")
         return 2
-    texts = [t.strip() for t in args.configs.split(";") if t.strip()]
-    for text in texts:
-        try:
-            flashscope.TritonBwdConfig.parse(text)
-        except FlashscopeError as e:
-            print(f"bwd_scan: --configs {text!r}: {e}")
-            return 2
-    out = Path(args.outdir)
-    if (out / "bwd_scan.json").exists() and not args.force:
-        print(f"bwd_scan: {out / 'bwd_scan.json'} exists: pass --force to replace it")
+    try:
+        texts = flashscope.TritonBwdConfig.parse_list(args.configs)
+    except FlashscopeError as e:
+        print(f"bwd_scan: --configs {e}")
+        return 2
+    try:
+        out = check_out_dir(args.outdir, ("bwd_scan.json", PARTIAL), args.force, "OUTDIR")
+    except FlashscopeError as e:
+        print(f"bwd_scan: {e}")
         return 2
     if not torch.cuda.is_available():
         print("bwd_scan: no GPU visible: the scan times the suite's shapes on one")
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    keep = PartialLines(out / PARTIAL)
+    keep = PartialLines(lambda: out.file(PARTIAL))
     rows = [row for causal in MASKS[args.causal]
             for row in scan(args.head_dim, args.n, texts, causal, keep=keep)]
     argv = sys.argv[1:] if argv is None else argv
     meta = {**stamp("cuda"), "command": shlex.join(["scripts/gpu/bwd_scan.py", *argv])}
-    write_atomic(out / "bwd_scan.json", json_text({"meta": meta, "rows": rows}))
+    write_atomic(out.file("bwd_scan.json"), json_text({"meta": meta, "rows": rows}))
     keep.close()
     return 0
 

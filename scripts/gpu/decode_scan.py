@@ -27,7 +27,6 @@ import json
 import shlex
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
@@ -36,6 +35,7 @@ from flashscope import launch
 from flashscope.bench.output import stamp
 from flashscope.bench.suite import parse_shape
 from flashscope.bench.timing import Timer
+from flashscope.commands.common import check_out_dir
 from flashscope.errors import FlashscopeError
 from flashscope.families import family
 from flashscope.families.triton_decode import Cache, select
@@ -143,26 +143,24 @@ def main(argv=None) -> int:
     if not (args.rounds.isdigit() and int(args.rounds) >= 1):
         print(f"decode_scan: --rounds {args.rounds!r}: expected a whole number >= 1")
         return 2
-    texts = [t.strip() for t in args.configs.split(";") if t.strip()]
-    for text in texts:
-        try:
-            flashscope.TritonDecodeConfig.parse(text)
-        except FlashscopeError as e:
-            print(f"decode_scan: --configs {text!r}: {e}")
-            return 2
-    out = Path(args.outdir)
-    if (out / "decode_scan.json").exists() and not args.force:
-        print(f"decode_scan: {out / 'decode_scan.json'} exists: pass --force to replace it")
+    try:
+        texts = flashscope.TritonDecodeConfig.parse_list(args.configs)
+    except FlashscopeError as e:
+        print(f"decode_scan: --configs {e}")
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    keep = PartialLines(out / PARTIAL)
+    try:
+        out = check_out_dir(args.outdir, ("decode_scan.json", PARTIAL), args.force, "OUTDIR")
+    except FlashscopeError as e:
+        print(f"decode_scan: {e}")
+        return 2
+    keep = PartialLines(lambda: out.file(PARTIAL))
     rows = [row for shape in shapes
             for row in scan(shape, pages, texts, device=args.device,
                             rounds=int(args.rounds), keep=keep)]
     argv = sys.argv[1:] if argv is None else argv
     meta = {**stamp(args.device, timer=Timer(device=args.device, hide_host=True)),
             "command": shlex.join(["scripts/gpu/decode_scan.py", *argv])}
-    write_atomic(out / "decode_scan.json", json_text({"meta": meta, "rows": rows}))
+    write_atomic(out.file("decode_scan.json"), json_text({"meta": meta, "rows": rows}))
     keep.close()
     return 0
 

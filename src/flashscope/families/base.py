@@ -151,6 +151,19 @@ class Knobs:
             d[k] = v
         return (base or cls()).replace(**d)
 
+    @classmethod
+    def parse_list(cls, text: str) -> list:
+        """The ``;``-separated ``KEY=VALUE,...`` texts of ``text``, each checked to parse
+        (a :class:`ConfigError` names the first that does not): what a sweep applies on
+        top of each problem's default."""
+        texts = [t.strip() for t in str(text or "").split(";") if t.strip()]
+        for t in texts:
+            try:
+                cls.parse(t)
+            except ConfigError as e:
+                raise ConfigError(f"{t!r}: {e}") from None
+        return texts
+
     def diff(self) -> dict:
         """The knobs that differ from the family's defaults (what a tuned entry stores)."""
         base = type(self)()
