@@ -35,6 +35,14 @@ def test_parse_errors(text, msg):
         TritonFwdConfig.parse(text)
 
 
+def test_parse_list_checks_every_text():
+    assert TritonFwdConfig.parse_list(" BLOCK_M=64; ;num_warps=8 ") == ["BLOCK_M=64",
+                                                                      "num_warps=8"]
+    assert TritonFwdConfig.parse_list("") == [] and TritonFwdConfig.parse_list(None) == []
+    with pytest.raises(ConfigError, match="'BLOCK_Q=1': triton-fwd config: unknown key"):
+        TritonFwdConfig.parse_list("BLOCK_M=64;BLOCK_Q=1")
+
+
 def test_records_refuse_wrong_types_by_name():
     with pytest.raises(ConfigError, match="PINGPONG expects true/false"):
         Sm90FwdConfig.from_dict({"PINGPONG": "sometimes"})
