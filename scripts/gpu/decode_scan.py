@@ -17,16 +17,28 @@ speed over the dense cache's default. Each finished row is also kept in
 OUTDIR/decode_scan.partial.jsonl as it is timed, so a sweep stopped by a signal or a time
 limit keeps what it finished.
 
+``--against REV`` (a git revision of this checkout, or a path to a ``triton_decode.py``)
+adds, after each default, the default that version of the rules chose for the same
+problem, where it differs (a row with ``"against": true``): a change to the rules is
+timed against the rules before it, config by config, on the shapes given.
+
 Usage: PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR \\
        --shapes "8,32,1,128,1024,8;64,32,1,128,1024,8" --pages 0,16 \\
        --configs "SPLITS=1;SPLITS=2;num_stages=2" --rounds 3
+       PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR --against HEAD~1 \\
+       --shapes "8,64,16,128,1024,8" --rounds 3
 """
 
 import argparse
+import importlib.util
 import json
 import shlex
 import statistics
+import subprocess
 import sys
+import tempfile
+
+from pathlib import Path
 
 import torch
 
@@ -45,18 +57,54 @@ from flashscope.outfiles import PartialLines, json_text, write_atomic
 from flashscope.testing.inputs import make_kvcache
 from flashscope.testing.reference import ERROR_BOUND, reference_kvcache, rel_error
 
+ROOT = Path(__file__).resolve().parents[2]
+RULES = "src/flashscope/families/triton_decode.py"
 CAUSAL = Mask.of(True, (-1, -1), "bottom_right", None)
 #: each finished row as it is timed, removed once decode_scan.json holds them all
 PARTIAL = "decode_scan.partial.jsonl"
 
 
+def load_rules(spec: str):
+    """The ``select`` of another version of the decoding rules: ``spec`` a path to a
+    ``triton_decode.py`` or a git revision of this checkout. A :class:`FlashscopeError`
+    says why it could not be loaded."""
+    path = Path(spec)
+    if path.is_file():
+        text = path.read_text()
+    else:
+        r = subprocess.run(["git", "show", f"{spec}:{RULES}"], cwd=ROOT, text=True,
+                           capture_output=True)
+        if r.returncode != 0:
+            raise FlashscopeError(f"--against {spec!r}: neither a file nor a git revision "
+                                  f"holding {RULES} ({r.stderr.strip().splitlines()[-1:]})")
+        text = r.stdout
+    name = "flashscope.families._rules_against"  # its relative imports find the package
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(text)
+    try:
+        module = importlib.util.module_from_spec(
+            importlib.util.spec_from_file_location(name, f.name))
+        sys.modules[name] = module
+        module.__spec__.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001  a version this package cannot import
+        raise FlashscopeError(f"--against {spec!r}: does not import against this "
+                              f"package: {type(e).__name__}: {e}") from None
+    finally:
+        Path(f.name).unlink()
+    if not callable(getattr(module, "select", None)):
+        raise FlashscopeError(f"--against {spec!r}: has no select(problem)")
+    return module.select
+
+
 def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
-         dtype=torch.bfloat16, rounds: int = 1, keep=None) -> list:
+         dtype=torch.bfloat16, rounds: int = 1, keep=None, against=None) -> list:
     """One row per (cache, config) of one shape, the default first: label, knobs off the
     default, relative error, and microseconds (the median over ``rounds``, each round
     timing every config of the cache once, in the opposite order to the round before),
     GB/s and speed over the dense default (or why it was not timed). ``keep``: a
-    :class:`~flashscope.outfiles.PartialLines` each finished row is added to."""
+    :class:`~flashscope.outfiles.PartialLines` each finished row is added to;
+    ``against``: another version's ``select`` (:func:`load_rules`), whose default comes
+    second where it differs."""
     B, H, Nq, D, Nk, Hkv = shape
     timer = Timer(device=device, hide_host=True)
     target = launch.device_target(torch.device(device)) or "sm90"
@@ -68,16 +116,25 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
         want, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
                                     block_table=inp.block_table,
                                     compute_dtype=torch.float32)
-        default = select(problem_of(inp.q, cache, CAUSAL))
+        problem = problem_of(inp.q, cache, CAUSAL)
+        default = select(problem)
         kv_bytes = 2 * B * Nk * Hkv * D * inp.k_cache.element_size()
         timed, first = [], len(rows)  # (row, step) of the configs that passed the checks
-        for text in ["", *texts]:
-            cfg = flashscope.TritonDecodeConfig.parse(text, base=default)
+        other = None
+        if against is not None:
+            other = flashscope.TritonDecodeConfig(**against(problem).as_dict())
+            other = None if other == default else other
+        for text in ["", *([other] if other else []), *texts]:
+            if isinstance(text, flashscope.TritonDecodeConfig):
+                cfg, text = text, text.text
+            else:
+                cfg = flashscope.TritonDecodeConfig.parse(text, base=default)
             try:
                 family(cfg.KERNEL).check(cfg, target, D, dtype_name)
             except FlashscopeError as e:  # the family's rules for this problem: a row
                 rows.append({"shape": list(shape), "page": page, "config": cfg.label,
-                             "default": not text, "failed": str(e)})
+                             "default": not text, "against": cfg is other,
+                             "failed": str(e)})
                 continue
 
             def step(cfg=cfg):
@@ -88,7 +145,7 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
             err = rel_error(step(), want)
             off = {k: v for k, v in cfg.as_dict().items() if getattr(default, k) != v}
             row = {"shape": list(shape), "page": page, "config": cfg.label, "knobs": off,
-                   "default": not text, "error": err}
+                   "default": not text, "against": cfg is other, "error": err}
             if not err <= ERROR_BOUND[dtype]:
                 row["failed"] = f"relative error {err:.2e} > {ERROR_BOUND[dtype]}"
             else:
@@ -125,6 +182,10 @@ def main(argv=None) -> int:
                          "TRITON_INTERPRET=1, for tiny shapes (perf_counter times)")
     ap.add_argument("--force", action="store_true",
                     help="replace the results of an earlier sweep in OUTDIR")
+    ap.add_argument("--against", metavar="REV",
+                    help="another version of the rules (a git revision, or a path to a "
+                         "triton_decode.py): its default for each problem is timed "
+                         "after the current one where it differs")
     ap.add_argument("--rounds", default="1",
                     help="times each config is timed, the configs of a cache in turn and "
                          "in alternating order; the median is kept (default 1)")
@@ -150,13 +211,14 @@ def main(argv=None) -> int:
         return 2
     try:
         out = check_out_dir(args.outdir, ("decode_scan.json", PARTIAL), args.force, "OUTDIR")
+        against = None if args.against is None else load_rules(args.against)
     except FlashscopeError as e:
         print(f"decode_scan: {e}")
         return 2
     keep = PartialLines(lambda: out.file(PARTIAL))
     rows = [row for shape in shapes
             for row in scan(shape, pages, texts, device=args.device,
-                            rounds=int(args.rounds), keep=keep)]
+                            rounds=int(args.rounds), keep=keep, against=against)]
     argv = sys.argv[1:] if argv is None else argv
     meta = {**stamp(args.device, timer=Timer(device=args.device, hide_host=True)),
             "command": shlex.join(["scripts/gpu/decode_scan.py", *argv])}

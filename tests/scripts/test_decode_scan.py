@@ -82,3 +82,33 @@ def test_bad_arguments_get_one_line(capsys, tmp_path):
     assert len(out) == 4 and "--shape" in out[0] and "--pages" in out[1]
     assert "--rounds '0'" in out[2] and "--configs 'FOO=1'" in out[3] and "FOO" in out[3]
     assert not (tmp_path / "o").exists()
+
+
+def test_against_times_another_rules_default_where_it_differs(tmp_path):
+    mod = _load(SCRIPT)
+    rules = (mod.ROOT / mod.RULES).read_text()
+    old = rules.replace('("nvidia", 128, None, C(BLOCK_N=128,',
+                        '("nvidia", 128, None, C(BLOCK_N=64,')
+    assert old != rules
+    (tmp_path / "old.py").write_text(old)
+    rows = mod.scan((2, 4, 1, 32, 40, 2), [0], [], device="cpu", dtype=torch.float16,
+                    against=mod.load_rules(str(tmp_path / "old.py")))
+    assert [(r["default"], r["against"]) for r in rows] == [(True, False), (False, True)]
+    assert "16x128" in rows[0]["config"] and "16x64" in rows[1]["config"]
+    assert rows[1]["knobs"] == {"BLOCK_N": 64} and all(r["us"] > 0 for r in rows)
+    (tmp_path / "same.py").write_text(rules)
+    same = mod.scan((2, 4, 1, 32, 40, 2), [0], [], device="cpu", dtype=torch.float16,
+                    against=mod.load_rules(str(tmp_path / "same.py")))
+    assert len(same) == 1  # the same default is timed once
+
+
+def test_against_that_cannot_load_is_one_line(capsys, tmp_path):
+    main = _load(SCRIPT).main
+    (tmp_path / "broken.py").write_text("import no_such_module_here\n")
+    for spec in ("no-such-revision-here", str(tmp_path / "broken.py")):
+        assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--device", "cpu",
+                     "--against", spec]) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 2 and all(line.startswith("decode_scan: --against") for line in out)
+    assert "neither a file nor a git revision" in out[0] and "does not import" in out[1]
+    assert not (tmp_path / "o").exists()
