@@ -72,8 +72,12 @@ def load_rules(spec: str):
     if path.is_file():
         text = path.read_text()
     else:
-        r = subprocess.run(["git", "show", f"{spec}:{RULES}"], cwd=ROOT, text=True,
-                           capture_output=True)
+        try:
+            r = subprocess.run(["git", "show", f"{spec}:{RULES}"], cwd=ROOT, text=True,
+                               capture_output=True)
+        except OSError as e:  # no git on this machine
+            raise FlashscopeError(f"--against {spec!r}: not a file, and git could not "
+                                  f"be run ({e})") from None
         if r.returncode != 0:
             raise FlashscopeError(f"--against {spec!r}: neither a file nor a git revision "
                                   f"holding {RULES} ({r.stderr.strip().splitlines()[-1:]})")
