@@ -70,7 +70,11 @@ def load_rules(spec: str):
     says why it could not be loaded."""
     path = Path(spec)
     if path.is_file():
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise FlashscopeError(f"--against {spec!r}: cannot be read as Python source "
+                                  f"({e})") from None
     else:
         try:
             r = subprocess.run(["git", "show", f"{spec}:{RULES}"], cwd=ROOT, text=True,
@@ -79,8 +83,9 @@ def load_rules(spec: str):
             raise FlashscopeError(f"--against {spec!r}: not a file, and git could not "
                                   f"be run ({e})") from None
         if r.returncode != 0:
+            why = (r.stderr.strip().splitlines() or ["git show failed"])[-1]
             raise FlashscopeError(f"--against {spec!r}: neither a file nor a git revision "
-                                  f"holding {RULES} ({r.stderr.strip().splitlines()[-1:]})")
+                                  f"holding {RULES} ({why})")
         text = r.stdout
     name = "flashscope.families._rules_against"  # its relative imports find the package
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:

@@ -105,10 +105,13 @@ def test_against_times_another_rules_default_where_it_differs(tmp_path):
 def test_against_that_cannot_load_is_one_line(capsys, tmp_path):
     main = _load(SCRIPT).main
     (tmp_path / "broken.py").write_text("import no_such_module_here\n")
-    for spec in ("no-such-revision-here", str(tmp_path / "broken.py")):
+    (tmp_path / "binary.py").write_bytes(b"\xff\xfe\x00rules")
+    for spec in ("no-such-revision-here", str(tmp_path / "broken.py"),
+                 str(tmp_path / "binary.py")):
         assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--device", "cpu",
                      "--against", spec]) == 2
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 2 and all(line.startswith("decode_scan: --against") for line in out)
+    assert len(out) == 3 and all(line.startswith("decode_scan: --against") for line in out)
     assert "neither a file nor a git revision" in out[0] and "does not import" in out[1]
+    assert "cannot be read" in out[2] and "[" not in out[0]
     assert not (tmp_path / "o").exists()
