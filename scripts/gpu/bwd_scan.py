@@ -81,6 +81,26 @@ def scan(head_dim: int, n: int, texts: list, causal: bool, keep=None) -> list:
     return rows
 
 
+def _checked(args) -> tuple:
+    """(config texts, the output folder) from the arguments, in the order given; a
+    :class:`FlashscopeError` names the first that is wrong (or the missing GPU), before
+    anything is written."""
+    if not (1 <= args.head_dim <= 2048 and 2048 % args.head_dim == 0):
+        raise FlashscopeError(f"--head-dim {args.head_dim}: expected a divisor of 2048 (H x "
+                              "D is the suite's 2048), e.g. 64, 128, 256")
+    if not (1 <= args.n <= 16384 and 16384 % args.n == 0):
+        raise FlashscopeError(f"--n {args.n}: expected a divisor of 16384 (B x N is the "
+                              "suite's 16384), e.g. 1024, 4096")
+    try:
+        texts = flashscope.TritonBwdConfig.parse_list(args.configs)
+    except FlashscopeError as e:
+        raise FlashscopeError(f"--configs {e}") from None
+    out = check_out_dir(args.outdir, ("bwd_scan.json", PARTIAL), args.force, "OUTDIR")
+    if not torch.cuda.is_available():
+        raise FlashscopeError("no GPU visible: the scan times the suite's shapes on one")
+    return texts, out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,26 +112,10 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true",
                     help="replace the results of an earlier sweep in OUTDIR")
     args = ap.parse_args(argv)
-    if not (1 <= args.head_dim <= 2048 and 2048 % args.head_dim == 0):
-        print(f"bwd_scan: --head-dim {args.head_dim}: expected a divisor of 2048 (H x D "
-              "is the suite's 2048), e.g. 64, 128, 256")
-        return 2
-    if not (1 <= args.n <= 16384 and 16384 % args.n == 0):
-        print(f"bwd_scan: --n {args.n}: expected a divisor of 16384 (B x N is the suite's "
-              "16384), e.g. 1024, 4096")
-        return 2
     try:
-        texts = flashscope.TritonBwdConfig.parse_list(args.configs)
-    except FlashscopeError as e:
-        print(f"bwd_scan: --configs {e}")
-        return 2
-    try:
-        out = check_out_dir(args.outdir, ("bwd_scan.json", PARTIAL), args.force, "OUTDIR")
+        texts, out = _checked(args)
     except FlashscopeError as e:
         print(f"bwd_scan: {e}")
-        return 2
-    if not torch.cuda.is_available():
-        print("bwd_scan: no GPU visible: the scan times the suite's shapes on one")
         return 2
     keep = PartialLines(lambda: out.file(PARTIAL))
     rows = [row for causal in MASKS[args.causal]

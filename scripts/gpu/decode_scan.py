@@ -176,6 +176,31 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
     return rows
 
 
+def _checked(args) -> tuple:
+    """(shapes, pages, config texts, the output folder, the other rules' select or None)
+    from the arguments, in the order given; a :class:`FlashscopeError` names the first
+    that is wrong, before anything is written."""
+    try:
+        shapes = [parse_shape(t.strip()) for t in args.shapes.split(";") if t.strip()]
+    except FlashscopeError as e:  # the message names the shape
+        raise FlashscopeError(f"--shapes: {e}") from None
+    try:
+        pages = [int(p) for p in args.pages.split(",")]
+    except ValueError:
+        pages = [-1]
+    if any(p < 0 for p in pages):
+        raise FlashscopeError(f"--pages {args.pages!r}: expected page sizes >= 0, e.g. 0,16")
+    if not (args.rounds.isdigit() and int(args.rounds) >= 1):
+        raise FlashscopeError(f"--rounds {args.rounds!r}: expected a whole number >= 1")
+    try:
+        texts = flashscope.TritonDecodeConfig.parse_list(args.configs)
+    except FlashscopeError as e:
+        raise FlashscopeError(f"--configs {e}") from None
+    out = check_out_dir(args.outdir, ("decode_scan.json", PARTIAL), args.force, "OUTDIR")
+    against = None if args.against is None else load_rules(args.against)
+    return shapes, pages, texts, out, against
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -200,27 +225,7 @@ def main(argv=None) -> int:
                          "in alternating order; the median is kept (default 1)")
     args = ap.parse_args(argv)
     try:
-        shapes = [parse_shape(t.strip()) for t in args.shapes.split(";") if t.strip()]
-        pages = [int(p) for p in args.pages.split(",")]
-        if any(p < 0 for p in pages):
-            raise ValueError
-    except FlashscopeError as e:  # a shape: the message names it
-        print(f"decode_scan: --shapes: {e}")
-        return 2
-    except ValueError:
-        print(f"decode_scan: --pages {args.pages!r}: expected page sizes >= 0, e.g. 0,16")
-        return 2
-    if not (args.rounds.isdigit() and int(args.rounds) >= 1):
-        print(f"decode_scan: --rounds {args.rounds!r}: expected a whole number >= 1")
-        return 2
-    try:
-        texts = flashscope.TritonDecodeConfig.parse_list(args.configs)
-    except FlashscopeError as e:
-        print(f"decode_scan: --configs {e}")
-        return 2
-    try:
-        out = check_out_dir(args.outdir, ("decode_scan.json", PARTIAL), args.force, "OUTDIR")
-        against = None if args.against is None else load_rules(args.against)
+        shapes, pages, texts, out, against = _checked(args)
     except FlashscopeError as e:
         print(f"decode_scan: {e}")
         return 2
