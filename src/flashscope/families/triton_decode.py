@@ -316,11 +316,10 @@ def narrow_keys(block_n: int, stages: int, key_tiles: int, programs: int, units:
     wider tile: a short read is latency, and the narrower tile shortens the pipeline's
     fill and drain without changing the grid (letting its smaller bytes in flight raise
     the splits, B = 1, GQA 4:1 at 16 tokens, 1k keys, 11 and 16 splits against 8, read
-    0.86-0.87x). H100, 16 query
-    tokens, GQA 4:1 and 8:1, B = 1-64, 1k-4k keys, D = 64 and 128, dense and 16-key
-    pages, against 128-key tiles: 89 shapes, geometric mean 1.03x (1.04x at 1k-2k keys,
-    1.02x at 4k); B = 8 at 1k 1.01-1.07x, B = 64 at 1k 0.94-1.12x; lowest GQA 4:1 at
-    B = 64 with D = 64, paged: 0.94x at 1k, 0.89x at 4k."""
+    0.86-0.87x). H100, 16 query tokens, GQA 4:1 and 8:1, B = 1-64, 1k-4k keys, D = 64
+    and 128, dense and 16-key pages, against 128-key tiles: 89 shapes, geometric mean
+    1.03x (1.04x at 1k-2k keys, 1.02x at 4k); B = 8 at 1k 1.01-1.07x, B = 64 at 1k
+    0.94-1.12x; lowest GQA 4:1 at B = 64 with D = 64, paged: 0.94x at 1k, 0.89x at 4k."""
     if not wgmma or block_n <= NARROW_BLOCK_N or key_tiles > CUT_MAX_TILES:
         return block_n, stages
     return NARROW_BLOCK_N, NARROW_STAGES[programs > units]
@@ -400,10 +399,9 @@ def shallow_paged(programs: int, key_tiles: int, splits: int, units: int,
     overlap and only lengthens the prologue. H100, one query token, GQA 4:1, D = 128,
     16-key pages, GPU time against 3 stages: B = 64 at 1k keys 108 against 120 us (the
     dense cache: 106), at 8k 720 against 728; B = 1 at 1k, 8 splits, 13.8 against 15.2
-    (dense: 12.8). One program an SM with several tiles a
-    split (B = 8 at 8k and 32k) reads faster with 3 stages (112 against 115 us, 375
-    against 395), and so does the dense cache everywhere (B = 64 at 1k: 106 against
-    109)."""
+    (dense: 12.8). One program an SM with several tiles a split (B = 8 at 8k and 32k)
+    reads faster with 3 stages (112 against 115 us, 375 against 395), and so does the
+    dense cache everywhere (B = 64 at 1k: 106 against 109)."""
     return not wgmma and (programs > units or key_tiles <= splits)
 
 
