@@ -7,6 +7,7 @@ from flashscope import compile as fcompile
 from flashscope.errors import ConfigError
 from flashscope.families import Problem, config_from_text, family, triton_decode
 from flashscope.families.triton_decode import (CUT_MAX_TILES, LONG_READ_TILES, MAX_SPLITS,
+                                               SCORES_PER_THREAD,
                                                TritonDecodeConfig, cut_rows,
                                                in_flight_bytes, merge_pays, narrow_keys,
                                                readers, select, split_count,
@@ -65,6 +66,24 @@ def test_narrow_keys_for_wgmma_tiles_on_short_caches():
     assert narrow_keys(128, 3, CUT_MAX_TILES + 1, 64, 132, True) == (128, 3)  # long read
     assert narrow_keys(128, 3, 8, 64, 132, False) == (128, 3)  # mma.sync tiles
     assert narrow_keys(64, 3, 8, 64, 132, True) == (64, 3)  # already narrow (D = 256)
+
+
+def test_narrow_keys_where_a_thread_would_hold_more_than_64_scores():
+    long = CUT_MAX_TILES + 1
+    # 128 x 128 over 4 warps: 128 scores a thread, narrowed at any length
+    assert narrow_keys(128, 3, long, 128, 132, True, 128) == (64, 4)
+    assert narrow_keys(128, 3, 8 * long, 512, 132, True, 128) == (64, 3)
+    # 64 a thread (128 x 128 over 8 warps, 64 x 128 over 4): the long read keeps 128 keys
+    assert narrow_keys(128, 3, long, 128, 132, True, SCORES_PER_THREAD) == (128, 3)
+    assert narrow_keys(128, 3, long, 128, 132, False, 128) == (128, 3)  # mma.sync
+    sm90 = get_target("sm90")
+    for n_k in (1024, 8192, 131072):  # D = 64, GQA 8:1, 16 tokens: 128 rows, 4 warps
+        cfg = select(Problem("sm90", "bfloat16", 64, True, 16, n_k, 8 * 64, group=8))
+        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps) in ((128, 64, 4), (64, 64, 4))
+        assert cfg.BLOCK_M * cfg.BLOCK_N // (cfg.num_warps * sm90.warp_size) \
+            <= SCORES_PER_THREAD
+    cfg = select(Problem("sm90", "bfloat16", 128, True, 16, 8192, 8 * 64, group=8))
+    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps) == (128, 128, 8)  # 64 a thread
 
 
 def test_cut_rows_on_short_caches_that_keep_one_wave():

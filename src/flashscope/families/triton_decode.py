@@ -71,6 +71,10 @@ CUT_MAX_TILES = 32
 #: program an SM and with more (:func:`narrow_keys`)
 NARROW_BLOCK_N = 64
 NARROW_STAGES = (4, 3)
+#: most fp32 scores (BLOCK_M x BLOCK_N over the threads) a thread of a wgmma tile holds
+#: at any cache length: past it the key tiles are narrowed as on short caches
+#: (:func:`narrow_keys`)
+SCORES_PER_THREAD = 64
 #: products a thread may hold in the reduce path (rows x keys x padded head dim over the
 #: threads), past which they spill instead of staying in registers
 REDUCE_PRODUCTS = 128
@@ -306,10 +310,12 @@ def cut_rows(rows: int, block_m: int, kv_heads: int, units: int, wgmma: bool,
 
 
 def narrow_keys(block_n: int, stages: int, key_tiles: int, programs: int, units: int,
-                wgmma: bool) -> tuple:
+                wgmma: bool, scores: int = 0) -> tuple:
     """(BLOCK_N, num_stages) of a launch of ``programs`` on ``units`` SMs: tiles sm_90
     runs as wgmma, on a short cache (at most :data:`CUT_MAX_TILES` ``key_tiles`` of
-    ``block_n`` keys), take :data:`NARROW_BLOCK_N`-key tiles, 4 stages with one program
+    ``block_n`` keys) or holding more than :data:`SCORES_PER_THREAD` ``scores`` (fp32
+    score values a thread) at any length, take :data:`NARROW_BLOCK_N`-key tiles, 4
+    stages with one program
     an SM at most and 3 with more (two of 64 x 64 at D = 128, 114 KB of shared memory
     each, fit an SM; the sm_90 build of 64 x 64 at 4 stages takes 168 registers and no
     spill, 64 x 128 at 3 stages 255 and 4 spill stores). The splits stay those of the
@@ -319,8 +325,14 @@ def narrow_keys(block_n: int, stages: int, key_tiles: int, programs: int, units:
     0.86-0.87x). H100, 16 query tokens, GQA 4:1 and 8:1, B = 1-64, 1k-4k keys, D = 64
     and 128, dense and 16-key pages, against 128-key tiles: 89 shapes, geometric mean
     1.03x (1.04x at 1k-2k keys, 1.02x at 4k); B = 8 at 1k 1.01-1.07x, B = 64 at 1k
-    0.94-1.12x; lowest GQA 4:1 at B = 64 with D = 64, paged: 0.94x at 1k, 0.89x at 4k."""
-    if not wgmma or block_n <= NARROW_BLOCK_N or key_tiles > CUT_MAX_TILES:
+    0.94-1.12x; lowest GQA 4:1 at B = 64 with D = 64, paged: 0.94x at 1k, 0.89x at 4k.
+
+    The score bound: a 128-row tile with 4 warps (head dims up to 64, whose accumulator
+    takes no more) holds 128 scores a thread at 128 keys; its sm_90 build at D = 64
+    takes 255 registers, 215 at 64 keys and 4 stages. H100, GQA 8:1, 16 query tokens,
+    B = 8, 8k keys, 2 splits: 1.06x (dense) and 1.09x (16-key pages) with 64 keys."""
+    if not wgmma or block_n <= NARROW_BLOCK_N or (key_tiles > CUT_MAX_TILES
+                                                  and scores <= SCORES_PER_THREAD):
         return block_n, stages
     return NARROW_BLOCK_N, NARROW_STAGES[programs > units]
 
@@ -345,8 +357,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
     target's grid that would add the merge launch to an unsplit one only on caches of
     :data:`LONG_READ_TILES` key tiles and more (:func:`merge_pays`). The table's key
     tiles are halved where the tile's shared memory would not fit a block (128 packed rows
-    at D = 256 on sm_90), and wgmma tiles on short caches take 64-key tiles once the
-    splits are chosen (:func:`narrow_keys`). A paged launch of more programs than SMs,
+    at D = 256 on sm_90), and wgmma tiles on short caches, or holding more than 64
+    scores a thread, take 64-key tiles once the splits are chosen (:func:`narrow_keys`). A paged launch of more programs than SMs,
     or of one key tile a split, takes two stages, but for wgmma tiles
     (:func:`shallow_paged`)."""
     t = problem.target_record()
@@ -375,7 +387,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
                            kv_heads, units)
     cfg = cfg.replace(SPLITS=splits if merge_pays(key_tiles, splits, by_bytes) else 1)
     block_n, stages = narrow_keys(cfg.BLOCK_N, cfg.num_stages, key_tiles,
-                                  tiles * cfg.SPLITS, units, _wgmma(cfg, t))
+                                  tiles * cfg.SPLITS, units, _wgmma(cfg, t),
+                                  cfg.BLOCK_M * cfg.BLOCK_N // (warps * t.warp_size))
     cfg = cfg.replace(BLOCK_N=block_n, num_stages=stages)
     if problem.paged and shallow_paged(tiles * cfg.SPLITS, key_tiles, cfg.SPLITS, units,
                                        _wgmma(cfg, t)):
