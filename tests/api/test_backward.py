@@ -21,7 +21,8 @@ from flashscope.families.triton_fwd import TritonFwdConfig
 from flashscope.masks import Mask
 from flashscope.errors import ConfigError
 from flashscope.testing.inputs import fresh_seed, make_qkv
-from flashscope.testing.reference import ERROR_BOUND, reference_attention
+from flashscope.testing.reference import (ERROR_BOUND, reference_attention,
+                                          reference_attention_grads)
 
 
 SMALL_FWD = TritonFwdConfig(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
@@ -102,6 +103,57 @@ CPU_CASES = [
 def test_fp16_grads_match_float64(device, causal, Nq, Nk, D, Hkv, bnhd):
     run_case(device, B=1, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
              dtype=torch.float16, bnhd=bnhd)
+
+
+@pytest.mark.parametrize("causal,Nq,Nk,D,Hkv", [
+    (True, 70, 45, 96, 2),     # 64 + 32 columns, causal, GQA
+    (False, 33, 50, 48, 1),    # 32 + 16, MQA, ragged
+    (True, 40, 40, 160, 4),    # 128 + 32
+])
+def test_head_dim_tails_match_float64(device, causal, Nq, Nk, D, Hkv):
+    """Head dims between two powers of two run as two column parts
+    (:func:`flashscope.families.base.head_parts`): each product sums both parts, each
+    gradient is written in both."""
+    from flashscope.families.base import head_parts
+
+    assert head_parts(D)[1] > 0
+    run_case(device, B=1, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
+             dtype=torch.float16, bnhd=bool(Nq % 2))
+
+
+def test_head_dim_tails_with_a_window_and_softcap(device):
+    fresh_seed()
+    q, k, v = make_qkv(device, 1, 4, 37, 52, 80, Hkv=2, dtype=torch.float16,
+                       scale_inputs=3.0, bnhd=True)
+    dout = torch.randn(q.shape, device=q.device).to(q.dtype)
+    mask = Mask.of(True, (11, 0), "bottom_right", 3.0)
+    scale = 80 ** -0.5
+    out, lse = launch.forward(q, k, v, mask=mask, scale=scale, cfg=SMALL_FWD, return_lse=True)
+    got = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
+    launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale, cfg=SMALL,
+                    dq=got[0], dk=got[1], dv=got[2])
+    _, *ref = reference_attention_grads(q, k, v, dout, is_causal=True, window=(11, 0),
+                                        align="bottom_right", softcap=3.0, scale=scale)
+    check_grads("D=80 window (11, 0) bottom-right softcap 3", got, [r.cpu() for r in ref],
+                torch.float16)
+
+
+def test_backward_launches_take_the_head_dim_parts():
+    """D = 80 runs its two main kernels as 64 + 16 columns; the delta kernel, which only
+    reads O and dO once, keeps the padded width."""
+    q = torch.empty(1, 2, 40, 80, dtype=torch.float16, device="meta")
+    lse = torch.empty(1, 2, 40, dtype=torch.float32, device="meta")
+    launches = triton_bwd.calls(q, q, q, q, q, lse, lse, q, q, q, mask=Mask.of(True),
+                                scale=0.1, cfg=SMALL)
+    consts = {name: launches[name][3] for name in launches}
+    assert (consts["bwd_dkdv"]["HEAD_DIM_PAD"], consts["bwd_dkdv"]["HEAD_TAIL"]) == (64, 16)
+    assert (consts["bwd_dq"]["HEAD_DIM_PAD"], consts["bwd_dq"]["HEAD_TAIL"]) == (64, 16)
+    assert consts["bwd_preprocess"]["HEAD_DIM_PAD"] == 128
+    q = torch.empty(1, 2, 40, 128, dtype=torch.float16, device="meta")
+    launches = triton_bwd.calls(q, q, q, q, q, lse, lse, q, q, q, mask=Mask.of(True),
+                                scale=0.1, cfg=SMALL)
+    assert (launches["bwd_dq"][3]["HEAD_DIM_PAD"], launches["bwd_dq"][3]["HEAD_TAIL"]) == \
+        (128, 0)
 
 
 @pytest.mark.parametrize("causal", [False, True])

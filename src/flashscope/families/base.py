@@ -42,6 +42,22 @@ def head_dim_pad(head_dim: int) -> int:
     return p
 
 
+def head_parts(d: int) -> tuple:
+    """(main, tail): the column parts a kernel runs head dim ``d`` as. Tiles are powers of
+    two wide; a D between two of them runs as the lower power and a tail of the next power
+    of two (at least 16, the tensor cores' K step) past the rest, where that is narrower
+    than padding D whole: 80 as 64 + 16, 96 as 64 + 32, 48 as 32 + 16, 160 as 128 + 32,
+    192 as 128 + 64; 112 runs as 128 (64 + 64 would be no narrower), and a D of 32 or
+    less whole. The tail's share of the matrix work is its width: D = 96 pays for 96
+    columns, not 128."""
+    whole = head_dim_pad(d)
+    main = whole // 2
+    if main < 32 or d <= main:
+        return whole, 0
+    tail = head_dim_pad(d - main)
+    return (main, tail) if main + tail < whole else (whole, 0)
+
+
 def check_head_dim(head_dim: int) -> None:
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not (
             MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM):

@@ -23,33 +23,19 @@ from typing import ClassVar, NamedTuple, Optional
 from ..compat import CODEGEN_OPTIONS
 from ..errors import ConfigError
 from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, head_dim_pad,
-                   shared_memory)
+                   head_parts, shared_memory)
 
 KERNEL = "sm90-fwd"
 MODULE, FUNCTION = "attention_fwd_sm90", "_attn_fwd_sm90"
-#: head dims the kernel runs (:func:`head_parts` gives the widths it builds for each); TMA
-#: zero-fills the columns past D on loads and clips them on the output store, so the
-#: products pay for the padding but need no masks
+#: head dims the kernel runs (:func:`~.base.head_parts`, a rule the portable backward
+#: shares, gives the column parts it builds each as); TMA zero-fills the columns past D on
+#: loads and clips them on the output store, so the products pay for the padding but need
+#: no masks
 MIN_HEAD_DIM, MAX_HEAD_DIM = 33, 256
 
 
 def head_dim_ok(d: int) -> bool:
     return MIN_HEAD_DIM <= d <= MAX_HEAD_DIM
-
-
-def head_parts(d: int) -> tuple:
-    """(HEAD_DIM, HEAD_TAIL): the column parts the kernel runs head dim ``d`` as. Gluon's
-    tiles are powers of two wide; a D between two of them runs as the lower power and a
-    tail of the next power of two (at least 16, the wgmma K step) past the rest, where
-    that is narrower than padding D whole: 80 as 64 + 16, 96 as 64 + 32, 48 as 32 + 16,
-    160 as 128 + 32, 192 as 128 + 64; 112 runs as 128 (64 + 64 would be no narrower).
-    The tail's share of the MMA work is its width: D = 96 pays for 96 columns, not 128."""
-    whole = head_dim_pad(d)
-    main = whole // 2
-    if main < 32 or d <= main:
-        return whole, 0
-    tail = head_dim_pad(d - main)
-    return (main, tail) if main + tail < whole else (whole, 0)
 
 
 def head_width(d: int) -> int:

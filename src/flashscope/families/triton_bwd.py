@@ -13,7 +13,7 @@ from typing import ClassVar, Optional
 
 from ..compat import CODEGEN_OPTIONS
 from .base import (CAPS, DTYPE_BYTES, WARPS, Knobs, Problem, check_rules, head_dim_pad,
-                   pow2_tiles, shared_memory, stages, table_select)
+                   head_parts, pow2_tiles, shared_memory, stages, table_select)
 
 KERNEL = "triton-bwd"
 MODULE = "attention_bwd"
@@ -142,6 +142,8 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
     B, rows, keys, lengths = packed_shape(q, k, packed)
     varlen = packed is not None
     common = {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D)}
+    main, tail = head_parts(D)
+    parts = {"HEAD_DIM": D, "HEAD_DIM_PAD": main, "HEAD_TAIL": tail}
     switches = mask.switches(*lengths)
     switches.pop("GUARD")  # rows that see no key have L = -inf and every score masked
     switches["VARLEN"] = varlen
@@ -158,14 +160,14 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
             (q, k, v, dout, lse, delta, dk, dv,
              *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
              H, Hkv, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars, *cu),
-            {**common, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
+            {**parts, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
              "EVEN_M": not varlen and Nq % cfg.BLOCK_M1 == 0, **switches}, opts),
         "bwd_dq": (
             FUNCTIONS["bwd_dq"], (triton_cdiv(rows, cfg.BLOCK_M2), B * H),
             (q, k, v, dout, lse, delta, dq,
              *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
              H, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars, *cu),
-            {**common, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
+            {**parts, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
              "EVEN_N": not varlen and Nk % cfg.BLOCK_N2 == 0, **switches}, opts),
     }
 

@@ -19,8 +19,11 @@ Two passes, no atomics, so results are deterministic:
   L_i, delta_i and the dQ accumulator and streams K, V in tiles of BLOCK_N2 keys.
 
 Shapes and strides as in the forward: Q, dQ, O, dO (B, H, Nq, D); K, V, dK, dV
-(B, Hkv, Nk, D), any strides; L and delta contiguous (B, H, Nq) fp32. D is padded to
-HEAD_DIM_PAD by masked loads. The mask is the forward's (:mod:`flashscope.masks`): the
+(B, Hkv, Nk, D), any strides; L and delta contiguous (B, H, Nq) fp32. D runs as
+HEAD_DIM_PAD columns, or, with HEAD_TAIL, as HEAD_DIM_PAD + HEAD_TAIL columns in two
+power-of-two parts (80 as 64 + 16: :func:`flashscope.families.base.head_parts`): every
+product over D is the sum of the two parts' products, every D-wide result two tiles.
+Columns past D load as zeros. The mask is the forward's (:mod:`flashscope.masks`): the
 tiles each program visits come from :mod:`flashscope.kernels.keyrange`, tiles no row sees
 are skipped, and only the band's edges and partial tail tiles pay for masks (``MASK_*``
 compile-time switches of one inner-loop body). A row that sees no key has L = -inf; its
@@ -81,37 +84,45 @@ def _attn_bwd_preprocess(
 
 @triton.jit
 def _attn_bwd_dkdv_tiles(
-    dk, dv, k, v,
+    dk, dv, dk_t, dv_t, k, v, k_t, v_t,
     q_base, do_base, lse_base, delta_base,
     stride_qm, stride_qd, stride_dom, stride_dod,
-    offs_n, offs_d, N_Q, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, hi,
+    offs_n, offs_d, offs_t, N_Q, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, hi,
     BLOCK_M1: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    MASK_M: tl.constexpr, MASK_BAND: tl.constexpr, CAUSAL: tl.constexpr,
-    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr,
-    SOFTCAP: tl.constexpr,
+    HEAD_TAIL: tl.constexpr, MASK_M: tl.constexpr, MASK_BAND: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+    SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
-    """Fold query tiles [lo, hi) into (dk, dv) of one key tile. Transposed tiles (keys on
-    rows) so no register transpose of P is needed. MASK_M masks query rows >= N_Q,
-    MASK_BAND the pairs the mask hides."""
+    """Fold query tiles [lo, hi) into (dk, dv) of one key tile (and the tail columns'
+    (dk_t, dv_t) with HEAD_TAIL). Transposed tiles (keys on rows) so no register transpose
+    of P is needed. MASK_M masks query rows >= N_Q, MASK_BAND the pairs the mask hides."""
     offs_m0 = tl.arange(0, BLOCK_M1)
     d_ok = offs_d < HEAD_DIM
-    PAD_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
+    t_ok = offs_t < HEAD_DIM
+    PAD_D: tl.constexpr = HEAD_DIM < HEAD_DIM_PAD
     for start_m in range(lo, hi, BLOCK_M1):
         start_m = tl.multiple_of(start_m, BLOCK_M1)
         offs_m = start_m + offs_m0
         m_ok = offs_m < N_Q
         qt = load_tile(q_base + offs_m[None, :] * stride_qm + offs_d[:, None] * stride_qd,
                        m_ok[None, :], d_ok[:, None], MASK_M, PAD_D)
+        if HEAD_TAIL:
+            qt_t = load_tile(q_base + offs_m[None, :] * stride_qm
+                             + offs_t[:, None] * stride_qd, m_ok[None, :], t_ok[:, None],
+                             MASK_M, True)
         if MASK_M:
             lse = tl.load(lse_base + offs_m, mask=m_ok, other=float("inf"))
         else:
             lse = tl.load(lse_base + offs_m)
+        kq = tl.dot(k, qt)
+        if HEAD_TAIL:
+            kq = tl.dot(k_t, qt_t, kq)
         # p^T (BLOCK_N1, BLOCK_M1) = 2^(k q^T * scale*log2e - L*log2e)
         if SOFTCAP:
-            st, tt = softcapped(tl.dot(k, qt), cap_in, cap_out)
+            st, tt = softcapped(kq, cap_in, cap_out)
             pt = tl.math.exp2(st - (lse * LOG2E)[None, :])
         else:
-            pt = tl.math.exp2(tl.dot(k, qt) * qk_scale - (lse * LOG2E)[None, :])
+            pt = tl.math.exp2(kq * qk_scale - (lse * LOG2E)[None, :])
         if MASK_BAND:
             keep = visible(offs_m[None, :], offs_n[:, None], OFFSET, LEFT, RIGHT, CAUSAL,
                            HAS_LEFT, HAS_RIGHT, SHIFTED)
@@ -124,11 +135,19 @@ def _attn_bwd_dkdv_tiles(
             delta = tl.load(delta_base + offs_m)
         dv = tl.dot(pt.to(do.dtype), do, dv)
         dpt = tl.dot(v, tl.trans(do))
+        if HEAD_TAIL:
+            do_t = load_tile(do_base + offs_m[:, None] * stride_dom
+                             + offs_t[None, :] * stride_dod, m_ok[:, None], t_ok[None, :],
+                             MASK_M, True)
+            dv_t = tl.dot(pt.to(do_t.dtype), do_t, dv_t)
+            dpt = tl.dot(v_t, tl.trans(do_t), dpt)
         dst = pt * (dpt - delta[None, :])
         if SOFTCAP:  # d(c tanh(s / c)) / ds = 1 - tanh^2
             dst = dst * (1.0 - tt * tt)
         dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk)
-    return dk, dv
+        if HEAD_TAIL:
+            dk_t = tl.dot(dst.to(qt_t.dtype), tl.trans(qt_t), dk_t)
+    return dk, dv, dk_t, dv_t
 
 
 @triton.jit
@@ -142,7 +161,7 @@ def _attn_bwd_dkdv(
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     H, HKV, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
     CuSeqQ, CuSeqK,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_TAIL: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, EVEN_M: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
     SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr,
@@ -172,6 +191,23 @@ def _attn_bwd_dkdv(
                 mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
+    # the tail columns (HEAD_TAIL): their own K, V tiles and accumulators; without a
+    # tail the main ones stand in, unused
+    offs_t = offs_d
+    k_t, v_t, dk_t, dv_t, kv_mask_t = k, v, dk, dv, kv_mask
+    if HEAD_TAIL:
+        offs_t = HEAD_DIM_PAD + tl.arange(0, HEAD_TAIL)
+        kv_mask_t = (offs_n[:, None] < n_k) & (offs_t[None, :] < HEAD_DIM)
+        k_t = tl.load(seq_base(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn,
+                               VARLEN)
+                      + offs_n[:, None] * stride_kn + offs_t[None, :] * stride_kd,
+                      mask=kv_mask_t, other=0.0)
+        v_t = tl.load(seq_base(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn,
+                               VARLEN)
+                      + offs_n[:, None] * stride_vn + offs_t[None, :] * stride_vd,
+                      mask=kv_mask_t, other=0.0)
+        dk_t = tl.zeros([BLOCK_N1, HEAD_TAIL], dtype=tl.float32)
+        dv_t = tl.zeros([BLOCK_N1, HEAD_TAIL], dtype=tl.float32)
 
     # query tiles [lo, full_lo) cross the band's lower edge (the diagonal), [full_lo,
     # full_hi) see every key of this tile, [full_hi, hi) cross its upper edge (a left
@@ -188,22 +224,25 @@ def _attn_bwd_dkdv(
         lse_base = Lse + row_start(bh, off_h, q_start, N_Q, VARLEN)
         delta_base = Delta + row_start(bh, off_h, q_start, N_Q, VARLEN)
         if CAUSAL or HAS_RIGHT:
-            dk, dv = _attn_bwd_dkdv_tiles(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, n_q, qk_scale,
-                OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo, BLOCK_M1, HEAD_DIM,
-                HEAD_DIM_PAD, False, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
-        dk, dv = _attn_bwd_dkdv_tiles(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, n_q, qk_scale,
-            OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi, BLOCK_M1, HEAD_DIM,
-            HEAD_DIM_PAD, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
+            dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
+                dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base, delta_base,
+                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, offs_t, n_q,
+                qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo, BLOCK_M1,
+                HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL, False, True, CAUSAL, HAS_LEFT, HAS_RIGHT,
+                SHIFTED, SOFTCAP)
+        dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
+            dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base, delta_base,
+            stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, offs_t, n_q,
+            qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi, BLOCK_M1,
+            HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT,
+            SHIFTED, SOFTCAP)
         if HAS_LEFT or not EVEN_M:
-            dk, dv = _attn_bwd_dkdv_tiles(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, n_q, qk_scale,
-                OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi, BLOCK_M1, HEAD_DIM,
-                HEAD_DIM_PAD, not EVEN_M, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
+            dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
+                dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base, delta_base,
+                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, offs_t, n_q,
+                qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi, BLOCK_M1,
+                HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL, not EVEN_M, BAND, CAUSAL, HAS_LEFT,
+                HAS_RIGHT, SHIFTED, SOFTCAP)
 
     dk = dk * scale
     tl.store(seq_base(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn, VARLEN)
@@ -212,23 +251,35 @@ def _attn_bwd_dkdv(
     tl.store(seq_base(DV, off_b, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn, VARLEN)
              + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
              dv.to(DV.dtype.element_ty), mask=kv_mask)
+    if HEAD_TAIL:
+        dk_t = dk_t * scale
+        tl.store(seq_base(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
+                          VARLEN)
+                 + offs_n[:, None] * stride_dkn + offs_t[None, :] * stride_dkd,
+                 dk_t.to(DK.dtype.element_ty), mask=kv_mask_t)
+        tl.store(seq_base(DV, off_b, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn,
+                          VARLEN)
+                 + offs_n[:, None] * stride_dvn + offs_t[None, :] * stride_dvd,
+                 dv_t.to(DV.dtype.element_ty), mask=kv_mask_t)
 
 
 @triton.jit
 def _attn_bwd_dq_tiles(
-    dq, q, do, lse2, delta,
+    dq, dq_t, q, do, q_t, do_t, lse2, delta,
     k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    offs_m, offs_d, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, hi,
+    offs_m, offs_d, offs_t, N_K, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, hi,
     BLOCK_N2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    MASK_N: tl.constexpr, MASK_BAND: tl.constexpr, CAUSAL: tl.constexpr,
-    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr,
-    SOFTCAP: tl.constexpr,
+    HEAD_TAIL: tl.constexpr, MASK_N: tl.constexpr, MASK_BAND: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+    SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
-    """Fold key tiles [lo, hi) into dq of one query tile. lse2 = L * log2(e).
-    MASK_N masks keys >= N_K, MASK_BAND the pairs the mask hides."""
+    """Fold key tiles [lo, hi) into dq of one query tile (and the tail columns' dq_t with
+    HEAD_TAIL). lse2 = L * log2(e). MASK_N masks keys >= N_K, MASK_BAND the pairs the
+    mask hides."""
     offs_n0 = tl.arange(0, BLOCK_N2)
     d_ok = offs_d < HEAD_DIM
-    PAD_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
+    t_ok = offs_t < HEAD_DIM
+    PAD_D: tl.constexpr = HEAD_DIM < HEAD_DIM_PAD
     for start_n in range(lo, hi, BLOCK_N2):
         start_n = tl.multiple_of(start_n, BLOCK_N2)
         offs_n = start_n + offs_n0
@@ -237,11 +288,18 @@ def _attn_bwd_dq_tiles(
                        n_ok, d_ok[:, None], MASK_N, PAD_D)
         vt = load_tile(v_base + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd,
                        n_ok, d_ok[:, None], MASK_N, PAD_D)
+        qk = tl.dot(q, kt)
+        if HEAD_TAIL:
+            kt_t = load_tile(k_base + offs_n[None, :] * stride_kn
+                             + offs_t[:, None] * stride_kd, n_ok, t_ok[:, None], MASK_N, True)
+            vt_t = load_tile(v_base + offs_n[None, :] * stride_vn
+                             + offs_t[:, None] * stride_vd, n_ok, t_ok[:, None], MASK_N, True)
+            qk = tl.dot(q_t, kt_t, qk)
         if SOFTCAP:
-            s, t = softcapped(tl.dot(q, kt), cap_in, cap_out)
+            s, t = softcapped(qk, cap_in, cap_out)
             p = tl.math.exp2(s - lse2[:, None])
         else:
-            p = tl.math.exp2(tl.dot(q, kt) * qk_scale - lse2[:, None])
+            p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASK_BAND:
             keep = visible(offs_m[:, None], offs_n[None, :], OFFSET, LEFT, RIGHT, CAUSAL,
                            HAS_LEFT, HAS_RIGHT, SHIFTED)
@@ -249,11 +307,15 @@ def _attn_bwd_dq_tiles(
         if MASK_N:
             p = tl.where(n_ok, p, 0.0)
         dp = tl.dot(do, vt)
+        if HEAD_TAIL:
+            dp = tl.dot(do_t, vt_t, dp)
         ds = p * (dp - delta[:, None])
         if SOFTCAP:
             ds = ds * (1.0 - t * t)
         dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq)
-    return dq
+        if HEAD_TAIL:
+            dq_t = tl.dot(ds.to(kt_t.dtype), tl.trans(kt_t), dq_t)
+    return dq, dq_t
 
 
 @triton.jit
@@ -266,7 +328,7 @@ def _attn_bwd_dq(
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     H, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
     CuSeqQ, CuSeqK,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_TAIL: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, EVEN_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
     SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr,
@@ -301,6 +363,22 @@ def _attn_bwd_dq(
     lse2 = tl.load(Lse + row, mask=m_ok, other=float("inf")) * LOG2E
     delta = tl.load(Delta + row, mask=m_ok, other=0.0)
     dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
+    # the tail columns (HEAD_TAIL): their own Q, dO tiles and dQ accumulator; without a
+    # tail the main ones stand in, unused
+    offs_t = offs_d
+    q_t, do_t, dq_t, q_mask_t = q, do, dq, q_mask
+    if HEAD_TAIL:
+        offs_t = HEAD_DIM_PAD + tl.arange(0, HEAD_TAIL)
+        q_mask_t = m_ok[:, None] & (offs_t[None, :] < HEAD_DIM)
+        q_t = tl.load(seq_base(Q, off_b, off_h, q_start, stride_qb, stride_qh, stride_qm,
+                               VARLEN)
+                      + offs_m[:, None] * stride_qm + offs_t[None, :] * stride_qd,
+                      mask=q_mask_t, other=0.0)
+        do_t = tl.load(seq_base(DOut, off_b, off_h, q_start, stride_dob, stride_doh,
+                                stride_dom, VARLEN)
+                       + offs_m[:, None] * stride_dom + offs_t[None, :] * stride_dod,
+                       mask=q_mask_t, other=0.0)
+        dq_t = tl.zeros([BLOCK_M2, HEAD_TAIL], dtype=tl.float32)
     k_base = seq_base(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn, VARLEN)
     v_base = seq_base(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn, VARLEN)
 
@@ -308,24 +386,30 @@ def _attn_bwd_dq(
                                          BLOCK_N2, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
     BAND: tl.constexpr = CAUSAL or HAS_LEFT or HAS_RIGHT
     if HAS_LEFT:
-        dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, n_k, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo,
-            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, True, CAUSAL, HAS_LEFT, HAS_RIGHT,
-            SHIFTED, SOFTCAP)
-    dq = _attn_bwd_dq_tiles(
-        dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        offs_m, offs_d, n_k, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi,
-        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED,
-        SOFTCAP)
+        dq, dq_t = _attn_bwd_dq_tiles(
+            dq, dq_t, q, do, q_t, do_t, lse2, delta, k_base, v_base, stride_kn, stride_kd,
+            stride_vn, stride_vd, offs_m, offs_d, offs_t, n_k, qk_scale, OFFSET, LEFT, RIGHT,
+            cap_in, cap_out, lo, full_lo, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL,
+            not EVEN_N, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
+    dq, dq_t = _attn_bwd_dq_tiles(
+        dq, dq_t, q, do, q_t, do_t, lse2, delta, k_base, v_base, stride_kn, stride_kd,
+        stride_vn, stride_vd, offs_m, offs_d, offs_t, n_k, qk_scale, OFFSET, LEFT, RIGHT,
+        cap_in, cap_out, full_lo, full_hi, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL,
+        False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
     if BAND or not EVEN_N:
-        dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, n_k, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi,
-            BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, not EVEN_N, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT,
-            SHIFTED, SOFTCAP)
+        dq, dq_t = _attn_bwd_dq_tiles(
+            dq, dq_t, q, do, q_t, do_t, lse2, delta, k_base, v_base, stride_kn, stride_kd,
+            stride_vn, stride_vd, offs_m, offs_d, offs_t, n_k, qk_scale, OFFSET, LEFT, RIGHT,
+            cap_in, cap_out, full_hi, hi, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL,
+            not EVEN_N, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
 
     dq = dq * scale
     tl.store(seq_base(DQ, off_b, off_h, q_start, stride_dqb, stride_dqh, stride_dqm, VARLEN)
              + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
              dq.to(DQ.dtype.element_ty), mask=q_mask)
+    if HEAD_TAIL:
+        dq_t = dq_t * scale
+        tl.store(seq_base(DQ, off_b, off_h, q_start, stride_dqb, stride_dqh, stride_dqm,
+                          VARLEN)
+                 + offs_m[:, None] * stride_dqm + offs_t[None, :] * stride_dqd,
+                 dq_t.to(DQ.dtype.element_ty), mask=q_mask_t)
