@@ -357,10 +357,10 @@ def select(problem: Problem) -> TritonDecodeConfig:
     target's grid that would add the merge launch to an unsplit one only on caches of
     :data:`LONG_READ_TILES` key tiles and more (:func:`merge_pays`). The table's key
     tiles are halved where the tile's shared memory would not fit a block (128 packed rows
-    at D = 256 on sm_90), and wgmma tiles on short caches, or holding more than 64
-    scores a thread, take 64-key tiles once the splits are chosen (:func:`narrow_keys`). A paged launch of more programs than SMs,
-    or of one key tile a split, takes two stages, but for wgmma tiles
-    (:func:`shallow_paged`)."""
+    at D = 256 on sm_90), and wgmma tiles on short caches, or holding more than 64 scores
+    a thread, take 64-key tiles once the splits are chosen (:func:`narrow_keys`). A paged
+    launch of more programs than SMs, or of one key tile a split, takes two stages, but
+    for wgmma tiles (:func:`shallow_paged`)."""
     t = problem.target_record()
     check_head_dim(problem.head_dim)
     base = table_select(DEFAULTS, KERNEL, problem)

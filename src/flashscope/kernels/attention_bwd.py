@@ -49,6 +49,15 @@ from flashscope.kernels.keyrange import key_range, query_range, visible
 
 
 @triton.jit
+def _rows(Ptr, off_b, off_h, start, stride_b, stride_h, stride_n, stride_d, offs_n, offs_d,
+          VARLEN: tl.constexpr):
+    """Addresses of rows ``offs_n`` x columns ``offs_d`` of head ``off_h`` of sequence
+    ``off_b`` (:func:`~flashscope.kernels.common.seq_base`)."""
+    return (seq_base(Ptr, off_b, off_h, start, stride_b, stride_h, stride_n, VARLEN)
+            + offs_n[:, None] * stride_n + offs_d[None, :] * stride_d)
+
+
+@triton.jit
 def _attn_bwd_preprocess(
     Out, DOut, Delta,
     stride_ob, stride_oh, stride_om, stride_od,
@@ -70,13 +79,10 @@ def _attn_bwd_preprocess(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     mask = (offs_m[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
-    o = tl.load(seq_base(Out, off_b, off_h, q_start, stride_ob, stride_oh, stride_om, VARLEN)
-                + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-                mask=mask, other=0.0)
-    do = tl.load(seq_base(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
-                          VARLEN)
-                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-                 mask=mask, other=0.0)
+    o = tl.load(_rows(Out, off_b, off_h, q_start, stride_ob, stride_oh, stride_om, stride_od,
+                      offs_m, offs_d, VARLEN), mask=mask, other=0.0)
+    do = tl.load(_rows(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
+                       stride_dod, offs_m, offs_d, VARLEN), mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(Delta + row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m, delta,
              mask=offs_m < n_q)
@@ -183,12 +189,10 @@ def _attn_bwd_dkdv(
     offs_n = start_n + tl.arange(0, BLOCK_N1)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     kv_mask = (offs_n[:, None] < n_k) & (offs_d[None, :] < HEAD_DIM)
-    k = tl.load(seq_base(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn, VARLEN)
-                + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                mask=kv_mask, other=0.0)
-    v = tl.load(seq_base(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn, VARLEN)
-                + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                mask=kv_mask, other=0.0)
+    k = tl.load(_rows(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn, stride_kd,
+                      offs_n, offs_d, VARLEN), mask=kv_mask, other=0.0)
+    v = tl.load(_rows(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn, stride_vd,
+                      offs_n, offs_d, VARLEN), mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
     # the tail columns (HEAD_TAIL): their own K, V tiles and accumulators; without a
@@ -198,14 +202,10 @@ def _attn_bwd_dkdv(
     if HEAD_TAIL:
         offs_t = HEAD_DIM_PAD + tl.arange(0, HEAD_TAIL)
         kv_mask_t = (offs_n[:, None] < n_k) & (offs_t[None, :] < HEAD_DIM)
-        k_t = tl.load(seq_base(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn,
-                               VARLEN)
-                      + offs_n[:, None] * stride_kn + offs_t[None, :] * stride_kd,
-                      mask=kv_mask_t, other=0.0)
-        v_t = tl.load(seq_base(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn,
-                               VARLEN)
-                      + offs_n[:, None] * stride_vn + offs_t[None, :] * stride_vd,
-                      mask=kv_mask_t, other=0.0)
+        k_t = tl.load(_rows(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn,
+                            stride_kd, offs_n, offs_t, VARLEN), mask=kv_mask_t, other=0.0)
+        v_t = tl.load(_rows(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn,
+                            stride_vd, offs_n, offs_t, VARLEN), mask=kv_mask_t, other=0.0)
         dk_t = tl.zeros([BLOCK_N1, HEAD_TAIL], dtype=tl.float32)
         dv_t = tl.zeros([BLOCK_N1, HEAD_TAIL], dtype=tl.float32)
 
@@ -245,22 +245,20 @@ def _attn_bwd_dkdv(
                 HAS_RIGHT, SHIFTED, SOFTCAP)
 
     dk = dk * scale
-    tl.store(seq_base(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn, VARLEN)
-             + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-             dk.to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(seq_base(DV, off_b, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn, VARLEN)
-             + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
-             dv.to(DV.dtype.element_ty), mask=kv_mask)
+    tl.store(_rows(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
+                   stride_dkd, offs_n, offs_d, VARLEN), dk.to(DK.dtype.element_ty),
+             mask=kv_mask)
+    tl.store(_rows(DV, off_b, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn,
+                   stride_dvd, offs_n, offs_d, VARLEN), dv.to(DV.dtype.element_ty),
+             mask=kv_mask)
     if HEAD_TAIL:
         dk_t = dk_t * scale
-        tl.store(seq_base(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
-                          VARLEN)
-                 + offs_n[:, None] * stride_dkn + offs_t[None, :] * stride_dkd,
-                 dk_t.to(DK.dtype.element_ty), mask=kv_mask_t)
-        tl.store(seq_base(DV, off_b, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn,
-                          VARLEN)
-                 + offs_n[:, None] * stride_dvn + offs_t[None, :] * stride_dvd,
-                 dv_t.to(DV.dtype.element_ty), mask=kv_mask_t)
+        tl.store(_rows(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
+                       stride_dkd, offs_n, offs_t, VARLEN), dk_t.to(DK.dtype.element_ty),
+                 mask=kv_mask_t)
+        tl.store(_rows(DV, off_b, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn,
+                       stride_dvd, offs_n, offs_t, VARLEN), dv_t.to(DV.dtype.element_ty),
+                 mask=kv_mask_t)
 
 
 @triton.jit
@@ -352,13 +350,10 @@ def _attn_bwd_dq(
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     m_ok = offs_m < n_q
     q_mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
-    q = tl.load(seq_base(Q, off_b, off_h, q_start, stride_qb, stride_qh, stride_qm, VARLEN)
-                + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                mask=q_mask, other=0.0)
-    do = tl.load(seq_base(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
-                          VARLEN)
-                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-                 mask=q_mask, other=0.0)
+    q = tl.load(_rows(Q, off_b, off_h, q_start, stride_qb, stride_qh, stride_qm, stride_qd,
+                      offs_m, offs_d, VARLEN), mask=q_mask, other=0.0)
+    do = tl.load(_rows(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
+                       stride_dod, offs_m, offs_d, VARLEN), mask=q_mask, other=0.0)
     row = row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m
     lse2 = tl.load(Lse + row, mask=m_ok, other=float("inf")) * LOG2E
     delta = tl.load(Delta + row, mask=m_ok, other=0.0)
@@ -370,14 +365,10 @@ def _attn_bwd_dq(
     if HEAD_TAIL:
         offs_t = HEAD_DIM_PAD + tl.arange(0, HEAD_TAIL)
         q_mask_t = m_ok[:, None] & (offs_t[None, :] < HEAD_DIM)
-        q_t = tl.load(seq_base(Q, off_b, off_h, q_start, stride_qb, stride_qh, stride_qm,
-                               VARLEN)
-                      + offs_m[:, None] * stride_qm + offs_t[None, :] * stride_qd,
-                      mask=q_mask_t, other=0.0)
-        do_t = tl.load(seq_base(DOut, off_b, off_h, q_start, stride_dob, stride_doh,
-                                stride_dom, VARLEN)
-                       + offs_m[:, None] * stride_dom + offs_t[None, :] * stride_dod,
-                       mask=q_mask_t, other=0.0)
+        q_t = tl.load(_rows(Q, off_b, off_h, q_start, stride_qb, stride_qh, stride_qm,
+                            stride_qd, offs_m, offs_t, VARLEN), mask=q_mask_t, other=0.0)
+        do_t = tl.load(_rows(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
+                             stride_dod, offs_m, offs_t, VARLEN), mask=q_mask_t, other=0.0)
         dq_t = tl.zeros([BLOCK_M2, HEAD_TAIL], dtype=tl.float32)
     k_base = seq_base(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn, VARLEN)
     v_base = seq_base(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn, VARLEN)
@@ -404,12 +395,10 @@ def _attn_bwd_dq(
             not EVEN_N, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
 
     dq = dq * scale
-    tl.store(seq_base(DQ, off_b, off_h, q_start, stride_dqb, stride_dqh, stride_dqm, VARLEN)
-             + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
-             dq.to(DQ.dtype.element_ty), mask=q_mask)
+    tl.store(_rows(DQ, off_b, off_h, q_start, stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+                   offs_m, offs_d, VARLEN), dq.to(DQ.dtype.element_ty), mask=q_mask)
     if HEAD_TAIL:
         dq_t = dq_t * scale
-        tl.store(seq_base(DQ, off_b, off_h, q_start, stride_dqb, stride_dqh, stride_dqm,
-                          VARLEN)
-                 + offs_m[:, None] * stride_dqm + offs_t[None, :] * stride_dqd,
-                 dq_t.to(DQ.dtype.element_ty), mask=q_mask_t)
+        tl.store(_rows(DQ, off_b, off_h, q_start, stride_dqb, stride_dqh, stride_dqm,
+                       stride_dqd, offs_m, offs_t, VARLEN), dq_t.to(DQ.dtype.element_ty),
+                 mask=q_mask_t)
