@@ -315,10 +315,9 @@ def narrow_keys(block_n: int, stages: int, key_tiles: int, programs: int, units:
     runs as wgmma, on a short cache (at most :data:`CUT_MAX_TILES` ``key_tiles`` of
     ``block_n`` keys) or holding more than :data:`SCORES_PER_THREAD` ``scores`` (fp32
     score values a thread) at any length, take :data:`NARROW_BLOCK_N`-key tiles, 4
-    stages with one program
-    an SM at most and 3 with more (two of 64 x 64 at D = 128, 114 KB of shared memory
-    each, fit an SM; the sm_90 build of 64 x 64 at 4 stages takes 168 registers and no
-    spill, 64 x 128 at 3 stages 255 and 4 spill stores). The splits stay those of the
+    stages with one program an SM at most and 3 with more (two of 64 x 64 at D = 128,
+    114 KB of shared memory each, fit an SM; the sm_90 build of 64 x 64 at 4 stages takes
+    168 registers and no spill, 64 x 128 at 3 stages 255 and 4 spill stores). The splits stay those of the
     wider tile: a short read is latency, and the narrower tile shortens the pipeline's
     fill and drain without changing the grid (letting its smaller bytes in flight raise
     the splits, B = 1, GQA 4:1 at 16 tokens, 1k keys, 11 and 16 splits against 8, read

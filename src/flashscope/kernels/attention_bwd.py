@@ -45,7 +45,7 @@ import triton.language as tl
 
 from flashscope.kernels.common import (LOG2E, load_tile, row_start, seq_base, sequence,
                                        sequences, softcapped)
-from flashscope.kernels.keyrange import key_range, query_range, visible
+from flashscope.kernels.keyrange import key_range, query_range, segment, visible
 
 
 @triton.jit
@@ -223,26 +223,19 @@ def _attn_bwd_dkdv(
                            VARLEN)
         lse_base = Lse + row_start(bh, off_h, q_start, N_Q, VARLEN)
         delta_base = Delta + row_start(bh, off_h, q_start, N_Q, VARLEN)
-        if CAUSAL or HAS_RIGHT:
-            dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
-                dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base, delta_base,
-                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, offs_t, n_q,
-                qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo, BLOCK_M1,
-                HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL, False, True, CAUSAL, HAS_LEFT, HAS_RIGHT,
-                SHIFTED, SOFTCAP)
-        dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
-            dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, offs_t, n_q,
-            qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi, BLOCK_M1,
-            HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL, False, False, CAUSAL, HAS_LEFT, HAS_RIGHT,
-            SHIFTED, SOFTCAP)
-        if HAS_LEFT or not EVEN_M:
-            dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
-                dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base, delta_base,
-                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, offs_t, n_q,
-                qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi, BLOCK_M1,
-                HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL, not EVEN_M, BAND, CAUSAL, HAS_LEFT,
-                HAS_RIGHT, SHIFTED, SOFTCAP)
+        # the band's lower edge (causal or a right bound), the tiles every row sees,
+        # then the upper edge (a left bound) and the ragged last tile, in that order
+        for seg in tl.static_range(3):
+            seg_lo, seg_hi = segment(seg, lo, full_lo, full_hi, hi)
+            if (seg == 0 and (CAUSAL or HAS_RIGHT)) or seg == 1 or \
+                    (seg == 2 and (HAS_LEFT or not EVEN_M)):
+                dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
+                    dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base,
+                    delta_base, stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
+                    offs_t, n_q, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, seg_lo,
+                    seg_hi, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL,
+                    seg == 2 and not EVEN_M, seg == 0 or (seg == 2 and BAND), CAUSAL,
+                    HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
 
     dk = dk * scale
     tl.store(_rows(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
@@ -376,23 +369,18 @@ def _attn_bwd_dq(
     lo, full_lo, full_hi, hi = key_range(start_m, n_k, OFFSET, LEFT, RIGHT, BLOCK_M2,
                                          BLOCK_N2, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
     BAND: tl.constexpr = CAUSAL or HAS_LEFT or HAS_RIGHT
-    if HAS_LEFT:
-        dq, dq_t = _attn_bwd_dq_tiles(
-            dq, dq_t, q, do, q_t, do_t, lse2, delta, k_base, v_base, stride_kn, stride_kd,
-            stride_vn, stride_vd, offs_m, offs_d, offs_t, n_k, qk_scale, OFFSET, LEFT, RIGHT,
-            cap_in, cap_out, lo, full_lo, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL,
-            not EVEN_N, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
-    dq, dq_t = _attn_bwd_dq_tiles(
-        dq, dq_t, q, do, q_t, do_t, lse2, delta, k_base, v_base, stride_kn, stride_kd,
-        stride_vn, stride_vd, offs_m, offs_d, offs_t, n_k, qk_scale, OFFSET, LEFT, RIGHT,
-        cap_in, cap_out, full_lo, full_hi, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL,
-        False, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
-    if BAND or not EVEN_N:
-        dq, dq_t = _attn_bwd_dq_tiles(
-            dq, dq_t, q, do, q_t, do_t, lse2, delta, k_base, v_base, stride_kn, stride_kd,
-            stride_vn, stride_vd, offs_m, offs_d, offs_t, n_k, qk_scale, OFFSET, LEFT, RIGHT,
-            cap_in, cap_out, full_hi, hi, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL,
-            not EVEN_N, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
+    # the band's left edge (a left bound), the tiles every row sees, then the right edge
+    # and the ragged last tile, in that order
+    for seg in tl.static_range(3):
+        seg_lo, seg_hi = segment(seg, lo, full_lo, full_hi, hi)
+        if (seg == 0 and HAS_LEFT) or seg == 1 or (seg == 2 and (BAND or not EVEN_N)):
+            dq, dq_t = _attn_bwd_dq_tiles(
+                dq, dq_t, q, do, q_t, do_t, lse2, delta, k_base, v_base, stride_kn,
+                stride_kd, stride_vn, stride_vd, offs_m, offs_d, offs_t, n_k, qk_scale,
+                OFFSET, LEFT, RIGHT, cap_in, cap_out, seg_lo, seg_hi, BLOCK_N2, HEAD_DIM,
+                HEAD_DIM_PAD, HEAD_TAIL, seg != 1 and not EVEN_N,
+                seg == 0 or (seg == 2 and BAND), CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED,
+                SOFTCAP)
 
     dq = dq * scale
     tl.store(_rows(DQ, off_b, off_h, q_start, stride_dqb, stride_dqh, stride_dqm, stride_dqd,

@@ -35,7 +35,7 @@ import triton.language as tl
 
 from flashscope.kernels.attention_merge import merge_chunks
 from flashscope.kernels.common import LN2, load_tile, scaled_scores, softmax_step
-from flashscope.kernels.keyrange import key_range, visible
+from flashscope.kernels.keyrange import key_range, segment, visible
 
 
 @triton.jit
@@ -199,12 +199,7 @@ def _decode_fwd(
     # the band's left edge (masked), the tiles every row sees whole, then the band's right
     # edge and the sequence's partial last tile (masked), each cut to this split's share
     for seg in tl.static_range(3):
-        if seg == 0:
-            seg_lo, seg_hi = lo, full_lo
-        elif seg == 1:
-            seg_lo, seg_hi = full_lo, full_hi
-        else:
-            seg_lo, seg_hi = full_hi, hi
+        seg_lo, seg_hi = segment(seg, lo, full_lo, full_hi, hi)
         if seg != 0 or HAS_LEFT:
             acc, l_i, m_i = _decode_tiles(
                 acc, l_i, m_i, q, k_base, v_base, table_row, seq, qi,

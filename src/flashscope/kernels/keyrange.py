@@ -124,3 +124,17 @@ def query_range(start_n, N_Q, OFFSET, LEFT, RIGHT,
         if CAUSAL or HAS_RIGHT:
             full_hi = tl.maximum(full_hi, full_lo)
     return lo, full_lo, full_hi, hi
+
+
+@triton.jit
+def segment(SEG: tl.constexpr, lo, full_lo, full_hi, hi):
+    """Bounds of segment SEG of a range (lo, full_lo, full_hi, hi) from the functions
+    above, as a kernel visits it: 0 the masked lower edge [lo, full_lo), 1 the whole tiles
+    [full_lo, full_hi), 2 the masked upper edge and ragged tail [full_hi, hi)."""
+    if SEG == 0:
+        seg_lo, seg_hi = lo, full_lo
+    elif SEG == 1:
+        seg_lo, seg_hi = full_lo, full_hi
+    else:
+        seg_lo, seg_hi = full_hi, hi
+    return seg_lo, seg_hi
