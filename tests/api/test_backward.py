@@ -241,7 +241,7 @@ def test_no_grad_inputs_skip_autograd(device):
 # --- the config record -------------------------------------------------------------------
 
 @pytest.mark.parametrize("target", ["sm90", "sm80", "gfx942", "gfx1100"])
-@pytest.mark.parametrize("head_dim", [1, 64, 80, 128, 256])
+@pytest.mark.parametrize("head_dim", [1, 64, 80, 128, 160, 192, 256])
 def test_default_bwd_configs_pass_their_checks(target, head_dim):
     cfg = triton_bwd.select(Problem(target, "bfloat16", head_dim))
     assert triton_bwd.check(cfg, target, head_dim, "bfloat16") is cfg
@@ -319,6 +319,38 @@ def test_bwd_kernels_build_offline(kernel):
     assert rec.kernel.startswith("_attn_bwd")
     if kernel != "bwd_preprocess":
         assert "HGMMA" in rec.opcodes or "HMMA" in rec.opcodes, "backward GEMMs on tensor cores"
+
+
+@pytest.mark.parametrize("causal,extra", [
+    (True, {}),
+    (True, {"align": "bottom_right", "softcap": 30.0}),
+    (False, {"window": (256, 256)}),
+    (True, {"varlen": True}),
+], ids=["causal", "bottom-right-softcap", "window", "varlen-causal"])
+def test_dkdv_keeps_its_wgmma_pipelined_under_a_mask(causal, extra):
+    # Split into masked and whole segments, the dK/dV loop handed its accumulators from one
+    # loop to the next with wgmma still in flight, and ptxas serialized every wgmma of the
+    # kernel (0.78 of the unmasked kernel's rate, causal D = 128 on an H100)
+    from flashscope.isa import inspect_config
+
+    cfg = triton_bwd.select(Problem("sm90", "bfloat16", 64, causal))
+    rec = inspect_config(cfg, "sm90", kernel="bwd_dkdv", head_dim=64, causal=causal,
+                         problem=(2, 8, 8, 1024, 1024), occupancy=False, **extra)
+    assert "HGMMA" in rec.opcodes
+    assert rec.wgmma_serialized == 0, rec.wgmma_serialized
+
+
+@pytest.mark.parametrize("head_dim,expected", [
+    (128, (32, 64, 64, 32, 4, 3)), (144, (32, 64, 64, 32, 4, 3)),
+    (160, (32, 64, 64, 32, 4, 3)), (176, (16, 64, 64, 16, 4, 3)),
+    (192, (16, 64, 64, 16, 4, 3)), (200, (64, 64, 64, 64, 8, 2)),
+    (256, (64, 64, 64, 64, 8, 2)),
+])
+def test_bwd_default_follows_the_built_width(head_dim, expected):
+    # 160 builds 128 + 32 columns, so it takes the row of the widths it builds, not D = 256's
+    cfg = triton_bwd.select(Problem("sm90", "bfloat16", head_dim))
+    assert (cfg.BLOCK_M1, cfg.BLOCK_N1, cfg.BLOCK_M2, cfg.BLOCK_N2, cfg.num_warps,
+            cfg.num_stages) == expected
 
 
 def test_offline_build_rejects_unknown_kernel():

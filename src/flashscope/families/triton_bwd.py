@@ -8,6 +8,7 @@ argument lists of its three launches (:func:`calls`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
@@ -104,11 +105,15 @@ def check(cfg: TritonBwdConfig, target="sm90", head_dim: int = 128,
 #   D=128: 32/64/64/32 w4 s3 385 / 298  vs 16/128/128/32 w8 s2 246 / 178   (FA2 290 / 251)
 # D=256 on an H200 (N = 4096, non-causal / causal): 64/64/64/64 w8 s2 217 / 173 against
 # the spill-free 16/32/32/16 w8 s2 at 43 / 43; it spills 80 B in dK/dV, which costs less
-# than tiles too small for wgmma.
+# than tiles too small for wgmma. Rows are widths the kernels build (:func:`select`): at
+# D = 160 (128 + 32) the D <= 128 tiles read 333 / 272 against the D = 256 row's 165 / 145;
+# at 192 (128 + 64) 16/64/64/16 w4 s3 286 / 234 against 186 / 167 (H100, N = 2048; both
+# spill 20-28 B in dK/dV).
 C = TritonBwdConfig
 DEFAULTS = (
     ("sm90", 64, None, C(32, 64, 64, 32, 4, 3)),
-    ("sm90", 128, None, C(32, 64, 64, 32, 4, 3)),
+    ("sm90", 160, None, C(32, 64, 64, 32, 4, 3)),
+    ("sm90", 192, None, C(16, 64, 64, 16, 4, 3)),
     ("sm90", 256, None, C(64, 64, 64, 64, 8, 2)),
     ("nvidia", 64, None, C(32, 128, 128, 32, 8, 2)),
     ("nvidia", 128, None, C(16, 128, 128, 32, 8, 2)),
@@ -122,8 +127,11 @@ del C
 
 
 def select(problem: Problem) -> TritonBwdConfig:
-    """The default for a problem: pure, tensor-free, deterministic."""
-    return table_select(DEFAULTS, KERNEL, problem)
+    """The default for a problem: pure, tensor-free, deterministic. Rows are keyed by the
+    width the kernels build (:func:`~.base.head_parts`: D = 160 builds 128 + 32 columns,
+    not 256), which is what sets their registers."""
+    main, tail = head_parts(problem.head_dim)
+    return table_select(DEFAULTS, KERNEL, dataclasses.replace(problem, head_dim=main + tail))
 
 
 def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,

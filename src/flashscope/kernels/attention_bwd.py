@@ -24,10 +24,11 @@ HEAD_DIM_PAD columns, or, with HEAD_TAIL, as HEAD_DIM_PAD + HEAD_TAIL columns in
 power-of-two parts (80 as 64 + 16: :func:`flashscope.families.base.head_parts`): every
 product over D is the sum of the two parts' products, every D-wide result two tiles.
 Columns past D load as zeros. The mask is the forward's (:mod:`flashscope.masks`): the
-tiles each program visits come from :mod:`flashscope.kernels.keyrange`, tiles no row sees
-are skipped, and only the band's edges and partial tail tiles pay for masks (``MASK_*``
-compile-time switches of one inner-loop body). A row that sees no key has L = -inf; its
-scores are all masked, so it adds nothing.
+tiles each program visits come from :mod:`flashscope.kernels.keyrange` and tiles no row
+sees are skipped. In the dQ kernel only the band's edges and partial tail tiles pay for
+masks (``MASK_*`` compile-time switches of one inner-loop body); the dK/dV kernel masks
+every tile of a band or a packed batch, for the reason given at its loop. A row that
+sees no key has L = -inf; its scores are all masked, so it adds nothing.
 
 With VARLEN the batch is packed as in the forward (:mod:`flashscope.kernels.common`):
 each program reads its sequence's bounds from the prefix sums CuSeqQ/CuSeqK and leaves
@@ -223,19 +224,30 @@ def _attn_bwd_dkdv(
                            VARLEN)
         lse_base = Lse + row_start(bh, off_h, q_start, N_Q, VARLEN)
         delta_base = Delta + row_start(bh, off_h, q_start, N_Q, VARLEN)
-        # the band's lower edge (causal or a right bound), the tiles every row sees,
-        # then the upper edge (a left bound) and the ragged last tile, in that order
-        for seg in tl.static_range(3):
-            seg_lo, seg_hi = segment(seg, lo, full_lo, full_hi, hi)
-            if (seg == 0 and (CAUSAL or HAS_RIGHT)) or seg == 1 or \
-                    (seg == 2 and (HAS_LEFT or not EVEN_M)):
-                dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
-                    dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base,
-                    delta_base, stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
-                    offs_t, n_q, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, seg_lo,
-                    seg_hi, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL,
-                    seg == 2 and not EVEN_M, seg == 0 or (seg == 2 and BAND), CAUSAL,
-                    HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
+        # Split into segments (masked band edges, whole tiles, ragged tail), each
+        # segment's loop hands dK and dV to the next while its last wgmma may still be
+        # writing them, and ptxas then serializes every wgmma of the kernel (the sm_90
+        # build's wgmma_serialized in `flashscope inspect`). So a band or a packed batch
+        # runs one loop over all the query tiles that see this key tile, each masked;
+        # only a plain dense problem splits off its ragged last tile, which it can
+        # without that cost.
+        if BAND or VARLEN:
+            dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
+                dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base, delta_base,
+                stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, offs_t, n_q,
+                qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, hi, BLOCK_M1, HEAD_DIM,
+                HEAD_DIM_PAD, HEAD_TAIL, not EVEN_M, BAND, CAUSAL, HAS_LEFT, HAS_RIGHT,
+                SHIFTED, SOFTCAP)
+        else:
+            for seg in tl.static_range(1, 3):  # the whole tiles, then the ragged tail
+                seg_lo, seg_hi = segment(seg, lo, full_lo, full_hi, hi)
+                if seg == 1 or not EVEN_M:
+                    dk, dv, dk_t, dv_t = _attn_bwd_dkdv_tiles(
+                        dk, dv, dk_t, dv_t, k, v, k_t, v_t, q_base, do_base, lse_base,
+                        delta_base, stride_qm, stride_qd, stride_dom, stride_dod, offs_n,
+                        offs_d, offs_t, n_q, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
+                        seg_lo, seg_hi, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, HEAD_TAIL,
+                        seg == 2, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
 
     dk = dk * scale
     tl.store(_rows(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
