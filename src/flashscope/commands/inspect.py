@@ -289,10 +289,23 @@ _COLUMNS = (
                           else f"v{_n(r.vgpr_spills)} s{_n(r.sgpr_spills)}"), None),
     ("local (B)", lambda r: _n(r.local_bytes), lambda rs: any(r.local_bytes for r in rs)),
     ("shared (B)", _shared, None),
-    ("mma", lambda r: _n((r.mix or {}).get("mma", (r.mix or {}).get("mfma"))), None),
+    ("mma", lambda r: _mma_cell(r), None),
     ("occupancy", lambda r: common.pct(r.occupancy), None),
     ("limiter", lambda r: ", ".join(r.limiter) if r.limiter else "-", None),
 )
+
+
+def _mma_cell(r) -> str:
+    """Tensor-core instructions, and how many wgmma of them ptxas serialized."""
+    n = _n((r.mix or {}).get("mma", (r.mix or {}).get("mfma")))
+    return f"{n} ({r.wgmma_serialized} serial)" if r.wgmma_serialized else n
+
+
+#: Printed under a table that has a serialized wgmma: what it costs and where to read on.
+SERIAL_NOTE = ("serial: wgmma that ptxas made wait for the one before (too few registers for "
+               "the wgmma pipeline, or an accumulator written while a wgmma is in flight, e.g. "
+               "handed from one loop to the next); each product's k-steps then run one at a "
+               "time (docs/inspect.md, wgmma_serialized)")
 
 
 #: constexpr switches of a kernel variant and how the mask column names them
@@ -321,6 +334,8 @@ def _table(con, records, errors, opcodes):
                  "limiter": e["error"]}
         t.add_row(*(cells.get(c[0], "-") for c in cols))
     common.show(con, t)
+    if any(r.wgmma_serialized for r in records):
+        con.print(SERIAL_NOTE)
     if opcodes:
         for r in records:
             con.print(f"{r.label} (features: {', '.join(r.features) or '-'}) " + " ".join(
