@@ -96,6 +96,8 @@ def test_objective():
             "spill_stores": 0, "spill_loads": 0, "local_bytes": 0}
     spilling = dict(lean, occupancy=1.0, spill_stores=3)
     assert objective(lean) < objective(spilling)
+    serial = dict(lean, occupancy=1.0, wgmma_serialized=32)
+    assert objective(lean) < objective(serial) < objective(dict(spilling, wgmma_serialized=8))
     assert objective(dict(lean, occupancy=0.75)) < objective(lean)
 
 

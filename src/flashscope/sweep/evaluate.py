@@ -31,7 +31,8 @@ from .space import Problem, kernel_axes
 
 #: KernelRecord fields copied into sweep records.
 RESOURCE_FIELDS = ("registers", "spill_stores", "spill_loads", "local_bytes",
-                   "shared_bytes", "threads", "agprs", "sgprs", "vgpr_spills")
+                   "shared_bytes", "threads", "agprs", "sgprs", "vgpr_spills",
+                   "wgmma_serialized")
 
 
 def make_item(kind: str, key: str, problem: Problem, cfg,

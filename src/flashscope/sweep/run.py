@@ -306,7 +306,7 @@ def job_summary(job: Job, records: list, kind: str, n_feasible: int, n_pruned: i
 
 def _brief(r: dict) -> dict:
     keys = ("config_key", "label", "registers", "occupancy", "limiter", "spill_stores",
-            "spill_loads", "shared_bytes", "ms", "tflops", "search")
+            "spill_loads", "wgmma_serialized", "shared_bytes", "ms", "tflops", "search")
     return {k: r.get(k) for k in keys if r.get(k) is not None}
 
 
