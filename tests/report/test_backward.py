@@ -63,6 +63,7 @@ def test_rows_match_the_binaries(written):
             assert row["error"] is None
             assert row["measured"]["registers"] == rec.registers > 0
             assert row["measured"]["shared_bytes"] == rec.shared_bytes
+            assert row["measured"]["wgmma_serialized"] == rec.wgmma_serialized
             assert 0 < row["occupancy"]["occupancy"] <= 1
 
 
@@ -111,3 +112,17 @@ def test_spec_defaults():
     with pytest.raises(FlashscopeError):
         make_bwd_spec("sm90", ablate="Q_IN_REGS")
     assert isinstance(select_bwd_config(128, "sm90"), TritonBwdConfig)
+
+
+def test_spill_cell_names_serialized_wgmma():
+    from flashscope.isa.record import KernelRecord
+    from flashscope.report.collect import Row
+
+    def row(serial, stores=0):
+        rec = KernelRecord("k", "sm90", "nvidia", spill_stores=stores, spill_loads=0,
+                           wgmma_serialized=serial)
+        return Row(TritonBwdConfig(), 128, "sm90", rec)
+
+    assert row(32).spill_cell == "0 (32 wgmma serial)"
+    assert row(0, stores=3).spill_cell == "3" and row(None).spill_cell == "0"
+    assert Row(TritonBwdConfig(), 128, "sm90").spill_cell == "0"

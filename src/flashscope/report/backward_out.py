@@ -32,7 +32,7 @@ def _measured(report, r) -> list:
     head = [label(r.config), r.head_dim, r.target, _label(report, r.kernel)]
     if r.record is None:
         return head + ["FAILED", "-", "-", "-", f"build failed: {r.error or 'no record'}"]
-    return head + [r.record.registers, r.spills, r.record.shared_bytes,
+    return head + [r.record.registers, r.spill_cell, r.record.shared_bytes,
                    pct(r.occ.occupancy if r.occ else None),
                    ", ".join(r.occ.limiter) if r.occ else (r.error or "-")]
 

@@ -81,6 +81,13 @@ class Row:
             return (r.spill_stores or 0) + (r.spill_loads or 0)
         return (r.vgpr_spills or 0) + (r.sgpr_spills or 0)
 
+    @property
+    def spill_cell(self) -> str:
+        """The spills as a table shows them, with the wgmma ptxas serialized, if any: a
+        cost the register count alone does not show."""
+        serial = getattr(self.record, "wgmma_serialized", None)
+        return f"{self.spills} ({serial} wgmma serial)" if serial else str(self.spills)
+
     def as_dict(self) -> dict:
         r = self.record
         return {
@@ -91,7 +98,7 @@ class Row:
                 k: getattr(r, k) for k in ("registers", "agprs", "sgprs", "spill_stores",
                                            "spill_loads", "vgpr_spills", "sgpr_spills",
                                            "local_bytes", "shared_bytes", "threads",
-                                           "wave_size", "features")},
+                                           "wave_size", "wgmma_serialized", "features")},
             "spills": self.spills if r is not None else None,
             "occupancy": None if self.occ is None else self.occ.as_dict(),
             "budget": None if self.budget is None else self.budget.as_dict(),

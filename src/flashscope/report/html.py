@@ -119,7 +119,7 @@ def _defaults_section(report) -> str:
                          (r.error or "")[:60], "-", "-"])
             classes.append("spill")
             continue
-        rows.append([r.target, r.head_dim, r.config.label, rec.registers, r.spills,
+        rows.append([r.target, r.head_dim, r.config.label, rec.registers, r.spill_cell,
                      rec.shared_bytes, pct(r.occ.occupancy if r.occ else None),
                      ",".join(r.occ.limiter) if r.occ else "-",
                      "-" if c is None else f"{c['predicted']:.0f}",

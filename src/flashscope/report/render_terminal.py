@@ -94,7 +94,7 @@ def defaults_table(report):
         rec = r.record
         tab.add_row(r.target, str(r.head_dim), label(r.config),
                     "FAILED" if rec is None else str(rec.registers),
-                    "-" if rec is None else str(r.spills),
+                    "-" if rec is None else r.spill_cell,
                     pct(r.occ.occupancy if r.occ else None))
     return tab
 
