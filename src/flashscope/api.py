@@ -317,9 +317,7 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         dout, q, k, v, out, lse = saved_with_dout(ctx, dout)
-        b = ctx.bound
-        dq, dk, dv = launch.backward(dout, q, k, v, out, lse, mask=b.mask, scale=b.scale,
-                                     cfg=b.backward_config(q, k))
+        dq, dk, dv = ctx.bound.backward(dout, q, k, v, out, lse)
         return dq, dk, dv, None
 
 
@@ -395,14 +393,16 @@ class _Bound:
     """What :func:`attention` makes of the calls of one :func:`_call_key`: the mask, scale
     and config, and, built on first use, its bound forwards
     (:class:`flashscope.launch.BoundForward`; the one with the log-sum-exp also serves
-    differentiable calls) and the backward's default config."""
+    differentiable calls), the backward's default config and its bound backward
+    (:class:`flashscope.launch.BoundBackward`)."""
 
-    __slots__ = ("mask", "scale", "cfg", "return_lse", "_forwards", "_bwd_cfg")
+    __slots__ = ("mask", "scale", "cfg", "return_lse", "_forwards", "_bwd_cfg", "_backward")
 
     def __init__(self, mask: Mask, scale: float, cfg, return_lse: bool):
         self.mask, self.scale, self.cfg, self.return_lse = mask, scale, cfg, return_lse
         self._forwards = {}  # by return_lse
         self._bwd_cfg = None
+        self._backward = None
 
     def __call__(self, q, k, v):
         if _needs_grad(q, k, v):
@@ -423,6 +423,14 @@ class _Bound:
         if self._bwd_cfg is None:
             self._bwd_cfg = _backward_config(q, k, self.mask)
         return self._bwd_cfg
+
+    def backward(self, dout, q, k, v, out, lse):
+        """(dq, dk, dv) of a differentiable call, through its bound backward
+        (:class:`flashscope.launch.BoundBackward`)."""
+        if self._backward is None:
+            self._backward = launch.BoundBackward(self.mask, self.scale,
+                                                  self.backward_config(q, k))
+        return self._backward(dout, q, k, v, out, lse)
 
 
 #: :class:`_Bound` records by :func:`_call_key`: a call whose key is here was checked and

@@ -164,6 +164,41 @@ def backward(dout, q, k, v, out, lse, *, mask: Mask, scale: float, cfg,
     return dq, dk, dv
 
 
+class BoundBackward:
+    """:func:`backward` for the calls of one forward geometry (one
+    :class:`BoundForward`'s): what depends on the tensors' geometry alone (the three
+    launches' argument lists but the addresses, and their compiled kernels) is found on
+    the first call for each layout of the incoming gradient and reused. The backward of
+    a short problem otherwise spends more host time building its launches than its
+    kernels run. Empty problems, CPU tensors and the interpreter run :func:`backward`."""
+
+    __slots__ = ("mask", "scale", "cfg", "plans")
+
+    def __init__(self, mask: Mask, scale: float, cfg):
+        self.mask, self.scale, self.cfg = mask, scale, cfg
+        #: by the incoming gradient's strides and 16-byte alignment; False: no binding
+        self.plans = {}
+
+    def __call__(self, dout, q, k, v, out, lse):
+        key = (dout.stride(), lse.stride(), dout.data_ptr() % 16, q.data_ptr() % 16,
+               k.data_ptr() % 16, v.data_ptr() % 16, out.data_ptr() % 16,
+               lse.data_ptr() % 16)
+        go = self.plans.get(key)
+        if go is None:
+            plain = q.device.type != "cuda" or interpreting() or q.numel() == 0 or \
+                k.numel() == 0 or not lse.is_contiguous() or dout.shape != out.shape
+            fam = family_of(self.cfg)
+            go = False if plain or not hasattr(fam, "bind") else fam.bind(
+                dout, q, k, v, out, lse, mask=self.mask, scale=self.scale, cfg=self.cfg)
+            if len(self.plans) >= 16:
+                self.plans.clear()
+            self.plans[key] = go
+        if go is False:
+            return backward(dout, q, k, v, out, lse, mask=self.mask, scale=self.scale,
+                            cfg=self.cfg)
+        return go(dout, q, k, v, out, lse)
+
+
 #: Compiled kernels (with the constexprs that follow the arguments) by :func:`launch_key`,
 #: filled by the first launch of each specialization; emptied when it reaches
 #: :data:`_COMPILED_MAX` keys. sm90 launch plans keep their own

@@ -233,6 +233,47 @@ def test_lse_is_not_differentiable_and_sum_grad_works(device):
     check_grads("sum", (q.grad, k.grad, v.grad), ref, torch.float16)
 
 
+def test_repeated_calls_take_the_bound_backward(device):
+    """A differentiable call's backward goes through its record's bound backward: on a
+    GPU the second call of a geometry builds no launch (no Triton binding), each call's
+    gradients match float64 even where the first call passed one tensor as q, k and v
+    (the plan marks roles, not tensors), and the plan keeps no tensor alive. On CPU it
+    runs the plain backward."""
+    from flashscope.api import _BOUND
+
+    fresh_seed()
+    _BOUND.clear()  # only this test's records below (a cache: clearing it changes no result)
+    shape = (1, 2, 40, 32)
+    x = torch.randn(shape, device=device).half().requires_grad_()
+    out = flashscope.attention(x, x, x, is_causal=True)
+    dout = torch.randn(shape, device=device).half()
+    out.backward(dout)
+    _, dq, dk, dv = reference_grads(x, x, x, dout, is_causal=True, scale=1 / math.sqrt(32))
+    check_grads("one tensor", (x.grad,), (dq + dk + dv,), torch.float16)
+    jit = launch.LAUNCHES["jit"]
+    for _ in range(2):
+        q, k, v = (torch.randn(shape, device=device).half().requires_grad_()
+                   for _ in range(3))
+        out = flashscope.attention(q, k, v, is_causal=True)
+        dout = torch.randn(shape, device=device).half()
+        out.backward(dout)
+        _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=1 / math.sqrt(32))
+        check_grads("distinct tensors", (q.grad, k.grad, v.grad), ref, torch.float16)
+    if device != "cuda":
+        return  # CPU calls keep no record (the plain backward runs, checked above)
+    assert launch.LAUNCHES["jit"] == jit, "a bound backward bound its launches again"
+    plans = [go for b in _BOUND.values() if b._backward is not None
+             for go in b._backward.plans.values()]
+    assert len(plans) == 1 and callable(plans[0]), plans
+    for go in plans:
+        launches = go.__closure__[go.__code__.co_freevars.index("plans")].cell_contents
+        assert len(launches) == 3
+        for _kernel, _grid, args, marks, *_ in launches:
+            assert not any(isinstance(a, torch.Tensor) for a in args), \
+                "a bound backward keeps tensors of its first call"
+            assert sum(m is not None for m in marks) >= 4  # delta: out, dout, delta, q
+
+
 def test_no_grad_inputs_skip_autograd(device):
     q, k, v = make_qkv(device, 1, 2, 8, 8, 32, dtype=torch.float16)
     assert not flashscope.attention(q, k, v).requires_grad

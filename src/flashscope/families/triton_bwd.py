@@ -223,3 +223,44 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
             cfg=cfg, packed=packed).values():
         launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device,
                    cache=compiled[fn_name])
+
+
+def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: TritonBwdConfig):
+    """:func:`run` for every later backward on a GPU on tensors of these tensors'
+    geometry (:class:`flashscope.launch.BoundBackward`): the three launches' arguments
+    but the addresses, and their compiled kernels, found once. A function of (dout, q, k,
+    v, out, lse) returning (dq, dk, dv), new tensors laid out like q, k, v."""
+    import torch
+
+    from .. import kernels
+    from ..launch import launch_compiled
+
+    B, H, Nq, _ = q.shape
+    mod = kernels.load(MODULE)
+    made = (torch.empty((B, H, Nq), device=q.device, dtype=torch.float32),
+            torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+    # one distinct alias of each tensor (a call may pass one tensor as q, k and v; a
+    # later call of the same geometry need not), so each argument's role is known by
+    # identity: each launch's arguments with the tensors' places marked, an index into
+    # the call's (dout, q, k, v, out, lse, delta, dq, dk, dv)
+    given = tuple(t.view(t.shape) for t in (dout, q, k, v, out, lse))
+    slots = {id(t): i for i, t in enumerate((*given, *made))}
+    plans = []
+    for fn_name, grid, args, consts, opts in calls(*given, *made, mask=mask, scale=scale,
+                                                    cfg=cfg).values():
+        marks = tuple(slots[id(a)] if isinstance(a, torch.Tensor) else None for a in args)
+        # the plan keeps no tensor (a record outlives its call): the marked places are
+        # filled per call
+        args = tuple(None if m is not None else a for a, m in zip(args, marks))
+        plans.append((getattr(mod, fn_name), grid, args, marks, consts, opts, {}))
+
+    def go(dout, q, k, v, out, lse):
+        delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        now = (dout, q, k, v, out, lse, delta, dq, dk, dv)
+        for kernel, grid, args, marks, consts, opts, cache in plans:
+            launch_compiled(kernel, grid, tuple(a if m is None else now[m]
+                                                for a, m in zip(args, marks)),
+                            consts, opts, cache=cache)
+        return dq, dk, dv
+    return go
