@@ -274,6 +274,29 @@ def test_repeated_calls_take_the_bound_backward(device):
             assert sum(m is not None for m in marks) >= 4  # delta: out, dout, delta, q
 
 
+@pytest.mark.gpu
+def test_gqa_passes_run_side_by_side(device, monkeypatch):
+    """Under GQA on a GPU the dQ pass runs on a second stream beside dK/dV: the
+    gradients are those of the passes in turn, bit for bit, and the stream was made."""
+    if device != "cuda":
+        pytest.skip("streams are for GPU tensors")
+    fresh_seed()
+    q, k, v = make_qkv(device, 2, 8, 300, 333, 64, Hkv=2, dtype=torch.bfloat16)
+    dout = torch.randn_like(q)
+    mask = Mask.of(True)
+    out, lse = launch.forward(q, k, v, mask=mask, scale=0.125, cfg=SMALL_FWD, return_lse=True)
+    cfg = triton_bwd.select(Problem("sm90", "bfloat16", 64, True))
+    assert triton_bwd.concurrent(q, k) and not triton_bwd.concurrent(q, q)
+    triton_bwd._SIDE.clear()
+    side = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=0.125, cfg=cfg)
+    torch.cuda.synchronize()
+    assert triton_bwd._SIDE, "no second stream was used"
+    monkeypatch.setattr(triton_bwd, "concurrent", lambda q, k: False)
+    turns = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=0.125, cfg=cfg)
+    for name, a, b in zip("dq dk dv".split(), side, turns):
+        assert torch.equal(a, b), name
+
+
 def test_no_grad_inputs_skip_autograd(device):
     q, k, v = make_qkv(device, 1, 2, 8, 8, 32, dtype=torch.float16)
     assert not flashscope.attention(q, k, v).requires_grad

@@ -19,10 +19,10 @@ SHAPE = (4, 6, 197, 64)
 CONFIGS = {"default": None, "triton-fwd": TritonFwdConfig(64, 64, 4, 2)}
 
 
-def _inputs(grad: bool):
+def _inputs(grad: bool, hkv: int = SHAPE[1]):
     B, H, N, D = SHAPE
-    q, k, v = (torch.randn(B, N, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-               .requires_grad_(grad) for _ in range(3))
+    q, k, v = (torch.randn(B, N, h, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+               .requires_grad_(grad) for h in (H, hkv, hkv))
     return q, k, v
 
 
@@ -53,14 +53,16 @@ def test_forward_captures_and_replays(name):
         assert rel_error(out, reference_attention(q, k, v)) <= ERROR_BOUND[q.dtype]
 
 
+# GQA's backward runs its two passes on two streams, both captured
+@pytest.mark.parametrize("hkv", [SHAPE[1], 2], ids=["mha", "gqa"])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_backward_captures_and_replays(name):
+def test_backward_captures_and_replays(name, hkv):
     cfg = CONFIGS[name]
-    q, k, v = _inputs(True)
+    q, k, v = _inputs(True, hkv)
     dout = torch.randn_like(q.detach())
 
     def step():
-        out = flashscope.attention(q, k, v, config=cfg)
+        out = flashscope.attention(q, k, v, config=cfg, enable_gqa=hkv != SHAPE[1])
         return (out, *torch.autograd.grad(out, (q, k, v), dout))
 
     _warm(step, torch.cuda.Stream())

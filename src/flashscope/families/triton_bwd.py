@@ -9,6 +9,7 @@ argument lists of its three launches (:func:`calls`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
@@ -206,7 +207,8 @@ def plan_key(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
 
 def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
         cfg: TritonBwdConfig, packed=None) -> None:
-    """Launch delta, then dK/dV, then dQ (GPU, or the interpreter on CPU tensors)."""
+    """Launch delta, then dK/dV and dQ (GPU, or the interpreter on CPU tensors); under
+    GQA on a GPU the two passes run side by side (:func:`concurrent`)."""
     import torch
 
     from .. import kernels
@@ -218,11 +220,50 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
     compiled = remembered(_PLANS, plan_key(dout, q, k, v, out, lse, dq, dk, dv, mask=mask,
                                            scale=scale, cfg=cfg, packed=packed),
                           lambda: {name: {} for name in FUNCTIONS.values()}, _PLANS_MAX)
-    for fn_name, grid, args, consts, opts in calls(
-            dout, q, k, v, out, lse, delta, dq, dk, dv, mask=mask, scale=scale,
-            cfg=cfg, packed=packed).values():
-        launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device,
-                   cache=compiled[fn_name])
+    launches = [functools.partial(launch_jit, getattr(mod, fn_name), grid, args, consts,
+                                  opts, q.device, cache=compiled[fn_name])
+                for fn_name, grid, args, consts, opts in calls(
+                    dout, q, k, v, out, lse, delta, dq, dk, dv, mask=mask, scale=scale,
+                    cfg=cfg, packed=packed).values()]
+    _launch_three(launches, concurrent(q, k) and not interpreting(), q.device)
+
+
+#: A second stream per device index for the dQ pass (:func:`_launch_three`).
+_SIDE: dict = {}
+
+
+def concurrent(q, k) -> bool:
+    """Whether the dQ pass runs beside dK/dV on a second stream: on a GPU, under GQA.
+    Both passes need only delta, and dK/dV's grid is the group size times smaller than
+    dQ's (one program per key tile and kv head), so alone it leaves SMs idle through its
+    last wave. Side by side against in turn (H200, bf16, 12 GQA and MQA shapes, D = 64,
+    80 and 128, 1k-16k keys, packed): 1.01-1.13x, 1.13x at D = 128 causal 4k with 32/8
+    heads; without GQA 0.99-1.03x, so those stay in turn."""
+    return q.device.type == "cuda" and q.shape[1] != k.shape[1]
+
+
+def _launch_three(launches, side_by_side: bool, device) -> None:
+    """The three launches, zero-argument callables in order (delta, dK/dV, dQ); with
+    ``side_by_side`` dQ goes on a second stream that first waits for delta, and the
+    caller's stream waits for it before anything it queues next (so tensors the passes
+    read stay theirs until both are done)."""
+    pre, dkdv, dq = launches
+    pre()
+    if not side_by_side:
+        dkdv()
+        dq()
+        return
+    import torch
+
+    main = torch.cuda.current_stream(device)
+    side = _SIDE.get(main.device_index)
+    if side is None:
+        side = _SIDE[main.device_index] = torch.cuda.Stream(device=main.device)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
+        dq()
+    dkdv()
+    main.wait_stream(side)
 
 
 def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: TritonBwdConfig):
@@ -254,13 +295,17 @@ def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: TritonBwdConfig):
         args = tuple(None if m is not None else a for a, m in zip(args, marks))
         plans.append((getattr(mod, fn_name), grid, args, marks, consts, opts, {}))
 
+    side_by_side = concurrent(q, k)
+
     def go(dout, q, k, v, out, lse):
         delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         now = (dout, q, k, v, out, lse, delta, dq, dk, dv)
-        for kernel, grid, args, marks, consts, opts, cache in plans:
-            launch_compiled(kernel, grid, tuple(a if m is None else now[m]
-                                                for a, m in zip(args, marks)),
-                            consts, opts, cache=cache)
+        _launch_three([functools.partial(launch_compiled, kernel, grid,
+                                         tuple(a if m is None else now[m]
+                                               for a, m in zip(args, marks)),
+                                         consts, opts, cache=cache)
+                       for kernel, grid, args, marks, consts, opts, cache in plans],
+                      side_by_side, q.device)
         return dq, dk, dv
     return go
