@@ -105,6 +105,35 @@ def test_fp16_grads_match_float64(device, causal, Nq, Nk, D, Hkv, bnhd):
              dtype=torch.float16, bnhd=bnhd)
 
 
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_group_shared_among_programs(device, monkeypatch, splits):
+    """dK/dV with a GQA group's heads shared among ``splits`` programs (fp32 partial
+    sums added after; 3 shares 8 heads unevenly, 8 gives each program one head):
+    gradients within the float64 bound, every element written, the same bits on a
+    second run, and a dQ that the split does not touch."""
+    monkeypatch.setattr(triton_bwd, "splits_for", lambda q, k, cfg: splits)
+    run_case(device, B=2, H=8, Hkv=1, Nq=45, Nk=70, D=32, causal=True,
+             dtype=torch.float16, bnhd=True)
+    q, k, v = make_qkv(device, 1, 4, 40, 40, 32, Hkv=2, dtype=torch.float16)
+    dout = torch.randn(q.shape, device=q.device).to(q.dtype)
+    out, lse = launch.forward(q, k, v, mask=Mask.of(False), scale=0.2, cfg=SMALL_FWD,
+                              return_lse=True)
+    a = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(False), scale=0.2, cfg=SMALL)
+    b = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(False), scale=0.2, cfg=SMALL)
+    assert all(torch.equal(x, y) for x, y in zip(a, b)), "not deterministic"
+
+
+def test_group_splits_rule():
+    """1 without GQA or with a grid already wide; else the least power of two reaching
+    SPLIT_BELOW programs an SM, at most the group."""
+    sms, below = 132, triton_bwd.SPLIT_BELOW
+    assert triton_bwd.group_splits(100, 1, sms) == 1
+    assert triton_bwd.group_splits(below * sms, 8, sms) == 1
+    s = triton_bwd.group_splits(128, 16, sms)
+    assert 128 * s >= below * sms > 128 * s // 2 and s & (s - 1) == 0
+    assert triton_bwd.group_splits(2, 4, sms) == 4
+
+
 @pytest.mark.parametrize("causal,Nq,Nk,D,Hkv", [
     (True, 70, 45, 96, 2),     # 64 + 32 columns, causal, GQA
     (False, 33, 50, 48, 1),    # 32 + 16, MQA, ragged

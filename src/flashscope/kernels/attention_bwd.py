@@ -166,19 +166,24 @@ def _attn_bwd_dkdv(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-    H, HKV, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
+    H, HKV, GROUP, SPLITS, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
     CuSeqQ, CuSeqK,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_TAIL: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, EVEN_M: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
     SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    """dK, dV for one key tile. Grid: (cdiv(N_K, BLOCK_N1), B * HKV) (VARLEN: the longest
-    sequence's keys; N_Q, N_K the packed totals). scale = softmax scale, qk_scale =
-    scale * log2(e)."""
+    """dK, dV for one key tile. Grid: (cdiv(N_K, BLOCK_N1), B * SPLITS * HKV) (VARLEN: the
+    longest sequence's keys; N_Q, N_K the packed totals). scale = softmax scale,
+    qk_scale = scale * log2(e). SPLITS > 1 (dense only): the GQA group's query heads are
+    shared among SPLITS programs, program s taking heads [s G / S, (s + 1) G / S), each
+    writing its partial sums to batch b * SPLITS + s of DK and DV (fp32 workspaces of B *
+    SPLITS batches, which the caller sums in order)."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    off_b = (pid_bh // HKV).to(tl.int64)
+    off_bs = (pid_bh // HKV).to(tl.int64)  # the store's batch: b * SPLITS + split
+    off_b = off_bs // SPLITS
+    split = off_bs % SPLITS
     off_hkv = (pid_bh % HKV).to(tl.int64)
     start_n = pid_n * BLOCK_N1
     q_start, n_q, k_start, n_k, OFFSET = sequences(CuSeqQ, CuSeqK, off_b, N_Q, N_K, OFFSET,
@@ -216,7 +221,7 @@ def _attn_bwd_dkdv(
     lo, full_lo, full_hi, hi = query_range(start_n, n_q, OFFSET, LEFT, RIGHT, BLOCK_N1,
                                            BLOCK_M1, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
     BAND: tl.constexpr = CAUSAL or HAS_LEFT or HAS_RIGHT
-    for g in range(0, GROUP):
+    for g in range(split * GROUP // SPLITS, (split + 1) * GROUP // SPLITS):
         off_h = off_hkv * GROUP + g
         bh = off_b * H + off_h
         q_base = seq_base(Q, off_b, off_h, q_start, stride_qb, stride_qh, stride_qm, VARLEN)
@@ -250,18 +255,18 @@ def _attn_bwd_dkdv(
                         seg == 2, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SOFTCAP)
 
     dk = dk * scale
-    tl.store(_rows(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
+    tl.store(_rows(DK, off_bs, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
                    stride_dkd, offs_n, offs_d, VARLEN), dk.to(DK.dtype.element_ty),
              mask=kv_mask)
-    tl.store(_rows(DV, off_b, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn,
+    tl.store(_rows(DV, off_bs, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn,
                    stride_dvd, offs_n, offs_d, VARLEN), dv.to(DV.dtype.element_ty),
              mask=kv_mask)
     if HEAD_TAIL:
         dk_t = dk_t * scale
-        tl.store(_rows(DK, off_b, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
+        tl.store(_rows(DK, off_bs, off_hkv, k_start, stride_dkb, stride_dkh, stride_dkn,
                        stride_dkd, offs_n, offs_t, VARLEN), dk_t.to(DK.dtype.element_ty),
                  mask=kv_mask_t)
-        tl.store(_rows(DV, off_b, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn,
+        tl.store(_rows(DV, off_bs, off_hkv, k_start, stride_dvb, stride_dvh, stride_dvn,
                        stride_dvd, offs_n, offs_t, VARLEN), dv_t.to(DV.dtype.element_ty),
                  mask=kv_mask_t)
 
