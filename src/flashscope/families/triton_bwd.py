@@ -238,7 +238,7 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
 #: (:func:`group_splits`), per SM. Against no sharing (H200, bf16, D = 128 unless said):
 #: MQA 16 heads causal 4k B = 2 1.67x, D = 64 1.83x, 1k B = 4 1.38x, 16k B = 1 1.05x;
 #: GQA 32/8 B = 1 2k (256 programs, shared in two) 0.98x. Reaching 4 or 8 an SM instead
-#: gains as much on MQA but loses 4-10% where GQA groups of 4 or 8 get shared.
+#: gains as much on MQA but loses 4-18% where GQA groups of 4 or 8 get shared.
 SPLIT_BELOW = 2
 
 
