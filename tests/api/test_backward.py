@@ -278,7 +278,12 @@ def test_repeated_calls_take_the_bound_backward(device):
     dout = torch.randn(shape, device=device).half()
     out.backward(dout)
     _, dq, dk, dv = reference_grads(x, x, x, dout, is_causal=True, scale=1 / math.sqrt(32))
-    check_grads("one tensor", (x.grad,), (dq + dk + dv,), torch.float16)
+    # x.grad is dq + dk + dv added in fp16: each within the bound of its own largest
+    # value, so the sum within the bound of theirs added
+    got = x.grad.double().cpu()
+    assert torch.isfinite(got).all()
+    err = (got - (dq + dk + dv)).abs().max() / sum(t.abs().max() for t in (dq, dk, dv))
+    assert err <= GRAD_BOUND[torch.float16], f"one tensor: relative error {err:.2e}"
     jit = launch.LAUNCHES["jit"]
     for _ in range(2):
         q, k, v = (torch.randn(shape, device=device).half().requires_grad_()
