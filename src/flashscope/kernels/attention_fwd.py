@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from flashscope.kernels.common import LN2, load_tile, row_start, seq_base, sequences, softcapped
-from flashscope.kernels.keyrange import key_range, visible
+from flashscope.kernels.keyrange import key_range, segment, visible
 
 
 @triton.jit
@@ -155,27 +155,18 @@ def _attn_fwd(
     lo, full_lo, full_hi, hi = key_range(start_m, n_k, OFFSET, LEFT, RIGHT, BLOCK_M,
                                          BLOCK_N, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
     BAND: tl.constexpr = CAUSAL or HAS_LEFT or HAS_RIGHT
-    if HAS_LEFT:  # the band's left edge
-        acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
-            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, n_k, qk_scale,
-            OFFSET, LEFT, RIGHT, cap_in, cap_out, lo, full_lo, BLOCK_N, HEAD_DIM,
-            HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, True, SCALE_POS, CAUSAL, HAS_LEFT,
-            HAS_RIGHT, SHIFTED, GUARD, SOFTCAP)
-    # the tiles every row of the block sees whole: no mask
-    acc, l_i, m_i = _attn_fwd_tiles(
-        acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
-        stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, n_k, qk_scale,
-        OFFSET, LEFT, RIGHT, cap_in, cap_out, full_lo, full_hi, BLOCK_N, HEAD_DIM,
-        HEAD_DIM_PAD, Q_IN_REGS, False, False, SCALE_POS, CAUSAL, HAS_LEFT, HAS_RIGHT,
-        SHIFTED, GUARD, SOFTCAP)
-    if BAND or not EVEN_N:  # the band's right edge (the diagonal) and a partial last tile
-        acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
-            stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, n_k, qk_scale,
-            OFFSET, LEFT, RIGHT, cap_in, cap_out, full_hi, hi, BLOCK_N, HEAD_DIM,
-            HEAD_DIM_PAD, Q_IN_REGS, not EVEN_N, BAND, SCALE_POS, CAUSAL, HAS_LEFT,
-            HAS_RIGHT, SHIFTED, GUARD, SOFTCAP)
+    # the band's left edge (a left bound), the tiles every row of the block sees whole (no
+    # mask), then the band's right edge (the diagonal) and a partial last tile
+    for seg in tl.static_range(3):
+        seg_lo, seg_hi = segment(seg, lo, full_lo, full_hi, hi)
+        if (seg == 0 and HAS_LEFT) or seg == 1 or (seg == 2 and (BAND or not EVEN_N)):
+            acc, l_i, m_i = _attn_fwd_tiles(
+                acc, l_i, m_i, q, q_ptrs, q_mask, k_base, v_base,
+                stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_d, n_k, qk_scale,
+                OFFSET, LEFT, RIGHT, cap_in, cap_out, seg_lo, seg_hi, BLOCK_N, HEAD_DIM,
+                HEAD_DIM_PAD, Q_IN_REGS, seg != 1 and not EVEN_N,
+                seg == 0 or (seg == 2 and BAND), SCALE_POS, CAUSAL, HAS_LEFT, HAS_RIGHT,
+                SHIFTED, GUARD, SOFTCAP)
 
     if GUARD or VARLEN:  # rows that saw no key (acc 0, m -inf; with VARLEN also those
         l_i = tl.where(l_i == 0.0, 1.0, l_i)  # of a sequence without keys): 0, lse -inf
