@@ -183,20 +183,22 @@ class BoundBackward:
         key = (dout.stride(), lse.stride(), dout.data_ptr() % 16, q.data_ptr() % 16,
                k.data_ptr() % 16, v.data_ptr() % 16, out.data_ptr() % 16,
                lse.data_ptr() % 16)
-        go = self.plans.get(key)
-        if go is None:
-            plain = q.device.type != "cuda" or interpreting() or q.numel() == 0 or \
-                k.numel() == 0 or not lse.is_contiguous() or dout.shape != out.shape
-            fam = family_of(self.cfg)
-            go = False if plain or not hasattr(fam, "bind") else fam.bind(
-                dout, q, k, v, out, lse, mask=self.mask, scale=self.scale, cfg=self.cfg)
-            if len(self.plans) >= 16:
-                self.plans.clear()
-            self.plans[key] = go
+        go = remembered(self.plans, key, lambda: self._bind(dout, q, k, v, out, lse), 16)
         if go is False:
             return backward(dout, q, k, v, out, lse, mask=self.mask, scale=self.scale,
                             cfg=self.cfg)
         return go(dout, q, k, v, out, lse)
+
+    def _bind(self, dout, q, k, v, out, lse):
+        """The family's bound backward for these tensors' geometry, or False where the
+        plain :func:`backward` runs."""
+        plain = q.device.type != "cuda" or interpreting() or q.numel() == 0 or \
+            k.numel() == 0 or not lse.is_contiguous() or dout.shape != out.shape
+        fam = family_of(self.cfg)
+        if plain or not hasattr(fam, "bind"):
+            return False
+        return fam.bind(dout, q, k, v, out, lse, mask=self.mask, scale=self.scale,
+                        cfg=self.cfg)
 
 
 #: Compiled kernels (with the constexprs that follow the arguments) by :func:`launch_key`,
