@@ -317,14 +317,14 @@ def narrow_keys(block_n: int, stages: int, key_tiles: int, programs: int, units:
     score values a thread) at any length, take :data:`NARROW_BLOCK_N`-key tiles, 4
     stages with one program an SM at most and 3 with more (two of 64 x 64 at D = 128,
     114 KB of shared memory each, fit an SM; the sm_90 build of 64 x 64 at 4 stages takes
-    168 registers and no spill, 64 x 128 at 3 stages 255 and 4 spill stores). The splits stay those of the
-    wider tile: a short read is latency, and the narrower tile shortens the pipeline's
-    fill and drain without changing the grid (letting its smaller bytes in flight raise
-    the splits, B = 1, GQA 4:1 at 16 tokens, 1k keys, 11 and 16 splits against 8, read
-    0.86-0.87x). H100, 16 query tokens, GQA 4:1 and 8:1, B = 1-64, 1k-4k keys, D = 64
-    and 128, dense and 16-key pages, against 128-key tiles: 89 shapes, geometric mean
-    1.03x (1.04x at 1k-2k keys, 1.02x at 4k); B = 8 at 1k 1.01-1.07x, B = 64 at 1k
-    0.94-1.12x; lowest GQA 4:1 at B = 64 with D = 64, paged: 0.94x at 1k, 0.89x at 4k.
+    168 registers and no spill, 64 x 128 at 3 stages 255 and 4 spill stores). The splits
+    stay those of the wider tile: a short read is latency, and the narrower tile shortens
+    the pipeline's fill and drain without changing the grid (letting its smaller bytes in
+    flight raise the splits, B = 1, GQA 4:1 at 16 tokens, 1k keys, 11 and 16 splits
+    against 8, read 0.86-0.87x). H100, 16 query tokens, GQA 4:1 and 8:1, B = 1-64, 1k-4k
+    keys, D = 64 and 128, dense and 16-key pages, against 128-key tiles: 89 shapes,
+    geometric mean 1.03x (1.04x at 1k-2k keys, 1.02x at 4k); B = 8 at 1k 1.01-1.07x,
+    B = 64 at 1k 0.94-1.12x; lowest GQA 4:1 at B = 64 with D = 64, paged: 0.94x at 1k, 0.89x at 4k.
 
     The score bound: a 128-row tile with 4 warps (head dims up to 64, whose accumulator
     takes no more) holds 128 scores a thread at 128 keys; its sm_90 build at D = 64
