@@ -106,8 +106,8 @@ _TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16"}
 def bwd_call(kernel: str) -> Callable:
     """Call builder for one backward kernel: binds
     :func:`flashscope.families.triton_bwd.calls` on meta tensors of the problem. The
-    preprocess has fixed launch options of its own; they travel as constants so that they
-    win over the config's."""
+    preprocess and the group sum have fixed launch options of their own; they travel as
+    constants so that they win over the config's."""
 
     def call(cfg, problem, head_dim, dtype, causal, window=None, align="top_left",
              softcap=None, varlen=False, page=None):
@@ -123,11 +123,17 @@ def bwd_call(kernel: str) -> Callable:
             *[(B, Hkv, Nk, head_dim)] * 4)
         lse, delta = (torch.empty(q.shape[:3], dtype=torch.float32, device="meta")
                       for _ in range(2))
+        # as a GPU runs it: the passes side by side under GQA (delta by the preprocess),
+        # else dQ forming delta; the group sum as a shared group in two needs it
+        splits = 2 if kernel == "bwd_sum" else 1
+        work = tuple(torch.empty((B * splits, *dk.shape[1:]), dtype=torch.float32,
+                                 device="meta") for _ in range(2))
         _, _, args, consts, opts = triton_bwd.calls(
             dout, q, k, v, out, lse, delta, dq, dk, dv,
             mask=variant_mask(causal, window, align, softcap),
-            scale=launch.default_scale(head_dim), cfg=cfg, packed=packed)[kernel]
-        if kernel == "bwd_preprocess":
+            scale=launch.default_scale(head_dim), cfg=cfg, packed=packed, splits=splits,
+            side_by_side=kernel == "bwd_preprocess" or H != Hkv, work=work)[kernel]
+        if kernel in ("bwd_preprocess", "bwd_sum"):
             consts = {**consts, **opts}
         return args, consts
 

@@ -244,6 +244,7 @@ class _Eager(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.packed, ctx.mask, ctx.scale = packed, mask, scale
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # the log-sum-exp's gradient is never read
         return out, lse
 
     @staticmethod

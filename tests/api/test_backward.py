@@ -173,7 +173,7 @@ def test_backward_launches_take_the_head_dim_parts():
     q = torch.empty(1, 2, 40, 80, dtype=torch.float16, device="meta")
     lse = torch.empty(1, 2, 40, dtype=torch.float32, device="meta")
     launches = triton_bwd.calls(q, q, q, q, q, lse, lse, q, q, q, mask=Mask.of(True),
-                                scale=0.1, cfg=SMALL)
+                                scale=0.1, cfg=SMALL, side_by_side=True)
     consts = {name: launches[name][3] for name in launches}
     assert (consts["bwd_dkdv"]["HEAD_DIM_PAD"], consts["bwd_dkdv"]["HEAD_TAIL"]) == (64, 16)
     assert (consts["bwd_dq"]["HEAD_DIM_PAD"], consts["bwd_dq"]["HEAD_TAIL"]) == (64, 16)
@@ -301,17 +301,18 @@ def test_repeated_calls_take_the_bound_backward(device):
     assert len(plans) == 1 and callable(plans[0]), plans
     for go in plans:
         launches = go.__closure__[go.__code__.co_freevars.index("plans")].cell_contents
-        assert len(launches) == 3
-        for _kernel, _grid, args, marks, *_ in launches:
+        assert list(launches) == ["bwd_dq", "bwd_dkdv"]  # dQ forms delta
+        for _kernel, _grid, args, fills, *_ in launches.values():
             assert not any(isinstance(a, torch.Tensor) for a in args), \
                 "a bound backward keeps tensors of its first call"
-            assert sum(m is not None for m in marks) >= 4  # delta: out, dout, delta, q
+            assert len(fills) >= 8  # each pass: q, k, v, dout, lse, delta, two outputs
 
 
 @pytest.mark.gpu
 def test_gqa_passes_run_side_by_side(device, monkeypatch):
-    """Under GQA on a GPU the dQ pass runs on a second stream beside dK/dV: the
-    gradients are those of the passes in turn, bit for bit, and the stream was made."""
+    """Under GQA on a GPU the dQ pass runs on a second stream beside dK/dV after the
+    delta preprocess: the stream was made, and its gradients and those of the passes in
+    turn (dQ forming delta) meet the float64 bound."""
     if device != "cuda":
         pytest.skip("streams are for GPU tensors")
     fresh_seed()
@@ -327,8 +328,20 @@ def test_gqa_passes_run_side_by_side(device, monkeypatch):
     assert triton_bwd._SIDE, "no second stream was used"
     monkeypatch.setattr(triton_bwd, "concurrent", lambda q, k: False)
     turns = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=0.125, cfg=cfg)
-    for name, a, b in zip("dq dk dv".split(), side, turns):
-        assert torch.equal(a, b), name
+    _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=0.125)
+    check_grads("side by side", side, ref, torch.bfloat16)
+    check_grads("in turn", turns, ref, torch.bfloat16)
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_delta_by_the_preprocess_matches_float64(device, monkeypatch, splits):
+    """The schedule a GPU runs under GQA (delta by its own launch, then dK/dV and dQ,
+    then the group sum), here in order: the gradients meet the float64 bound as those of
+    dQ forming delta do (the other tests), with a head-dim tail and ragged lengths."""
+    monkeypatch.setattr(triton_bwd, "concurrent", lambda q, k: True)
+    monkeypatch.setattr(triton_bwd, "splits_for", lambda q, k, cfg: splits)
+    run_case(device, B=2, H=4, Hkv=2, Nq=37, Nk=50, D=80, causal=True,
+             dtype=torch.float16, bnhd=True)
 
 
 def test_no_grad_inputs_skip_autograd(device):

@@ -1,9 +1,10 @@
-"""The portable backward (``triton-bwd``): three Triton kernels with recomputation from the
-saved log-sum-exp, deterministic (no atomics): delta = rowsum(dO * O), then a dK/dV pass
-and a dQ pass (:mod:`flashscope.kernels.attention_bwd`).
+"""The portable backward (``triton-bwd``): Triton kernels with recomputation from the
+saved log-sum-exp, deterministic (no atomics): a dK/dV pass and a dQ pass, with delta =
+rowsum(dO * O) formed by the dQ pass when it runs first, or by a preprocess launch when
+the two passes run side by side (:mod:`flashscope.kernels.attention_bwd`).
 
 Its record (:class:`TritonBwdConfig`), rules, defaults as data (:func:`select`) and the
-argument lists of its three launches (:func:`calls`).
+argument lists of its launches (:func:`calls`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from .base import (CAPS, DTYPE_BYTES, WARPS, Knobs, Problem, check_rules, head_d
 
 KERNEL = "triton-bwd"
 MODULE = "attention_bwd"
-#: the three launches, in order: name -> the kernel's function
+#: the launches: name -> the kernel's function (:func:`calls` says which run, in what order)
 FUNCTIONS = {"bwd_preprocess": "_attn_bwd_preprocess", "bwd_dkdv": "_attn_bwd_dkdv",
-             "bwd_dq": "_attn_bwd_dq"}
-#: The preprocess (delta = rowsum(dO * O)) reads two tiles and writes a vector:
-#: memory-bound, launched with fixed options.
+             "bwd_dq": "_attn_bwd_dq", "bwd_sum": "_attn_bwd_sum_splits"}
+#: The preprocess (delta = rowsum(dO * O)) and the sum of a shared group's partial dK,
+#: dV read tiles and write them back reduced: memory-bound, launched with fixed options.
 PRE_OPTIONS = {"num_warps": 4, "num_stages": 1, **CODEGEN_OPTIONS}
+#: The group sum's tiles: this many elements (BLOCK_N rows of the padded head dim), a
+#: few per thread and share, so that a small grid still has many programs in flight.
+SUM_ELEMENTS = 1024
 
 
 @dataclass(frozen=True)
@@ -136,15 +140,19 @@ def select(problem: Problem) -> TritonBwdConfig:
 
 
 def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
-          cfg: TritonBwdConfig, packed=None, splits: int = 1) -> dict:
+          cfg: TritonBwdConfig, packed=None, splits: int = 1, side_by_side: bool = False,
+          work=None) -> dict:
     """``{name: (function, grid, positional args, constexpr keywords, launch options)}``
-    for the three launches, in launch order: ``bwd_preprocess``, ``bwd_dkdv``,
-    ``bwd_dq``. The one place their argument lists are built: :func:`run` launches them
-    and offline compilation binds them (on meta tensors). delta and lse are contiguous
-    (B, H, Nq) fp32. ``packed``: a :class:`~flashscope.launch.Packed` batch (VARLEN),
-    tensors as in :func:`.triton_fwd.call`, lse and delta (1, H, total_q). ``splits``
-    > 1 (:func:`group_splits`): dk and dv are fp32 workspaces (B * splits, Hkv, Nk, D)
-    of the group's partial sums."""
+    for the launches, in launch order: ``bwd_dq`` (forming delta), then ``bwd_dkdv``;
+    with ``side_by_side`` (:func:`concurrent`) ``bwd_preprocess``, ``bwd_dkdv``,
+    ``bwd_dq``, which :func:`_launch` runs as their names say. The one place their
+    argument lists are built: :func:`run` launches them and offline compilation binds
+    them (on meta tensors). delta and lse are contiguous (B, H, Nq) fp32. ``packed``: a
+    :class:`~flashscope.launch.Packed` batch (VARLEN), tensors as in
+    :func:`.triton_fwd.call`, lse and delta (1, H, total_q). ``splits`` > 1
+    (:func:`group_splits`): ``work`` holds fp32 workspaces (B * splits, Hkv, Nk, D) of
+    the group's partial sums, which dK/dV writes and a last launch, ``bwd_sum``, adds
+    into dk and dv."""
     from ..launch import LOG2E, launch_options, triton_cdiv
     from .triton_fwd import packed_shape
 
@@ -161,40 +169,54 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
     scalars = (*mask.scalars(*lengths), *mask.cap_args(scale))
     cu = (q, q) if packed is None else (packed.cu_seqlens_q, packed.cu_seqlens_k)
     opts = launch_options(cfg, q.device)
-    return {
-        "bwd_preprocess": (
-            FUNCTIONS["bwd_preprocess"], (triton_cdiv(rows, cfg.PRE_BLOCK), B * H),
-            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu[0]),
-            {**common, "BLOCK_M": cfg.PRE_BLOCK, "VARLEN": varlen}, dict(PRE_OPTIONS)),
+    wk, wv = (dk, dv) if splits == 1 else work
+    launches = {
         "bwd_dkdv": (
             FUNCTIONS["bwd_dkdv"], (triton_cdiv(keys, cfg.BLOCK_N1), B * splits * Hkv),
-            (q, k, v, dout, lse, delta, dk, dv,
-             *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
+            (q, k, v, dout, lse, delta, wk, wv,
+             *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *wk.stride(), *wv.stride(),
              H, Hkv, H // Hkv, splits, Nq, Nk, float(scale), float(scale * LOG2E), *scalars,
              *cu),
             {**parts, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
              "EVEN_M": not varlen and Nq % cfg.BLOCK_M1 == 0, **switches}, opts),
         "bwd_dq": (
             FUNCTIONS["bwd_dq"], (triton_cdiv(rows, cfg.BLOCK_M2), B * H),
-            (q, k, v, dout, lse, delta, dq,
-             *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
-             H, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars, *cu),
+            (q, k, v, dout, out, lse, delta, dq,
+             *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *out.stride(),
+             *dq.stride(), H, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars,
+             *cu),
             {**parts, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
-             "EVEN_N": not varlen and Nk % cfg.BLOCK_N2 == 0, **switches}, opts),
+             "EVEN_N": not varlen and Nk % cfg.BLOCK_N2 == 0,
+             "OWN_DELTA": not side_by_side, **switches}, opts),
     }
+    if side_by_side:
+        launches = {"bwd_preprocess": (
+            FUNCTIONS["bwd_preprocess"], (triton_cdiv(rows, cfg.PRE_BLOCK), B * H),
+            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu[0]),
+            {**common, "BLOCK_M": cfg.PRE_BLOCK, "VARLEN": varlen}, dict(PRE_OPTIONS)),
+            **launches}
+    else:
+        launches = {"bwd_dq": launches["bwd_dq"], "bwd_dkdv": launches["bwd_dkdv"]}
+    if splits > 1:
+        block = max(1, SUM_ELEMENTS // head_dim_pad(D))
+        launches["bwd_sum"] = (
+            FUNCTIONS["bwd_sum"], (triton_cdiv(Nk, block), B * Hkv),
+            (wk, wv, dk, dv, *dk.stride(), *dv.stride(), Hkv, Nk),
+            {**common, "BLOCK_N": block, "SPLITS": splits}, dict(PRE_OPTIONS))
+    return launches
 
 
-#: Compiled kernels of the three launches per :func:`plan_key` (``{name: {device: ...}}``,
-#: :func:`flashscope.launch.launch_compiled`'s ``cache``), so a launch of a known geometry
-#: builds no per-argument key: on short rows that key cost the host more than the
-#: kernels ran.
+#: Compiled kernels of the launches per :func:`plan_key` and schedule (``{name: {device:
+#: ...}}``, :func:`flashscope.launch.launch_compiled`'s ``cache``), so a launch of a known
+#: geometry builds no per-argument key: on short rows that key cost the host more than
+#: the kernels ran.
 _PLANS: dict = {}
 _PLANS_MAX = 256
 
 
 def plan_key(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
              cfg: TritonBwdConfig, packed=None) -> tuple:
-    """What the three launches specialize on besides data addresses: the device, dtype,
+    """What the launches specialize on besides data addresses: the device, dtype,
     every tensor's shape, strides and 16-byte alignment (delta is allocated here, hence
     aligned), the mask, scale and config, and a packed batch's longest sequences and its
     prefix sums' alignment. It determines each launch's arguments up to their values, so
@@ -210,8 +232,9 @@ def plan_key(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
 
 def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
         cfg: TritonBwdConfig, packed=None) -> None:
-    """Launch delta, then dK/dV and dQ (GPU, or the interpreter on CPU tensors); under
-    GQA on a GPU the two passes run side by side (:func:`concurrent`)."""
+    """Launch the backward (GPU, or the interpreter on CPU tensors): dQ forming delta,
+    then dK/dV; under GQA on a GPU delta first, then the two passes side by side
+    (:func:`concurrent`)."""
     import torch
 
     from .. import kernels
@@ -221,17 +244,20 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
     B, H, Nq, _ = q.shape
     delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
     splits = 1 if packed is not None else splits_for(q, k, cfg)
-    ws = _workspaces(k, splits)
-    compiled = remembered(_PLANS, plan_key(dout, q, k, v, out, lse, dq, dk, dv, mask=mask,
-                                           scale=scale, cfg=cfg, packed=packed),
-                          lambda: {name: {} for name in FUNCTIONS.values()}, _PLANS_MAX)
-    launches = [functools.partial(launch_jit, getattr(mod, fn_name), grid, args, consts,
-                                  opts, q.device, cache=compiled[fn_name])
-                for fn_name, grid, args, consts, opts in calls(
-                    dout, q, k, v, out, lse, delta, dq, *(ws or (dk, dv)), mask=mask,
-                    scale=scale, cfg=cfg, packed=packed, splits=splits).values()]
-    _launch_three(launches, concurrent(q, k) and not interpreting(), q.device)
-    _sum_splits(ws, dk, dv, splits)
+    side_by_side = concurrent(q, k)
+    # the schedule follows from the geometry and the device, but is part of the key (a
+    # kernel compiled for one schedule reads what the other does not write)
+    key = (plan_key(dout, q, k, v, out, lse, dq, dk, dv, mask=mask, scale=scale, cfg=cfg,
+                    packed=packed), splits, side_by_side)
+    compiled = remembered(_PLANS, key, lambda: {name: {} for name in FUNCTIONS.values()},
+                          _PLANS_MAX)
+    launches = {name: functools.partial(launch_jit, getattr(mod, fn_name), grid, args,
+                                        consts, opts, q.device, cache=compiled[fn_name])
+                for name, (fn_name, grid, args, consts, opts) in calls(
+                    dout, q, k, v, out, lse, delta, dq, dk, dv, mask=mask, scale=scale,
+                    cfg=cfg, packed=packed, splits=splits, side_by_side=side_by_side,
+                    work=_workspaces(k, splits)).items()}
+    _launch(launches, side_by_side, q.device)
 
 
 #: Programs the dK/dV grid should reach before it shares a GQA group among programs
@@ -278,17 +304,9 @@ def _workspaces(k, splits: int):
                              dtype=torch.float32) for _ in range(2))
 
 
-def _sum_splits(ws, dk, dv, splits: int) -> None:
-    """dk, dv = the workspaces' partial sums added in split order (on the caller's
-    stream, after dK/dV)."""
-    if ws is None:
-        return
-    B, Hkv, Nk, D = dk.shape
-    for w, d in zip(ws, (dk, dv)):
-        d.copy_(w.view(B, splits, Hkv, Nk, D).sum(1))
-
-
-#: A second stream per device index for the dQ pass (:func:`_launch_three`).
+#: Per device index, a second stream for the dQ pass and the two events that order it
+#: against the caller's stream (:func:`_launch`; reused, as each wait takes the event's
+#: state when it is queued).
 _SIDE: dict = {}
 
 
@@ -302,35 +320,42 @@ def concurrent(q, k) -> bool:
     return q.device.type == "cuda" and q.shape[1] != k.shape[1]
 
 
-def _launch_three(launches, side_by_side: bool, device) -> None:
-    """The three launches, zero-argument callables in order (delta, dK/dV, dQ); with
-    ``side_by_side`` dQ goes on a second stream that first waits for delta, and the
-    caller's stream waits for it before anything it queues next (so tensors the passes
-    read stay theirs until both are done)."""
-    pre, dkdv, dq = launches
-    pre()
-    if not side_by_side:
-        dkdv()
-        dq()
+def _launch(launches: dict, side_by_side: bool, device) -> None:
+    """:func:`calls`' launches as zero-argument callables by name, in order; with
+    ``side_by_side`` ``bwd_dq`` goes on a second stream that first waits for delta, and
+    the caller's stream waits for it before the group sum or anything it queues next (so
+    tensors the passes read stay theirs until both are done). Off a GPU, in order."""
+    from ..launch import interpreting
+
+    if not side_by_side or device.type != "cuda" or interpreting():
+        for go in launches.values():
+            go()
         return
     import torch
 
+    launches["bwd_preprocess"]()
     main = torch.cuda.current_stream(device)
     side = _SIDE.get(main.device_index)
     if side is None:
-        side = _SIDE[main.device_index] = torch.cuda.Stream(device=main.device)
-    side.wait_stream(main)
-    with torch.cuda.stream(side):
-        dq()
-    dkdv()
-    main.wait_stream(side)
+        side = _SIDE[main.device_index] = (torch.cuda.Stream(device=main.device),
+                                           torch.cuda.Event(), torch.cuda.Event())
+    stream, ready, done = side
+    ready.record(main)
+    stream.wait_event(ready)
+    with torch.cuda.stream(stream):
+        launches["bwd_dq"]()
+    launches["bwd_dkdv"]()
+    done.record(stream)
+    main.wait_event(done)
+    if "bwd_sum" in launches:
+        launches["bwd_sum"]()
 
 
 def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: TritonBwdConfig):
     """:func:`run` for every later backward on a GPU on tensors of these tensors'
-    geometry (:class:`flashscope.launch.BoundBackward`): the three launches' arguments
-    but the addresses, and their compiled kernels, found once. A function of (dout, q, k,
-    v, out, lse) returning (dq, dk, dv), new tensors laid out like q, k, v."""
+    geometry (:class:`flashscope.launch.BoundBackward`): the launches' arguments but the
+    addresses, and their compiled kernels, found once. A function of (dout, q, k, v, out,
+    lse) returning (dq, dk, dv), new tensors laid out like q, k, v."""
     import torch
 
     from .. import kernels
@@ -339,37 +364,38 @@ def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: TritonBwdConfig):
     B, H, Nq, _ = q.shape
     mod = kernels.load(MODULE)
     splits = splits_for(q, k, cfg)
+    side_by_side = concurrent(q, k)
     made = (torch.empty((B, H, Nq), device=q.device, dtype=torch.float32),
-            torch.empty_like(q), *(_workspaces(k, splits) or (torch.empty_like(k),
-                                                                 torch.empty_like(v))))
+            torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+    work = _workspaces(k, splits)
     # one distinct alias of each tensor (a call may pass one tensor as q, k and v; a
     # later call of the same geometry need not), so each argument's role is known by
     # identity: each launch's arguments with the tensors' places marked, an index into
-    # the call's (dout, q, k, v, out, lse, delta, dq, dk, dv)
+    # the call's (dout, q, k, v, out, lse, delta, dq, dk, dv, *workspaces)
     given = tuple(t.view(t.shape) for t in (dout, q, k, v, out, lse))
-    slots = {id(t): i for i, t in enumerate((*given, *made))}
-    plans = []
-    for fn_name, grid, args, consts, opts in calls(*given, *made, mask=mask, scale=scale,
-                                                    cfg=cfg, splits=splits).values():
-        marks = tuple(slots[id(a)] if isinstance(a, torch.Tensor) else None for a in args)
+    slots = {id(t): i for i, t in enumerate((*given, *made, *(work or ())))}
+    plans = {}
+    for name, (fn_name, grid, args, consts, opts) in calls(
+            *given, *made, mask=mask, scale=scale, cfg=cfg, splits=splits,
+            side_by_side=side_by_side, work=work).items():
         # the plan keeps no tensor (a record outlives its call): the marked places are
         # filled per call
-        args = tuple(None if m is not None else a for a, m in zip(args, marks))
-        plans.append((getattr(mod, fn_name), grid, args, marks, consts, opts, {}))
-
-    side_by_side = concurrent(q, k)
+        fills = tuple((i, slots[id(a)]) for i, a in enumerate(args)
+                      if isinstance(a, torch.Tensor))
+        args = tuple(None if isinstance(a, torch.Tensor) else a for a in args)
+        plans[name] = (getattr(mod, fn_name), grid, args, fills, consts, opts, {})
 
     def go(dout, q, k, v, out, lse):
         delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        ws = _workspaces(k, splits)
-        now = (dout, q, k, v, out, lse, delta, dq, *(ws or (dk, dv)))
-        _launch_three([functools.partial(launch_compiled, kernel, grid,
-                                         tuple(a if m is None else now[m]
-                                               for a, m in zip(args, marks)),
-                                         consts, opts, cache=cache)
-                       for kernel, grid, args, marks, consts, opts, cache in plans],
-                      side_by_side, q.device)
-        _sum_splits(ws, dk, dv, splits)
+        now = (dout, q, k, v, out, lse, delta, dq, dk, dv, *(_workspaces(k, splits) or ()))
+        launches = {}
+        for name, (kernel, grid, args, fills, consts, opts, cache) in plans.items():
+            call = list(args)
+            for i, m in fills:
+                call[i] = now[m]
+            launches[name] = functools.partial(launch_compiled, kernel, grid, call, consts,
+                                               opts, cache=cache)
+        _launch(launches, side_by_side, q.device)
         return dq, dk, dv
     return go

@@ -328,22 +328,26 @@ def _attn_bwd_dq_tiles(
 
 @triton.jit
 def _attn_bwd_dq(
-    Q, K, V, DOut, Lse, Delta, DQ,
+    Q, K, V, DOut, Out, Lse, Delta, DQ,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_ob, stride_oh, stride_om, stride_od,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     H, GROUP, N_Q, N_K, scale, qk_scale, OFFSET, LEFT, RIGHT, cap_in, cap_out,
     CuSeqQ, CuSeqK,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_TAIL: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, EVEN_N: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-    SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr,
+    OWN_DELTA: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr,
+    VARLEN: tl.constexpr,
 ):
     """dQ for one query tile. Grid: (cdiv(N_Q, BLOCK_M2), B * H) (VARLEN: the longest
     sequence's rows; N_Q, N_K the packed totals). Programs run last tile first: under a
-    causal mask the last query tiles have the most keys to visit."""
+    causal mask the last query tiles have the most keys to visit. OWN_DELTA: the program
+    forms its rows' delta = rowsum(dO * O) from the dO it holds and O, and stores it for
+    the dK/dV pass launched after it (no preprocess launch); else it reads Delta."""
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)
@@ -366,7 +370,6 @@ def _attn_bwd_dq(
                        stride_dod, offs_m, offs_d, VARLEN), mask=q_mask, other=0.0)
     row = row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m
     lse2 = tl.load(Lse + row, mask=m_ok, other=float("inf")) * LOG2E
-    delta = tl.load(Delta + row, mask=m_ok, other=0.0)
     dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
     # the tail columns (HEAD_TAIL): their own Q, dO tiles and dQ accumulator; without a
     # tail the main ones stand in, unused
@@ -380,6 +383,17 @@ def _attn_bwd_dq(
         do_t = tl.load(_rows(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
                              stride_dod, offs_m, offs_t, VARLEN), mask=q_mask_t, other=0.0)
         dq_t = tl.zeros([BLOCK_M2, HEAD_TAIL], dtype=tl.float32)
+    if OWN_DELTA:
+        o = tl.load(_rows(Out, off_b, off_h, q_start, stride_ob, stride_oh, stride_om,
+                          stride_od, offs_m, offs_d, VARLEN), mask=q_mask, other=0.0)
+        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+        if HEAD_TAIL:
+            o_t = tl.load(_rows(Out, off_b, off_h, q_start, stride_ob, stride_oh, stride_om,
+                                stride_od, offs_m, offs_t, VARLEN), mask=q_mask_t, other=0.0)
+            delta += tl.sum(o_t.to(tl.float32) * do_t.to(tl.float32), axis=1)
+        tl.store(Delta + row, delta, mask=m_ok)
+    else:
+        delta = tl.load(Delta + row, mask=m_ok, other=0.0)
     k_base = seq_base(K, off_b, off_hkv, k_start, stride_kb, stride_kh, stride_kn, VARLEN)
     v_base = seq_base(V, off_b, off_hkv, k_start, stride_vb, stride_vh, stride_vn, VARLEN)
 
@@ -407,3 +421,38 @@ def _attn_bwd_dq(
         tl.store(_rows(DQ, off_b, off_h, q_start, stride_dqb, stride_dqh, stride_dqm,
                        stride_dqd, offs_m, offs_t, VARLEN), dq_t.to(DQ.dtype.element_ty),
                  mask=q_mask_t)
+
+
+@triton.jit
+def _attn_bwd_sum_splits(
+    WK, WV, DK, DV,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    HKV, N_K,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLITS: tl.constexpr,
+):
+    """dK, dV of a dK/dV pass whose GQA groups were shared among SPLITS programs: the
+    partial sums in the fp32 workspaces WK, WV (contiguous (B * SPLITS, HKV, N_K,
+    HEAD_DIM), share s of batch b at b * SPLITS + s) added in share order, so the result
+    is deterministic, and cast to DK's and DV's dtype. Grid: (cdiv(N_K, BLOCK_N), B * HKV).
+    The shares unroll, so every load of a program is in flight at once."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // HKV).to(tl.int64)
+    off_h = (pid_bh % HKV).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    ok = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
+    share = tl.cast(HKV, tl.int64) * N_K * HEAD_DIM
+    at = (off_b * SPLITS * HKV + off_h) * N_K * HEAD_DIM \
+        + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+    for s in tl.static_range(SPLITS):
+        dk += tl.load(WK + at + s * share, mask=ok, other=0.0)
+        dv += tl.load(WV + at + s * share, mask=ok, other=0.0)
+    tl.store(_rows(DK, off_b, off_h, 0, stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+                   offs_n, offs_d, False), dk.to(DK.dtype.element_ty), mask=ok)
+    tl.store(_rows(DV, off_b, off_h, 0, stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+                   offs_n, offs_d, False), dv.to(DV.dtype.element_ty), mask=ok)
