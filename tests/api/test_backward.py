@@ -321,12 +321,14 @@ def test_gqa_passes_run_side_by_side(device, monkeypatch):
     mask = Mask.of(True)
     out, lse = launch.forward(q, k, v, mask=mask, scale=0.125, cfg=SMALL_FWD, return_lse=True)
     cfg = triton_bwd.select(Problem("sm90", "bfloat16", 64, True))
-    assert triton_bwd.concurrent(q, k) and not triton_bwd.concurrent(q, q)
+    assert triton_bwd.concurrent(q, k, mask) and not triton_bwd.concurrent(q, q, mask)
+    assert not triton_bwd.concurrent(q, k, Mask.of(False))  # even programs: in turn
+    assert triton_bwd.concurrent(q, k, Mask.of(False, (64, 64)))
     triton_bwd._SIDE.clear()
     side = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=0.125, cfg=cfg)
     torch.cuda.synchronize()
     assert triton_bwd._SIDE, "no second stream was used"
-    monkeypatch.setattr(triton_bwd, "concurrent", lambda q, k: False)
+    monkeypatch.setattr(triton_bwd, "concurrent", lambda *_: False)
     turns = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=0.125, cfg=cfg)
     _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=0.125)
     check_grads("side by side", side, ref, torch.bfloat16)
@@ -338,7 +340,7 @@ def test_delta_by_the_preprocess_matches_float64(device, monkeypatch, splits):
     """The schedule a GPU runs under GQA (delta by its own launch, then dK/dV and dQ,
     then the group sum), here in order: the gradients meet the float64 bound as those of
     dQ forming delta do (the other tests), with a head-dim tail and ragged lengths."""
-    monkeypatch.setattr(triton_bwd, "concurrent", lambda q, k: True)
+    monkeypatch.setattr(triton_bwd, "concurrent", lambda *_: True)
     monkeypatch.setattr(triton_bwd, "splits_for", lambda q, k, cfg: splits)
     run_case(device, B=2, H=4, Hkv=2, Nq=37, Nk=50, D=80, causal=True,
              dtype=torch.float16, bnhd=True)

@@ -53,16 +53,19 @@ def test_forward_captures_and_replays(name):
         assert rel_error(out, reference_attention(q, k, v)) <= ERROR_BOUND[q.dtype]
 
 
-# GQA's backward runs its two passes on two streams, both captured
-@pytest.mark.parametrize("hkv", [SHAPE[1], 2], ids=["mha", "gqa"])
+# GQA's causal backward runs its two passes on two streams, both captured; without a mask
+# they run in turn
+@pytest.mark.parametrize("hkv,causal", [(SHAPE[1], False), (2, False), (2, True)],
+                         ids=["mha", "gqa", "gqa-causal"])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_backward_captures_and_replays(name, hkv):
+def test_backward_captures_and_replays(name, hkv, causal):
     cfg = CONFIGS[name]
     q, k, v = _inputs(True, hkv)
     dout = torch.randn_like(q.detach())
 
     def step():
-        out = flashscope.attention(q, k, v, config=cfg, enable_gqa=hkv != SHAPE[1])
+        out = flashscope.attention(q, k, v, is_causal=causal, config=cfg,
+                                   enable_gqa=hkv != SHAPE[1])
         return (out, *torch.autograd.grad(out, (q, k, v), dout))
 
     _warm(step, torch.cuda.Stream())
@@ -75,7 +78,8 @@ def test_backward_captures_and_replays(name, hkv):
                 t.copy_(torch.randn_like(t))
         g.replay()
         torch.cuda.synchronize()
-        ref = reference_attention_grads(q.detach(), k.detach(), v.detach(), dout)
+        ref = reference_attention_grads(q.detach(), k.detach(), v.detach(), dout,
+                                        is_causal=causal)
         bound = 2 * ERROR_BOUND[q.dtype]
         for a, b in zip(got, ref):
             assert not torch.isnan(a).any() and rel_error(a, b) <= bound

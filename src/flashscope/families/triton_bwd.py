@@ -244,7 +244,7 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float,
     B, H, Nq, _ = q.shape
     delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
     splits = 1 if packed is not None else splits_for(q, k, cfg)
-    side_by_side = concurrent(q, k)
+    side_by_side = concurrent(q, k, mask, packed)
     # the schedule follows from the geometry and the device, but is part of the key (a
     # kernel compiled for one schedule reads what the other does not write)
     key = (plan_key(dout, q, k, v, out, lse, dq, dk, dv, mask=mask, scale=scale, cfg=cfg,
@@ -310,14 +310,19 @@ def _workspaces(k, splits: int):
 _SIDE: dict = {}
 
 
-def concurrent(q, k) -> bool:
-    """Whether the dQ pass runs beside dK/dV on a second stream: on a GPU, under GQA.
-    Both passes need only delta, and dK/dV's grid is the group size times smaller than
-    dQ's (one program per key tile and kv head), so alone it leaves SMs idle through its
-    last wave. Side by side against in turn (H200, bf16, 12 GQA and MQA shapes, D = 64,
-    80 and 128, 1k-16k keys, packed): 1.01-1.13x, 1.13x at D = 128 causal 4k with 32/8
-    heads; without GQA 0.99-1.03x, so those stay in turn."""
-    return q.device.type == "cuda" and q.shape[1] != k.shape[1]
+def concurrent(q, k, mask, packed=None) -> bool:
+    """Whether the dQ pass runs beside dK/dV on a second stream: on a GPU, under GQA,
+    where dK/dV's programs are uneven (a band: causal or a window; a packed batch). Both
+    passes need only delta, and dK/dV's grid is the group size times smaller than dQ's
+    (one program per key tile and kv head), so alone it leaves SMs idle through its last
+    wave. GPU time of the pair against the passes in turn with dQ forming delta (H100,
+    bf16, 10 GQA and MQA shapes, D = 64-128, 1k-8k keys): causal 1.03-1.28x (B = 1, 32/8
+    heads, 4k: 1.28x); without a mask 0.99-1.02x, where the second stream only added
+    host time (60-200 us a call), and without GQA 0.99-1.03x (H200), so those run in
+    turn."""
+    banded = mask.causal or mask.left is not None or mask.right is not None
+    return (q.device.type == "cuda" and q.shape[1] != k.shape[1]
+            and (banded or packed is not None))
 
 
 def _launch(launches: dict, side_by_side: bool, device) -> None:
@@ -364,7 +369,7 @@ def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: TritonBwdConfig):
     B, H, Nq, _ = q.shape
     mod = kernels.load(MODULE)
     splits = splits_for(q, k, cfg)
-    side_by_side = concurrent(q, k)
+    side_by_side = concurrent(q, k, mask)
     made = (torch.empty((B, H, Nq), device=q.device, dtype=torch.float32),
             torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
     work = _workspaces(k, splits)
