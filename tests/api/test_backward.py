@@ -421,16 +421,20 @@ def test_gpu_other_tiles(device, cfg, causal):
 
 # --- offline compilation (no GPU): what the launcher launches, built for sm90 -----------
 
-@pytest.mark.parametrize("kernel", ["bwd_preprocess", "bwd_dkdv", "bwd_dq"])
-def test_bwd_kernels_build_offline(kernel):
+@pytest.mark.parametrize("kernel,hkv", [
+    ("bwd_preprocess", 2), ("bwd_dkdv", 2), ("bwd_dq", 2), ("bwd_dq", 4), ("bwd_sum", 2),
+], ids=["preprocess", "dkdv", "dq", "dq-own-delta", "sum"])
+def test_bwd_kernels_build_offline(kernel, hkv):
+    """Each launch builds for sm90 as a GPU runs it: under GQA the preprocess, the passes
+    and the group sum; without GQA the dQ pass forming delta."""
     from flashscope.isa import inspect_config
 
     cfg = TritonBwdConfig(16, 32, 32, 16, 4, 1, PRE_BLOCK=16)
     rec = inspect_config(cfg, "sm90", kernel=kernel, head_dim=80, causal=True,
-                         problem=(1, 4, 2, 100, 70))
+                         problem=(1, 4, hkv, 100, 70))
     assert rec.registers > 0 and rec.threads == 128
     assert rec.kernel.startswith("_attn_bwd")
-    if kernel != "bwd_preprocess":
+    if kernel in ("bwd_dkdv", "bwd_dq"):
         assert "HGMMA" in rec.opcodes or "HMMA" in rec.opcodes, "backward GEMMs on tensor cores"
 
 
