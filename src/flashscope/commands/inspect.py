@@ -46,7 +46,9 @@ def register(sub):
     common.add_variant(p)
     p.add_argument("--kernel", default="fwd",
                    help="fwd (default: the forward kernel each target runs), triton-fwd, "
-                        "sm90-fwd, bwd_preprocess, bwd_dkdv or bwd_dq")
+                        "sm90-fwd, bwd_preprocess, bwd_dkdv, bwd_dq, bwd_sum (a shared GQA "
+                        "group's partial sums), triton-decode, decode_paged, decode_merge "
+                        "or decode_append")
     p.add_argument("--jobs", type=common.integer(0), default=0,
                    help="parallel compile processes (default 0: one per CPU core)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"),
