@@ -335,6 +335,64 @@ def test_gqa_passes_run_side_by_side(device, monkeypatch):
     check_grads("in turn", turns, ref, torch.bfloat16)
 
 
+def test_second_stream_order_and_threads(monkeypatch):
+    """The side-by-side schedule's stream order, with stand-ins for torch's CUDA streams
+    and events (no GPU needed): the preprocess on the caller's stream, dQ on the second
+    stream after it waits for an event recorded there, dK/dV on the caller's stream, which
+    waits for dQ's event before the group sum; another thread gets a stream and events
+    of its own."""
+    import contextlib
+    import threading
+
+    log = []
+
+    class Stream:
+        device_index, device = 0, "cuda:0"
+
+        def __init__(self, name="side", device=None):
+            self.name = name
+
+        def wait_event(self, e):
+            log.append(f"{self.name} waits {e.name}")
+
+    class Event:
+        made = 0
+
+        def __init__(self):
+            Event.made += 1
+            self.name = f"e{Event.made}"
+
+        def record(self, stream):
+            log.append(f"{self.name} on {stream.name}")
+
+    current = []
+
+    @contextlib.contextmanager
+    def on(stream):
+        current.append(stream.name)
+        yield
+        current.pop()
+
+    main = Stream("main")
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(triton_bwd, "_SIDE", {})
+    launches = {name: (lambda name=name: log.append(f"{name} on "
+                                                   f"{current[-1] if current else 'main'}"))
+                for name in ("bwd_preprocess", "bwd_dkdv", "bwd_dq", "bwd_sum")}
+    triton_bwd._launch(launches, True, torch.device("cuda", 0))
+    assert log == ["bwd_preprocess on main", "e1 on main", "side waits e1", "bwd_dq on side",
+                   "bwd_dkdv on main", "e2 on side", "main waits e2", "bwd_sum on main"]
+    other = threading.Thread(target=triton_bwd._launch,
+                             args=(launches, True, torch.device("cuda", 0)))
+    other.start()
+    other.join()
+    assert Event.made == 4 and len(triton_bwd._SIDE) == 2  # not the first thread's
+
+
 @pytest.mark.parametrize("splits", [1, 2])
 def test_delta_by_the_preprocess_matches_float64(device, monkeypatch, splits):
     """The schedule a GPU runs under GQA (delta by its own launch, then dK/dV and dQ,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
@@ -304,9 +305,10 @@ def _workspaces(k, splits: int):
                              dtype=torch.float32) for _ in range(2))
 
 
-#: Per device index, a second stream for the dQ pass and the two events that order it
-#: against the caller's stream (:func:`_launch`; reused, as each wait takes the event's
-#: state when it is queued).
+#: Per (thread, device index), a second stream for the dQ pass and the two events that
+#: order it against the caller's stream (:func:`_launch`). The events are reused, as a
+#: wait takes an event's state when it is queued; per thread, because another thread
+#: recording one between this thread's record and wait would move the wait.
 _SIDE: dict = {}
 
 
@@ -340,10 +342,11 @@ def _launch(launches: dict, side_by_side: bool, device) -> None:
 
     launches["bwd_preprocess"]()
     main = torch.cuda.current_stream(device)
-    side = _SIDE.get(main.device_index)
+    key = (threading.get_ident(), main.device_index)
+    side = _SIDE.get(key)
     if side is None:
-        side = _SIDE[main.device_index] = (torch.cuda.Stream(device=main.device),
-                                           torch.cuda.Event(), torch.cuda.Event())
+        side = _SIDE[key] = (torch.cuda.Stream(device=main.device), torch.cuda.Event(),
+                             torch.cuda.Event())
     stream, ready, done = side
     ready.record(main)
     stream.wait_event(ready)
