@@ -166,7 +166,7 @@ def backward(dout, q, k, v, out, lse, *, mask: Mask, scale: float, cfg,
 
 class BoundBackward:
     """:func:`backward` for the calls of one forward geometry (one
-    :class:`BoundForward`'s): what depends on the tensors' geometry alone (the three
+    :class:`BoundForward`'s): what depends on the tensors' geometry alone (the
     launches' argument lists but the addresses, and their compiled kernels) is found on
     the first call for each layout of the incoming gradient and reused. The backward of
     a short problem otherwise spends more host time building its launches than its

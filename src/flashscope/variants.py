@@ -123,16 +123,17 @@ def bwd_call(kernel: str) -> Callable:
             *[(B, Hkv, Nk, head_dim)] * 4)
         lse, delta = (torch.empty(q.shape[:3], dtype=torch.float32, device="meta")
                       for _ in range(2))
-        # as a GPU runs it: the passes side by side under GQA (delta by the preprocess),
-        # else dQ forming delta; the group sum as a shared group in two needs it
+        # as a GPU runs it: the passes side by side under GQA with uneven programs (delta
+        # by the preprocess), else dQ forming delta; the group sum as a group shared in two
+        mask = variant_mask(causal, window, align, softcap)
         splits = 2 if kernel == "bwd_sum" else 1
         work = tuple(torch.empty((B * splits, *dk.shape[1:]), dtype=torch.float32,
                                  device="meta") for _ in range(2))
+        side_by_side = kernel == "bwd_preprocess" or triton_bwd.uneven_gqa(q, k, mask, packed)
         _, _, args, consts, opts = triton_bwd.calls(
-            dout, q, k, v, out, lse, delta, dq, dk, dv,
-            mask=variant_mask(causal, window, align, softcap),
+            dout, q, k, v, out, lse, delta, dq, dk, dv, mask=mask,
             scale=launch.default_scale(head_dim), cfg=cfg, packed=packed, splits=splits,
-            side_by_side=kernel == "bwd_preprocess" or H != Hkv, work=work)[kernel]
+            side_by_side=side_by_side, work=work)[kernel]
         if kernel in ("bwd_preprocess", "bwd_sum"):
             consts = {**consts, **opts}
         return args, consts

@@ -496,6 +496,17 @@ def test_bwd_kernels_build_offline(kernel, hkv):
         assert "HGMMA" in rec.opcodes or "HMMA" in rec.opcodes, "backward GEMMs on tensor cores"
 
 
+@pytest.mark.parametrize("hkv,causal,own", [(4, True, True), (2, False, True),
+                                             (2, True, False)])
+def test_offline_dq_follows_the_schedule(hkv, causal, own):
+    """An offline build of the dQ pass is the one a GPU runs: forming delta itself unless
+    GQA with a band puts the passes side by side after the preprocess."""
+    from flashscope.variants import bwd_call
+
+    _, consts = bwd_call("bwd_dq")(SMALL, (1, 4, hkv, 100, 70), 64, "bfloat16", causal)
+    assert consts["OWN_DELTA"] is own
+
+
 @pytest.mark.parametrize("causal,extra", [
     (True, {}),
     (True, {"align": "bottom_right", "softcap": 30.0}),

@@ -313,18 +313,22 @@ _SIDE: dict = {}
 
 
 def concurrent(q, k, mask, packed=None) -> bool:
-    """Whether the dQ pass runs beside dK/dV on a second stream: on a GPU, under GQA,
-    where dK/dV's programs are uneven (a band: causal or a window; a packed batch). Both
-    passes need only delta, and dK/dV's grid is the group size times smaller than dQ's
-    (one program per key tile and kv head), so alone it leaves SMs idle through its last
-    wave. GPU time of the pair against the passes in turn with dQ forming delta (H100,
-    bf16, 10 GQA and MQA shapes, D = 64-128, 1k-8k keys): causal 1.03-1.28x (B = 1, 32/8
-    heads, 4k: 1.28x); without a mask 0.99-1.02x, where the second stream only added
-    host time (60-200 us a call), and without GQA 0.99-1.03x (H200), so those run in
-    turn."""
+    """Whether the dQ pass runs beside dK/dV on a second stream: on a GPU, where
+    :func:`uneven_gqa` holds."""
+    return q.device.type == "cuda" and uneven_gqa(q, k, mask, packed)
+
+
+def uneven_gqa(q, k, mask, packed=None) -> bool:
+    """The schedule's rule, on any device (offline builds follow it): GQA where dK/dV's
+    programs are uneven (a band: causal or a window; a packed batch). Both passes need
+    only delta, and dK/dV's grid is the group size times smaller than dQ's (one program
+    per key tile and kv head), so alone it leaves SMs idle through its last wave. GPU
+    time of the pair against the passes in turn with dQ forming delta (H100, bf16, 10 GQA
+    and MQA shapes, D = 64-128, 1k-8k keys): causal 1.03-1.28x (B = 1, 32/8 heads, 4k:
+    1.28x); without a mask 0.99-1.02x, where the second stream only added host time
+    (60-200 us a call), and without GQA 0.99-1.03x (H200), so those run in turn."""
     banded = mask.causal or mask.left is not None or mask.right is not None
-    return (q.device.type == "cuda" and q.shape[1] != k.shape[1]
-            and (banded or packed is not None))
+    return q.shape[1] != k.shape[1] and (banded or packed is not None)
 
 
 def _launch(launches: dict, side_by_side: bool, device) -> None:
