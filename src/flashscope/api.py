@@ -17,6 +17,7 @@ Outside a compiler, calls skip the dispatcher and launch directly, through a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Optional
@@ -28,7 +29,6 @@ from .errors import ConfigError, FlashscopeError
 from .families import (Knobs, Problem, default_config, family, family_of, forward_family,
                        sm90_fwd, triton_fwd)
 from .families.base import check_head_dim
-from .families.triton_bwd import TritonBwdConfig
 from .masks import ALIGNS, Mask
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -143,7 +143,7 @@ def problem_of(q, k, mask: Mask, target: Optional[str]) -> Problem:
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
     return Problem(target or "sm90", _DTYPES[q.dtype], D, mask.causal, Nq, Nk, B * H,
-                   **mask.problem_fields(Nq, Nk))
+                   group=max(1, H // max(1, k.shape[1])), **mask.problem_fields(Nq, Nk))
 
 
 def resolve_config(config, head_dim: int, dtype: str, device: torch.device,
@@ -210,14 +210,25 @@ def tensors_family(problem: Problem, q, k, v, scale: float):
 _BACKWARD: dict = {}
 
 
-def _backward_config(q, k, mask: Mask) -> TritonBwdConfig:
-    """The backward family's default for these tensors, remembered per geometry."""
-    from .families import default_backward
+def _backward_config(q, k, v, mask: Mask) -> Knobs:
+    """The backward's default for these tensors, remembered per geometry and per
+    PyTorch's deterministic setting (``torch.use_deterministic_algorithms``: the Hopper
+    one pass sums dQ in a varying order, so it gives way to the two passes), the one pass
+    giving way to the two off a GPU and on tensors it cannot read (no TMA descriptor)."""
+    from .families import default_backward, sm90_bwd
 
     target = device_target(q.device)
+    exact = torch.are_deterministic_algorithms_enabled()
+
+    def choose():
+        problem = dataclasses.replace(problem_of(q, k, mask, target), deterministic=exact)
+        cfg = default_backward(problem)
+        if cfg.KERNEL == sm90_bwd.KERNEL and (target is None or
+                                              sm90_bwd.tensors_problem(q, k, v)):
+            cfg = default_backward(dataclasses.replace(problem, deterministic=True))
+        return cfg
     return launch.remembered(
-        _BACKWARD, (target, launch.geometry_key(q, k, k), mask),
-        lambda: default_backward(problem_of(q, k, mask, target)), _DEFAULTS_MAX)
+        _BACKWARD, (target, launch.geometry_key(q, k, v), mask, exact), choose, _DEFAULTS_MAX)
 
 
 def config_text(cfg) -> str:
@@ -263,7 +274,7 @@ def _attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                    config: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq like q, dk like k, dv like v); dk, dv summed over each GQA group."""
     mask = _mask_of(is_causal, left, right, bottom_right, softcap)
-    cfg = parse_config_text(config) if config else _backward_config(q, k, mask)
+    cfg = parse_config_text(config) if config else _backward_config(q, k, v, mask)
     return launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
 
 
@@ -421,17 +432,18 @@ class _Bound:
                 q, k, mask=self.mask, scale=self.scale, cfg=self.cfg, return_lse=return_lse)
         return bound(q, k, v)
 
-    def backward_config(self, q, k):
-        if self._bwd_cfg is None:
-            self._bwd_cfg = _backward_config(q, k, self.mask)
-        return self._bwd_cfg
+    def backward_config(self, q, k, v):
+        exact = torch.are_deterministic_algorithms_enabled()
+        if self._bwd_cfg is None or self._bwd_cfg[0] != exact:
+            self._bwd_cfg = (exact, _backward_config(q, k, v, self.mask))
+        return self._bwd_cfg[1]
 
     def backward(self, dout, q, k, v, out, lse):
         """(dq, dk, dv) of a differentiable call, through its bound backward
         (:class:`flashscope.launch.BoundBackward`)."""
-        if self._backward is None:
-            self._backward = launch.BoundBackward(self.mask, self.scale,
-                                                  self.backward_config(q, k))
+        cfg = self.backward_config(q, k, v)
+        if self._backward is None or self._backward.cfg is not cfg:
+            self._backward = launch.BoundBackward(self.mask, self.scale, cfg)
         return self._backward(dout, q, k, v, out, lse)
 
 

@@ -7,7 +7,10 @@ the releases differ, never by testing a version itself:
 
 - Gluon's TMA copies (``tma_load``, ``tma_store``): ``async_copy_global_to_shared``
   and ``async_copy_shared_to_global`` up to 3.7; 3.8 adds ``async_load`` and
-  ``async_store``, and 3.9 keeps only those (the old names raise).
+  ``async_store``, and 3.9 keeps only those (the old names raise). Gluon's TMA
+  reduction (``tma_reduce_add``, ``cp.reduce.async.bulk.tensor ... add``): 3.6 has the
+  builder's ``create_async_tma_reduce`` but no function over it (wrapped here as a
+  builtin); 3.9 names it ``async_atomic_add``.
 - The keywords ``JITFunction.run`` adds before it binds a call (:func:`run_keywords`):
   ``debug`` and ``instrumentation_mode`` everywhere, ``fpsan_homomorphic_casts`` from 3.9.
   An offline build binds with the same ones, or its options would not be a launch's.
@@ -39,6 +42,7 @@ one package's pin depend on another's version, so the package asks for ``numpy<2
 
 from __future__ import annotations
 
+import functools
 import re
 
 #: (oldest, newest) supported Triton release, as (major, minor).
@@ -75,6 +79,8 @@ def __getattr__(name):
         from triton.language.core import _aggregate
 
         return _aggregate
+    if name == "tma_reduce_add":
+        return _tma_reduce_add()
     if name in ("tma_load", "tma_store"):
         from triton.experimental.gluon.language.nvidia.hopper import tma
 
@@ -83,6 +89,26 @@ def __getattr__(name):
         return (tma.async_copy_global_to_shared if name == "tma_load"
                 else tma.async_copy_shared_to_global)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _tma_reduce_add():
+    """``tma_reduce_add(desc, coord, src)``: add a shared-memory tile into global memory at
+    ``coord`` through ``desc`` (asynchronous; ``store_wait`` waits for it)."""
+    from triton.experimental.gluon.language.nvidia.hopper import tma
+
+    if hasattr(tma, "async_atomic_add"):
+        return tma.async_atomic_add
+    from triton._C.libtriton import ir
+    from triton.experimental.gluon.language._core import builtin
+
+    @builtin
+    def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD,
+                                                  tensor_desc.handle, coord, src.handle)
+
+    return tma_reduce_add
 
 
 def run_keywords(fn, kwargs: dict) -> dict:

@@ -43,7 +43,8 @@ from .families import FAMILIES, Problem, family, family_of, forward_family
 from .families.base import DTYPE_BYTES
 from .masks import Mask
 from .targets import get_target
-from .variants import VARIANT_OPTIONS, _meta_tensors, bwd_call, fwd_call, variant_problem
+from .variants import (VARIANT_OPTIONS, _meta_tensors, bwd_call, fwd_call, sm90_bwd_call,
+                       variant_problem)
 
 #: Representative problem a build binds: (batch, heads, kv heads, query length, key length).
 #: Every size a multiple of 16, as in the benchmark suite, so the integer arguments
@@ -181,7 +182,7 @@ DECODE_PROBLEM = (8, 32, 8, 1, 8192)
 
 
 def _register_all() -> None:
-    from .families import sm90_fwd, triton_bwd, triton_decode, triton_fwd
+    from .families import sm90_bwd, sm90_fwd, triton_bwd, triton_decode, triton_fwd
 
     for fam in (triton_fwd, sm90_fwd):
         register_kernel(KernelSpec(fam.KERNEL, fam.KERNEL, fam.MODULE, fam.FUNCTION,
@@ -189,6 +190,8 @@ def _register_all() -> None:
     for name, fn in triton_bwd.FUNCTIONS.items():
         register_kernel(KernelSpec(name, triton_bwd.KERNEL, triton_bwd.MODULE, fn,
                                    bwd_call(name)))
+    register_kernel(KernelSpec(sm90_bwd.KERNEL, sm90_bwd.KERNEL, sm90_bwd.MODULE,
+                               sm90_bwd.FUNCTION, sm90_bwd_call))
     decode = {**triton_decode.FUNCTIONS, "decode_paged": triton_decode.FUNCTION}
     for name, fn in decode.items():
         register_kernel(KernelSpec(name, triton_decode.KERNEL, triton_decode.MODULE, fn,

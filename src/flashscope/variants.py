@@ -139,3 +139,28 @@ def bwd_call(kernel: str) -> Callable:
         return args, consts
 
     return call
+
+
+def sm90_bwd_call(cfg, problem, head_dim, dtype, causal, window=None, align="top_left",
+                  softcap=None, varlen=False, page=None):
+    """The Hopper backward's launch arguments (:func:`flashscope.families.sm90_bwd.calls`)
+    on meta tensors of the problem; its family refuses the variants it does not run."""
+    import torch
+
+    from . import launch
+    from .families import sm90_bwd
+
+    no_pages(page, sm90_bwd.KERNEL)
+    if varlen:
+        raise FlashscopeError(f"--varlen: {sm90_bwd.KERNEL} runs dense batches (use triton-bwd)")
+    B, H, Hkv, Nq, Nk = problem
+    q, out, dout = _meta_tensors(problem, head_dim, dtype, *[(B, H, Nq, head_dim)] * 3)
+    k, v, dk, dv = _meta_tensors(problem, head_dim, dtype, *[(B, Hkv, Nk, head_dim)] * 4)
+    lse, delta = (torch.empty((B, H, Nq), dtype=torch.float32, device="meta")
+                  for _ in range(2))
+    acc = torch.empty((B, H, Nq, head_dim), dtype=torch.float32, device="meta")
+    _, _, args, consts, _ = sm90_bwd.calls(
+        dout, q, k, v, out, lse, delta, acc, dk, dv,
+        mask=variant_mask(causal, window, align, softcap),
+        scale=launch.default_scale(head_dim), cfg=cfg)[sm90_bwd.KERNEL]
+    return args, consts

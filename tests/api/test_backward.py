@@ -14,12 +14,13 @@ import pytest
 import torch
 
 import flashscope
-from flashscope import launch
-from flashscope.families import Problem, triton_bwd
+from flashscope import api, launch
+from flashscope.families import Problem, default_backward, sm90_bwd, triton_bwd
+from flashscope.families.sm90_bwd import Sm90BwdConfig
 from flashscope.families.triton_bwd import TritonBwdConfig
 from flashscope.families.triton_fwd import TritonFwdConfig
 from flashscope.masks import Mask
-from flashscope.errors import ConfigError
+from flashscope.errors import ConfigError, FlashscopeError
 from flashscope.testing.inputs import fresh_seed, make_qkv
 from flashscope.testing.reference import (ERROR_BOUND, reference_attention,
                                           reference_attention_grads)
@@ -544,3 +545,194 @@ def test_offline_build_rejects_unknown_kernel():
 
     with pytest.raises(ConfigError, match="unknown kernel.*did you mean 'bwd_dkdv'"):
         build(TritonBwdConfig(), "sm90", kernel="bwd_dkv")
+
+
+# === the Hopper backward (sm90-bwd) ========================================================
+# Gluon kernels do not run in Triton's interpreter: off a GPU it is built for sm_90 and read
+# from its binary (its rule and the deterministic switch are pure); its gradients are
+# checked on a GPU.
+
+
+# --- offline builds ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sm90_bwd_builds_offline(head_dim, causal):
+    """Three partitions (12 warps), every product on wgmma with none serialized, dQ added
+    by TMA reductions (UTMAREDG), one program an SM's shared memory."""
+    from flashscope.isa import inspect_config
+
+    rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=head_dim,
+                         causal=causal, problem=(2, 8, 2, 300, 700))
+    assert rec.threads == 384
+    assert rec.wgmma_serialized == 0
+    assert {"HGMMA", "UTMALDG", "UTMAREDG"} <= set(rec.opcodes)
+    assert 0 < rec.shared_bytes <= 227 * 1024
+
+
+@pytest.mark.parametrize("extra,error,pattern", [
+    ({"window": (64, 0)}, ConfigError, "no mask or a top-left causal"),
+    ({"softcap": 30.0}, ConfigError, "no mask or a top-left causal"),
+    ({"varlen": True}, FlashscopeError, "dense batches"),
+    ({"head_dim": 96}, ConfigError, "head dims 64 and 128"),
+    ({"target": "sm80"}, ConfigError, "not sm_90"),
+])
+def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
+    from flashscope.compile import build
+
+    kw = {"target": "sm90", "head_dim": 128, "causal": True, **extra}
+    with pytest.raises(error, match=pattern):
+        build(Sm90BwdConfig(), kw.pop("target"), kernel="sm90-bwd", **kw)
+
+
+@pytest.mark.parametrize("changes,pattern", [
+    ({"BLOCK_N": 64}, "BLOCK_N"), ({"num_stages": 4}, "num_stages"),
+    ({"DQ_SLOTS": 3}, "DQ_SLOTS"), ({"BLOCK_M": 128, "num_stages": 3}, "shared memory"),
+])
+def test_bad_sm90_bwd_configs_are_rejected(changes, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        sm90_bwd.check(Sm90BwdConfig().replace(**changes), "sm90", 128)
+
+
+# --- the rule ------------------------------------------------------------------------------
+
+def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
+    return Problem("sm90", "bfloat16", d, causal, n, n, heads, group=group, **kw)
+
+
+@pytest.mark.parametrize("problem,kernel", [
+    (_problem(), "sm90-bwd"),                            # 4k, 64 heads: 2048 programs
+    (_problem(n=1024, heads=256), "sm90-bwd"),           # 16 query tiles a program
+    (_problem(n=2048, heads=16), "sm90-bwd"),            # 256 programs, 1.9 an SM
+    (_problem(n=1024, heads=16), "triton-bwd"),          # 128 programs
+    (_problem(n=1024, heads=256, causal=True), "triton-bwd"),  # 8 causal tiles a program
+    (_problem(n=2048, heads=128, causal=True), "sm90-bwd"),
+    (_problem(heads=64, group=4, causal=True), "sm90-bwd"),    # 512 programs, 3.9 an SM
+    (_problem(heads=8, group=4, causal=True), "triton-bwd"),   # 64 programs
+    (_problem(n=8192, heads=64, group=4, causal=True), "sm90-bwd"),
+    (_problem(heads=32, group=16), "triton-bwd"),        # MQA: 64 programs
+    (_problem(heads=0), "sm90-bwd"),                     # heads unknown (offline)
+    (_problem(d=64), "triton-bwd"),
+    (_problem(d=96), "triton-bwd"),
+    (_problem(window=True), "triton-bwd"),
+    (_problem(softcap=True), "triton-bwd"),
+    (_problem(varlen=True), "triton-bwd"),
+    (_problem(deterministic=True), "triton-bwd"),
+    (Problem("sm80", "bfloat16", 128, False, 4096, 4096, 64), "triton-bwd"),
+    (Problem("gfx942", "bfloat16", 128, False, 4096, 4096, 64), "triton-bwd"),
+], ids=lambda x: x if isinstance(x, str) else None)
+def test_default_backward_rule(problem, kernel):
+    cfg = default_backward(problem)
+    assert cfg.KERNEL == kernel, sm90_bwd.prefers(problem)
+    assert (sm90_bwd.prefers(problem) is None) == (kernel == "sm90-bwd")
+
+
+def _meta(shape, dtype=torch.bfloat16):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def test_backward_config_follows_the_deterministic_setting(monkeypatch):
+    """On an sm_90 device the one pass runs long D = 128 rows; with PyTorch's
+    deterministic algorithms on, on tensors without TMA descriptors, or off a GPU, the
+    two passes do."""
+    q, k, v = (_meta((4, 16, 4096, 128)) for _ in range(3))
+    mask = Mask.of(False)
+    api._BACKWARD.clear()
+    assert api._backward_config(q, k, v, mask).KERNEL == "triton-bwd"  # no GPU target
+    monkeypatch.setattr(api, "device_target", lambda device: "sm90")
+    assert api._backward_config(q, k, v, mask).KERNEL == "sm90-bwd"
+    strided = _meta((4, 16, 4096, 256))[..., ::2]
+    assert api._backward_config(q, strided, v, mask).KERNEL == "triton-bwd"
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert api._backward_config(q, k, v, mask).KERNEL == "triton-bwd"
+        bound = api._Bound(mask, 0.1, None, False)
+        assert bound.backward_config(q, k, v).KERNEL == "triton-bwd"
+        torch.use_deterministic_algorithms(False)
+        assert bound.backward_config(q, k, v).KERNEL == "sm90-bwd"
+    finally:
+        torch.use_deterministic_algorithms(was)
+        api._BACKWARD.clear()
+
+
+def test_sm90_bwd_refuses_cpu_tensors():
+    q, k, v = make_qkv("cpu", 1, 2, 16, 16, 64, dtype=torch.bfloat16)
+    lse = torch.zeros(q.shape[:3])
+    with pytest.raises(ConfigError, match="GPU only"):
+        launch.backward(q, q, k, v, q, lse, mask=Mask.of(False), scale=0.125,
+                        cfg=Sm90BwdConfig())
+
+
+# --- on a GPU ------------------------------------------------------------------------------
+
+# (B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd): lengths off the tiles, Nq != Nk both ways,
+# GQA and MQA, (B, N, H, D) strided views (and poisoned gradient buffers laid out so)
+SM90_CASES = [
+    (2, 4, 4, 300, 700, 128, False, torch.bfloat16, True),
+    (2, 4, 2, 1000, 1000, 128, True, torch.bfloat16, False),
+    (1, 8, 1, 513, 257, 128, True, torch.float16, True),
+    (1, 8, 1, 257, 513, 128, False, torch.float16, False),
+    (2, 4, 4, 1, 65, 64, False, torch.float16, False),
+    (1, 4, 2, 700, 300, 64, True, torch.bfloat16, True),
+    (1, 2, 2, 2048, 2048, 128, True, torch.bfloat16, False),
+    (3, 6, 3, 129, 129, 64, True, torch.float16, True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype,bnhd", SM90_CASES,
+                         ids=[f"b{c[0]}-h{c[1]}-kv{c[2]}-q{c[3]}-k{c[4]}-d{c[5]}-"
+                              f"{'causal' if c[6] else 'full'}-{str(c[7])[6:]}"
+                              f"{'-bnhd' if c[8] else ''}" for c in SM90_CASES])
+def test_sm90_bwd_grads_match_float64(device, B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd):
+    run_case(device, B=B, H=H, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
+             bnhd=bnhd, cfg=Sm90BwdConfig())
+
+
+def _grads_float64(q, k, v, dout, causal, scale):
+    """(dq, dk, dv) in float64 on the tensors' device (long rows: too slow on a CPU)."""
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out = reference_attention(qd, kd, vd, is_causal=causal, scale=scale)
+    out.backward(dout.double())
+    return tuple(g.cpu() for g in (qd.grad, kd.grad, vd.grad))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_runs_sm90_bwd_on_long_rows(device, causal):
+    """Through ``flashscope.attention``'s autograd: a shape the rule gives to sm90-bwd
+    (an sm_90 device), with dO of stride 0 (from ``sum``, no TMA descriptor: copied)."""
+    if launch.device_target(torch.device(device)) != "sm90":
+        pytest.skip("needs an sm_90 GPU")
+    fresh_seed()
+    q, k, v = make_qkv(device, 4, 16, 2048, 2048, 128, dtype=torch.bfloat16)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    assert api._backward_config(q, k, v, Mask.of(causal)).KERNEL == "sm90-bwd"
+    out = flashscope.attention(q, k, v, is_causal=causal)
+    out.float().sum().backward()
+    ones = torch.ones_like(out)
+    ref = _grads_float64(q, k, v, ones, causal, 1 / math.sqrt(128))
+    check_grads(f"causal={causal}", (q.grad, k.grad, v.grad), ref, torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_deterministic_setting_gives_identical_bits(device):
+    """With ``torch.use_deterministic_algorithms(True)`` the backward the rule would give
+    to the one pass runs the two passes, and two runs agree to the bit."""
+    if launch.device_target(torch.device(device)) != "sm90":
+        pytest.skip("needs an sm_90 GPU")
+    fresh_seed()
+    q, k, v = (t.detach().requires_grad_() for t in
+               make_qkv(device, 2, 16, 2048, 2048, 128, dtype=torch.bfloat16))
+    dout = torch.randn_like(q)
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert api._backward_config(q, k, v, Mask.of(False)).KERNEL == "triton-bwd"
+        runs = [torch.autograd.grad(flashscope.attention(q, k, v), (q, k, v), dout)
+                for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    assert all(torch.isfinite(g).all() for g in runs[0])

@@ -103,3 +103,28 @@ def test_the_paged_kernel_builds_for_the_page_size_asked(capsys):
         assert main(["inspect", "--kernel", kernel, "--target", "sm90", "--page", "16"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--page 16:" in err and "reads no paged cache" in err
+
+
+def test_report_builds_the_hopper_backward(tmp_path, capsys):
+    """``--kernel sm90-bwd``: its one kernel at the sm90 default (the report's default
+    targets narrowed to sm90), the ablation that does not fit marked; another target, or
+    a variant the kernel does not build, refused in one line with exit 2."""
+    from flashscope.families import sm90_bwd
+
+    out = tmp_path / "r"
+    assert main(["report", "--kernel", "sm90-bwd", "--ablate", "BLOCK_M", "--out", str(out),
+                 "--jobs", "1"]) == 0
+    data = json.loads((out / "report.json").read_text())
+    assert data["spec"]["targets"] == ["sm90"]
+    assert data["spec"]["base"]["sm90"] == sm90_bwd.Sm90BwdConfig().label
+    (row,) = [r for r in data["rows"] if r["kernel"] == "sm90-bwd"]
+    assert row["error"] is None and row["measured"]["shared_bytes"] > 200 * 1024
+    (step,) = data["ablations"]
+    assert step["targets"]["sm90"]["config_after"] is None  # 128-row tiles: over 227 KB
+    capsys.readouterr()
+    for argv, needle in ((["--targets", "sm80"], "builds for sm90 only"),
+                         (["--window", "64,0"], "builds dense batches without a window")):
+        assert main(["report", "--kernel", "sm90-bwd", "--out", str(tmp_path / "o"),
+                     *argv]) == 2
+        assert needle in capsys.readouterr().err
+        assert not (tmp_path / "o").exists()

@@ -47,8 +47,8 @@ def register(sub):
     p.add_argument("--kernel", default="fwd",
                    help="fwd (default: the forward kernel each target runs), triton-fwd, "
                         "sm90-fwd, bwd_preprocess, bwd_dkdv, bwd_dq, bwd_sum (a shared GQA "
-                        "group's partial sums), triton-decode, decode_paged, decode_merge "
-                        "or decode_append")
+                        "group's partial sums), sm90-bwd (the Hopper backward), "
+                        "triton-decode, decode_paged, decode_merge or decode_append")
     p.add_argument("--jobs", type=common.integer(0), default=0,
                    help="parallel compile processes (default 0: one per CPU core)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"),

@@ -13,6 +13,8 @@ dim, cached; left out by default so the report stays about a minute cold).
 
 ``--kernel bwd``: the dK/dV and dQ kernels of each target's default backward config and of
 its one-knob ablations (BLOCK_M1/N1/M2/N2, num_warps, head dim), measured only.
+``--kernel sm90-bwd``: the Hopper backward's one kernel (sm90 only) at its default and its
+one-knob ablations (BLOCK_M, num_stages, DQ_SLOTS, head dim), measured only.
 ``--kernel decode``: the decoding attention (dense and paged) and its split merge at each
 target's default for one decoding step, and its one-knob ablations (BLOCK_M, BLOCK_N,
 num_warps, num_stages, head dim), measured only.
@@ -39,9 +41,10 @@ def register(sub):
     p = sub.add_parser("report", help="register budget, ablations and occupancy cliffs of "
                                       "the attention kernel across configs and GPUs",
                        description=__doc__)
-    p.add_argument("--kernel", default="fwd", choices=("fwd", "bwd", "decode"),
+    p.add_argument("--kernel", default="fwd", choices=("fwd", "bwd", "sm90-bwd", "decode"),
                    help="fwd (default): the forward kernel; bwd: the dK/dV and dQ kernels "
-                        "of the default backward config and its ablations; decode: the "
+                        "of the default backward config and its ablations; sm90-bwd: the "
+                        "Hopper backward (sm90); decode: the "
                         "decoding kernels (dense, paged, merge) of the default decoding "
                         "config and its ablations (both measured only)")
     common.add_target(p, default="sm90,sm80,gfx942,gfx1100")
@@ -56,6 +59,7 @@ def register(sub):
                    help="knobs to ablate around the base: Q_IN_REGS,BLOCK_M,BLOCK_N,"
                         "num_warps,HEAD_DIM (default all), or none; with --kernel bwd: "
                         "BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2,num_warps,HEAD_DIM; with "
+                        "--kernel sm90-bwd: BLOCK_M,num_stages,DQ_SLOTS,HEAD_DIM; with "
                         "--kernel decode: BLOCK_M,BLOCK_N,num_warps,num_stages,HEAD_DIM")
     common.add_output(p, out_help="output folder (default: a new "
                       "flashscope-report-YYYYmmdd-HHMMSS); its parent must exist, and files "
@@ -102,6 +106,10 @@ def run(args) -> int:
     if args.varlen and args.kernel == "decode":
         raise FlashscopeError("--varlen goes with --kernel fwd or bwd (a decoding step's "
                               "sequences have lengths of their own)")
+    if args.kernel == "sm90-bwd" and (args.varlen or args.window or args.softcap or
+                                      args.align != "top_left"):
+        raise FlashscopeError("--kernel sm90-bwd builds dense batches without a window, "
+                              "softcap or bottom-right alignment (--kernel bwd builds them)")
     if args.kernel != "fwd":
         if args.lines:
             raise FlashscopeError("--lines goes with --kernel fwd (the budget it checks is "

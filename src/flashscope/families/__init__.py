@@ -5,6 +5,8 @@ table, a pure default-selection function and the argument lists of its launches.
   interpreter.
 - :mod:`.sm90_fwd` (``sm90-fwd``): the Hopper forward in Gluon.
 - :mod:`.triton_bwd` (``triton-bwd``): the portable backward.
+- :mod:`.sm90_bwd` (``sm90-bwd``): the Hopper backward in Gluon, where its rule prefers
+  it (:func:`default_backward`).
 - :mod:`.triton_decode` (``triton-decode``): decoding against a dense or paged KV cache.
 
 A default config comes from the problem alone (:class:`~.base.Problem`: target, dtype,
@@ -16,14 +18,14 @@ family is one module here and one line in :data:`FAMILIES`.
 from __future__ import annotations
 
 from ..errors import ConfigError, lookup
-from . import sm90_fwd, triton_bwd, triton_decode, triton_fwd
+from . import sm90_bwd, sm90_fwd, triton_bwd, triton_decode, triton_fwd
 from .base import Knobs, Problem
 
 #: every family by its name
-FAMILIES = {m.KERNEL: m for m in (triton_fwd, sm90_fwd, triton_bwd, triton_decode)}
+FAMILIES = {m.KERNEL: m for m in (triton_fwd, sm90_fwd, triton_bwd, sm90_bwd, triton_decode)}
 #: forward families in order of preference: the first that accepts a problem runs it
 FORWARD = (sm90_fwd, triton_fwd)
-BACKWARD = (triton_bwd,)
+BACKWARD = (sm90_bwd, triton_bwd)
 
 
 def family(name: str):
@@ -80,6 +82,10 @@ def _family_with(problem: Problem, keys: set):
 
 
 def default_backward(problem: Problem) -> Knobs:
+    """The backward's default for ``problem``: the Hopper one pass where its rule prefers
+    it (:func:`.sm90_bwd.prefers`), else the portable two passes."""
+    if sm90_bwd.prefers(problem) is None:
+        return sm90_bwd.select(problem)
     return triton_bwd.select(problem)
 
 

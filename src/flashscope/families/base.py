@@ -398,6 +398,7 @@ class Problem:
     group: int = 1  # query heads per kv head (GQA); decoding packs a group's rows in a tile
     paged: bool = False  # decoding: the cache is read through a block table
     band_keys: int = 0  # a window bounded on both sides: the keys it spans (Mask.span)
+    deterministic: bool = False  # the backward must give the same bits on every run
 
     @property
     def seq_len(self) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..families import Problem
-from ..families import triton_bwd, triton_decode
+from ..families import sm90_bwd, triton_bwd, triton_decode
 from ..errors import FlashscopeError
 from ..targets import parse_targets
 from . import ablations
@@ -44,6 +44,9 @@ class FamilyKernels:
     knobs: tuple
     problem: dict
     note: str
+    #: the targets the family builds for (None: every target); the report's default
+    #: targets narrowed to these
+    only: Optional[tuple] = None
 
     def uses(self, kernel: str, knob: str) -> bool:
         """Whether changing ``knob`` changes ``kernel``'s binary."""
@@ -85,8 +88,18 @@ DECODE = FamilyKernels(
     "each target's default for 8 sequences of 32 query heads over 8 kv heads, one token "
     "against 8192 keys (flashscope inspect --kernel triton-decode)")
 
+SM90_BWD = FamilyKernels(
+    "sm90-bwd", "Hopper backward", sm90_bwd,
+    {"sm90-bwd": ("one pass", "one-pass", ("BLOCK_M", "num_stages", "DQ_SLOTS"))},
+    (("BLOCK_M doubled", "BLOCK_M", 2), ("num_stages doubled", "num_stages", 2),
+     ("DQ_SLOTS halved", "DQ_SLOTS", 0.5)),
+    ("BLOCK_M", "num_stages", "DQ_SLOTS", "HEAD_DIM"), {},
+    "one kernel (the producer, reducer and consumer partitions); it builds for sm_90 at "
+    "head dims 64 and 128, so HEAD_DIM 128 -> 256 is not buildable",
+    only=("sm90",))
+
 #: the reports of ``--kernel``, by name
-FAMILY_REPORTS = {f.name: f for f in (BWD, DECODE)}
+FAMILY_REPORTS = {f.name: f for f in (BWD, SM90_BWD, DECODE)}
 
 #: The two main backward kernels: name -> (label, short label, knobs it reads).
 BWD_KERNELS = BWD.kernels
@@ -136,7 +149,15 @@ def make_bwd_spec(targets: str = DEFAULT_TARGETS, head_dims=None, dtype: str = "
     if len(dims) != 1:
         raise FlashscopeError(f"--head-dims {head_dims}: --kernel {family.name} takes one "
                               "head dim (the HEAD_DIM ablation covers 64 -> 128 -> 256)")
-    return BwdSpec(tuple(parse_targets(targets)), dims[0], dtype, causal,
+    chosen = tuple(parse_targets(targets))
+    if family.only:
+        if targets == DEFAULT_TARGETS:
+            chosen = tuple(parse_targets(",".join(family.only)))
+        others = [t.name for t in chosen if t.name not in family.only]
+        if others:
+            raise FlashscopeError(f"--targets {','.join(others)}: --kernel {family.name} "
+                                  f"builds for {', '.join(family.only)} only")
+    return BwdSpec(chosen, dims[0], dtype, causal,
                    ablations.parse_knobs(ablate, family.knobs), family,
                    tuple(sorted((variant or {}).items())))
 

@@ -1,0 +1,279 @@
+"""The Hopper backward (``sm90-bwd``): one Gluon pass per key tile, 5 products a tile pair,
+dQ added in fp32 by TMA reductions (:mod:`flashscope.kernels.attention_bwd_sm90`).
+
+Its record (:class:`Sm90BwdConfig`), rules, the rule that runs it in place of the portable
+backward (:func:`prefers`) and its launches (:func:`calls`, :func:`run`). The portable
+two-pass backward (:mod:`.triton_bwd`) stays the reference, the deterministic path and the
+one for everything this family does not take: windows, bottom-right alignment, softcap,
+packed batches, head dims other than 64 and 128.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from ..compat import CODEGEN_OPTIONS
+from ..errors import ConfigError
+from .base import DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, shared_memory
+
+KERNEL = "sm90-bwd"
+MODULE, FUNCTION = "attention_bwd_sm90", "_attn_bwd_sm90"
+#: head dims the kernel builds (one power of two, no tail)
+HEAD_DIMS = (64, 128)
+#: two consumer warpgroups (64 key rows each) in the default partition
+WARPS = 8
+#: registers of the producer and reducer warps (setmaxnreg); the consumers get the rest
+WORKER_REGS = 24
+#: (batch, kv head) pairs per section of a causal grid's order, key tile by key tile
+#: within a section (the kernel's SECTION): its longest programs start first. GPU time
+#: against head by head (H200, bf16, D = 128, causal): GQA 32/8 at 4k B = 1 1.39x, B = 2
+#: 1.18x, Llama-3-70B's 64/8 at 4k 1.14x, 16 heads at 2k B = 2 1.16x, B = 8 1.05x; 8k
+#: and 1k within 1%; 16 heads at 16k 0.96x. Sections of 2 read 0.98-1.05x.
+CAUSAL_SECTION = 8
+
+
+@dataclass(frozen=True)
+class Sm90BwdConfig(Knobs):
+    """Knobs of the Hopper backward. BLOCK_N key rows per program (its two warpgroups
+    take 64 each), BLOCK_M query rows per streamed tile, num_stages the depth of the
+    Q/dO ring, DQ_SLOTS the shared-memory slots the finished dQ tiles wait in for their
+    TMA reduction (two: the consumer fills one while the copy engine reads the other)."""
+
+    KERNEL: ClassVar[str] = KERNEL
+
+    BLOCK_M: int = 64
+    BLOCK_N: int = 128
+    num_stages: int = 2
+    DQ_SLOTS: int = 2
+
+    @property
+    def num_warps(self) -> int:
+        return WARPS
+
+    def _label_parts(self) -> list:
+        return [f"{self.BLOCK_M}x{self.BLOCK_N}", f"s{self.num_stages}",
+                f"dq-slots {self.DQ_SLOTS}"]
+
+
+Config = Sm90BwdConfig
+
+
+def min_shared_bytes(cfg: Sm90BwdConfig, head_dim: int, dtype: str = "bfloat16") -> int:
+    """The kernel's shared memory but the allocator's alignment: the Q and dO ring, K and
+    V, the dS^T tile, the fp32 dQ slots and 8 bytes an mbarrier."""
+    elt = DTYPE_BYTES[dtype]
+    tiles = (2 * cfg.num_stages * cfg.BLOCK_M + 2 * cfg.BLOCK_N) * head_dim * elt
+    barriers = 1 + 2 * cfg.num_stages + 2 * cfg.DQ_SLOTS
+    return (tiles + cfg.BLOCK_N * cfg.BLOCK_M * elt + cfg.DQ_SLOTS * cfg.BLOCK_M * head_dim * 4
+            + 8 * barriers)
+
+
+def _target(cfg, ctx):
+    t = ctx.target
+    if t.vendor != "nvidia" or t.cc // 10 != 9:
+        return f"{KERNEL} is the sm_90 (Hopper) kernel; {t.name} is not sm_90 (use triton-bwd)"
+    return None
+
+
+def _head_dim(cfg, ctx):
+    if ctx.head_dim not in HEAD_DIMS:
+        return (f"{KERNEL} takes head dims {' and '.join(map(str, HEAD_DIMS))}, got "
+                f"{ctx.head_dim} (use triton-bwd)")
+    return None
+
+
+RULES = (
+    Rule("target", "the kernel uses wgmma, TMA and setmaxnreg", _target),
+    Rule("head dim", "the kernel is built for these head dims", _head_dim),
+    allowed("BLOCK_M", (64, 128), "query rows of a streamed tile"),
+    allowed("BLOCK_N", (128,), "two consumer warpgroups of 64 key rows"),
+    allowed("num_stages", (2, 3), "the depth of the Q/dO ring"),
+    allowed("DQ_SLOTS", (1, 2), "dQ tiles awaiting their reduction"),
+    shared_memory(min_shared_bytes, lambda c: f"BLOCK_M={c.BLOCK_M}, DQ_SLOTS={c.DQ_SLOTS}"),
+)
+
+#: the values a one-knob search steps along (:func:`~.base.neighbours`)
+STEPS = {"BLOCK_M": (64, 128), "BLOCK_N": (128,), "num_stages": (2, 3), "DQ_SLOTS": (1, 2)}
+
+
+def check(cfg: Sm90BwdConfig, target="sm90", head_dim: int = 128,
+          dtype: str = "bfloat16") -> Sm90BwdConfig:
+    """``cfg`` unchanged if it can be built for ``target``; else ConfigError naming the
+    knob and the limit it breaks."""
+    return check_rules(cfg, RULES, target, head_dim, dtype)
+
+
+def accepts(problem: Problem) -> Optional[str]:
+    """Why this family cannot run ``problem``, or None. Pure: no tensor is read."""
+    t = problem.target_record()
+    if t.vendor != "nvidia" or t.cc // 10 != 9:
+        return f"{t.name} is not sm_90"
+    if problem.head_dim not in HEAD_DIMS:
+        return f"head dim {problem.head_dim} (the kernel takes {HEAD_DIMS})"
+    if problem.window or problem.softcap or problem.varlen:
+        return "a window, bottom-right alignment, softcap or a packed batch"
+    return None
+
+
+def select(problem: Problem) -> Sm90BwdConfig:
+    """The default for a problem the family accepts: 64 x 128 tiles, a 2-stage ring, two
+    dQ slots (213 KB of shared memory at D = 128: one program an SM)."""
+    return Sm90BwdConfig()
+
+
+# -- the rule against the two passes --------------------------------------------------------
+
+#: Mean query tiles (BLOCK_M rows) a program should visit: below, its prologue (K and V)
+#: and epilogue (dK and dV) are a large share of its time. GPU time against the two
+#: passes (H200, bf16, D = 128): 16 tiles a program (B = 16, 1k keys, non-causal) 1.05-
+#: 1.07x, 8 (the same causal) 0.94-0.97x, 16 (B = 8, 2k, causal) 1.06-1.08x.
+MIN_TILES = 16
+#: Programs per SM the grid should reach (one program an SM fits): 256 programs (1.9 an
+#: SM) ran 1.07x (B = 1, 16 heads, 2k) and 1.21x (GQA 32/8, 4k), causal in sections
+#: (:data:`CAUSAL_SECTION`) 1.13x (GQA 32/8, 4k); 64 (MQA, B = 2, 4k) 0.63x.
+MIN_WAVES = 1
+
+
+def prefers(problem: Problem) -> Optional[str]:
+    """Why the two passes run ``problem`` by default, or None where this family does.
+    Pure: the problem's sizes and the target's SM count. At D = 64 the one pass measured
+    0.94-1.02x the two (H200), so it runs D = 128 only."""
+    why = accepts(problem)
+    if why:
+        return why
+    if problem.deterministic:
+        return "deterministic algorithms are on (dQ's sum order varies)"
+    if problem.head_dim != 128:
+        return f"head dim {problem.head_dim} (the two passes are as fast)"
+    cfg = select(problem)
+    group = max(1, problem.group)
+    tiles = group * -(-problem.n_q // cfg.BLOCK_M) * (0.5 if problem.causal else 1.0)
+    if tiles < MIN_TILES:
+        return f"{tiles:g} query tiles a program (fewer than {MIN_TILES})"
+    if problem.heads:
+        programs = -(-problem.n_k // cfg.BLOCK_N) * max(1, problem.heads // group)
+        sms = problem.target_record().sm_count
+        if programs < MIN_WAVES * sms:
+            return f"{programs} programs (fewer than {MIN_WAVES} an SM)"
+    return None
+
+
+# -- launches ----------------------------------------------------------------------------------
+
+def tensors_problem(q, k, v) -> Optional[str]:
+    """Why the kernel cannot read these (B, H, N, D) tensors, or None: a rank-4 TMA
+    descriptor for each (dO, which the caller does not choose, is copied when it has
+    none)."""
+    from .sm90_fwd import _desc4_problem
+
+    for name, x in (("query", q), ("key", k), ("value", v)):
+        why = _desc4_problem(x)
+        if why:
+            return f"{name}: needs {why}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _dq_layout(rows: int, head_dim: int):
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], gl.float32)
+
+
+def _dq_desc(acc, rows: int):
+    """The TMA descriptor of the fp32 dQ buffer (B, H, Nq, D), contiguous, block (1, 1,
+    rows, D): the reductions' target."""
+    from .sm90_fwd import _descriptor
+
+    B, H, N, D = acc.shape
+    strides = [st if n > 1 else 4 * D for st, n in zip(acc.stride()[:3], acc.shape[:3])] + [1]
+    return _descriptor(acc, dict(shape=list(acc.shape), strides=strides,
+                                 block_shape=[1, 1, rows, D], layout=_dq_layout(rows, D),
+                                 padding="zero"))
+
+
+def _check_mask(mask, packed, n_q: int, n_k: int) -> None:
+    if packed is not None or mask.banded(n_q, n_k) or mask.softcap is not None:
+        raise ConfigError(f"{KERNEL} runs dense batches with no mask or a top-left causal "
+                          "one (use triton-bwd)")
+
+
+def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
+          cfg: Sm90BwdConfig, packed=None) -> dict:
+    """``{name: (function name, grid, positional args, constexpr keywords, launch
+    options)}``: ``bwd_preprocess`` (delta, the portable backward's kernel) and
+    ``sm90-bwd``, which adds dQ into ``acc`` (fp32, zeroed). The one place their argument
+    lists are built: :func:`run` launches them, offline compilation binds them."""
+    from ..launch import LOG2E, triton_cdiv
+    from . import triton_bwd
+    from .base import head_dim_pad
+    from .sm90_fwd import tma_desc4
+
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    _check_mask(mask, packed, Nq, Nk)
+    pre = triton_bwd.TritonBwdConfig().PRE_BLOCK
+    opts = {"num_warps": WARPS, "num_stages": cfg.num_stages, **CODEGEN_OPTIONS}
+    return {
+        "bwd_preprocess": (
+            triton_bwd.FUNCTIONS["bwd_preprocess"], (triton_cdiv(Nq, pre), B * H),
+            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, q),
+            {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D), "BLOCK_M": pre, "VARLEN": False},
+            dict(triton_bwd.PRE_OPTIONS)),
+        KERNEL: (
+            FUNCTION, (triton_cdiv(Nk, cfg.BLOCK_N), B * Hkv),
+            (tma_desc4(q, "query", cfg.BLOCK_M), tma_desc4(k, "key", cfg.BLOCK_N),
+             tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(dout, "grad_out", cfg.BLOCK_M),
+             _dq_desc(acc, cfg.BLOCK_M), lse, delta, dk, dv, *dk.stride()[:3],
+             *dv.stride()[:3], H, Hkv, Nq, Nk, float(scale * LOG2E), float(scale)),
+            {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
+             "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
+             "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0},
+            opts),
+    }
+
+
+#: compiled kernels per geometry, as :data:`.triton_bwd._PLANS`
+_PLANS: dict = {}
+_PLANS_MAX = 256
+
+
+def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90BwdConfig,
+        packed=None) -> None:
+    """Launch the backward on a GPU: delta, the one pass into a zeroed fp32 dQ buffer,
+    then dQ cast into ``dq``. dK and dV need a contiguous last dimension (the kernel
+    stores them row by row); dO without a TMA descriptor is copied."""
+    import torch
+
+    from .. import kernels
+    from ..launch import launch_jit, remembered
+    from . import triton_bwd
+    from .sm90_fwd import _desc4_problem
+
+    if q.device.type != "cuda":
+        raise ConfigError(f"{KERNEL} runs on a GPU only (use triton-bwd)")
+    why = tensors_problem(q, k, v)
+    if why:
+        raise ConfigError(f"{KERNEL}: {why} (use triton-bwd)")
+    if _desc4_problem(dout):
+        dout = dout.contiguous()
+    work = [x if x.stride(-1) == 1 else torch.empty_like(x, memory_format=torch.contiguous_format)
+            for x in (dk, dv)]
+    B, H, Nq, D = q.shape
+    delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
+    acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32)
+    key = triton_bwd.plan_key(dout, q, k, v, out, lse, dq, *work, mask=mask, scale=scale,
+                              cfg=cfg)
+    compiled = remembered(_PLANS, key, lambda: {}, _PLANS_MAX)
+    for name, (fn_name, grid, args, consts, opts) in calls(
+            dout, q, k, v, out, lse, delta, acc, *work, mask=mask, scale=scale,
+            cfg=cfg).items():
+        mod = kernels.load(triton_bwd.MODULE if name == "bwd_preprocess" else MODULE)
+        launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device,
+                   cache=compiled.setdefault(name, {}))
+    dq.copy_(acc)
+    for given, made in zip((dk, dv), work):
+        if given is not made:
+            given.copy_(made)

@@ -1,0 +1,285 @@
+"""FlashAttention backward for Hopper (sm_90), written in Gluon: one pass over each key
+tile, dQ added by the copy engine.
+
+The maths is :mod:`flashscope.kernels.attention_bwd`'s (P recomputed from the saved
+log-sum-exp in base 2, delta = rowsum(dO O) from its preprocess, fp32 accumulators). What
+differs is the work per tile pair. The portable backward runs two passes, dK/dV and then
+dQ, and the dQ pass recomputes S and dP: 7 products a tile pair. Here one program keeps
+a key tile (K, V, dK, dV) and streams the query tiles that see it, doing the 5 products
+once, as FlashAttention-2 and -3 do:
+
+    for each query tile (Q, dO):                  keys of this program: BLOCK_N rows
+        S^T  = K Q^T,   dP^T = V dO^T            (wgmma, async, both issued)
+        P^T  = 2^(S^T c - L)                     (under dP^T's product)
+        dV  += P^T dO                            (wgmma, P^T from registers)
+        dS^T = P^T (dP^T - delta)
+        dK  += dS^T Q                            (wgmma, dS^T from registers)
+        dQ   = dS K                              (wgmma, dS^T through shared memory)
+        dQ  -> a shared-memory slot -> added to an fp32 buffer by one TMA reduction
+
+Each query row takes one dQ addition per key tile, from whichever program gets there
+first: the sum's order, hence dQ's last bits, vary from run to run (the two passes stay
+the deterministic path, :func:`flashscope.families.sm90_bwd.deterministic`).
+
+Warps: a one-warp producer loads K and V once and streams Q and dO tiles through a ring
+of STAGES slots (``q_ready``/``q_empty``); the consumer (the default partition, two
+warpgroups, each 64 of the key rows) runs the loop above; a one-warp reducer takes each
+finished dQ tile from one of DQ_SLOTS shared-memory slots (``dq_full``), adds it into
+the fp32 buffer with ``cp.reduce.async.bulk.tensor`` and hands the slot back once the
+copy engine has read it (``dq_empty``). Without that warp the consumer issued the
+additions itself (per-element fp32 atomics, or a TMA reduction it then waited for) and
+the one pass ran at 0.84-1.13x the two passes; with it, 0.95-1.32x (H200,
+docs/experiments.md).
+
+A GQA group is summed in the program: the query tiles of each of its GROUP heads in turn
+against the one kv head's K and V. Causal masks are top-left (query i sees keys <= i): a
+key tile starts at the query tile holding its first key, and only tiles that cross the
+diagonal are masked. TMA zero-fills rows past N of each head: zero K and V rows give
+dS K = 0 contributions, zero Q and dO rows (with L = +inf) give P = 0; dK and dV rows past
+N_K are not stored, and the dQ buffer's rows past N_Q are clipped by TMA.
+
+Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
+(block (1, 1, rows, D)); Lse, Delta (B, H, Nq) fp32 contiguous (base e and plain); DQ the
+fp32 buffer (B, H, Nq, D), zeroed; DK, DV (B, Hkv, Nk, D), any strides.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait
+
+from flashscope.compat import tma_load, tma_reduce_add
+from flashscope.kernels.sm90_softmax import _p_operand
+
+LOG2E = gl.constexpr(1.4426950408889634)
+
+
+@gluon.jit
+def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
+    """The first query row a key tile's program visits: under a top-left causal mask the
+    query tile that holds the key tile's first key (rows above it see none of its keys)."""
+    if IS_CAUSAL:
+        return (start_n // BLOCK_M) * BLOCK_M
+    return 0
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_ready,
+              q_ready, q_empty, off_b, off_hkv, start_n, lo, N_Q, GROUP,
+              BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+    """K and V once, then Q and dO of every query tile of every head of the group."""
+    mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma_load(k_desc, [off_b, off_hkv, start_n, 0], kv_ready, k_smem)
+    tma_load(v_desc, [off_b, off_hkv, start_n, 0], kv_ready, v_smem)
+    i = 0
+    for g in range(0, GROUP):
+        off_h = off_hkv * GROUP + g
+        for start_m in range(lo, N_Q, BLOCK_M):
+            s = i % STAGES
+            mbarrier.wait(q_empty.index(s), ((i // STAGES) + 1) & 1, pred=i >= STAGES)
+            mbarrier.expect(q_ready.index(s),
+                            q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready.index(s), q_smem.index(s))
+            tma_load(do_desc, [off_b, off_h, start_m, 0], q_ready.index(s), do_smem.index(s))
+            i += 1
+
+
+@gluon.jit
+def _reducer(dq_desc, dq_smem, dq_full, dq_empty, off_b, off_hkv, lo, N_Q, GROUP,
+             BLOCK_M: gl.constexpr, DQ_SLOTS: gl.constexpr):
+    """Each finished dQ tile added into the fp32 buffer by the copy engine; its slot goes
+    back once the engine has read it (the ``.read`` wait), not when the sum lands."""
+    i = 0
+    for g in range(0, GROUP):
+        off_h = off_hkv * GROUP + g
+        for start_m in range(lo, N_Q, BLOCK_M):
+            d = i % DQ_SLOTS
+            mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
+            tma_reduce_add(dq_desc, [off_b, off_h, start_m, 0], dq_smem.index(d))
+            store_wait(0)
+            mbarrier.arrive(dq_empty.index(d), count=1)
+            i += 1
+
+
+@gluon.jit
+def _tile(dk, dv, i, start_m, q_smem, do_smem, k, v, ds_smem, dq_smem, q_ready, q_empty,
+          dq_full, dq_empty, lse_base, delta_base, offs_mc, offs_n, N_Q, qk_scale, scale,
+          s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+          HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr,
+          MASK: gl.constexpr):
+    """One query tile's five products against the key tile; dQ handed to the reducer.
+    MASK: the tile crosses the causal diagonal."""
+    dtype: gl.constexpr = q_smem.dtype
+    s = i % STAGES
+    d = i % DQ_SLOTS
+    offs_m = start_m + offs_mc
+    m_ok = offs_m < N_Q
+    lse2 = gl.load(lse_base + offs_m, mask=m_ok, other=float("inf")) * LOG2E
+    delta = gl.load(delta_base + offs_m, mask=m_ok, other=0.0)
+    mbarrier.wait(q_ready.index(s), (i // STAGES) & 1)
+    q = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
+    do = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
+    st = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    dpt = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    st = warpgroup_mma_wait(1, deps=(st,))
+    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+    if MASK:
+        pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
+    dv = warpgroup_mma(_p_operand(pt, dtype, a_layout), do, dv, is_async=True)
+    dpt = warpgroup_mma_wait(1, deps=(dpt,))
+    dst = pt * (dpt - gl.expand_dims(delta, 0))
+    # the previous tile's dQ product read ds_smem; it was waited for below
+    ds_smem.store(dst.to(dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    dq = warpgroup_mma(ds_smem.permute((1, 0)), k, dq_zero, use_acc=False, is_async=True)
+    dk = warpgroup_mma(_p_operand(dst, dtype, a_layout), q, dk, is_async=True)
+    dq = warpgroup_mma_wait(1, deps=(dq,))
+    mbarrier.wait(dq_empty.index(d), ((i // DQ_SLOTS) + 1) & 1, pred=i >= DQ_SLOTS)
+    dq_smem.index(d).reshape([BLOCK_M, HEAD_DIM]).store(dq * scale)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(dq_full.index(d), count=1)
+    dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+    mbarrier.arrive(q_empty.index(s), count=1)
+    return dk, dv, i + 1
+
+
+@gluon.jit
+def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ready, q_ready, q_empty,
+              dq_full, dq_empty, Lse, Delta, DK, DV, stride_dkb, stride_dkh, stride_dkn,
+              stride_dvb, stride_dvh, stride_dvn, off_b, off_hkv, start_n, lo,
+              H, GROUP, N_Q, N_K, qk_scale, scale,
+              HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_SLOTS: gl.constexpr):
+    """The five products of every query tile against this key tile (:func:`_tile`); dK
+    and dV stored at the end. Under a causal mask the tiles that cross the diagonal
+    (those above start_n + BLOCK_N) run masked, in a loop of their own; without one,
+    ``whole`` = lo and that loop is empty."""
+    W: gl.constexpr = gl.num_warps()
+    dtype: gl.constexpr = k_smem.dtype
+    # S^T and dP^T: [BLOCK_N, BLOCK_M], a warpgroup per 64 key rows; dK, dV: [BLOCK_N, D]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, BLOCK_M, 16])
+    kv_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, HEAD_DIM, 16])
+    # dQ: [BLOCK_M, D], the warpgroups side by side along D
+    WM: gl.constexpr = BLOCK_M // 16 if BLOCK_M // 16 < W else W
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[WM, W // WM],
+        instr_shape=[16, HEAD_DIM // (W // WM), 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+
+    dk = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)
+    dv = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)
+    s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
+    dq_zero = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
+    offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
+    offs_mc = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+
+    mbarrier.wait(kv_ready, 0)
+    k = k_smem.reshape([BLOCK_N, HEAD_DIM])
+    v = v_smem.reshape([BLOCK_N, HEAD_DIM])
+    whole = lo
+    if IS_CAUSAL:
+        whole = gl.minimum(start_n + BLOCK_N, N_Q)
+    i = 0
+    for g in range(0, GROUP):
+        bh = off_b * H + off_hkv * GROUP + g
+        lse_base = Lse + bh * N_Q
+        delta_base = Delta + bh * N_Q
+        # the tiles that cross the diagonal, masked, then the whole ones: one loop body
+        # each, so the whole tiles' carries no mask (13 spilled registers fewer in sm_90's
+        # loop, 1.02-1.05x the GPU time of one loop masking where start_m < start_n +
+        # BLOCK_N, H200)
+        for start_m in range(lo, whole, BLOCK_M):
+            dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, k, v, ds_smem, dq_smem,
+                              q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base,
+                              offs_mc, offs_n, N_Q, qk_scale, scale, s_zero, dq_zero,
+                              a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL)
+        for start_m in range(whole, N_Q, BLOCK_M):
+            dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, k, v, ds_smem, dq_smem,
+                              q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base,
+                              offs_mc, offs_n, N_Q, qk_scale, scale, s_zero, dq_zero,
+                              a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False)
+
+    kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
+    kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
+    kmask = gl.expand_dims(kr < N_K, 1)
+    ob = off_b.to(gl.int64)
+    oh = off_hkv.to(gl.int64)
+    kr64 = gl.expand_dims(kr.to(gl.int64), 1)
+    gl.store(DK + ob * stride_dkb + oh * stride_dkh + kr64 * stride_dkn + kc[None, :],
+             (dk * scale).to(dtype), mask=kmask)
+    gl.store(DV + ob * stride_dvb + oh * stride_dvh + kr64 * stride_dvn + kc[None, :],
+             dv.to(dtype), mask=kmask)
+
+
+@gluon.jit
+def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV,
+                   stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
+                   H, HKV, N_Q, N_K, qk_scale, scale,
+                   HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                   WORKER_REGS: gl.constexpr, SECTION: gl.constexpr):
+    """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
+    one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
+
+    SECTION = 0: program (n, bh) takes key tile n of bh, so programs start head by head.
+    SECTION = S: the programs are ordered in sections of S (batch, kv head) pairs, key
+    tile by key tile within a section, so under a causal mask (where key tile n's program
+    visits the query tiles from n on) a section's longest programs start first and the
+    shortest fill the last wave."""
+    if SECTION > 0:
+        T = gl.num_programs(0)
+        BHN = gl.num_programs(1)
+        pid = gl.program_id(1) * T + gl.program_id(0)
+        sec = pid // (SECTION * T)
+        r = pid - sec * SECTION * T
+        width = gl.minimum(BHN - sec * SECTION, SECTION)
+        pid_n = r // width
+        pid_bh = sec * SECTION + r % width
+    else:
+        pid_n = gl.program_id(0)
+        pid_bh = gl.program_id(1)
+    off_b = pid_bh // HKV
+    off_hkv = pid_bh % HKV
+    GROUP = H // HKV
+    start_n = pid_n * BLOCK_N
+    lo = _first_query(start_n, IS_CAUSAL, BLOCK_M)
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM],
+                                        do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+    ds_smem = gl.allocate_shared_memory(
+        dtype, [BLOCK_N, BLOCK_M], gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M],
+                                                                         dtype))
+    dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_SLOTS, 1, 1, BLOCK_M, HEAD_DIM],
+                                        dq_desc.layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    dq_full = gl.allocate_shared_memory(gl.int64, [DQ_SLOTS, 1], mbarrier.MBarrierLayout())
+    dq_empty = gl.allocate_shared_memory(gl.int64, [DQ_SLOTS, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
+    for i in gl.static_range(DQ_SLOTS):
+        mbarrier.init(dq_full.index(i), count=1)
+        mbarrier.init(dq_empty.index(i), count=1)
+    gl.warp_specialize(
+        [(_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ready, q_ready,
+                      q_empty, dq_full, dq_empty, Lse, Delta, DK, DV, stride_dkb, stride_dkh,
+                      stride_dkn, stride_dvb, stride_dvh, stride_dvn, off_b, off_hkv,
+                      start_n, lo, H, GROUP, N_Q, N_K, qk_scale, scale,
+                      HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS)),
+         (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem,
+                      kv_ready, q_ready, q_empty, off_b, off_hkv, start_n, lo, N_Q, GROUP,
+                      BLOCK_M, STAGES)),
+         (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, off_b, off_hkv, lo, N_Q, GROUP,
+                     BLOCK_M, DQ_SLOTS))],
+        [1, 1], [WORKER_REGS, WORKER_REGS])
