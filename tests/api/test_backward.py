@@ -563,7 +563,7 @@ def test_sm90_bwd_builds_offline(head_dim, causal):
     from flashscope.isa import inspect_config
 
     rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=head_dim,
-                         causal=causal, problem=(2, 8, 2, 300, 700))
+                         causal=causal, problem=(2, 8, 2, 300 + (head_dim == 64), 700))
     assert rec.threads == 384
     assert rec.wgmma_serialized == 0
     assert {"HGMMA", "UTMALDG", "UTMAREDG"} <= set(rec.opcodes)
@@ -583,6 +583,17 @@ def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
     kw = {"target": "sm90", "head_dim": 128, "causal": True, **extra}
     with pytest.raises(error, match=pattern):
         build(Sm90BwdConfig(), kw.pop("target"), kernel="sm90-bwd", **kw)
+
+
+def test_sm90_bwd_rows_by_tma_where_aligned():
+    """The log-sum-exp and delta come by TMA only where each tile's first row is 16-byte
+    aligned in the flattened vectors (a misaligned rank-1 copy stopped the GPU with an
+    illegal instruction); else the consumer loads them."""
+    from flashscope.variants import sm90_bwd_call
+
+    for n_q, by_tma in ((300, True), (2048, True), (513, False), (1, False), (129, False)):
+        _, consts = sm90_bwd_call(Sm90BwdConfig(), (1, 8, 8, n_q, 700), 128, "bfloat16", True)
+        assert consts["ROWS_TMA"] is by_tma, n_q
 
 
 @pytest.mark.parametrize("changes,pattern", [
@@ -605,14 +616,16 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(n=1024, heads=256), "sm90-bwd"),           # 16 query tiles a program
     (_problem(n=2048, heads=16), "sm90-bwd"),            # 256 programs, 1.9 an SM
     (_problem(n=1024, heads=16), "triton-bwd"),          # 128 programs
-    (_problem(n=1024, heads=256, causal=True), "triton-bwd"),  # 8 causal tiles a program
+    (_problem(n=1024, heads=256, causal=True), "sm90-bwd"),    # 8 causal tiles a program
+    (_problem(n=512, heads=512, causal=True), "triton-bwd"),   # 4
     (_problem(n=2048, heads=128, causal=True), "sm90-bwd"),
     (_problem(heads=64, group=4, causal=True), "sm90-bwd"),    # 512 programs, 3.9 an SM
     (_problem(heads=8, group=4, causal=True), "triton-bwd"),   # 64 programs
     (_problem(n=8192, heads=64, group=4, causal=True), "sm90-bwd"),
     (_problem(heads=32, group=16), "triton-bwd"),        # MQA: 64 programs
     (_problem(heads=0), "sm90-bwd"),                     # heads unknown (offline)
-    (_problem(d=64), "triton-bwd"),
+    (_problem(d=64), "sm90-bwd"),                        # 64 tiles a program
+    (_problem(d=64, n=1024, heads=256), "triton-bwd"),   # 16 at D = 64
     (_problem(d=96), "triton-bwd"),
     (_problem(window=True), "triton-bwd"),
     (_problem(softcap=True), "triton-bwd"),

@@ -61,13 +61,15 @@ Config = Sm90BwdConfig
 
 
 def min_shared_bytes(cfg: Sm90BwdConfig, head_dim: int, dtype: str = "bfloat16") -> int:
-    """The kernel's shared memory but the allocator's alignment: the Q and dO ring, K and
-    V, the dS^T tile, the fp32 dQ slots and 8 bytes an mbarrier."""
+    """The kernel's shared memory but the allocator's alignment: the Q and dO ring with
+    its rows' log-sum-exp and delta, K and V, the dS^T tile, the fp32 dQ slots and 8 bytes
+    an mbarrier."""
     elt = DTYPE_BYTES[dtype]
     tiles = (2 * cfg.num_stages * cfg.BLOCK_M + 2 * cfg.BLOCK_N) * head_dim * elt
+    rows = 2 * cfg.num_stages * cfg.BLOCK_M * 4
     barriers = 1 + 2 * cfg.num_stages + 2 * cfg.DQ_SLOTS
-    return (tiles + cfg.BLOCK_N * cfg.BLOCK_M * elt + cfg.DQ_SLOTS * cfg.BLOCK_M * head_dim * 4
-            + 8 * barriers)
+    return (tiles + rows + cfg.BLOCK_N * cfg.BLOCK_M * elt
+            + cfg.DQ_SLOTS * cfg.BLOCK_M * head_dim * 4 + 8 * barriers)
 
 
 def _target(cfg, ctx):
@@ -119,17 +121,18 @@ def accepts(problem: Problem) -> Optional[str]:
 
 def select(problem: Problem) -> Sm90BwdConfig:
     """The default for a problem the family accepts: 64 x 128 tiles, a 2-stage ring, two
-    dQ slots (213 KB of shared memory at D = 128: one program an SM)."""
+    dQ slots (214 KB of shared memory at D = 128: one program an SM)."""
     return Sm90BwdConfig()
 
 
 # -- the rule against the two passes --------------------------------------------------------
 
-#: Mean query tiles (BLOCK_M rows) a program should visit: below, its prologue (K and V)
-#: and epilogue (dK and dV) are a large share of its time. GPU time against the two
-#: passes (H200, bf16, D = 128): 16 tiles a program (B = 16, 1k keys, non-causal) 1.05-
-#: 1.07x, 8 (the same causal) 0.94-0.97x, 16 (B = 8, 2k, causal) 1.06-1.08x.
-MIN_TILES = 16
+#: Mean query tiles (BLOCK_M rows) a program should visit, by head dim: below, its
+#: prologue (K and V) and epilogue (dK and dV) weigh more than the two passes' second
+#: read of the products. GPU time against the two passes (H200, bf16): D = 128, 8 tiles
+#: a program (B = 16, 1k keys, causal) 1.04x, 16 (the same non-causal) 1.15x; D = 64,
+#: 8 and 16 tiles (4 x 32 heads, 1k) 0.88x and 0.94x, 32 and 64 (4k) 1.08x and 1.05x.
+MIN_TILES = {64: 32, 128: 8}
 #: Programs per SM the grid should reach (one program an SM fits): 256 programs (1.9 an
 #: SM) ran 1.07x (B = 1, 16 heads, 2k) and 1.21x (GQA 32/8, 4k), causal in sections
 #: (:data:`CAUSAL_SECTION`) 1.13x (GQA 32/8, 4k); 64 (MQA, B = 2, 4k) 0.63x.
@@ -138,20 +141,18 @@ MIN_WAVES = 1
 
 def prefers(problem: Problem) -> Optional[str]:
     """Why the two passes run ``problem`` by default, or None where this family does.
-    Pure: the problem's sizes and the target's SM count. At D = 64 the one pass measured
-    0.94-1.02x the two (H200), so it runs D = 128 only."""
+    Pure: the problem's sizes and the target's SM count."""
     why = accepts(problem)
     if why:
         return why
     if problem.deterministic:
         return "deterministic algorithms are on (dQ's sum order varies)"
-    if problem.head_dim != 128:
-        return f"head dim {problem.head_dim} (the two passes are as fast)"
     cfg = select(problem)
+    least = MIN_TILES[problem.head_dim]
     group = max(1, problem.group)
     tiles = group * -(-problem.n_q // cfg.BLOCK_M) * (0.5 if problem.causal else 1.0)
-    if tiles < MIN_TILES:
-        return f"{tiles:g} query tiles a program (fewer than {MIN_TILES})"
+    if tiles < least:
+        return f"{tiles:g} query tiles a program (fewer than {least} at D = {problem.head_dim})"
     if problem.heads:
         programs = -(-problem.n_k // cfg.BLOCK_N) * max(1, problem.heads // group)
         sms = problem.target_record().sm_count
@@ -194,6 +195,33 @@ def _dq_desc(acc, rows: int):
                                  padding="zero"))
 
 
+@functools.lru_cache(maxsize=None)
+def _row_layout():
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+
+
+def rows_by_tma(n_q: int) -> bool:
+    """Whether the producer brings each query tile's log-sum-exp and delta by TMA (the
+    consumer then reads them from shared memory, with 16-24 registers fewer live in its
+    loop: 1.06-1.15x the GPU time of loading them itself, H200, D = 128, 1k-16k keys):
+    where every tile's first row is 16-byte aligned in the flattened (B, H, Nq) vectors,
+    which TMA needs of a rank-1 copy's start, so Nq a multiple of 4."""
+    return n_q % 4 == 0
+
+
+def _rows_desc(x, rows: int):
+    """A rank-1 TMA descriptor over contiguous fp32 ``x`` (B, H, Nq) flattened, block
+    ``rows``: the consumer's log-sum-exp and delta for one query tile (rows past a head's
+    end read the next head's, whose Q and dO rows are zero-filled: they add nothing)."""
+    from .sm90_fwd import _descriptor
+
+    n = x.numel()
+    return _descriptor(x, dict(shape=[n], strides=[1], block_shape=[rows],
+                               layout=_row_layout(), padding="zero"))
+
+
 def _check_mask(mask, packed, n_q: int, n_k: int) -> None:
     if packed is not None or mask.banded(n_q, n_k) or mask.softcap is not None:
         raise ConfigError(f"{KERNEL} runs dense batches with no mask or a top-left causal "
@@ -226,11 +254,13 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
             FUNCTION, (triton_cdiv(Nk, cfg.BLOCK_N), B * Hkv),
             (tma_desc4(q, "query", cfg.BLOCK_M), tma_desc4(k, "key", cfg.BLOCK_N),
              tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(dout, "grad_out", cfg.BLOCK_M),
-             _dq_desc(acc, cfg.BLOCK_M), lse, delta, dk, dv, *dk.stride()[:3],
+             _dq_desc(acc, cfg.BLOCK_M), _rows_desc(lse, cfg.BLOCK_M),
+             _rows_desc(delta, cfg.BLOCK_M), lse, delta, dk, dv, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, float(scale * LOG2E), float(scale)),
             {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
-             "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0},
+             "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
+             "ROWS_TMA": rows_by_tma(Nq)},
             opts),
     }
 
@@ -259,6 +289,8 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
         raise ConfigError(f"{KERNEL}: {why} (use triton-bwd)")
     if _desc4_problem(dout):
         dout = dout.contiguous()
+    if lse.data_ptr() % 16:  # the log-sum-exp's rank-1 descriptor needs an aligned base
+        lse = lse.clone()
     work = [x if x.stride(-1) == 1 else torch.empty_like(x, memory_format=torch.contiguous_format)
             for x in (dk, dv)]
     B, H, Nq, D = q.shape

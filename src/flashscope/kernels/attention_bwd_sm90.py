@@ -38,9 +38,16 @@ diagonal are masked. TMA zero-fills rows past N of each head: zero K and V rows 
 dS K = 0 contributions, zero Q and dO rows (with L = +inf) give P = 0; dK and dV rows past
 N_K are not stored, and the dQ buffer's rows past N_Q are clipped by TMA.
 
+With ROWS_TMA the producer also brings each query tile's log-sum-exp and delta into
+the ring slot (rank-1 TMA copies over the flattened (B, H, Nq) vectors), so the consumer
+reads them from shared memory and keeps no row offsets live across its loop (sm_90 at
+D = 128 causal: 10 spilled registers against 49); without it (Nq not a multiple of 4,
+where a copy's start would not be 16-byte aligned) the consumer loads them.
+
 Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
-(block (1, 1, rows, D)); Lse, Delta (B, H, Nq) fp32 contiguous (base e and plain); DQ the
-fp32 buffer (B, H, Nq, D), zeroed; DK, DV (B, Hkv, Nk, D), any strides.
+(block (1, 1, rows, D)); Lse, Delta (B, H, Nq) fp32 contiguous (base e and plain), also
+through rank-1 descriptors (block rows); DQ the fp32 buffer (B, H, Nq, D), zeroed; DK, DV
+(B, Hkv, Nk, D), any strides.
 """
 
 from triton.experimental import gluon
@@ -65,9 +72,10 @@ def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_ready,
-              q_ready, q_empty, off_b, off_hkv, start_n, lo, N_Q, GROUP,
-              BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem, k_smem,
+              v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, off_b, off_hkv, start_n,
+              lo, H, N_Q, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+              ROWS_TMA: gl.constexpr):
     """K and V once, then Q and dO of every query tile of every head of the group."""
     mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma_load(k_desc, [off_b, off_hkv, start_n, 0], kv_ready, k_smem)
@@ -78,8 +86,16 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, 
         for start_m in range(lo, N_Q, BLOCK_M):
             s = i % STAGES
             mbarrier.wait(q_empty.index(s), ((i // STAGES) + 1) & 1, pred=i >= STAGES)
-            mbarrier.expect(q_ready.index(s),
-                            q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            if ROWS_TMA:
+                mbarrier.expect(q_ready.index(s),
+                                q_desc.block_type.nbytes + do_desc.block_type.nbytes
+                                + lse_desc.block_type.nbytes + dl_desc.block_type.nbytes)
+                row = (off_b * H + off_h) * N_Q + start_m
+                tma_load(lse_desc, [row], q_ready.index(s), lse_smem.index(s))
+                tma_load(dl_desc, [row], q_ready.index(s), dl_smem.index(s))
+            else:
+                mbarrier.expect(q_ready.index(s),
+                                q_desc.block_type.nbytes + do_desc.block_type.nbytes)
             tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready.index(s), q_smem.index(s))
             tma_load(do_desc, [off_b, off_h, start_m, 0], q_ready.index(s), do_smem.index(s))
             i += 1
@@ -103,21 +119,26 @@ def _reducer(dq_desc, dq_smem, dq_full, dq_empty, off_b, off_hkv, lo, N_Q, GROUP
 
 
 @gluon.jit
-def _tile(dk, dv, i, start_m, q_smem, do_smem, k, v, ds_smem, dq_smem, q_ready, q_empty,
-          dq_full, dq_empty, lse_base, delta_base, offs_mc, offs_n, N_Q, qk_scale, scale,
-          s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq_smem,
+          q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base, offs_n, N_Q, qk_scale,
+          scale, s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr,
-          MASK: gl.constexpr):
+          MASK: gl.constexpr, ROWS_TMA: gl.constexpr):
     """One query tile's five products against the key tile; dQ handed to the reducer.
     MASK: the tile crosses the causal diagonal."""
     dtype: gl.constexpr = q_smem.dtype
     s = i % STAGES
     d = i % DQ_SLOTS
-    offs_m = start_m + offs_mc
-    m_ok = offs_m < N_Q
-    lse2 = gl.load(lse_base + offs_m, mask=m_ok, other=float("inf")) * LOG2E
-    delta = gl.load(delta_base + offs_m, mask=m_ok, other=0.0)
+    col: gl.constexpr = gl.SliceLayout(0, s_zero.type.layout)
+    if not ROWS_TMA:
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=col)
+        m_ok = offs_m < N_Q
+        lse2 = gl.load(lse_base + offs_m, mask=m_ok, other=float("inf")) * LOG2E
+        delta = gl.load(delta_base + offs_m, mask=m_ok, other=0.0)
     mbarrier.wait(q_ready.index(s), (i // STAGES) & 1)
+    if ROWS_TMA:
+        lse2 = lse_smem.index(s).load(col) * LOG2E
+        delta = dl_smem.index(s).load(col)
     q = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     st = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -125,6 +146,7 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, k, v, ds_smem, dq_smem, q_ready, 
     st = warpgroup_mma_wait(1, deps=(st,))
     pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
     if MASK:
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=col)
         pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
     dv = warpgroup_mma(_p_operand(pt, dtype, a_layout), do, dv, is_async=True)
     dpt = warpgroup_mma_wait(1, deps=(dpt,))
@@ -147,12 +169,14 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, k, v, ds_smem, dq_smem, q_ready, 
 
 
 @gluon.jit
-def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ready, q_ready, q_empty,
+def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_smem, kv_ready,
+              q_ready, q_empty,
               dq_full, dq_empty, Lse, Delta, DK, DV, stride_dkb, stride_dkh, stride_dkn,
               stride_dvb, stride_dvh, stride_dvn, off_b, off_hkv, start_n, lo,
               H, GROUP, N_Q, N_K, qk_scale, scale,
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_SLOTS: gl.constexpr):
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_SLOTS: gl.constexpr,
+              ROWS_TMA: gl.constexpr):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV stored at the end. Under a causal mask the tiles that cross the diagonal
     (those above start_n + BLOCK_N) run masked, in a loop of their own; without one,
@@ -176,7 +200,6 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ready, q_rea
     s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
     dq_zero = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
-    offs_mc = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
 
     mbarrier.wait(kv_ready, 0)
     k = k_smem.reshape([BLOCK_N, HEAD_DIM])
@@ -194,15 +217,16 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ready, q_rea
         # loop, 1.02-1.05x the GPU time of one loop masking where start_m < start_n +
         # BLOCK_N, H200)
         for start_m in range(lo, whole, BLOCK_M):
-            dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, k, v, ds_smem, dq_smem,
-                              q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base,
-                              offs_mc, offs_n, N_Q, qk_scale, scale, s_zero, dq_zero,
-                              a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL)
+            dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                              ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
+                              delta_base, offs_n, N_Q, qk_scale, scale, s_zero, dq_zero,
+                              a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL,
+                              ROWS_TMA)
         for start_m in range(whole, N_Q, BLOCK_M):
-            dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, k, v, ds_smem, dq_smem,
-                              q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base,
-                              offs_mc, offs_n, N_Q, qk_scale, scale, s_zero, dq_zero,
-                              a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False)
+            dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                              ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
+                              delta_base, offs_n, N_Q, qk_scale, scale, s_zero, dq_zero,
+                              a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False, ROWS_TMA)
 
     kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
     kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
@@ -217,12 +241,14 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ready, q_rea
 
 
 @gluon.jit
-def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV,
+def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, Lse, Delta,
+                   DK, DV,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
                    H, HKV, N_Q, N_K, qk_scale, scale,
                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                   WORKER_REGS: gl.constexpr, SECTION: gl.constexpr):
+                   WORKER_REGS: gl.constexpr, SECTION: gl.constexpr,
+                   ROWS_TMA: gl.constexpr):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
 
@@ -259,6 +285,8 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV,
                                                                          dtype))
     dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_SLOTS, 1, 1, BLOCK_M, HEAD_DIM],
                                         dq_desc.layout)
+    lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], lse_desc.layout)
+    dl_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], dl_desc.layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -272,14 +300,15 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV,
         mbarrier.init(dq_full.index(i), count=1)
         mbarrier.init(dq_empty.index(i), count=1)
     gl.warp_specialize(
-        [(_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ready, q_ready,
-                      q_empty, dq_full, dq_empty, Lse, Delta, DK, DV, stride_dkb, stride_dkh,
+        [(_consumer, (q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_smem,
+                      kv_ready, q_ready, q_empty, dq_full, dq_empty, Lse, Delta, DK, DV,
+                      stride_dkb, stride_dkh,
                       stride_dkn, stride_dvb, stride_dvh, stride_dvn, off_b, off_hkv,
                       start_n, lo, H, GROUP, N_Q, N_K, qk_scale, scale,
-                      HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS)),
-         (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem,
-                      kv_ready, q_ready, q_empty, off_b, off_hkv, start_n, lo, N_Q, GROUP,
-                      BLOCK_M, STAGES)),
+                      HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA)),
+         (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
+                      k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, off_b,
+                      off_hkv, start_n, lo, H, N_Q, GROUP, BLOCK_M, STAGES, ROWS_TMA)),
          (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, off_b, off_hkv, lo, N_Q, GROUP,
                      BLOCK_M, DQ_SLOTS))],
         [1, 1], [WORKER_REGS, WORKER_REGS])
