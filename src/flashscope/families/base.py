@@ -247,6 +247,22 @@ def check_rules(cfg, rules, target, head_dim: int, dtype: str):
     return cfg
 
 
+def not_sm90(t) -> Optional[str]:
+    """Why target record ``t`` cannot run a Hopper kernel (wgmma, TMA, setmaxnreg), or
+    None."""
+    if t.vendor != "nvidia" or t.cc // 10 != 9:
+        return f"{t.name} is not sm_90"
+    return None
+
+
+def sm90_only(kernel: str, portable: str) -> Rule:
+    """A rule: ``kernel`` builds for sm_90 only; elsewhere ``portable`` runs."""
+    def test(cfg, ctx):
+        why = not_sm90(ctx.target)
+        return f"{kernel} is the sm_90 (Hopper) kernel; {why} (use {portable})" if why else None
+    return Rule("target", "the kernel uses wgmma, TMA and setmaxnreg", test)
+
+
 def allowed(knob: str, values: tuple, why: str) -> Rule:
     """A rule: ``knob`` takes one of ``values``."""
     def test(cfg, ctx):

@@ -16,7 +16,8 @@ from typing import ClassVar, Optional
 
 from ..compat import CODEGEN_OPTIONS
 from ..errors import ConfigError
-from .base import DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, shared_memory
+from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, not_sm90,
+                   shared_memory, sm90_only)
 
 KERNEL = "sm90-bwd"
 MODULE, FUNCTION = "attention_bwd_sm90", "_attn_bwd_sm90"
@@ -72,13 +73,6 @@ def min_shared_bytes(cfg: Sm90BwdConfig, head_dim: int, dtype: str = "bfloat16")
             + cfg.DQ_SLOTS * cfg.BLOCK_M * head_dim * 4 + 8 * barriers)
 
 
-def _target(cfg, ctx):
-    t = ctx.target
-    if t.vendor != "nvidia" or t.cc // 10 != 9:
-        return f"{KERNEL} is the sm_90 (Hopper) kernel; {t.name} is not sm_90 (use triton-bwd)"
-    return None
-
-
 def _head_dim(cfg, ctx):
     if ctx.head_dim not in HEAD_DIMS:
         return (f"{KERNEL} takes head dims {' and '.join(map(str, HEAD_DIMS))}, got "
@@ -87,7 +81,7 @@ def _head_dim(cfg, ctx):
 
 
 RULES = (
-    Rule("target", "the kernel uses wgmma, TMA and setmaxnreg", _target),
+    sm90_only(KERNEL, "triton-bwd"),
     Rule("head dim", "the kernel is built for these head dims", _head_dim),
     allowed("BLOCK_M", (64, 128), "query rows of a streamed tile"),
     allowed("BLOCK_N", (128,), "two consumer warpgroups of 64 key rows"),
@@ -109,9 +103,9 @@ def check(cfg: Sm90BwdConfig, target="sm90", head_dim: int = 128,
 
 def accepts(problem: Problem) -> Optional[str]:
     """Why this family cannot run ``problem``, or None. Pure: no tensor is read."""
-    t = problem.target_record()
-    if t.vendor != "nvidia" or t.cc // 10 != 9:
-        return f"{t.name} is not sm_90"
+    why = not_sm90(problem.target_record())
+    if why:
+        return why
     if problem.head_dim not in HEAD_DIMS:
         return f"head dim {problem.head_dim} (the kernel takes {HEAD_DIMS})"
     if problem.window or problem.softcap or problem.varlen:

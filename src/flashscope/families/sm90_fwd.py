@@ -23,7 +23,7 @@ from typing import ClassVar, NamedTuple, Optional
 from ..compat import CODEGEN_OPTIONS
 from ..errors import ConfigError
 from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, head_dim_pad,
-                   head_parts, shared_memory)
+                   head_parts, not_sm90, shared_memory, sm90_only)
 
 KERNEL = "sm90-fwd"
 MODULE, FUNCTION = "attention_fwd_sm90", "_attn_fwd_sm90"
@@ -131,13 +131,6 @@ def min_shared_bytes(cfg: Sm90FwdConfig, head_dim: int, dtype: str = "bfloat16")
     return rows * head_width(head_dim) * DTYPE_BYTES[dtype] + 16 * cfg.BLOCK_M + 8 * barriers
 
 
-def _target(cfg, ctx):
-    t = ctx.target
-    if t.vendor != "nvidia" or t.cc // 10 != 9:
-        return f"{KERNEL} is the sm_90 (Hopper) kernel; {t.name} is not sm_90 (use triton-fwd)"
-    return None
-
-
 def _head_dim(cfg, ctx):
     if not head_dim_ok(ctx.head_dim):
         return (f"{KERNEL} takes head dims {MIN_HEAD_DIM}..{MAX_HEAD_DIM}, got "
@@ -153,7 +146,7 @@ def _pingpong(cfg, ctx):
 
 
 RULES = (
-    Rule("target", "the kernel uses wgmma, TMA and setmaxnreg", _target),
+    sm90_only(KERNEL, "triton-fwd"),
     Rule("head dim", "the kernel is built for these head dims", _head_dim),
     allowed("BLOCK_M", (64, 128, 192), "one consumer warpgroup per 64 query rows"),
     allowed("BLOCK_N", (64, 128), "the wgmma N of the score tile"),
@@ -213,9 +206,9 @@ def check(cfg: Sm90FwdConfig, target="sm90", head_dim: int = 128,
 
 def accepts(problem: Problem) -> Optional[str]:
     """Why this family cannot run ``problem``, or None. Pure: no tensor is read."""
-    t = problem.target_record()
-    if t.vendor != "nvidia" or t.cc // 10 != 9:
-        return f"{t.name} is not sm_90"
+    why = not_sm90(problem.target_record())
+    if why:
+        return why
     if not head_dim_ok(problem.head_dim):
         return f"head dim {problem.head_dim} (the kernel takes {MIN_HEAD_DIM}..{MAX_HEAD_DIM})"
     return None
