@@ -10,7 +10,8 @@ the releases differ, never by testing a version itself:
   ``async_store``, and 3.9 keeps only those (the old names raise). Gluon's TMA
   reduction (``tma_reduce_add``, ``cp.reduce.async.bulk.tensor ... add``): 3.6 has the
   builder's ``create_async_tma_reduce`` but no function over it (wrapped here as a
-  builtin); 3.9 names it ``async_atomic_add``.
+  builtin); 3.9 names it ``async_atomic_add``. A barrier across a partition's warps
+  (``cta_barrier``): ``gl.thread_barrier`` in 3.6, ``gl.barrier`` in 3.9.
 - The keywords ``JITFunction.run`` adds before it binds a call (:func:`run_keywords`):
   ``debug`` and ``instrumentation_mode`` everywhere, ``fpsan_homomorphic_casts`` from 3.9.
   An offline build binds with the same ones, or its options would not be a launch's.
@@ -81,6 +82,10 @@ def __getattr__(name):
         return _aggregate
     if name == "tma_reduce_add":
         return _tma_reduce_add()
+    if name == "cta_barrier":
+        from triton.experimental.gluon import language as gl
+
+        return getattr(gl, "barrier", None) or gl.thread_barrier
     if name in ("tma_load", "tma_store"):
         from triton.experimental.gluon.language.nvidia.hopper import tma
 

@@ -56,7 +56,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait
 
-from flashscope.compat import tma_load, tma_reduce_add
+from flashscope.compat import cta_barrier, tma_load, tma_reduce_add
 from flashscope.kernels.sm90_softmax import _p_operand
 
 LOG2E = gl.constexpr(1.4426950408889634)
@@ -154,14 +154,14 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
     # the previous tile's dQ product read ds_smem; it was waited for below
     ds_smem.store(dst.to(dtype))
     fence_async_shared()
-    gl.thread_barrier()
+    cta_barrier()
     dq = warpgroup_mma(ds_smem.permute((1, 0)), k, dq_zero, use_acc=False, is_async=True)
     dk = warpgroup_mma(_p_operand(dst, dtype, a_layout), q, dk, is_async=True)
     dq = warpgroup_mma_wait(1, deps=(dq,))
     mbarrier.wait(dq_empty.index(d), ((i // DQ_SLOTS) + 1) & 1, pred=i >= DQ_SLOTS)
     dq_smem.index(d).reshape([BLOCK_M, HEAD_DIM]).store(dq * scale)
     fence_async_shared()
-    gl.thread_barrier()
+    cta_barrier()
     mbarrier.arrive(dq_full.index(d), count=1)
     dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
     mbarrier.arrive(q_empty.index(s), count=1)
