@@ -215,7 +215,7 @@ def _backward_config(q, k, v, mask: Mask) -> Knobs:
     PyTorch's deterministic setting (``torch.use_deterministic_algorithms``: the Hopper
     one pass sums dQ in a varying order, so it gives way to the two passes), the one pass
     giving way to the two off a GPU and on tensors it cannot read (no TMA descriptor)."""
-    from .families import default_backward, sm90_bwd
+    from .families import default_backward, sm90_bwd, triton_bwd
 
     target = device_target(q.device)
     exact = torch.are_deterministic_algorithms_enabled()
@@ -224,8 +224,8 @@ def _backward_config(q, k, v, mask: Mask) -> Knobs:
         problem = dataclasses.replace(problem_of(q, k, mask, target), deterministic=exact)
         cfg = default_backward(problem)
         if cfg.KERNEL == sm90_bwd.KERNEL and (target is None or
-                                              sm90_bwd.tensors_problem(q, k, v)):
-            cfg = default_backward(dataclasses.replace(problem, deterministic=True))
+                                              sm90_fwd.tensors_problem(q, k, v)):
+            cfg = triton_bwd.select(problem)
         return cfg
     return launch.remembered(
         _BACKWARD, (target, launch.geometry_key(q, k, v), mask, exact), choose, _DEFAULTS_MAX)

@@ -157,38 +157,6 @@ def prefers(problem: Problem) -> Optional[str]:
 
 # -- launches ----------------------------------------------------------------------------------
 
-def tensors_problem(q, k, v) -> Optional[str]:
-    """Why the kernel cannot read these (B, H, N, D) tensors, or None: a rank-4 TMA
-    descriptor for each (dO, which the caller does not choose, is copied when it has
-    none)."""
-    from .sm90_fwd import _desc4_problem
-
-    for name, x in (("query", q), ("key", k), ("value", v)):
-        why = _desc4_problem(x)
-        if why:
-            return f"{name}: needs {why}"
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _dq_layout(rows: int, head_dim: int):
-    from triton.experimental.gluon import language as gl
-
-    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], gl.float32)
-
-
-def _dq_desc(acc, rows: int):
-    """The TMA descriptor of the fp32 dQ buffer (B, H, Nq, D), contiguous, block (1, 1,
-    rows, D): the reductions' target."""
-    from .sm90_fwd import _descriptor
-
-    B, H, N, D = acc.shape
-    strides = [st if n > 1 else 4 * D for st, n in zip(acc.stride()[:3], acc.shape[:3])] + [1]
-    return _descriptor(acc, dict(shape=list(acc.shape), strides=strides,
-                                 block_shape=[1, 1, rows, D], layout=_dq_layout(rows, D),
-                                 padding="zero"))
-
-
 @functools.lru_cache(maxsize=None)
 def _row_layout():
     from triton.experimental.gluon import language as gl
@@ -230,25 +198,20 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     lists are built: :func:`run` launches them, offline compilation binds them."""
     from ..launch import LOG2E, triton_cdiv
     from . import triton_bwd
-    from .base import head_dim_pad
     from .sm90_fwd import tma_desc4
 
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     _check_mask(mask, packed, Nq, Nk)
-    pre = triton_bwd.TritonBwdConfig().PRE_BLOCK
     opts = {"num_warps": WARPS, "num_stages": cfg.num_stages, **CODEGEN_OPTIONS}
     return {
-        "bwd_preprocess": (
-            triton_bwd.FUNCTIONS["bwd_preprocess"], (triton_cdiv(Nq, pre), B * H),
-            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, q),
-            {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D), "BLOCK_M": pre, "VARLEN": False},
-            dict(triton_bwd.PRE_OPTIONS)),
+        "bwd_preprocess": triton_bwd.preprocess_call(
+            out, dout, delta, triton_bwd.TritonBwdConfig().PRE_BLOCK, Nq, q),
         KERNEL: (
             FUNCTION, (triton_cdiv(Nk, cfg.BLOCK_N), B * Hkv),
             (tma_desc4(q, "query", cfg.BLOCK_M), tma_desc4(k, "key", cfg.BLOCK_N),
              tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(dout, "grad_out", cfg.BLOCK_M),
-             _dq_desc(acc, cfg.BLOCK_M), _rows_desc(lse, cfg.BLOCK_M),
+             tma_desc4(acc, "dQ buffer", cfg.BLOCK_M), _rows_desc(lse, cfg.BLOCK_M),
              _rows_desc(delta, cfg.BLOCK_M), lse, delta, dk, dv, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, float(scale * LOG2E), float(scale)),
             {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
@@ -274,11 +237,11 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
     from .. import kernels
     from ..launch import launch_jit, remembered
     from . import triton_bwd
-    from .sm90_fwd import _desc4_problem
+    from .sm90_fwd import _desc4_problem, tensors_problem
 
     if q.device.type != "cuda":
         raise ConfigError(f"{KERNEL} runs on a GPU only (use triton-bwd)")
-    why = tensors_problem(q, k, v)
+    why = tensors_problem(q, k, v)  # the forward's reads: a TMA descriptor for each
     if why:
         raise ConfigError(f"{KERNEL}: {why} (use triton-bwd)")
     if _desc4_problem(dout):

@@ -382,14 +382,12 @@ def tma_desc4(x, name: str, rows: int, width: "int | None" = None):
     (1, 1, rows, width) (default: D padded to a power of two). TMA zero-fills rows past N
     of each head and columns past D on loads and clips them on stores. Raises ConfigError
     (naming ``name``) when TMA's alignment rules fail."""
-    import torch
-
     why = _desc4_problem(x)
     if why:
         raise ConfigError(f"{name}: {KERNEL} needs {why} (pass .contiguous())")
     width = head_dim_pad(x.shape[3]) if width is None else width
     return _descriptor(x, _desc4_fields(x.shape, x.stride(), x.element_size(),
-                                        x.dtype == torch.bfloat16, rows, width))
+                                        str(x.dtype).removeprefix("torch."), rows, width))
 
 
 def _descriptor(base, fields: dict):
@@ -410,24 +408,24 @@ def _descriptor_class():
 
 
 @functools.lru_cache(maxsize=4096)
-def _desc4_fields(shape, strides, elt: int, bf16: bool, rows: int, width: int) -> dict:
+def _desc4_fields(shape, strides, elt: int, dtype: str, rows: int, width: int) -> dict:
     """TensorDescriptor fields but the base, for :func:`tma_desc4` (read-only: shared by
     every descriptor of this geometry). Size-1 dimensions never move: they get an aligned
     stride TMA accepts."""
     strides = [st if n > 1 else 16 // elt * max(1, shape[3]) for st, n in
                zip(strides[:3], shape[:3])] + [1]
     return dict(shape=list(shape), strides=strides, block_shape=[1, 1, rows, width],
-                layout=_nvmma_layout(rows, width, bf16), padding="zero")
+                layout=_nvmma_layout(rows, width, dtype), padding="zero")
 
 
 @functools.lru_cache(maxsize=None)
-def _nvmma_layout(rows: int, head_dim: int, bf16: bool):
-    """The shared-memory layout of a (1, 1, rows, head_dim) TMA block: built once per
-    block shape, not on every launch."""
+def _nvmma_layout(rows: int, head_dim: int, dtype: str):
+    """The shared-memory layout of a (1, 1, rows, head_dim) TMA block of ``dtype``
+    (``bfloat16``, ``float16``, or ``float32`` for the backward's dQ buffer): built once
+    per block shape, not on every launch."""
     from triton.experimental.gluon import language as gl
 
-    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim],
-                                                gl.bfloat16 if bf16 else gl.float16)
+    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], getattr(gl, dtype))
 
 
 # -- work lists -----------------------------------------------------------------------------

@@ -191,11 +191,8 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
              "OWN_DELTA": not side_by_side, **switches}, opts),
     }
     if side_by_side:
-        launches = {"bwd_preprocess": (
-            FUNCTIONS["bwd_preprocess"], (triton_cdiv(rows, cfg.PRE_BLOCK), B * H),
-            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu[0]),
-            {**common, "BLOCK_M": cfg.PRE_BLOCK, "VARLEN": varlen}, dict(PRE_OPTIONS)),
-            **launches}
+        launches = {"bwd_preprocess": preprocess_call(out, dout, delta, cfg.PRE_BLOCK, rows,
+                                                      cu[0], varlen), **launches}
     else:
         launches = {"bwd_dq": launches["bwd_dq"], "bwd_dkdv": launches["bwd_dkdv"]}
     if splits > 1:
@@ -205,6 +202,20 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
             (wk, wv, dk, dv, *dk.stride(), *dv.stride(), Hkv, Nk),
             {**common, "BLOCK_N": block, "SPLITS": splits}, dict(PRE_OPTIONS))
     return launches
+
+
+def preprocess_call(out, dout, delta, block: int, rows: int, cu_seqlens_q,
+                    varlen: bool = False) -> tuple:
+    """The delta launch (:func:`calls`' format) over ``rows`` query rows (a packed batch's
+    longest sequence with ``varlen``) of (B, H, Nq, D) ``out`` and ``dout``; the Hopper
+    backward launches it too."""
+    from ..launch import triton_cdiv
+
+    B, H, Nq, D = out.shape
+    return (FUNCTIONS["bwd_preprocess"], (triton_cdiv(rows, block), B * H),
+            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu_seqlens_q),
+            {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D), "BLOCK_M": block,
+             "VARLEN": varlen}, dict(PRE_OPTIONS))
 
 
 #: Compiled kernels of the launches per :func:`plan_key` and schedule (``{name: {device:
