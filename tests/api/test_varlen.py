@@ -157,6 +157,30 @@ def test_backward_matches_float64_per_sequence(device, poisoned, causal, window,
               4 * ERROR_BOUND[torch.float16])
 
 
+def test_delta_covers_every_packed_sequence(device, poisoned):
+    """The delta launch over a packed batch (the GQA backward's first launch on a GPU, the
+    Hopper backward's always) writes rowsum(dO O) for the rows of every sequence, not the
+    first one's alone: its grid has a row per sequence and head."""
+    from flashscope import kernels
+    from flashscope.families import triton_bwd
+    from flashscope.launch import launch_jit
+    from flashscope.varlen import _view
+
+    fresh_seed()
+    lengths = (5, 0, 33, 1, 20)
+    out, dout, _, cu, _ = packed_batch(device, lengths, lengths, H=3, Hkv=3, D=24,
+                                       dtype=torch.float16)
+    ov, dov = _view(out), _view(dout)
+    delta = torch.empty(ov.shape[:3], device=ov.device, dtype=torch.float32)
+    fn, grid, args, consts, opts = triton_bwd.preprocess_call(ov, dov, delta, 16,
+                                                              max(lengths), cu, True)
+    mod = kernels.load(triton_bwd.MODULE, interpret=device == "cpu")
+    launch_jit(getattr(mod, fn), grid, args, consts, opts, ov.device)
+    want = (ov.double() * dov.double()).sum(-1)
+    assert not torch.isnan(delta).any(), "rows left unwritten"
+    assert (delta.double() - want).abs().max() < 1e-2
+
+
 def test_autograd_with_the_default_configs(device, poisoned):
     seed = fresh_seed()
     q, k, v, cu_q, cu_k = packed_batch(device, *LENGTHS, H=2, Hkv=1, D=32,

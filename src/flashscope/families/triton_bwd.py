@@ -208,10 +208,13 @@ def preprocess_call(out, dout, delta, block: int, rows: int, cu_seqlens_q,
                     varlen: bool = False) -> tuple:
     """The delta launch (:func:`calls`' format) over ``rows`` query rows (a packed batch's
     longest sequence with ``varlen``) of (B, H, Nq, D) ``out`` and ``dout``; the Hopper
-    backward launches it too."""
+    backward launches it too. A packed batch's (1, H, total, D) tensors hold as many
+    sequences as its prefix sums say, each a row of the grid per head."""
     from ..launch import triton_cdiv
 
     B, H, Nq, D = out.shape
+    if varlen:
+        B = cu_seqlens_q.shape[0] - 1
     return (FUNCTIONS["bwd_preprocess"], (triton_cdiv(rows, block), B * H),
             (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu_seqlens_q),
             {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D), "BLOCK_M": block,
