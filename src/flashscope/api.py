@@ -211,24 +211,31 @@ _BACKWARD: dict = {}
 
 
 def _backward_config(q, k, v, mask: Mask) -> Knobs:
-    """The backward's default for these tensors, remembered per geometry and per
-    PyTorch's deterministic setting (``torch.use_deterministic_algorithms``: the Hopper
-    one pass sums dQ in a varying order, so it gives way to the two passes), the one pass
-    giving way to the two off a GPU and on tensors it cannot read (no TMA descriptor)."""
-    from .families import default_backward, sm90_bwd, triton_bwd
-
+    """The backward's default for these tensors (:func:`tensors_backward`), remembered
+    per geometry and per PyTorch's deterministic setting (``torch.use_deterministic_
+    algorithms``: the Hopper one pass sums dQ in a varying order, so it gives way to the
+    two passes)."""
     target = device_target(q.device)
     exact = torch.are_deterministic_algorithms_enabled()
-
-    def choose():
-        problem = dataclasses.replace(problem_of(q, k, mask, target), deterministic=exact)
-        cfg = default_backward(problem)
-        if cfg.KERNEL == sm90_bwd.KERNEL and (target is None or
-                                              sm90_fwd.tensors_problem(q, k, v)):
-            cfg = triton_bwd.select(problem)
-        return cfg
     return launch.remembered(
-        _BACKWARD, (target, launch.geometry_key(q, k, v), mask, exact), choose, _DEFAULTS_MAX)
+        _BACKWARD, (target, launch.geometry_key(q, k, v), mask, exact),
+        lambda: tensors_backward(problem_of(q, k, mask, target), q, k, v), _DEFAULTS_MAX)
+
+
+def tensors_backward(problem: Problem, q, k, v) -> Knobs:
+    """The backward's default for ``problem`` on these (B, H, N, D) tensors under
+    PyTorch's deterministic setting now: :func:`flashscope.families.default_backward`,
+    the Hopper one pass giving way to the two passes off a GPU and on tensors it cannot
+    read (no TMA descriptor)."""
+    from .families import default_backward, sm90_bwd, triton_bwd
+
+    problem = dataclasses.replace(problem,
+                                  deterministic=torch.are_deterministic_algorithms_enabled())
+    cfg = default_backward(problem)
+    if cfg.KERNEL == sm90_bwd.KERNEL and (device_target(q.device) is None or
+                                          sm90_fwd.tensors_problem(q, k, v)):
+        cfg = triton_bwd.select(problem)
+    return cfg
 
 
 def config_text(cfg) -> str:

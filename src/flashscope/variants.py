@@ -151,16 +151,17 @@ def sm90_bwd_call(cfg, problem, head_dim, dtype, causal, window=None, align="top
     from .families import sm90_bwd
 
     no_pages(page, sm90_bwd.KERNEL)
-    if varlen:
-        raise FlashscopeError(f"--varlen: {sm90_bwd.KERNEL} runs dense batches (use triton-bwd)")
     B, H, Hkv, Nq, Nk = problem
-    q, out, dout = _meta_tensors(problem, head_dim, dtype, *[(B, H, Nq, head_dim)] * 3)
-    k, v, dk, dv = _meta_tensors(problem, head_dim, dtype, *[(B, Hkv, Nk, head_dim)] * 4)
-    lse, delta = (torch.empty((B, H, Nq), dtype=torch.float32, device="meta")
-                  for _ in range(2))
-    acc = torch.empty((B, H, Nq, head_dim), dtype=torch.float32, device="meta")
+    (q, out, dout, k, v, dk, dv), packed = _variant_tensors(
+        problem, head_dim, dtype, varlen, *[(B, H, Nq, head_dim)] * 3,
+        *[(B, Hkv, Nk, head_dim)] * 4)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device="meta")
+    delta, lse_rows = (torch.empty(sm90_bwd.row_shape(q, packed, cfg), dtype=torch.float32,
+                                   device="meta") for _ in range(2))
+    acc = torch.empty(q.shape, dtype=torch.float32, device="meta")
     _, _, args, consts, _ = sm90_bwd.calls(
         dout, q, k, v, out, lse, delta, acc, dk, dv,
         mask=variant_mask(causal, window, align, softcap),
-        scale=launch.default_scale(head_dim), cfg=cfg)[sm90_bwd.KERNEL]
+        scale=launch.default_scale(head_dim), cfg=cfg, packed=packed,
+        lse_rows=lse_rows)[sm90_bwd.KERNEL]
     return args, consts

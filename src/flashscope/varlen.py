@@ -32,6 +32,7 @@ the kernels.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -40,9 +41,9 @@ from . import launch, tuned
 from .api import (_DTYPES, _flag, _mask_of, _needs_grad, _window_ints, check_device,
                   check_head_dim_of, check_mask_args, check_same_shape, check_scale,
                   check_tensors, config_text, device_target, parse_config_text,
-                  resolve_config, saved_with_dout, tensors_family)
+                  resolve_config, saved_with_dout, tensors_backward, tensors_family)
 from .errors import FlashscopeError
-from .families import Knobs, Problem, default_backward, default_config, sm90_fwd, triton_fwd
+from .families import Knobs, Problem, default_config, sm90_fwd, triton_fwd
 from .launch import Packed
 from .masks import Mask
 
@@ -116,7 +117,20 @@ def problem_of(q, k, mask: Mask, packed: Packed, target: Optional[str]) -> Probl
     sequences stand for the lengths."""
     return Problem(target or "sm90", _DTYPES[q.dtype], q.shape[-1], mask.causal,
                    packed.max_seqlen_q, packed.max_seqlen_k, packed.batch * q.shape[1],
-                   varlen=True, **mask.problem_fields())
+                   varlen=True, group=max(1, q.shape[1] // max(1, k.shape[1])),
+                   **mask.problem_fields())
+
+
+def backward_problem(q, k, mask: Mask, packed: Packed, target: Optional[str]) -> Problem:
+    """The packed problem the backward's default is chosen on: the sequences' mean
+    lengths (total over count, known on the host) stand for the lengths, since the rule
+    between one pass and two weighs the query tiles a program visits
+    (:func:`flashscope.families.sm90_bwd.prefers`). A batch of 64-1024-token sequences
+    (mean 300) ran 0.74-0.89x the two passes on the one pass, its longest (1024) would
+    have chosen; mixed 128-8192 (mean 2260) 1.20-1.35x at D = 128 (H200, bf16)."""
+    n = max(1, packed.batch)
+    return dataclasses.replace(problem_of(q, k, mask, packed, target),
+                               n_q=-(-q.shape[0] // n), n_k=-(-k.shape[0] // n))
 
 
 #: Default configs by target (its tuned file's stamp), dtype, head dim, mask, longest
@@ -160,8 +174,11 @@ def _backward_packed(dout, q, k, v, out, lse, packed: Packed, mask: Mask, scale:
     """(dq like q, dk like k, dv like v) of a packed batch; ``cfg`` None: the backward
     family's default for the packed problem, remembered per problem."""
     if cfg is None:
-        problem = problem_of(q, k, mask, packed, device_target(q.device))
-        cfg = launch.remembered(_BACKWARD, problem, lambda: default_backward(problem))
+        problem = backward_problem(q, k, mask, packed, device_target(q.device))
+        exact = torch.are_deterministic_algorithms_enabled()
+        cfg = launch.remembered(
+            _BACKWARD, (problem, exact, launch.geometry_key(*(_view(t) for t in (q, k, v)))),
+            lambda: tensors_backward(problem, _view(q), _view(k), _view(v)))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     launch.backward(_view(dout), _view(q), _view(k), _view(v), _view(out), lse.unsqueeze(0),
                     mask=mask, scale=scale, cfg=cfg, dq=_view(dq), dk=_view(dk),

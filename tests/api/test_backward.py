@@ -20,7 +20,7 @@ from flashscope.families.sm90_bwd import Sm90BwdConfig
 from flashscope.families.triton_bwd import TritonBwdConfig
 from flashscope.families.triton_fwd import TritonFwdConfig
 from flashscope.masks import Mask
-from flashscope.errors import ConfigError, FlashscopeError
+from flashscope.errors import ConfigError
 from flashscope.testing.inputs import fresh_seed, make_qkv
 from flashscope.testing.reference import (ERROR_BOUND, reference_attention,
                                           reference_attention_grads)
@@ -555,15 +555,17 @@ def test_offline_build_rejects_unknown_kernel():
 
 # --- offline builds ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("causal", [False, True])
-def test_sm90_bwd_builds_offline(head_dim, causal):
+@pytest.mark.parametrize("head_dim,causal,varlen", [
+    (64, False, False), (64, True, False), (128, False, False), (128, True, False),
+    (64, False, True), (128, True, True)])
+def test_sm90_bwd_builds_offline(head_dim, causal, varlen):
     """Three partitions (12 warps), every product on wgmma with none serialized, dQ added
-    by TMA reductions (UTMAREDG), one program an SM's shared memory."""
+    by TMA reductions (UTMAREDG), one program an SM's shared memory; dense and packed."""
     from flashscope.isa import inspect_config
 
     rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=head_dim,
-                         causal=causal, problem=(2, 8, 2, 300 + (head_dim == 64), 700))
+                         causal=causal, problem=(2, 8, 2, 300 + (head_dim == 64), 700),
+                         varlen=varlen)
     assert rec.threads == 384
     assert rec.wgmma_serialized == 0
     assert {"HGMMA", "UTMALDG", "UTMAREDG"} <= set(rec.opcodes)
@@ -573,7 +575,7 @@ def test_sm90_bwd_builds_offline(head_dim, causal):
 @pytest.mark.parametrize("extra,error,pattern", [
     ({"window": (64, 0)}, ConfigError, "no mask or a top-left causal"),
     ({"softcap": 30.0}, ConfigError, "no mask or a top-left causal"),
-    ({"varlen": True}, FlashscopeError, "dense batches"),
+    ({"varlen": True, "align": "bottom_right"}, ConfigError, "no mask or a top-left causal"),
     ({"head_dim": 96}, ConfigError, "head dims 64 and 128"),
     ({"target": "sm80"}, ConfigError, "not sm_90"),
 ])
@@ -594,6 +596,11 @@ def test_sm90_bwd_rows_by_tma_where_aligned():
     for n_q, by_tma in ((300, True), (2048, True), (513, False), (1, False), (129, False)):
         _, consts = sm90_bwd_call(Sm90BwdConfig(), (1, 8, 8, n_q, 700), 128, "bfloat16", True)
         assert consts["ROWS_TMA"] is by_tma, n_q
+    # a packed batch's sequences start anywhere: its rows are copied to padded vectors
+    # with each sequence on a tile (sm90_bwd.row_shape), so they always come by TMA
+    _, consts = sm90_bwd_call(Sm90BwdConfig(), (3, 8, 8, 255, 255), 128, "bfloat16", True,
+                              varlen=True)
+    assert consts["ROWS_TMA"] is True and consts["VARLEN"] is True
 
 
 @pytest.mark.parametrize("changes,pattern", [
@@ -629,7 +636,8 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(d=96), "triton-bwd"),
     (_problem(window=True), "triton-bwd"),
     (_problem(softcap=True), "triton-bwd"),
-    (_problem(varlen=True), "triton-bwd"),
+    (_problem(varlen=True), "sm90-bwd"),
+    (_problem(varlen=True, window=True), "triton-bwd"),  # bottom-right, packed
     (_problem(deterministic=True), "triton-bwd"),
     (Problem("sm80", "bfloat16", 128, False, 4096, 4096, 64), "triton-bwd"),
     (Problem("gfx942", "bfloat16", 128, False, 4096, 4096, 64), "triton-bwd"),

@@ -181,6 +181,47 @@ def test_delta_covers_every_packed_sequence(device, poisoned):
     assert (delta.double() - want).abs().max() < 1e-2
 
 
+def test_padded_rows_start_every_sequence_on_a_tile(device, poisoned):
+    """The delta launch's padded layout (the Hopper backward's packed batches): each
+    sequence's delta and log-sum-exp from a multiple of the tile's rows, the rows up to
+    its last tile's end 0 and +inf, nothing else written, the vectors as long as
+    ``row_shape`` says."""
+    from flashscope import kernels
+    from flashscope.families import sm90_bwd, triton_bwd
+    from flashscope.families.sm90_bwd import Sm90BwdConfig
+    from flashscope.launch import launch_jit
+    from flashscope.varlen import _packed, _view
+
+    fresh_seed()
+    lengths, pad, H = (70, 0, 129, 1, 64, 3), 64, 3
+    out, dout, _, cu, _ = packed_batch(device, lengths, lengths, H=H, Hkv=H, D=24,
+                                       dtype=torch.float16)
+    ov, dov = _view(out), _view(dout)
+    lse = torch.randn(ov.shape[:3], device=ov.device)
+    shape = sm90_bwd.row_shape(ov, _packed(cu, cu, 129, 129), Sm90BwdConfig(BLOCK_M=pad))
+    total = sum(lengths)
+    assert shape == (H, -(-(total + len(lengths) * pad) // pad) * pad)
+    delta, rows = (torch.full(shape, -7.0, device=ov.device) for _ in range(2))
+    fn, grid, args, consts, opts = triton_bwd.preprocess_call(
+        ov, dov, delta, 16, max(lengths), cu, True, (lse, rows, pad))
+    mod = kernels.load(triton_bwd.MODULE, interpret=device == "cpu")
+    launch_jit(getattr(mod, fn), grid, args, consts, opts, ov.device)
+    want = (ov.double() * dov.double()).sum(-1)[0].cpu()
+    delta, rows, lse = delta.cpu(), rows.cpu(), lse[0].cpu()
+    seen = torch.zeros(shape, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        q0 = int(cu[b])
+        r0 = (q0 + b * pad) // pad * pad
+        end = -(-n // pad) * pad
+        assert torch.allclose(delta[:, r0:r0 + n].double(), want[:, q0:q0 + n], atol=1e-2)
+        assert torch.equal(rows[:, r0:r0 + n], lse[:, q0:q0 + n])
+        assert (delta[:, r0 + n:r0 + end] == 0).all()
+        assert torch.isposinf(rows[:, r0 + n:r0 + end]).all()
+        assert not seen[:, r0:r0 + end].any(), "sequences overlap"
+        seen[:, r0:r0 + end] = True
+    assert (delta[~seen] == -7).all() and (rows[~seen] == -7).all()
+
+
 def test_autograd_with_the_default_configs(device, poisoned):
     seed = fresh_seed()
     q, k, v, cu_q, cu_k = packed_batch(device, *LENGTHS, H=2, Hkv=1, D=32,
@@ -321,3 +362,90 @@ def test_64k_tokens_random_lengths(device, poisoned, causal, window, softcap, dt
     check(f"out (seed {seed})", out, ref[0], ERROR_BOUND[dtype])
     for name, got, want in zip(("dq", "dk", "dv"), grads, ref[2:]):
         check(f"{name} (seed {seed})", got, want, 2 * ERROR_BOUND[dtype])
+
+
+# (query lengths, key lengths, H, Hkv, D, causal, dtype): empty query sequences and ones
+# without keys, length 1, Nq != Nk within a sequence (top-left causal too), lengths off the
+# 64-row query and 128-row key tiles, GQA and MQA
+SM90_PACKED = [
+    ((70, 0, 200, 1, 130, 300), (150, 5, 129, 0, 130, 64), 4, 2, 128, False, torch.bfloat16),
+    ((70, 0, 200, 1, 130, 257), (70, 0, 200, 1, 130, 257), 4, 1, 128, True, torch.float16),
+    ((300, 64, 129, 7), (200, 64, 300, 7), 2, 2, 64, True, torch.bfloat16),
+    ((513, 1, 640), (513, 1, 640), 6, 3, 64, False, torch.float16),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lq,lk,H,Hkv,D,causal,dtype", SM90_PACKED)
+def test_sm90_bwd_packed_grads_match_float64(device, poisoned, lq, lk, H, Hkv, D, causal,
+                                             dtype):
+    """The Hopper backward over packed batches (its VARLEN build), gradients against
+    float64 per sequence, NaN-poisoned buffers written in full."""
+    from flashscope import launch
+    from flashscope.families.sm90_bwd import Sm90BwdConfig
+    from flashscope.masks import Mask
+    from flashscope.varlen import _packed, _view
+
+    if launch.device_target(torch.device(device)) != "sm90":
+        pytest.skip("needs an sm_90 GPU")
+    seed = fresh_seed()
+    q, k, v, cu_q, cu_k = packed_batch(device, lq, lk, H=H, Hkv=Hkv, D=D, dtype=dtype)
+    dout = torch.randn_like(q)
+    out, lse = flashscope.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk),
+                                           is_causal=causal, return_lse=True)
+    grads = launch.backward(_view(dout), _view(q), _view(k), _view(v), _view(out),
+                            lse.unsqueeze(0), mask=Mask.of(causal), scale=D ** -0.5,
+                            cfg=Sm90BwdConfig(),
+                            packed=_packed(cu_q, cu_k, max(lq), max(lk)))
+    ref = reference(q, k, v, cu_q, cu_k, dout, is_causal=causal)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, ref[2:]):
+        check(f"{name} (seed {seed})", got[0].transpose(0, 1), want, 2 * ERROR_BOUND[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_packed_backward_takes_the_one_pass(device, causal):
+    """Through ``attention_varlen``'s autograd on an sm_90 device: a packed batch the
+    rule gives to sm90-bwd (GQA 16/4, D = 128, lengths 333-2048), against float64."""
+    from flashscope import launch, varlen
+    from flashscope.masks import Mask
+
+    if launch.device_target(torch.device(device)) != "sm90":
+        pytest.skip("needs an sm_90 GPU")
+    seed = fresh_seed()
+    lengths = (1500, 333, 2048, 700)
+    q, k, v, cu_q, cu_k = packed_batch(device, lengths, lengths, H=16, Hkv=4, D=128,
+                                       dtype=torch.bfloat16, grad=True)
+    packed = varlen._packed(cu_q, cu_k, 2048, 2048)
+    problem = varlen.problem_of(q, k, Mask.of(causal), packed, "sm90")
+    assert flashscope.api.tensors_backward(problem, *(varlen._view(t) for t in (q, k, v))
+                                           ).KERNEL == "sm90-bwd"
+    out = flashscope.attention_varlen(q, k, v, cu_q, cu_k, 2048, 2048, is_causal=causal)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref = reference(q, k, v, cu_q, cu_k, dout, is_causal=causal)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, ref[2:]):
+        check(f"{name} (seed {seed})", got, want, 2 * ERROR_BOUND[torch.bfloat16])
+
+
+@pytest.mark.parametrize("lengths,causal,kernel", [
+    ((1810, 393, 152, 3768, 5699, 129, 8000), False, "sm90-bwd"),  # mean 2865
+    ((1810, 393, 152, 3768, 5699, 129, 8000), True, "sm90-bwd"),
+    ((1024, 64, 90, 300, 200, 77, 500, 100), False, "triton-bwd"),  # mean 294: 5 tiles
+])
+def test_packed_backward_rule_reads_the_mean_length(lengths, causal, kernel):
+    """The one pass against two on a packed batch is chosen on its sequences' mean
+    lengths (known from the tensors' totals), not the longest: short sequences run a
+    few query tiles a program whatever the longest is."""
+    from flashscope.families import default_backward
+    from flashscope.masks import Mask
+    from flashscope.varlen import _packed, backward_problem
+
+    total = sum(lengths)
+    q = torch.empty(total, 16, 128, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(total, 16, 128, dtype=torch.bfloat16, device="meta")
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    problem = backward_problem(q, k, Mask.of(causal), _packed(cu, cu, max(lengths),
+                                                              max(lengths)), "sm90")
+    assert problem.n_q == -(-total // len(lengths)) and problem.varlen
+    assert default_backward(problem).KERNEL == kernel

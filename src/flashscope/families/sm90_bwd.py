@@ -5,7 +5,7 @@ Its record (:class:`Sm90BwdConfig`), rules, the rule that runs it in place of th
 backward (:func:`prefers`) and its launches (:func:`calls`, :func:`run`). The portable
 two-pass backward (:mod:`.triton_bwd`) stays the reference, the deterministic path and the
 one for everything this family does not take: windows, bottom-right alignment, softcap,
-packed batches, head dims other than 64 and 128.
+head dims other than 64 and 128. Packed batches run its VARLEN build.
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def accepts(problem: Problem) -> Optional[str]:
         return why
     if problem.head_dim not in HEAD_DIMS:
         return f"head dim {problem.head_dim} (the kernel takes {HEAD_DIMS})"
-    if problem.window or problem.softcap or problem.varlen:
-        return "a window, bottom-right alignment, softcap or a packed batch"
+    if problem.window or problem.softcap:
+        return "a window, bottom-right alignment or softcap"
     return None
 
 
@@ -135,7 +135,8 @@ MIN_WAVES = 1
 
 def prefers(problem: Problem) -> Optional[str]:
     """Why the two passes run ``problem`` by default, or None where this family does.
-    Pure: the problem's sizes and the target's SM count."""
+    Pure: the problem's sizes and the target's SM count (a packed batch's problem carries
+    its mean lengths, :func:`flashscope.varlen.backward_problem`)."""
     why = accepts(problem)
     if why:
         return why
@@ -174,9 +175,10 @@ def rows_by_tma(n_q: int) -> bool:
 
 
 def _rows_desc(x, rows: int):
-    """A rank-1 TMA descriptor over contiguous fp32 ``x`` (B, H, Nq) flattened, block
-    ``rows``: the consumer's log-sum-exp and delta for one query tile (rows past a head's
-    end read the next head's, whose Q and dO rows are zero-filled: they add nothing)."""
+    """A rank-1 TMA descriptor over contiguous fp32 row vectors ``x`` flattened
+    (:func:`row_shape`), block ``rows``: the consumer's log-sum-exp and delta for one
+    query tile (dense: rows past a head's end read the next head's, whose Q and dO rows
+    are zero-filled, so they add nothing; packed: the padding's +inf and 0)."""
     from .sm90_fwd import _descriptor
 
     n = x.numel()
@@ -184,40 +186,65 @@ def _rows_desc(x, rows: int):
                                layout=_row_layout(), padding="zero"))
 
 
+def row_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
+    """The shape of the fp32 row vectors (delta; with a packed batch also a copy of the
+    log-sum-exp) the kernel reads a query tile's rows from by TMA: (B, H, Nq) dense; for
+    a packed batch (H, rows) with each sequence from a multiple of BLOCK_M, so that every
+    tile's copy starts 16-byte aligned wherever its sequence starts in the packed tensors
+    (``attention_bwd.padded_start``; the preprocess writes them). Loading them in the
+    consumer instead cost 1.06-1.15x on dense rows (:func:`rows_by_tma`)."""
+    if packed is None:
+        return tuple(q.shape[:3])
+    m = cfg.BLOCK_M
+    return q.shape[1], -(-(q.shape[2] + packed.batch * m) // m) * m
+
+
 def _check_mask(mask, packed, n_q: int, n_k: int) -> None:
-    if packed is not None or mask.banded(n_q, n_k) or mask.softcap is not None:
-        raise ConfigError(f"{KERNEL} runs dense batches with no mask or a top-left causal "
-                          "one (use triton-bwd)")
+    lengths = (n_q, n_k) if packed is None else (None, None)
+    if mask.banded(*lengths) or mask.softcap is not None:
+        raise ConfigError(f"{KERNEL} runs no mask or a top-left causal one (use triton-bwd)")
 
 
 def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
-          cfg: Sm90BwdConfig, packed=None) -> dict:
+          cfg: Sm90BwdConfig, packed=None, lse_rows=None) -> dict:
     """``{name: (function name, grid, positional args, constexpr keywords, launch
     options)}``: ``bwd_preprocess`` (delta, the portable backward's kernel) and
     ``sm90-bwd``, which adds dQ into ``acc`` (fp32, zeroed). The one place their argument
-    lists are built: :func:`run` launches them, offline compilation binds them."""
+    lists are built: :func:`run` launches them, offline compilation binds them.
+    ``packed``: a :class:`~flashscope.launch.Packed` batch, the tensors (1, H, total, D)
+    (the kernel's VARLEN: a grid row per sequence and kv head over its longest keys);
+    ``delta`` and ``lse_rows`` are then the padded row vectors of :func:`row_shape`, which
+    the preprocess fills (``lse_rows`` from ``lse``)."""
     from ..launch import LOG2E, triton_cdiv
     from . import triton_bwd
     from .sm90_fwd import tma_desc4
+    from .triton_fwd import packed_shape
 
-    B, H, Nq, D = q.shape
+    _, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
+    B, rows, keys, _ = packed_shape(q, k, packed)
     _check_mask(mask, packed, Nq, Nk)
+    varlen = packed is not None
+    cu = (lse, lse) if packed is None else (packed.cu_seqlens_q, packed.cu_seqlens_k)
+    padded = (lse, lse_rows, cfg.BLOCK_M) if varlen else None
+    rows_in = lse_rows if varlen else lse
     opts = {"num_warps": WARPS, "num_stages": cfg.num_stages, **CODEGEN_OPTIONS}
     return {
         "bwd_preprocess": triton_bwd.preprocess_call(
-            out, dout, delta, triton_bwd.TritonBwdConfig().PRE_BLOCK, Nq, q),
+            out, dout, delta, triton_bwd.TritonBwdConfig().PRE_BLOCK, rows, cu[0], varlen,
+            padded),
         KERNEL: (
-            FUNCTION, (triton_cdiv(Nk, cfg.BLOCK_N), B * Hkv),
+            FUNCTION, (triton_cdiv(keys, cfg.BLOCK_N), B * Hkv),
             (tma_desc4(q, "query", cfg.BLOCK_M), tma_desc4(k, "key", cfg.BLOCK_N),
              tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(dout, "grad_out", cfg.BLOCK_M),
-             tma_desc4(acc, "dQ buffer", cfg.BLOCK_M), _rows_desc(lse, cfg.BLOCK_M),
-             _rows_desc(delta, cfg.BLOCK_M), lse, delta, dk, dv, *dk.stride()[:3],
-             *dv.stride()[:3], H, Hkv, Nq, Nk, float(scale * LOG2E), float(scale)),
+             tma_desc4(acc, "dQ buffer", cfg.BLOCK_M), _rows_desc(rows_in, cfg.BLOCK_M),
+             _rows_desc(delta, cfg.BLOCK_M), rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
+             *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
+             float(scale)),
             {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
-             "ROWS_TMA": rows_by_tma(Nq)},
+             "ROWS_TMA": varlen or rows_by_tma(Nq), "VARLEN": varlen},
             opts),
     }
 
@@ -231,7 +258,8 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
         packed=None) -> None:
     """Launch the backward on a GPU: delta, the one pass into a zeroed fp32 dQ buffer,
     then dQ cast into ``dq``. dK and dV need a contiguous last dimension (the kernel
-    stores them row by row); dO without a TMA descriptor is copied."""
+    stores them row by row); dO without a TMA descriptor is copied. ``packed``: a packed
+    batch, as in :func:`calls`."""
     import torch
 
     from .. import kernels
@@ -250,15 +278,16 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
         lse = lse.clone()
     work = [x if x.stride(-1) == 1 else torch.empty_like(x, memory_format=torch.contiguous_format)
             for x in (dk, dv)]
-    B, H, Nq, D = q.shape
-    delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
-    acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32)
+    rows = dict(size=row_shape(q, packed, cfg), device=q.device, dtype=torch.float32)
+    delta = torch.empty(**rows)
+    lse_rows = None if packed is None else torch.empty(**rows)
+    acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     key = triton_bwd.plan_key(dout, q, k, v, out, lse, dq, *work, mask=mask, scale=scale,
-                              cfg=cfg)
+                              cfg=cfg, packed=packed)
     compiled = remembered(_PLANS, key, lambda: {}, _PLANS_MAX)
     for name, (fn_name, grid, args, consts, opts) in calls(
             dout, q, k, v, out, lse, delta, acc, *work, mask=mask, scale=scale,
-            cfg=cfg).items():
+            cfg=cfg, packed=packed, lse_rows=lse_rows).items():
         mod = kernels.load(triton_bwd.MODULE if name == "bwd_preprocess" else MODULE)
         launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device,
                    cache=compiled.setdefault(name, {}))

@@ -205,20 +205,26 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
 
 
 def preprocess_call(out, dout, delta, block: int, rows: int, cu_seqlens_q,
-                    varlen: bool = False) -> tuple:
+                    varlen: bool = False, padded=None) -> tuple:
     """The delta launch (:func:`calls`' format) over ``rows`` query rows (a packed batch's
     longest sequence with ``varlen``) of (B, H, Nq, D) ``out`` and ``dout``; the Hopper
     backward launches it too. A packed batch's (1, H, total, D) tensors hold as many
-    sequences as its prefix sums say, each a row of the grid per head."""
+    sequences as its prefix sums say, each a row of the grid per head. ``padded``: (lse,
+    lse_rows, pad) for a packed batch whose delta and log-sum-exp go to (H, N) vectors
+    with each sequence at a multiple of ``pad`` rows (the kernel's PAD_ROWS)."""
     from ..launch import triton_cdiv
 
     B, H, Nq, D = out.shape
     if varlen:
         B = cu_seqlens_q.shape[0] - 1
+    lse, lse_rows, pad = padded or (delta, delta, 0)
+    if pad:
+        rows = triton_cdiv(rows, pad) * pad
     return (FUNCTIONS["bwd_preprocess"], (triton_cdiv(rows, block), B * H),
-            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu_seqlens_q),
+            (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu_seqlens_q, lse,
+             lse_rows, lse_rows.shape[-1] if pad else 0),
             {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D), "BLOCK_M": block,
-             "VARLEN": varlen}, dict(PRE_OPTIONS))
+             "VARLEN": varlen, "PAD_ROWS": pad}, dict(PRE_OPTIONS))
 
 
 #: Compiled kernels of the launches per :func:`plan_key` and schedule (``{name: {device:

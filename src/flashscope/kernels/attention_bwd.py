@@ -63,19 +63,29 @@ def _attn_bwd_preprocess(
     Out, DOut, Delta,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    H, N_Q, CuSeqQ,
+    H, N_Q, CuSeqQ, Lse, LseRows, N_ROWS,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-    VARLEN: tl.constexpr,
+    VARLEN: tl.constexpr, PAD_ROWS: tl.constexpr = 0,
 ):
     """delta = rowsum(dO * O) in fp32. Grid: (cdiv(N_Q, BLOCK_M), B * H); with VARLEN
-    N_Q is the packed total and the grid's first axis covers the longest sequence."""
+    N_Q is the packed total and the grid's first axis covers the longest sequence.
+
+    PAD_ROWS (VARLEN): the rows go to (H, N_ROWS) vectors in which each sequence starts
+    at a multiple of PAD_ROWS (:func:`padded_start`) and is followed by rows up to one,
+    delta there and the log-sum-exp too (from Lse, +inf in the padding): a consumer can
+    then read any PAD_ROWS-row tile of a sequence as one aligned block, its rows past the
+    sequence giving P = 0 (the Hopper backward's rank-1 copies). The grid's first axis
+    covers the longest sequence rounded up to PAD_ROWS."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)
     off_h = (pid_bh % H).to(tl.int64)
     q_start, n_q = sequence(CuSeqQ, off_b, N_Q, VARLEN)
+    end = n_q
+    if PAD_ROWS > 0:
+        end = tl.cdiv(n_q, PAD_ROWS) * PAD_ROWS
     if VARLEN:
-        if pid_m * BLOCK_M >= n_q:
+        if pid_m * BLOCK_M >= end:
             return
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
@@ -85,8 +95,25 @@ def _attn_bwd_preprocess(
     do = tl.load(_rows(DOut, off_b, off_h, q_start, stride_dob, stride_doh, stride_dom,
                        stride_dod, offs_m, offs_d, VARLEN), mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    tl.store(Delta + row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m, delta,
-             mask=offs_m < n_q)
+    if PAD_ROWS > 0:
+        lse = tl.load(Lse + row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m,
+                      mask=offs_m < n_q, other=float("inf"))
+        rows = off_h * N_ROWS + padded_start(q_start, off_b, PAD_ROWS) + offs_m
+        tl.store(LseRows + rows, lse, mask=offs_m < end)
+        tl.store(Delta + rows, delta, mask=offs_m < end)
+    else:
+        tl.store(Delta + row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m, delta,
+                 mask=offs_m < n_q)
+
+
+@triton.jit
+def padded_start(q_start, b, PAD_ROWS: tl.constexpr):
+    """Where sequence ``b`` (first row ``q_start`` of the packed batch) starts in the
+    padded row vectors: (q_start + b PAD_ROWS) rounded down to a multiple of PAD_ROWS,
+    which leaves each sequence of n rows at least cdiv(n, PAD_ROWS) PAD_ROWS rows before
+    the next one starts; the vectors hold cdiv(total + B PAD_ROWS, PAD_ROWS) PAD_ROWS
+    rows a head."""
+    return ((q_start + b * PAD_ROWS) // PAD_ROWS) * PAD_ROWS
 
 
 @triton.jit

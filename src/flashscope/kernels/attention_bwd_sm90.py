@@ -39,15 +39,16 @@ dS K = 0 contributions, zero Q and dO rows (with L = +inf) give P = 0; dK and dV
 N_K are not stored, and the dQ buffer's rows past N_Q are clipped by TMA.
 
 With ROWS_TMA the producer also brings each query tile's log-sum-exp and delta into
-the ring slot (rank-1 TMA copies over the flattened (B, H, Nq) vectors), so the consumer
-reads them from shared memory and keeps no row offsets live across its loop (sm_90 at
-D = 128 causal: 10 spilled registers against 49); without it (Nq not a multiple of 4,
-where a copy's start would not be 16-byte aligned) the consumer loads them.
+the ring slot (rank-1 TMA copies over the flattened row vectors), so the consumer reads
+them from shared memory and keeps no row offsets live across its loop (sm_90 at D = 128
+causal: 10 spilled registers against 49); without it (dense Nq not a multiple of 4,
+where a copy's start would not be 16-byte aligned) the consumer loads them. A packed
+batch's vectors are padded so that each sequence starts on a tile (VARLEN, below).
 
 Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
-(block (1, 1, rows, D)); Lse, Delta (B, H, Nq) fp32 contiguous (base e and plain), also
-through rank-1 descriptors (block rows); DQ the fp32 buffer (B, H, Nq, D), zeroed; DK, DV
-(B, Hkv, Nk, D), any strides.
+(block (1, 1, rows, D)); Lse, Delta fp32 contiguous (base e and plain), N_ROWS a head:
+(B, H, Nq) dense, (H, N_ROWS) padded packed, also through rank-1 descriptors (block
+rows); DQ the fp32 buffer (B, H, Nq, D), zeroed; DK, DV (B, Hkv, Nk, D), any strides.
 """
 
 from triton.experimental import gluon
@@ -73,46 +74,47 @@ def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem, k_smem,
-              v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, off_b, off_hkv, start_n,
-              lo, H, N_Q, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-              ROWS_TMA: gl.constexpr):
+              v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb, off_hkv, q0, r0,
+              k0, start_n, lo, hi, H, N_ROWS, GROUP, BLOCK_M: gl.constexpr,
+              STAGES: gl.constexpr, ROWS_TMA: gl.constexpr):
     """K and V once, then Q and dO of every query tile of every head of the group."""
     mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-    tma_load(k_desc, [off_b, off_hkv, start_n, 0], kv_ready, k_smem)
-    tma_load(v_desc, [off_b, off_hkv, start_n, 0], kv_ready, v_smem)
+    tma_load(k_desc, [tb, off_hkv, k0 + start_n, 0], kv_ready, k_smem)
+    tma_load(v_desc, [tb, off_hkv, k0 + start_n, 0], kv_ready, v_smem)
     i = 0
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
-        for start_m in range(lo, N_Q, BLOCK_M):
+        for start_m in range(lo, hi, BLOCK_M):
             s = i % STAGES
             mbarrier.wait(q_empty.index(s), ((i // STAGES) + 1) & 1, pred=i >= STAGES)
             if ROWS_TMA:
                 mbarrier.expect(q_ready.index(s),
                                 q_desc.block_type.nbytes + do_desc.block_type.nbytes
                                 + lse_desc.block_type.nbytes + dl_desc.block_type.nbytes)
-                row = (off_b * H + off_h) * N_Q + start_m
+                row = (tb * H + off_h) * N_ROWS + r0 + start_m
                 tma_load(lse_desc, [row], q_ready.index(s), lse_smem.index(s))
                 tma_load(dl_desc, [row], q_ready.index(s), dl_smem.index(s))
             else:
                 mbarrier.expect(q_ready.index(s),
                                 q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-            tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready.index(s), q_smem.index(s))
-            tma_load(do_desc, [off_b, off_h, start_m, 0], q_ready.index(s), do_smem.index(s))
+            tma_load(q_desc, [tb, off_h, q0 + start_m, 0], q_ready.index(s), q_smem.index(s))
+            tma_load(do_desc, [tb, off_h, q0 + start_m, 0], q_ready.index(s),
+                     do_smem.index(s))
             i += 1
 
 
 @gluon.jit
-def _reducer(dq_desc, dq_smem, dq_full, dq_empty, off_b, off_hkv, lo, N_Q, GROUP,
+def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, q0, lo, hi, GROUP,
              BLOCK_M: gl.constexpr, DQ_SLOTS: gl.constexpr):
     """Each finished dQ tile added into the fp32 buffer by the copy engine; its slot goes
     back once the engine has read it (the ``.read`` wait), not when the sum lands."""
     i = 0
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
-        for start_m in range(lo, N_Q, BLOCK_M):
+        for start_m in range(lo, hi, BLOCK_M):
             d = i % DQ_SLOTS
             mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
-            tma_reduce_add(dq_desc, [off_b, off_h, start_m, 0], dq_smem.index(d))
+            tma_reduce_add(dq_desc, [tb, off_h, q0 + start_m, 0], dq_smem.index(d))
             store_wait(0)
             mbarrier.arrive(dq_empty.index(d), count=1)
             i += 1
@@ -120,19 +122,20 @@ def _reducer(dq_desc, dq_smem, dq_full, dq_empty, off_b, off_hkv, lo, N_Q, GROUP
 
 @gluon.jit
 def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq_smem,
-          q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base, offs_n, N_Q, qk_scale,
-          scale, s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+          q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base, offs_n, n_q, n_k,
+          qk_scale, scale, s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr,
-          MASK: gl.constexpr, ROWS_TMA: gl.constexpr):
+          CAUSAL: gl.constexpr, KEYS: gl.constexpr, ROWS_TMA: gl.constexpr):
     """One query tile's five products against the key tile; dQ handed to the reducer.
-    MASK: the tile crosses the causal diagonal."""
+    CAUSAL: the tile crosses the causal diagonal; KEYS: the key tile runs past the
+    sequence's n_k keys (a packed batch's next sequence follows them)."""
     dtype: gl.constexpr = q_smem.dtype
     s = i % STAGES
     d = i % DQ_SLOTS
     col: gl.constexpr = gl.SliceLayout(0, s_zero.type.layout)
     if not ROWS_TMA:
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=col)
-        m_ok = offs_m < N_Q
+        m_ok = offs_m < n_q
         lse2 = gl.load(lse_base + offs_m, mask=m_ok, other=float("inf")) * LOG2E
         delta = gl.load(delta_base + offs_m, mask=m_ok, other=0.0)
     mbarrier.wait(q_ready.index(s), (i // STAGES) & 1)
@@ -145,9 +148,11 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
     dpt = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     st = warpgroup_mma_wait(1, deps=(st,))
     pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-    if MASK:
+    if CAUSAL:
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=col)
         pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
+    if KEYS:
+        pt = gl.where(gl.expand_dims(offs_n < n_k, 1), pt, 0.0)
     dv = warpgroup_mma(_p_operand(pt, dtype, a_layout), do, dv, is_async=True)
     dpt = warpgroup_mma_wait(1, deps=(dpt,))
     dst = pt * (dpt - gl.expand_dims(delta, 0))
@@ -172,15 +177,16 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
 def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_smem, kv_ready,
               q_ready, q_empty,
               dq_full, dq_empty, Lse, Delta, DK, DV, stride_dkb, stride_dkh, stride_dkn,
-              stride_dvb, stride_dvh, stride_dvn, off_b, off_hkv, start_n, lo,
-              H, GROUP, N_Q, N_K, qk_scale, scale,
+              stride_dvb, stride_dvh, stride_dvn, tb, off_hkv, r0, k0, n_q, n_k, start_n,
+              lo, hi, H, GROUP, N_ROWS, qk_scale, scale,
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_SLOTS: gl.constexpr,
-              ROWS_TMA: gl.constexpr):
+              ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV stored at the end. Under a causal mask the tiles that cross the diagonal
     (those above start_n + BLOCK_N) run masked, in a loop of their own; without one,
-    ``whole`` = lo and that loop is empty."""
+    ``whole`` = lo and that loop is empty. A packed sequence's last key tile, whose rows
+    past n_k are the next sequence's keys, runs every query tile masked."""
     W: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = k_smem.dtype
     # S^T and dP^T: [BLOCK_N, BLOCK_M], a warpgroup per 64 key rows; dK, dV: [BLOCK_N, D]
@@ -206,12 +212,15 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
     v = v_smem.reshape([BLOCK_N, HEAD_DIM])
     whole = lo
     if IS_CAUSAL:
-        whole = gl.minimum(start_n + BLOCK_N, N_Q)
+        whole = gl.minimum(start_n + BLOCK_N, hi)
+    if VARLEN:
+        if start_n + BLOCK_N > n_k:
+            whole = hi
     i = 0
     for g in range(0, GROUP):
-        bh = off_b * H + off_hkv * GROUP + g
-        lse_base = Lse + bh * N_Q
-        delta_base = Delta + bh * N_Q
+        bh = tb * H + off_hkv * GROUP + g
+        lse_base = Lse + bh * N_ROWS + r0
+        delta_base = Delta + bh * N_ROWS + r0
         # the tiles that cross the diagonal, masked, then the whole ones: one loop body
         # each, so the whole tiles' carries no mask (13 spilled registers fewer in sm_90's
         # loop, 1.02-1.05x the GPU time of one loop masking where start_m < start_n +
@@ -219,21 +228,22 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
         for start_m in range(lo, whole, BLOCK_M):
             dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                              delta_base, offs_n, N_Q, qk_scale, scale, s_zero, dq_zero,
-                              a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL,
-                              ROWS_TMA)
-        for start_m in range(whole, N_Q, BLOCK_M):
+                              delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
+                              dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS,
+                              IS_CAUSAL, VARLEN, ROWS_TMA)
+        for start_m in range(whole, hi, BLOCK_M):
             dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                              delta_base, offs_n, N_Q, qk_scale, scale, s_zero, dq_zero,
-                              a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False, ROWS_TMA)
+                              delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
+                              dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
+                              False, ROWS_TMA)
 
     kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
     kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
-    kmask = gl.expand_dims(kr < N_K, 1)
-    ob = off_b.to(gl.int64)
+    kmask = gl.expand_dims(kr < n_k, 1)
+    ob = tb.to(gl.int64)
     oh = off_hkv.to(gl.int64)
-    kr64 = gl.expand_dims(kr.to(gl.int64), 1)
+    kr64 = gl.expand_dims((k0 + kr).to(gl.int64), 1)
     gl.store(DK + ob * stride_dkb + oh * stride_dkh + kr64 * stride_dkn + kc[None, :],
              (dk * scale).to(dtype), mask=kmask)
     gl.store(DV + ob * stride_dvb + oh * stride_dvh + kr64 * stride_dvn + kc[None, :],
@@ -242,15 +252,24 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
 
 @gluon.jit
 def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, Lse, Delta,
-                   DK, DV,
+                   DK, DV, CU_Q, CU_K,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
-                   H, HKV, N_Q, N_K, qk_scale, scale,
+                   H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale,
                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    WORKER_REGS: gl.constexpr, SECTION: gl.constexpr,
-                   ROWS_TMA: gl.constexpr):
+                   ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
+
+    VARLEN: a packed batch. The tensors are (1, H, total, D) (N_Q = total_q), CU_Q and
+    CU_K the (B + 1,) int32 prefix sums, N_K and the grid the longest sequence's keys;
+    program (n, bh) takes key tile n of sequence bh // HKV, and has nothing to do past
+    the sequence's end. Tiles are placed from the sequence's first row, so a tile's rows
+    past the sequence are the next one's: a key row there is masked (:func:`_consumer`);
+    a query row reads a log-sum-exp of +inf (P = 0, its dQ row adds zeros) from the row
+    vectors, where the delta launch put sequence b's rows from r0, a multiple of BLOCK_M
+    (``attention_bwd.padded_start``), followed by +inf and 0 to its last tile's end.
 
     SECTION = 0: program (n, bh) takes key tile n of bh, so programs start head by head.
     SECTION = S: the programs are ordered in sections of S (batch, kv head) pairs, key
@@ -274,6 +293,24 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
     GROUP = H // HKV
     start_n = pid_n * BLOCK_N
     lo = _first_query(start_n, IS_CAUSAL, BLOCK_M)
+    if VARLEN:
+        q0 = gl.load(CU_Q + off_b)
+        n_q = gl.load(CU_Q + off_b + 1) - q0
+        k0 = gl.load(CU_K + off_b)
+        n_k = gl.load(CU_K + off_b + 1) - k0
+        r0 = ((q0 + off_b * BLOCK_M) // BLOCK_M) * BLOCK_M  # attention_bwd.padded_start
+        tb = off_b * 0
+        hi = n_q
+        if start_n >= n_k:  # a key tile past the sequence's end: nothing to visit
+            hi = lo
+    else:
+        q0 = 0
+        r0 = 0
+        n_q = N_Q
+        k0 = 0
+        n_k = N_K
+        tb = off_b
+        hi = N_Q
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM],
@@ -303,12 +340,14 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
         [(_consumer, (q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_smem,
                       kv_ready, q_ready, q_empty, dq_full, dq_empty, Lse, Delta, DK, DV,
                       stride_dkb, stride_dkh,
-                      stride_dkn, stride_dvb, stride_dvh, stride_dvn, off_b, off_hkv,
-                      start_n, lo, H, GROUP, N_Q, N_K, qk_scale, scale,
-                      HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA)),
+                      stride_dkn, stride_dvb, stride_dvh, stride_dvn, tb, off_hkv, r0, k0,
+                      n_q, n_k, start_n, lo, hi, H, GROUP, N_ROWS, qk_scale, scale,
+                      HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
+                      VARLEN)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
-                      k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, off_b,
-                      off_hkv, start_n, lo, H, N_Q, GROUP, BLOCK_M, STAGES, ROWS_TMA)),
-         (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, off_b, off_hkv, lo, N_Q, GROUP,
+                      k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
+                      off_hkv, q0, r0, k0, start_n, lo, hi, H, N_ROWS, GROUP, BLOCK_M,
+                      STAGES, ROWS_TMA)),
+         (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, q0, lo, hi, GROUP,
                      BLOCK_M, DQ_SLOTS))],
         [1, 1], [WORKER_REGS, WORKER_REGS])
