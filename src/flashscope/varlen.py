@@ -165,14 +165,16 @@ def _forward(q, k, v, packed: Packed, mask: Mask, scale: float, cfg, return_lse:
     return out, None if lse is None else lse.squeeze(0)
 
 
-#: Backward defaults by target, dtype, head dim, mask, longest lengths and (batch x heads)
+#: Backward defaults by the packed problem (:func:`backward_problem`), PyTorch's
+#: deterministic setting and the tensors' geometry
 _BACKWARD: dict = {}
 
 
 def _backward_packed(dout, q, k, v, out, lse, packed: Packed, mask: Mask, scale: float,
                      cfg=None):
-    """(dq like q, dk like k, dv like v) of a packed batch; ``cfg`` None: the backward
-    family's default for the packed problem, remembered per problem."""
+    """(dq like q, dk like k, dv like v) of a packed batch; ``cfg`` None: the default
+    for the packed problem on these tensors (:func:`flashscope.api.tensors_backward`),
+    remembered."""
     if cfg is None:
         problem = backward_problem(q, k, mask, packed, device_target(q.device))
         exact = torch.are_deterministic_algorithms_enabled()
