@@ -45,16 +45,19 @@ def test_tma_copies_are_this_gluons_builtins():
 
 def test_tma_reduction_and_barrier_build_on_this_triton():
     """``tma_reduce_add`` and ``cta_barrier`` are this release's Gluon builtins, and the
-    Hopper backward that calls them builds for sm90 with its dQ reduction (UTMAREDG) and
-    no serialized wgmma (3.9 has ``async_atomic_add`` and ``barrier``, 3.6 neither)."""
+    Hopper backward that calls them builds for sm90, dense and packed, with its dQ
+    reduction (UTMAREDG) and no serialized wgmma (3.9 has ``async_atomic_add`` and
+    ``barrier``, 3.6 neither)."""
     from flashscope.families.sm90_bwd import Sm90BwdConfig
     from flashscope.isa import inspect_config
 
     for fn in (compat.tma_reduce_add, compat.cta_barrier):
         assert getattr(fn, "__triton_builtin__", False), fn
-    rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=64, causal=True,
-                         problem=(1, 2, 2, 256, 256), occupancy=False)
-    assert "UTMAREDG" in rec.opcodes and rec.wgmma_serialized == 0
+    for varlen in (False, True):  # dense and packed builds
+        rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=64,
+                             causal=True, problem=(1, 2, 2, 256, 256), occupancy=False,
+                             varlen=varlen)
+        assert "UTMAREDG" in rec.opcodes and rec.wgmma_serialized == 0, varlen
 
 
 def test_run_keywords_are_what_jit_run_binds(monkeypatch):
