@@ -58,6 +58,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait
 
 from flashscope.compat import cta_barrier, tma_load, tma_reduce_add
+from flashscope.kernels.attention_bwd import padded_start
 from flashscope.kernels.sm90_softmax import _p_operand
 
 LOG2E = gl.constexpr(1.4426950408889634)
@@ -269,7 +270,8 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
     past the sequence are the next one's: a key row there is masked (:func:`_consumer`);
     a query row reads a log-sum-exp of +inf (P = 0, its dQ row adds zeros) from the row
     vectors, where the delta launch put sequence b's rows from r0, a multiple of BLOCK_M
-    (``attention_bwd.padded_start``), followed by +inf and 0 to its last tile's end.
+    (:func:`~flashscope.kernels.attention_bwd.padded_start`), followed by +inf and 0 to its
+    last tile's end.
 
     SECTION = 0: program (n, bh) takes key tile n of bh, so programs start head by head.
     SECTION = S: the programs are ordered in sections of S (batch, kv head) pairs, key
@@ -298,7 +300,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
         n_q = gl.load(CU_Q + off_b + 1) - q0
         k0 = gl.load(CU_K + off_b)
         n_k = gl.load(CU_K + off_b + 1) - k0
-        r0 = ((q0 + off_b * BLOCK_M) // BLOCK_M) * BLOCK_M  # attention_bwd.padded_start
+        r0 = padded_start(q0, off_b, BLOCK_M)  # where the delta launch put its rows
         tb = off_b * 0
         hi = n_q
         if start_n >= n_k:  # a key tile past the sequence's end: nothing to visit
