@@ -78,6 +78,51 @@ def test_spills_per_line_add_up_to_the_binary(artifacts):
     assert any(r.spill_stores for r in v.rows if not r.helper or r.inlined)
 
 
+def test_loops_by_structure(artifacts):
+    """Each build's key-tile loop is found at its ``for`` line with the products in it;
+    a loop's sums are those of its instructions (spills included: the sm80 build capped
+    at 32 registers spills inside its loop), and loops nest by address."""
+    for art in artifacts.values():
+        v, rec = _view(art), record_for(art)
+        keyed = [d for d in v.loops if d["source"] and "for start_n in" in d["source"]]
+        assert keyed, (art.target, [d["source"] for d in v.loops])
+        for d in keyed:
+            mix = d["instructions"]
+            assert mix.get("mma", 0) + mix.get("mfma", 0) + mix.get("wmma", 0) > 0
+            assert d["count"] <= v.instructions and d["first"] <= d["last"]
+            if rec.spill_stores is not None:  # NVIDIA: STL, counted in the binary too
+                assert d["spill_stores"] <= rec.spill_stores
+        for d in v.loops:
+            around = [e for e in v.loops if e is not d and e["first"] <= d["first"]
+                      and d["last"] <= e["last"]]
+            assert d["depth"] == len(around)
+    capped = _view(artifacts[case_id(CASES[2])])
+    assert any(d["spill_stores"] and d["depth"] == 0 for d in capped.loops)
+
+
+def test_loops_of_a_warp_specialized_kernel():
+    """The Hopper backward (three partitions): the consumer's two query-tile loops (the
+    masked diagonal and the whole tiles), 32 wgmma each, inside its loop over the GQA
+    group; the retry blocks ptxas puts past the last EXIT (failed mbarrier waits jumping
+    back) close no loop."""
+    from flashscope.compile import build
+    from flashscope.families.sm90_bwd import Sm90BwdConfig
+
+    art = build(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=128, causal=True)
+    v = _view(art)
+    inner = [d for d in v.loops if d["instructions"].get("mma")
+             and "for start_m in range(" in (d["source"] or "")]
+    assert [d["instructions"]["mma"] for d in inner] == [32, 32]
+    (group,) = [d for d in v.loops if d["instructions"].get("mma", 0) == 64]
+    assert "for g in range" in group["source"]
+    assert all(group["first"] <= d["first"] and d["last"] <= group["last"]
+               and d["depth"] == group["depth"] + 1 for d in inner)
+    (_, instrs, *_), = [x for k, x in lines.nvidia_instructions(art.binary, "t").items()
+                        if k == art.name]
+    last_exit = max(i.address for i in instrs if i.opcode == "EXIT")
+    assert all(d["last"] < last_exit for d in v.loops)
+
+
 def test_bare_cubin_gives_own_lines_and_says_the_call_sites_are_unknown(artifacts):
     art = artifacts[case_id(CASES[0])]
     full = _view(art)

@@ -1,11 +1,9 @@
 """The per-line view in the terminal, CSV and JSON, for ``flashscope inspect --lines`` and
 ``flashscope profile --lines``: one table per kernel (file:line and its text, instructions
 by class, live registers, spills, what helpers inlined there add) under a head line with
-the register checks and the peak."""
+the register checks and the peak, and its loops (the same sums by structure)."""
 
 from __future__ import annotations
-
-import sys
 
 #: Table columns: header -> instruction classes summed into it (both vendors' names).
 CLASS_COLUMNS = (
@@ -70,12 +68,42 @@ def print_tables(pairs, console=None, top: int = 0) -> None:
         terminal.show(console, t)
         for c in kl.checks:
             console.print(f"  {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}")
+        _loops_table(console, label, kl)
         if kl.peak and kl.peak.get("by_line"):
             parts = [f"{x['registers']} from {_short(x['file'])}:{x['line']}"
                      for x in kl.peak["by_line"][:6]]
             console.print(f"  at the peak ({kl.peak['live']} live): {', '.join(parts)}")
         if kl.note:
             console.print(f"  note: {kl.note}")
+
+
+#: Loops of fewer instructions are the compiler's waits (an mbarrier or a lock spun on):
+#: the JSON keeps them, the terminal counts them
+LOOP_SHOWN = 16
+
+
+def _loops_table(console, label, kl) -> None:
+    """The kernel's loops, nested by indentation: where its instructions, live registers
+    and spills sit by structure (a spill in the innermost loop is paid every iteration)."""
+    from .. import terminal
+
+    shown = [d for d in kl.loops if d["count"] >= LOOP_SHOWN]
+    if not shown:
+        return
+    t = terminal.table("loop", "at", "instr", *[c for c, _ in CLASS_COLUMNS], "live max",
+                       "spill st/ld", title=f"{label}: loops", left=("loop", "at"))
+    for d in shown:
+        t.add_row("  " * d["depth"] + (d["source"] or "?").strip()[:56],
+                  f"{_short(d['file'])}:{d['line']}" if d["file"] else "-", str(d["count"]),
+                  *[str(v) if v else "" for v in _cols(d["instructions"])],
+                  _fmt(d["live_registers_max"]),
+                  f"{d['spill_stores']}/{d['spill_loads']}"
+                  if d["spill_stores"] or d["spill_loads"] else "")
+    terminal.show(console, t)
+    small = len(kl.loops) - len(shown)
+    if small:
+        console.print(f"  {small} loops of fewer than {LOOP_SHOWN} instructions (waits) "
+                      "left out here; --json lists them")
 
 
 def _fmt(v) -> str:

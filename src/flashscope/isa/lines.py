@@ -56,7 +56,7 @@ from .elf import open_elf
 from .locations import ptx_frames
 
 #: Bumped whenever what this module extracts changes, so stored views are recomputed.
-LINES_VERSION = 4
+LINES_VERSION = 5
 #: Registers ptxas reserves beyond the highest one a kernel names (registers = R_max + 3).
 NVIDIA_RESERVED = 2
 
@@ -109,6 +109,7 @@ class KernelLines:
     live_peaks: dict = field(default_factory=dict)  # AMD: per register class
     note: Optional[str] = None
     source: Optional[str] = None
+    loops: list = field(default_factory=list)  # :func:`loop_rows`
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -247,6 +248,37 @@ def aggregate(instrs: list, mix_of) -> tuple:
     return rows, unattributed
 
 
+def loop_rows(instrs: list, steps: list, mix_of) -> list:
+    """The loops of one kernel in program order: each branch back to an earlier
+    instruction closes one, from its target to the branch (back edges to one head make
+    one loop, to the farthest). Back edges past the kernel's last exit are left out: they
+    close the compiler's out-of-line retry blocks (a failed mbarrier wait), which jump
+    back into the code they left. Each row: ``first``/``last`` (the instructions'
+    addresses), ``depth`` (loops around it), ``file``/``line``/``source`` of the back
+    edge (the loop's own statement, where the line table names it) and the
+    instructions' summary: count and classes, live registers, spill stores and loads
+    (a spill inside a hot loop costs every iteration; one outside it, once)."""
+    exits = [k for k, ins in enumerate(instrs) if ins.opcode in ("EXIT", "s_endpgm")]
+    last_exit = exits[-1] if exits else len(steps)
+    heads = {}
+    for k, st in enumerate(steps[:last_exit]):
+        for t in st.targets:
+            if t < k:
+                heads[t] = max(heads.get(t, k), k)
+    spans = sorted(heads.items())
+    sources = _Sources()
+    rows = []
+    for t, k in spans:
+        frame = instrs[k].frames[0] if instrs[k].frames else None
+        rows.append({
+            "first": instrs[t].address, "last": instrs[k].address,
+            "depth": sum(1 for a, b in spans if a <= t and k <= b and (a, b) != (t, k)),
+            "file": frame[0] if frame else None, "line": frame[1] if frame else None,
+            "source": sources.text(*frame) if frame else None,
+            **_summary(instrs[t:k + 1], mix_of)})
+    return rows
+
+
 def _peak(steps, live, count_of, frames_of) -> Optional[dict]:
     """The instruction where the most registers are live, and which source lines wrote the
     values live there: each live register counts once, for the nearest write that reaches
@@ -370,7 +402,8 @@ def nvidia_lines(cubin: bytes, what: str = "cubin", ptx: Optional[str] = None,
             live_peak=max(counts) if counts else None,
             live_mean=round(sum(counts) / len(counts), 2) if counts else None,
             gap=max([meta["registers"]] + caps) - max(counts) if counts else None,
-            peak=peak, checks=[], setmaxnreg=sorted(set(caps)), source=what)
+            peak=peak, checks=[], setmaxnreg=sorted(set(caps)), source=what,
+            loops=loop_rows(instrs, steps, nvidia.mix_of))
         kl.checks = _nvidia_checks(kl, sites if had_ptx else None)
         if not has_table:
             kl.note = "no line table (.debug_line) in this cubin: totals only"
@@ -504,7 +537,7 @@ def amd_lines(hsaco: bytes, text: str, what: str = "hsaco",
             live_peak=max(vec) if vec else None,
             live_mean=round(sum(vec) / len(vec), 2) if vec else None,
             gap=reg - max(vec) if vec and reg is not None else None, peak=peak, checks=[],
-            live_peaks=peaks, source=what)
+            live_peaks=peaks, source=what, loops=loop_rows(per_instr, steps, amd.mix_of))
         kl.checks = _amd_checks(kl, meta)
         if not kl.line_table:
             kl.note = "no .loc directives in the amdgcn text: totals only"
@@ -600,7 +633,7 @@ def _package_texts(kl: KernelLines) -> None:
     for r in kl.rows:
         if r.source is None and r.file:
             r.source = sources.text(r.file, r.line)
-    for d in (kl.peak or {}).get("by_line", ()):
+    for d in (*(kl.peak or {}).get("by_line", ()), *kl.loops):
         if d.get("source") is None and d.get("file"):
             d["source"] = sources.text(d["file"], d["line"])
 
