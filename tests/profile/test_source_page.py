@@ -66,7 +66,21 @@ def test_replay_table(capsys, binary, tmp_path, monkeypatch):
     assert code == 0, err
     flat = " ".join(out.split())
     assert "stalls by reason: wait 23.4%" in flat and "sm90_softmax.py:69" in flat
-    assert json.loads((out_dir / "profile.json").read_text())["kernel"] == "_attn_fwd_sm90"
+    assert "_attn_fwd_sm90: stalls by loop" in flat
+    d = json.loads((out_dir / "profile.json").read_text())
+    assert d["kernel"] == "_attn_fwd_sm90"
+    # by loop: the samples of the loops' instructions, an inner loop's within its outer's
+    total = sum((r["counters"] or {}).get("stall_samples", 0) for r in d["lines"]["rows"])
+    loops = [x for x in d["lines"]["loops"] if x["count"] >= 16]
+    outer = [x for x in loops if x["depth"] == 0]
+    assert outer and sum(x["counters"]["stall_samples"] for x in outer) <= total
+    for x in loops:
+        around = [y for y in loops if y["depth"] < x["depth"] and y["first"] <= x["first"]
+                  and x["last"] <= y["last"]]
+        assert all(y["counters"]["stall_samples"] >= x["counters"]["stall_samples"]
+                   for y in around)
+    # the key-tile loops of the three partitions hold most of the launch's stalls
+    assert sum(x["counters"]["stall_samples"] for x in outer) > 0.5 * total
 
 
 def test_page_of_another_build_is_refused(capsys, binary, tmp_path):

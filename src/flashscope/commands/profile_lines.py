@@ -1,5 +1,6 @@
 """``flashscope profile --lines``: one launch's warp stalls and executed instructions per
-source line (:mod:`flashscope.profile.lines`), in the terminal, as JSON, or into --out."""
+source line and per loop (:mod:`flashscope.profile.lines`), in the terminal, as JSON, or
+into --out."""
 
 from __future__ import annotations
 
@@ -98,5 +99,32 @@ def _print(console, view, result, top: int) -> None:
                   ", ".join(f"{k} {v / total:.1%}" for v, k in reasons), str(r.count),
                   _fmt(r.live_registers_max))
     terminal.show(console, t)
+    _print_loops(console, view, total)
     console.print("stalls by reason: " + ", ".join(
         f"{k} {v / total:.1%}" for k, v in list(result["stalls_by_reason"].items())[:8]))
+
+
+def _print_loops(console, view, total: float) -> None:
+    """The stalls by loop, nested by indentation (:func:`flashscope.isa.lines.loop_rows`):
+    the share of the launch's samples each loop's instructions took, its own waits
+    included, so an inner loop's share is part of its outer loop's."""
+    from .. import terminal
+    from .lines_view import LOOP_SHOWN, _short
+
+    loops = [d for d in view.loops if d["count"] >= LOOP_SHOWN and d.get("counters")]
+    if not loops:
+        return
+    t = terminal.table("loop", "at", "instr", "warp instr executed", "stall samples",
+                       "share", "top reasons", title=f"{view.kernel}: stalls by loop",
+                       left=("loop", "at", "top reasons"))
+    for d in loops:
+        c = d["counters"]
+        reasons = sorted(((v, k[len("stall."):]) for k, v in c.items()
+                          if k.startswith("stall.") and v), reverse=True)[:2]
+        t.add_row("  " * d["depth"] + ((d["source"] or "").strip()[:48] or "(loop)"),
+                  f"{_short(d['file'])}:{d['line']}" if d["file"] else "-", str(d["count"]),
+                  f"{c.get('instructions_executed', 0):,.0f}",
+                  f"{c.get('stall_samples', 0):,.0f}",
+                  f"{c.get('stall_samples', 0) / total:.1%}",
+                  ", ".join(f"{k} {v / total:.1%}" for v, k in reasons))
+    terminal.show(console, t)
