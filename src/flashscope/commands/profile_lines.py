@@ -90,13 +90,8 @@ def _print(console, view, result, top: int) -> None:
                        left=("line", "source", "top reasons"))
     for r in rows:
         c = r.counters
-        reasons = sorted(((v, k[len("stall."):]) for k, v in c.items()
-                          if k.startswith("stall.") and v), reverse=True)[:2]
         t.add_row(f"{'  ' if r.helper else ''}{_short(r.file)}:{r.line}",
-                  (r.source or "").strip()[:56], f"{c.get('instructions_executed', 0):,.0f}",
-                  f"{c.get('stall_samples', 0):,.0f}",
-                  f"{c.get('stall_samples', 0) / total:.1%}",
-                  ", ".join(f"{k} {v / total:.1%}" for v, k in reasons), str(r.count),
+                  (r.source or "").strip()[:56], *_counter_cells(c, total), str(r.count),
                   _fmt(r.live_registers_max))
     terminal.show(console, t)
     _print_loops(console, view, total)
@@ -118,13 +113,17 @@ def _print_loops(console, view, total: float) -> None:
                        "share", "top reasons", title=f"{view.kernel}: stalls by loop",
                        left=("loop", "at", "top reasons"))
     for d in loops:
-        c = d["counters"]
-        reasons = sorted(((v, k[len("stall."):]) for k, v in c.items()
-                          if k.startswith("stall.") and v), reverse=True)[:2]
         t.add_row("  " * d["depth"] + ((d["source"] or "").strip()[:48] or "(loop)"),
                   f"{_short(d['file'])}:{d['line']}" if d["file"] else "-", str(d["count"]),
-                  f"{c.get('instructions_executed', 0):,.0f}",
-                  f"{c.get('stall_samples', 0):,.0f}",
-                  f"{c.get('stall_samples', 0) / total:.1%}",
-                  ", ".join(f"{k} {v / total:.1%}" for v, k in reasons))
+                  *_counter_cells(d["counters"], total))
     terminal.show(console, t)
+
+
+def _counter_cells(c: dict, total: float) -> tuple:
+    """(warp instructions executed, stall samples, their share of ``total``, the two
+    largest stall reasons) of one row's summed counters."""
+    reasons = sorted(((v, k[len("stall."):]) for k, v in c.items()
+                      if k.startswith("stall.") and v), reverse=True)[:2]
+    return (f"{c.get('instructions_executed', 0):,.0f}", f"{c.get('stall_samples', 0):,.0f}",
+            f"{c.get('stall_samples', 0) / total:.1%}",
+            ", ".join(f"{k} {v / total:.1%}" for v, k in reasons))
