@@ -126,8 +126,8 @@ def backward_problem(q, k, mask: Mask, packed: Packed, target: Optional[str]) ->
     lengths (total over count, known on the host) stand for the lengths, since the rule
     between one pass and two weighs the query tiles a program visits
     (:func:`flashscope.families.sm90_bwd.prefers`). A batch of 64-1024-token sequences
-    (mean 300) ran 0.74-0.89x the two passes on the one pass, its longest (1024) would
-    have chosen; mixed 128-8192 (mean 2260) 1.20-1.35x at D = 128 (H200, bf16)."""
+    (mean 350) ran 0.84-1.00x the two passes on the one pass, which its longest (1024)
+    would have chosen; mixed 128-8192 (mean 2260) 1.38-1.52x at D = 128 (H200, bf16)."""
     n = max(1, packed.batch)
     return dataclasses.replace(problem_of(q, k, mask, packed, target),
                                n_q=-(-q.shape[0] // n), n_k=-(-k.shape[0] // n))
@@ -175,16 +175,16 @@ def _backward_packed(dout, q, k, v, out, lse, packed: Packed, mask: Mask, scale:
     """(dq like q, dk like k, dv like v) of a packed batch; ``cfg`` None: the default
     for the packed problem on these tensors (:func:`flashscope.api.tensors_backward`),
     remembered."""
+    qv, kv, vv = _view(q), _view(k), _view(v)
     if cfg is None:
         problem = backward_problem(q, k, mask, packed, device_target(q.device))
         exact = torch.are_deterministic_algorithms_enabled()
-        cfg = launch.remembered(
-            _BACKWARD, (problem, exact, launch.geometry_key(*(_view(t) for t in (q, k, v)))),
-            lambda: tensors_backward(problem, _view(q), _view(k), _view(v)))
+        cfg = launch.remembered(_BACKWARD, (problem, exact, launch.geometry_key(qv, kv, vv)),
+                                lambda: tensors_backward(problem, qv, kv, vv))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    launch.backward(_view(dout), _view(q), _view(k), _view(v), _view(out), lse.unsqueeze(0),
-                    mask=mask, scale=scale, cfg=cfg, dq=_view(dq), dk=_view(dk),
-                    dv=_view(dv), packed=packed)
+    launch.backward(_view(dout), qv, kv, vv, _view(out), lse.unsqueeze(0), mask=mask,
+                    scale=scale, cfg=cfg, dq=_view(dq), dk=_view(dk), dv=_view(dv),
+                    packed=packed)
     return dq, dk, dv
 
 
