@@ -216,9 +216,10 @@ class Instruction:
     counters: Optional[dict] = None
 
 
-def aggregate(instrs: list, mix_of) -> tuple:
+def aggregate(instrs: list, mix_of, sources: "_Sources | None" = None) -> tuple:
     """(rows, unattributed count) from :class:`Instruction` values: own counts on the
-    innermost frame, ``inlined`` on each call site."""
+    innermost frame, ``inlined`` on each call site (``sources``: the files' texts, read
+    once per kernel with :func:`loop_rows`)."""
     own, via, outermost = {}, {}, set()
     unattributed = 0
     for ins in instrs:
@@ -230,7 +231,7 @@ def aggregate(instrs: list, mix_of) -> tuple:
         outermost.add(frames[-1])
         for f in set(frames[1:]):
             via.setdefault(f, []).append(ins)
-    sources = _Sources()
+    sources = sources or _Sources()
     rows = []
     for key in sorted(set(own) | set(via), key=lambda k: row_order(*k)):
         r = LineRow(file=key[0], line=key[1], source=sources.text(*key),
@@ -248,7 +249,7 @@ def aggregate(instrs: list, mix_of) -> tuple:
     return rows, unattributed
 
 
-def loop_rows(instrs: list, steps: list, mix_of) -> list:
+def loop_rows(instrs: list, steps: list, mix_of, sources: "_Sources | None" = None) -> list:
     """The loops of one kernel in program order: each branch back to an earlier
     instruction closes one, from its target to the branch (back edges to one head make
     one loop, to the farthest). Back edges past the kernel's last exit are left out: they
@@ -266,7 +267,7 @@ def loop_rows(instrs: list, steps: list, mix_of) -> list:
             if t < k:
                 heads[t] = max(heads.get(t, k), k)
     spans = sorted(heads.items())
-    sources = _Sources()
+    sources = sources or _Sources()
     rows = []
     for t, k in spans:
         frame = instrs[k].frames[0] if instrs[k].frames else None
@@ -279,7 +280,8 @@ def loop_rows(instrs: list, steps: list, mix_of) -> list:
     return rows
 
 
-def _peak(steps, live, count_of, frames_of) -> Optional[dict]:
+def _peak(steps, live, count_of, frames_of, sources: "_Sources | None" = None
+          ) -> Optional[dict]:
     """The instruction where the most registers are live, and which source lines wrote the
     values live there: each live register counts once, for the nearest write that reaches
     it (its innermost frame outside Triton's own library); ``unexplained``: registers no
@@ -294,7 +296,7 @@ def _peak(steps, live, count_of, frames_of) -> Optional[dict]:
         user = next((f for f in fr if not _library(f[0])), fr[0] if fr else None)
         by_line[user] += count_of(mask)
         seen |= mask
-    sources = _Sources()
+    sources = sources or _Sources()
     lines = [{"file": k[0], "line": k[1], "source": sources.text(*k), "registers": n}
              if k else {"file": None, "line": None, "source": None, "registers": n}
              for k, n in by_line.most_common()]
@@ -378,19 +380,19 @@ def nvidia_lines(cubin: bytes, what: str = "cubin", ptx: Optional[str] = None,
     """:class:`KernelLines` for every kernel of a cubin (``ptx``: Triton's PTX of it, for
     the inlined call sites; ``sass``: a listing made already; ``counters(kernel,
     instructions)``: sets profiler counters on the instructions before they are summed)."""
-    out = []
+    out, sources = [], _Sources()  # each file's text read once for every table
     for k, (meta, instrs, steps, live, (has_table, sites, had_ptx)) in \
             nvidia_instructions(cubin, what, ptx, sass).items():
         if counters is not None:
             counters(k, instrs)
-        rows, unattributed = aggregate(instrs, nvidia.mix_of)
+        rows, unattributed = aggregate(instrs, nvidia.mix_of, sources)
         used = 0
         for st in steps:
             used |= st.uses | st.defs
         caps = [int(m.group(1), 16) for m in (_SETMAXNREG.search(i.text) for i in instrs
                                                if i.opcode == "USETMAXREG") if m]
         counts = [i.live for i in instrs]
-        peak = _peak(steps, live, sass_flow.count, lambda j: instrs[j].frames)
+        peak = _peak(steps, live, sass_flow.count, lambda j: instrs[j].frames, sources)
         if peak:
             peak["address"] = instrs[peak.pop("index")].address
         kl = KernelLines(
@@ -403,7 +405,7 @@ def nvidia_lines(cubin: bytes, what: str = "cubin", ptx: Optional[str] = None,
             live_mean=round(sum(counts) / len(counts), 2) if counts else None,
             gap=max([meta["registers"]] + caps) - max(counts) if counts else None,
             peak=peak, checks=[], setmaxnreg=sorted(set(caps)), source=what,
-            loops=loop_rows(instrs, steps, nvidia.mix_of))
+            loops=loop_rows(instrs, steps, nvidia.mix_of, sources))
         kl.checks = _nvidia_checks(kl, sites if had_ptx else None)
         if not has_table:
             kl.note = "no line table (.debug_line) in this cubin: totals only"
@@ -501,7 +503,7 @@ def amd_lines(hsaco: bytes, text: str, what: str = "hsaco",
     metas = amd.read_hsaco(hsaco, what, text=None)
     parsed = amdgcn_flow.parse_kernels(text, [m["kernel"] for m in metas])
     reserves = _amd_reserved(text)
-    out = []
+    out, sources = [], _Sources()  # each file's text read once for every table
     for meta in metas:
         k = meta["kernel"]
         instrs = parsed.get(k, [])
@@ -512,7 +514,7 @@ def amd_lines(hsaco: bytes, text: str, what: str = "hsaco",
                                  "store" if i.opcode.startswith("scratch_store") else
                                  "load" if i.opcode.startswith("scratch_load") else None)
                      for i, c in zip(instrs, vec)]
-        rows, unattributed = aggregate(per_instr, amd.mix_of)
+        rows, unattributed = aggregate(per_instr, amd.mix_of, sources)
         used = 0
         for i in instrs:
             used |= i.uses | i.defs
@@ -524,7 +526,7 @@ def amd_lines(hsaco: bytes, text: str, what: str = "hsaco",
         def vec_count(m):
             return amdgcn_flow.count(m, "v") + amdgcn_flow.count(m, "a")
 
-        peak = _peak(steps, live, vec_count, lambda j: instrs[j].frames)
+        peak = _peak(steps, live, vec_count, lambda j: instrs[j].frames, sources)
         if peak:
             peak["instruction"] = instrs[peak.pop("index")].text
         reg = meta["registers"]
@@ -537,7 +539,8 @@ def amd_lines(hsaco: bytes, text: str, what: str = "hsaco",
             live_peak=max(vec) if vec else None,
             live_mean=round(sum(vec) / len(vec), 2) if vec else None,
             gap=reg - max(vec) if vec and reg is not None else None, peak=peak, checks=[],
-            live_peaks=peaks, source=what, loops=loop_rows(per_instr, steps, amd.mix_of))
+            live_peaks=peaks, source=what,
+            loops=loop_rows(per_instr, steps, amd.mix_of, sources))
         kl.checks = _amd_checks(kl, meta)
         if not kl.line_table:
             kl.note = "no .loc directives in the amdgcn text: totals only"
