@@ -555,17 +555,18 @@ def test_offline_build_rejects_unknown_kernel():
 
 # --- offline builds ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("head_dim,causal,varlen", [
-    (64, False, False), (64, True, False), (128, False, False), (128, True, False),
-    (64, False, True), (128, True, True)])
-def test_sm90_bwd_builds_offline(head_dim, causal, varlen):
+@pytest.mark.parametrize("head_dim,causal,varlen,window", [
+    (64, False, False, None), (64, True, False, None), (128, False, False, None),
+    (128, True, False, None), (64, False, True, None), (128, True, True, None),
+    (128, True, False, (4096, 0)), (64, False, False, (256, 256))])
+def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window):
     """Three partitions (12 warps), every product on wgmma with none serialized, dQ added
     by TMA reductions (UTMAREDG), one program an SM's shared memory; dense and packed."""
     from flashscope.isa import inspect_config
 
     rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=head_dim,
                          causal=causal, problem=(2, 8, 2, 300 + (head_dim == 64), 700),
-                         varlen=varlen)
+                         varlen=varlen, window=window)
     assert rec.threads == 384
     assert rec.wgmma_serialized == 0
     assert {"HGMMA", "UTMALDG", "UTMAREDG"} <= set(rec.opcodes)
@@ -573,9 +574,8 @@ def test_sm90_bwd_builds_offline(head_dim, causal, varlen):
 
 
 @pytest.mark.parametrize("extra,error,pattern", [
-    ({"window": (64, 0)}, ConfigError, "no mask or a top-left causal"),
-    ({"softcap": 30.0}, ConfigError, "no mask or a top-left causal"),
-    ({"varlen": True, "align": "bottom_right"}, ConfigError, "no mask or a top-left causal"),
+    ({"softcap": 30.0}, ConfigError, "no softcap"),
+    ({"varlen": True, "align": "bottom_right"}, ConfigError, "on a packed batch"),
     ({"head_dim": 96}, ConfigError, "head dims 64 and 128"),
     ({"target": "sm80"}, ConfigError, "not sm_90"),
 ])
@@ -634,7 +634,11 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(d=64), "sm90-bwd"),                        # 64 tiles a program
     (_problem(d=64, n=1024, heads=256), "triton-bwd"),   # 16 at D = 64
     (_problem(d=96), "triton-bwd"),
-    (_problem(window=True), "triton-bwd"),
+    (_problem(window=True), "sm90-bwd"),                 # bottom-right: 64 tiles
+    (_problem(n=32768, heads=32, causal=True, window=True, band_keys=512), "sm90-bwd"),
+    (_problem(n=32768, heads=32, causal=True, window=True, band_keys=256), "triton-bwd"),
+    (_problem(d=64, n=8192, heads=128, window=True, band_keys=1024), "triton-bwd"),  # 18
+    (_problem(d=64, n=8192, heads=128, window=True, band_keys=2048), "sm90-bwd"),    # 34
     (_problem(softcap=True), "triton-bwd"),
     (_problem(varlen=True), "sm90-bwd"),
     (_problem(varlen=True, window=True), "triton-bwd"),  # bottom-right, packed

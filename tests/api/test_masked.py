@@ -119,3 +119,76 @@ def test_bad_softcap_is_refused(device, cap):
     q, k, v = make_qkv(device, 1, 1, 8, 8, 16, dtype=torch.float16)
     with pytest.raises((TypeError, ValueError), match="softcap"):
         flashscope.attention(q, k, v, softcap=cap)
+
+
+# (causal, window, align, Nq, Nk, Hkv, D): the band's edges off the 64-row query and
+# 128-row key tiles, both alignments with Nq != Nk both ways (rows that see no key), a
+# zero-width window, one wider than the rows, GQA and MQA
+SM90_BANDS = [
+    (False, (70, 30), "top_left", 300, 300, 2, 128),
+    (True, (200, None), "top_left", 700, 700, 4, 128),
+    (True, None, "bottom_right", 200, 700, 1, 128),
+    (True, (100, None), "bottom_right", 700, 200, 2, 64),
+    (False, (0, 0), "top_left", 257, 257, 4, 64),
+    (False, (None, 100), "bottom_right", 300, 513, 2, 128),
+    (False, (5000, 5000), "top_left", 513, 300, 4, 64),
+    (True, (3, -1), "top_left", 129, 129, 1, 128),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal,window,align,Nq,Nk,Hkv,D", SM90_BANDS)
+def test_sm90_bwd_band_matches_float64(device, causal, window, align, Nq, Nk, Hkv, D):
+    """The Hopper backward under windows and bottom-right alignment (its masked edge
+    loops and the band's whole tiles), NaN-poisoned gradients written in full."""
+    from flashscope import launch
+    from flashscope.families.sm90_bwd import Sm90BwdConfig
+    from flashscope.masks import Mask
+
+    if launch.device_target(torch.device(device)) != "sm90":
+        pytest.skip("needs an sm_90 GPU")
+    seed = fresh_seed()
+    q, k, v = make_qkv(device, 2, 4, Nq, Nk, D, Hkv=Hkv, dtype=torch.bfloat16)
+    dout = torch.randn_like(q)
+    mask = Mask.of(causal, window, align)
+    scale = D ** -0.5
+    out, lse = launch.forward(q, k, v, mask=mask, scale=scale, cfg=CFG, return_lse=True)
+    poisoned = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+    dq, dk, dv = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale,
+                                 cfg=Sm90BwdConfig(), dq=poisoned[0], dk=poisoned[1],
+                                 dv=poisoned[2])
+    _, rdq, rdk, rdv = reference_attention_grads(q, k, v, dout, is_causal=causal,
+                                                 window=window, align=align, scale=scale)
+    for name, got, ref in (("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv)):
+        assert not torch.isnan(got).any(), f"{name} (seed {seed})"
+        if ref.abs().max() == 0:
+            assert got.double().abs().max() < 1e-3, f"{name} (seed {seed})"
+        else:
+            assert rel_error(got, ref) <= 2 * ERROR_BOUND[torch.bfloat16], f"{name} (seed {seed})"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("window,align", [((512, 0), "top_left"), (None, "bottom_right")])
+def test_default_band_backward_takes_the_one_pass(device, window, align):
+    """Through ``attention``'s autograd on an sm_90 device: a causal band the rule gives
+    to sm90-bwd (10 and 16 query tiles a key tile, 256 programs), against float64."""
+    from flashscope import api, launch
+    from flashscope.masks import Mask
+
+    if launch.device_target(torch.device(device)) != "sm90":
+        pytest.skip("needs an sm_90 GPU")
+    seed = fresh_seed()
+    Nq, Nk = (2048, 2048) if align == "top_left" else (2048, 4096)
+    q, k, v = make_qkv(device, 2, 16, Nq, Nk, 128, Hkv=8, dtype=torch.bfloat16)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    mask = Mask.of(True, window, align)
+    assert api._backward_config(q, k, v, mask).KERNEL == "sm90-bwd"
+    out = flashscope.attention(q, k, v, is_causal=True, window=window, align=align,
+                               enable_gqa=True)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref = reference_attention_grads(q.detach(), k.detach(), v.detach(), dout, is_causal=True,
+                                    window=window, align=align, scale=128 ** -0.5)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, ref[1:]):
+        assert not torch.isnan(got).any(), f"{name} (seed {seed})"
+        assert rel_error(got, want) <= 2 * ERROR_BOUND[torch.bfloat16], f"{name} (seed {seed})"

@@ -4,8 +4,10 @@ dQ added in fp32 by TMA reductions (:mod:`flashscope.kernels.attention_bwd_sm90`
 Its record (:class:`Sm90BwdConfig`), rules, the rule that runs it in place of the portable
 backward (:func:`prefers`) and its launches (:func:`calls`, :func:`run`). The portable
 two-pass backward (:mod:`.triton_bwd`) stays the reference, the deterministic path and the
-one for everything this family does not take: windows, bottom-right alignment, softcap,
-head dims other than 64 and 128. Packed batches run its VARLEN build.
+one for everything this family does not take: softcap, windows and bottom-right alignment
+on packed batches, head dims other than 64 and 128. Packed batches run its VARLEN build;
+a window or bottom-right alignment its band (each key tile's masked edge tiles first,
+then the whole ones between them).
 """
 
 from __future__ import annotations
@@ -108,8 +110,10 @@ def accepts(problem: Problem) -> Optional[str]:
         return why
     if problem.head_dim not in HEAD_DIMS:
         return f"head dim {problem.head_dim} (the kernel takes {HEAD_DIMS})"
-    if problem.window or problem.softcap:
-        return "a window, bottom-right alignment or softcap"
+    if problem.softcap:
+        return "softcap"
+    if problem.window and problem.varlen:
+        return "a window or bottom-right alignment on a packed batch"
     return None
 
 
@@ -126,11 +130,24 @@ def select(problem: Problem) -> Sm90BwdConfig:
 #: read of the products. GPU time against the two passes (H200, bf16): D = 128, 8 tiles
 #: a program (B = 16, 1k keys, causal) 1.04x, 16 (the same non-causal) 1.15x; D = 64,
 #: 8 and 16 tiles (4 x 32 heads, 1k) 0.88x and 0.94x, 32 and 64 (4k) 1.08x and 1.05x.
+#: Bands (:func:`query_tiles`), D = 128: 10 tiles (causal window 512 at 32k, two-sided
+#: 256 at 16k) 1.06x and 1.03x, 18 and 34 (two-sided 1024, causal 2048) 1.38x and 1.27x,
+#: 72 (Mistral's 4096) 1.36-1.38x; D = 64, 18 tiles (causal 1024 at 8k) 1.03x.
 MIN_TILES = {64: 32, 128: 8}
 #: Programs per SM the grid should reach (one program an SM fits): 256 programs (1.9 an
 #: SM) ran 1.07x (B = 1, 16 heads, 2k) and 1.21x (GQA 32/8, 4k), causal in sections
 #: (:data:`CAUSAL_SECTION`) 1.13x (GQA 32/8, 4k); 64 (MQA, B = 2, 4k) 0.63x.
 MIN_WAVES = 1
+
+
+def query_tiles(problem: Problem, cfg: Sm90BwdConfig) -> float:
+    """Mean query tiles a program visits, its GQA group's together: half the rows under a
+    causal mask; a window bounded on both sides (``band_keys``) reaches a key tile from
+    its BLOCK_N rows and the band's span, whatever the length."""
+    rows = -(-problem.n_q // cfg.BLOCK_M) * (0.5 if problem.causal else 1.0)
+    if problem.band_keys:
+        rows = min(rows, -(-(problem.band_keys + cfg.BLOCK_N) // cfg.BLOCK_M))
+    return max(1, problem.group) * rows
 
 
 def prefers(problem: Problem) -> Optional[str]:
@@ -144,12 +161,11 @@ def prefers(problem: Problem) -> Optional[str]:
         return "deterministic algorithms are on (dQ's sum order varies)"
     cfg = select(problem)
     least = MIN_TILES[problem.head_dim]
-    group = max(1, problem.group)
-    tiles = group * -(-problem.n_q // cfg.BLOCK_M) * (0.5 if problem.causal else 1.0)
+    tiles = query_tiles(problem, cfg)
     if tiles < least:
         return f"{tiles:g} query tiles a program (fewer than {least} at D = {problem.head_dim})"
     if problem.heads:
-        programs = -(-problem.n_k // cfg.BLOCK_N) * max(1, problem.heads // group)
+        programs = -(-problem.n_k // cfg.BLOCK_N) * max(1, problem.heads // max(1, problem.group))
         sms = problem.target_record().sm_count
         if programs < MIN_WAVES * sms:
             return f"{programs} programs (fewer than {MIN_WAVES} an SM)"
@@ -200,9 +216,9 @@ def row_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
 
 
 def _check_mask(mask, packed, n_q: int, n_k: int) -> None:
-    lengths = (n_q, n_k) if packed is None else (None, None)
-    if mask.banded(*lengths) or mask.softcap is not None:
-        raise ConfigError(f"{KERNEL} runs no mask or a top-left causal one (use triton-bwd)")
+    if packed is not None and mask.banded(None, None) or mask.softcap is not None:
+        raise ConfigError(f"{KERNEL} runs no softcap, and no window or bottom-right "
+                          "alignment on a packed batch (use triton-bwd)")
 
 
 def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
@@ -240,11 +256,13 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
              tma_desc4(acc, "dQ buffer", cfg.BLOCK_M), _rows_desc(rows_in, cfg.BLOCK_M),
              _rows_desc(delta, cfg.BLOCK_M), rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
-             float(scale)),
+             float(scale), *mask.scalars(Nq, Nk)),
             {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
-             "ROWS_TMA": varlen or rows_by_tma(Nq), "VARLEN": varlen},
+             "ROWS_TMA": varlen or rows_by_tma(Nq), "VARLEN": varlen,
+             **{k: v for k, v in mask.switches(Nq, Nk).items()
+                if k in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED")}},
             opts),
     }
 

@@ -38,6 +38,16 @@ diagonal are masked. TMA zero-fills rows past N of each head: zero K and V rows 
 dS K = 0 contributions, zero Q and dO rows (with L = +inf) give P = 0; dK and dV rows past
 N_K are not stored, and the dQ buffer's rows past N_Q are clipped by TMA.
 
+Windows and bottom-right alignment (HAS_LEFT, HAS_RIGHT, SHIFTED, the forward's
+switches): a key tile's query tiles come from :func:`~flashscope.kernels.keyrange.
+query_range`, the rows of the band that reach it, [lo, hi), of which [full_lo, full_hi)
+see all its keys. Producer, consumer and reducer visit the two masked edges first, each
+in a loop of its own with :func:`~flashscope.kernels.keyrange.visible`, and the whole
+tiles last, unmasked: with one loop for both edges, or the whole tiles between them, the
+band's scalars stayed live across the whole tiles' loop and it spilled 48-56 registers
+(sm_90, D = 128; 2/7 stores/loads this way, 0.60-0.72x against 1.03-1.38x the two
+passes' GPU time, H200).
+
 With ROWS_TMA the producer also brings each query tile's log-sum-exp and delta into
 the ring slot (rank-1 TMA copies over the flattened row vectors), so the consumer reads
 them from shared memory and keeps no row offsets live across its loop (sm_90 at D = 128
@@ -60,6 +70,7 @@ from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait
 from flashscope.compat import cta_barrier, tma_load, tma_reduce_add
 from flashscope.kernels.attention_bwd import padded_start
 from flashscope.kernels.sm90_softmax import _p_operand
+from flashscope.kernels.keyrange import query_range, segment, visible
 
 LOG2E = gl.constexpr(1.4426950408889634)
 
@@ -76,7 +87,7 @@ def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem, k_smem,
               v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb, off_hkv, q0, r0,
-              k0, start_n, lo, hi, H, N_ROWS, GROUP, BLOCK_M: gl.constexpr,
+              k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP, BLOCK_M: gl.constexpr,
               STAGES: gl.constexpr, ROWS_TMA: gl.constexpr):
     """K and V once, then Q and dO of every query tile of every head of the group."""
     mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
@@ -85,40 +96,44 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
     i = 0
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
-        for start_m in range(lo, hi, BLOCK_M):
-            s = i % STAGES
-            mbarrier.wait(q_empty.index(s), ((i // STAGES) + 1) & 1, pred=i >= STAGES)
-            if ROWS_TMA:
-                mbarrier.expect(q_ready.index(s),
-                                q_desc.block_type.nbytes + do_desc.block_type.nbytes
-                                + lse_desc.block_type.nbytes + dl_desc.block_type.nbytes)
-                row = (tb * H + off_h) * N_ROWS + r0 + start_m
-                tma_load(lse_desc, [row], q_ready.index(s), lse_smem.index(s))
-                tma_load(dl_desc, [row], q_ready.index(s), dl_smem.index(s))
-            else:
-                mbarrier.expect(q_ready.index(s),
-                                q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-            tma_load(q_desc, [tb, off_h, q0 + start_m, 0], q_ready.index(s), q_smem.index(s))
-            tma_load(do_desc, [tb, off_h, q0 + start_m, 0], q_ready.index(s),
-                     do_smem.index(s))
-            i += 1
+        for seg in gl.static_range(3):  # the consumer's order: both edges, then whole tiles
+            a, b = segment((2 * seg) % 3, lo, full_lo, full_hi, hi)
+            for start_m in range(a, b, BLOCK_M):
+                s = i % STAGES
+                mbarrier.wait(q_empty.index(s), ((i // STAGES) + 1) & 1, pred=i >= STAGES)
+                if ROWS_TMA:
+                    mbarrier.expect(q_ready.index(s),
+                                    q_desc.block_type.nbytes + do_desc.block_type.nbytes
+                                    + lse_desc.block_type.nbytes + dl_desc.block_type.nbytes)
+                    row = (tb * H + off_h) * N_ROWS + r0 + start_m
+                    tma_load(lse_desc, [row], q_ready.index(s), lse_smem.index(s))
+                    tma_load(dl_desc, [row], q_ready.index(s), dl_smem.index(s))
+                else:
+                    mbarrier.expect(q_ready.index(s),
+                                    q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+                tma_load(q_desc, [tb, off_h, q0 + start_m, 0], q_ready.index(s), q_smem.index(s))
+                tma_load(do_desc, [tb, off_h, q0 + start_m, 0], q_ready.index(s),
+                         do_smem.index(s))
+                i += 1
 
 
 @gluon.jit
-def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, q0, lo, hi, GROUP,
+def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, q0, lo, full_lo, full_hi, hi, GROUP,
              BLOCK_M: gl.constexpr, DQ_SLOTS: gl.constexpr):
     """Each finished dQ tile added into the fp32 buffer by the copy engine; its slot goes
     back once the engine has read it (the ``.read`` wait), not when the sum lands."""
     i = 0
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
-        for start_m in range(lo, hi, BLOCK_M):
-            d = i % DQ_SLOTS
-            mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
-            tma_reduce_add(dq_desc, [tb, off_h, q0 + start_m, 0], dq_smem.index(d))
-            store_wait(0)
-            mbarrier.arrive(dq_empty.index(d), count=1)
-            i += 1
+        for seg in gl.static_range(3):  # the consumer's order: both edges, then whole tiles
+            a, b = segment((2 * seg) % 3, lo, full_lo, full_hi, hi)
+            for start_m in range(a, b, BLOCK_M):
+                d = i % DQ_SLOTS
+                mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
+                tma_reduce_add(dq_desc, [tb, off_h, q0 + start_m, 0], dq_smem.index(d))
+                store_wait(0)
+                mbarrier.arrive(dq_empty.index(d), count=1)
+                i += 1
 
 
 @gluon.jit
@@ -126,7 +141,10 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
           q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base, offs_n, n_q, n_k,
           qk_scale, scale, s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr,
-          CAUSAL: gl.constexpr, KEYS: gl.constexpr, ROWS_TMA: gl.constexpr):
+          CAUSAL: gl.constexpr, KEYS: gl.constexpr, ROWS_TMA: gl.constexpr,
+          OFFSET=0, LEFT=0, RIGHT=0, BAND: gl.constexpr = False, IS_CAUSAL: gl.constexpr = False,
+          HAS_LEFT: gl.constexpr = False, HAS_RIGHT: gl.constexpr = False,
+          SHIFTED: gl.constexpr = False):
     """One query tile's five products against the key tile; dQ handed to the reducer.
     CAUSAL: the tile crosses the causal diagonal; KEYS: the key tile runs past the
     sequence's n_k keys (a packed batch's next sequence follows them)."""
@@ -154,6 +172,11 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
         pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
     if KEYS:
         pt = gl.where(gl.expand_dims(offs_n < n_k, 1), pt, 0.0)
+    if BAND:
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=col)
+        keep = visible(gl.expand_dims(offs_m, 0), gl.expand_dims(offs_n, 1), OFFSET, LEFT,
+                       RIGHT, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+        pt = gl.where(keep & gl.expand_dims(offs_m < n_q, 0), pt, 0.0)
     dv = warpgroup_mma(_p_operand(pt, dtype, a_layout), do, dv, is_async=True)
     dpt = warpgroup_mma_wait(1, deps=(dpt,))
     dst = pt * (dpt - gl.expand_dims(delta, 0))
@@ -179,10 +202,11 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               q_ready, q_empty,
               dq_full, dq_empty, Lse, Delta, DK, DV, stride_dkb, stride_dkh, stride_dkn,
               stride_dvb, stride_dvh, stride_dvn, tb, off_hkv, r0, k0, n_q, n_k, start_n,
-              lo, hi, H, GROUP, N_ROWS, qk_scale, scale,
+              lo, full_lo, full_hi, hi, H, GROUP, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT,
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_SLOTS: gl.constexpr,
-              ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr):
+              ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, BAND: gl.constexpr,
+              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV stored at the end. Under a causal mask the tiles that cross the diagonal
     (those above start_n + BLOCK_N) run masked, in a loop of their own; without one,
@@ -226,18 +250,42 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
         # each, so the whole tiles' carries no mask (13 spilled registers fewer in sm_90's
         # loop, 1.02-1.05x the GPU time of one loop masking where start_m < start_n +
         # BLOCK_N, H200)
-        for start_m in range(lo, whole, BLOCK_M):
-            dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                              ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                              delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
-                              dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS,
-                              IS_CAUSAL, VARLEN, ROWS_TMA)
-        for start_m in range(whole, hi, BLOCK_M):
-            dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                              ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                              delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
-                              dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
-                              False, ROWS_TMA)
+        # under a band: its two masked edges, then its whole tiles (the producer and
+        # reducer visit keyrange's segments 0, 2, 1 to match)
+        if BAND:
+            for start_m in range(lo, full_lo, BLOCK_M):
+                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
+                                  lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
+                                  s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
+                                  DQ_SLOTS, False, False, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
+                                  IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+            for start_m in range(full_hi, hi, BLOCK_M):
+                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
+                                  lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
+                                  s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
+                                  DQ_SLOTS, False, False, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
+                                  IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+            for start_m in range(full_lo, full_hi, BLOCK_M):
+                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
+                                  lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
+                                  s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
+                                  DQ_SLOTS, False, False, ROWS_TMA)
+        else:
+            for start_m in range(lo, whole, BLOCK_M):
+                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
+                                  delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
+                                  dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS,
+                                  IS_CAUSAL, VARLEN, ROWS_TMA)
+            for start_m in range(whole, hi, BLOCK_M):
+                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
+                                  delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
+                                  dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
+                                  False, ROWS_TMA)
 
     kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
     kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
@@ -255,11 +303,12 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
 def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, Lse, Delta,
                    DK, DV, CU_Q, CU_K,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
-                   H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale,
+                   H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT,
                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    WORKER_REGS: gl.constexpr, SECTION: gl.constexpr,
-                   ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr):
+                   ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, HAS_LEFT: gl.constexpr = False,
+                   HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
 
@@ -313,6 +362,12 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
         n_k = N_K
         tb = off_b
         hi = N_Q
+    BAND: gl.constexpr = HAS_LEFT or HAS_RIGHT or SHIFTED
+    full_lo = lo
+    full_hi = hi
+    if BAND:
+        lo, full_lo, full_hi, hi = query_range(start_n, N_Q, OFFSET, LEFT, RIGHT, BLOCK_N,
+                                               BLOCK_M, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM],
@@ -343,13 +398,14 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       kv_ready, q_ready, q_empty, dq_full, dq_empty, Lse, Delta, DK, DV,
                       stride_dkb, stride_dkh,
                       stride_dkn, stride_dvb, stride_dvh, stride_dvn, tb, off_hkv, r0, k0,
-                      n_q, n_k, start_n, lo, hi, H, GROUP, N_ROWS, qk_scale, scale,
+                      n_q, n_k, start_n, lo, full_lo, full_hi, hi, H, GROUP, N_ROWS, qk_scale,
+                      scale, OFFSET, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
-                      VARLEN)),
+                      VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
-                      off_hkv, q0, r0, k0, start_n, lo, hi, H, N_ROWS, GROUP, BLOCK_M,
-                      STAGES, ROWS_TMA)),
-         (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, q0, lo, hi, GROUP,
-                     BLOCK_M, DQ_SLOTS))],
+                      off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
+                      BLOCK_M, STAGES, ROWS_TMA)),
+         (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, q0, lo, full_lo,
+                     full_hi, hi, GROUP, BLOCK_M, DQ_SLOTS))],
         [1, 1], [WORKER_REGS, WORKER_REGS])
