@@ -106,10 +106,8 @@ def run(args) -> int:
     if args.varlen and args.kernel == "decode":
         raise FlashscopeError("--varlen goes with --kernel fwd or bwd (a decoding step's "
                               "sequences have lengths of their own)")
-    if args.kernel == "sm90-bwd" and (args.softcap or args.varlen and (
-            args.window or args.align != "top_left")):
-        raise FlashscopeError("--kernel sm90-bwd builds no softcap, and no window or "
-                              "bottom-right alignment with --varlen (--kernel bwd builds them)")
+    if args.kernel == "sm90-bwd" and args.softcap:
+        raise FlashscopeError("--kernel sm90-bwd builds no softcap (--kernel bwd builds it)")
     if args.kernel != "fwd":
         if args.lines:
             raise FlashscopeError("--lines goes with --kernel fwd (the budget it checks is "

@@ -4,10 +4,9 @@ dQ added in fp32 by TMA reductions (:mod:`flashscope.kernels.attention_bwd_sm90`
 Its record (:class:`Sm90BwdConfig`), rules, the rule that runs it in place of the portable
 backward (:func:`prefers`) and its launches (:func:`calls`, :func:`run`). The portable
 two-pass backward (:mod:`.triton_bwd`) stays the reference, the deterministic path and the
-one for everything this family does not take: softcap, windows and bottom-right alignment
-on packed batches, head dims other than 64 and 128. Packed batches run its VARLEN build;
-a window or bottom-right alignment its band (each key tile's masked edge tiles first,
-then the whole ones between them).
+one for everything this family does not take: softcap, head dims other than 64 and 128.
+Packed batches run its VARLEN build; a window or bottom-right alignment its band (each
+key tile's masked edge tiles first, then the whole ones between them), packed or not.
 """
 
 from __future__ import annotations
@@ -112,8 +111,6 @@ def accepts(problem: Problem) -> Optional[str]:
         return f"head dim {problem.head_dim} (the kernel takes {HEAD_DIMS})"
     if problem.softcap:
         return "softcap"
-    if problem.window and problem.varlen:
-        return "a window or bottom-right alignment on a packed batch"
     return None
 
 
@@ -134,6 +131,13 @@ def select(problem: Problem) -> Sm90BwdConfig:
 #: 256 at 16k) 1.06x and 1.03x, 18 and 34 (two-sided 1024, causal 2048) 1.38x and 1.27x,
 #: 72 (Mistral's 4096) 1.36-1.38x; D = 64, 18 tiles (causal 1024 at 8k) 1.03x.
 MIN_TILES = {64: 32, 128: 8}
+#: A packed batch's band (``band_keys`` on a packed problem) needs this many times as
+#: many: each sequence's first and last key tiles visit part of the band and its tail key
+#: tile runs every query tile masked. GPU time against the two passes (H100, D = 128, 64k
+#: mixed 128-8192 tokens): 10 tiles (causal window 512, two-sided 256) 0.84x and 0.86x,
+#: 18 (1024) 1.01x, 34 (2048, two-sided 1024) 1.17x and 1.30x, 40 (512 under GQA 32/8)
+#: 1.20x, 66 (4096) 1.44x, 264 (4096, GQA 32/8) 1.50x.
+PACKED_BAND = 2
 #: Programs per SM the grid should reach (one program an SM fits): 256 programs (1.9 an
 #: SM) ran 1.07x (B = 1, 16 heads, 2k) and 1.21x (GQA 32/8, 4k), causal in sections
 #: (:data:`CAUSAL_SECTION`) 1.13x (GQA 32/8, 4k); 64 (MQA, B = 2, 4k) 0.63x.
@@ -161,9 +165,12 @@ def prefers(problem: Problem) -> Optional[str]:
         return "deterministic algorithms are on (dQ's sum order varies)"
     cfg = select(problem)
     least = MIN_TILES[problem.head_dim]
+    what = f"D = {problem.head_dim}"
+    if problem.varlen and problem.band_keys:
+        least, what = least * PACKED_BAND, what + ", a packed band"
     tiles = query_tiles(problem, cfg)
     if tiles < least:
-        return f"{tiles:g} query tiles a program (fewer than {least} at D = {problem.head_dim})"
+        return f"{tiles:g} query tiles a program (fewer than {least} at {what})"
     if problem.heads:
         programs = -(-problem.n_k // cfg.BLOCK_N) * max(1, problem.heads // max(1, problem.group))
         sms = problem.target_record().sm_count
@@ -215,10 +222,9 @@ def row_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
     return q.shape[1], -(-(q.shape[2] + packed.batch * m) // m) * m
 
 
-def _check_mask(mask, packed, n_q: int, n_k: int) -> None:
-    if packed is not None and mask.banded(None, None) or mask.softcap is not None:
-        raise ConfigError(f"{KERNEL} runs no softcap, and no window or bottom-right "
-                          "alignment on a packed batch (use triton-bwd)")
+def _check_mask(mask) -> None:
+    if mask.softcap is not None:
+        raise ConfigError(f"{KERNEL} runs no softcap (use triton-bwd)")
 
 
 def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
@@ -239,8 +245,9 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     _, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     B, rows, keys, _ = packed_shape(q, k, packed)
-    _check_mask(mask, packed, Nq, Nk)
+    _check_mask(mask)
     varlen = packed is not None
+    lengths = (None, None) if varlen else (Nq, Nk)  # packed: each sequence's own
     cu = (lse, lse) if packed is None else (packed.cu_seqlens_q, packed.cu_seqlens_k)
     padded = (lse, lse_rows, cfg.BLOCK_M) if varlen else None
     rows_in = lse_rows if varlen else lse
@@ -256,12 +263,12 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
              tma_desc4(acc, "dQ buffer", cfg.BLOCK_M), _rows_desc(rows_in, cfg.BLOCK_M),
              _rows_desc(delta, cfg.BLOCK_M), rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
-             float(scale), *mask.scalars(Nq, Nk)),
+             float(scale), *mask.scalars(*lengths)),
             {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
              "ROWS_TMA": varlen or rows_by_tma(Nq), "VARLEN": varlen,
-             **{k: v for k, v in mask.switches(Nq, Nk).items()
+             **{k: v for k, v in mask.switches(*lengths).items()
                 if k in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED")}},
             opts),
     }

@@ -46,7 +46,9 @@ in a loop of its own with :func:`~flashscope.kernels.keyrange.visible`, and the 
 tiles last, unmasked: with one loop for both edges, or the whole tiles between them, the
 band's scalars stayed live across the whole tiles' loop and it spilled 48-56 registers
 (sm_90, D = 128; 2/7 stores/loads this way, 0.60-0.72x against 1.03-1.38x the two
-passes' GPU time, H200).
+passes' GPU time, H200). In a packed batch (VARLEN) each sequence is aligned on its own
+lengths (shift n_k - n_q), and a key tile that holds the next sequence's keys runs every
+query tile in the edge loops, where they are masked.
 
 With ROWS_TMA the producer also brings each query tile's log-sum-exp and delta into
 the ring slot (rank-1 TMA copies over the flattened row vectors), so the consumer reads
@@ -258,14 +260,14 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
                                   lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
                                   s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
-                                  DQ_SLOTS, False, False, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
+                                  DQ_SLOTS, False, VARLEN, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
                                   IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
             for start_m in range(full_hi, hi, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
                                   lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
                                   s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
-                                  DQ_SLOTS, False, False, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
+                                  DQ_SLOTS, False, VARLEN, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
                                   IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
             for start_m in range(full_lo, full_hi, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
@@ -365,9 +367,20 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
     BAND: gl.constexpr = HAS_LEFT or HAS_RIGHT or SHIFTED
     full_lo = lo
     full_hi = hi
+    shift = OFFSET
     if BAND:
-        lo, full_lo, full_hi, hi = query_range(start_n, N_Q, OFFSET, LEFT, RIGHT, BLOCK_N,
+        if VARLEN:
+            shift = n_k - n_q  # each sequence aligned on its own lengths
+        lo, full_lo, full_hi, hi = query_range(start_n, n_q, shift, LEFT, RIGHT, BLOCK_N,
                                                BLOCK_M, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+        if VARLEN:
+            if start_n + BLOCK_N > n_k:  # the next sequence's keys in the tile: all masked
+                full_lo = hi
+                full_hi = hi
+            if start_n >= n_k:
+                hi = lo
+                full_lo = lo
+                full_hi = lo
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM],
@@ -399,7 +412,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       stride_dkb, stride_dkh,
                       stride_dkn, stride_dvb, stride_dvh, stride_dvn, tb, off_hkv, r0, k0,
                       n_q, n_k, start_n, lo, full_lo, full_hi, hi, H, GROUP, N_ROWS, qk_scale,
-                      scale, OFFSET, LEFT, RIGHT,
+                      scale, shift, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
                       VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
