@@ -555,21 +555,24 @@ def test_offline_build_rejects_unknown_kernel():
 
 # --- offline builds ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("head_dim,causal,varlen,window,align", [
-    (64, False, False, None, "top_left"), (64, True, False, None, "top_left"),
-    (128, False, False, None, "top_left"), (128, True, False, None, "top_left"),
-    (64, False, True, None, "top_left"), (128, True, True, None, "top_left"),
-    (128, True, False, (4096, 0), "top_left"), (64, False, False, (256, 256), "top_left"),
-    (128, True, True, (4096, 0), "top_left"), (128, True, True, None, "bottom_right")])
-def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window, align):
+@pytest.mark.parametrize("head_dim,causal,varlen,window,align,softcap", [
+    (64, False, False, None, "top_left", None), (64, True, False, None, "top_left", None),
+    (128, False, False, None, "top_left", None), (128, True, False, None, "top_left", None),
+    (64, False, True, None, "top_left", None), (128, True, True, None, "top_left", None),
+    (128, True, False, (4096, 0), "top_left", None),
+    (64, False, False, (256, 256), "top_left", None),
+    (128, True, True, (4096, 0), "top_left", None),
+    (128, True, True, None, "bottom_right", None),
+    (128, True, False, None, "top_left", 30.0), (64, False, True, (256, 256), "top_left", 50.0)])
+def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window, align, softcap):
     """Three partitions (12 warps), every product on wgmma with none serialized, dQ added
-    by TMA reductions (UTMAREDG), one program an SM's shared memory; dense, packed, bands
-    and packed bands."""
+    by TMA reductions (UTMAREDG), one program an SM's shared memory; dense, packed, bands,
+    packed bands and logit caps."""
     from flashscope.isa import inspect_config
 
     rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=head_dim,
                          causal=causal, problem=(2, 8, 2, 300 + (head_dim == 64), 700),
-                         varlen=varlen, window=window, align=align)
+                         varlen=varlen, window=window, align=align, softcap=softcap)
     assert rec.threads == 384
     assert rec.wgmma_serialized == 0
     assert {"HGMMA", "UTMALDG", "UTMAREDG"} <= set(rec.opcodes)
@@ -577,7 +580,6 @@ def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window, align):
 
 
 @pytest.mark.parametrize("extra,error,pattern", [
-    ({"softcap": 30.0}, ConfigError, "no softcap"),
     ({"head_dim": 96}, ConfigError, "head dims 64 and 128"),
     ({"target": "sm80"}, ConfigError, "not sm_90"),
 ])
@@ -641,7 +643,7 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(n=32768, heads=32, causal=True, window=True, band_keys=256), "triton-bwd"),
     (_problem(d=64, n=8192, heads=128, window=True, band_keys=1024), "triton-bwd"),  # 18
     (_problem(d=64, n=8192, heads=128, window=True, band_keys=2048), "sm90-bwd"),    # 34
-    (_problem(softcap=True), "triton-bwd"),
+    (_problem(softcap=True), "sm90-bwd"),
     (_problem(varlen=True), "sm90-bwd"),
     (_problem(varlen=True, window=True), "sm90-bwd"),    # bottom-right, packed
     (_problem(varlen=True, causal=True, window=True, band_keys=512), "triton-bwd"),  # 10

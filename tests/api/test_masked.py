@@ -168,6 +168,40 @@ def test_sm90_bwd_band_matches_float64(device, causal, window, align, Nq, Nk, Hk
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("causal,window,Nq,Nk,Hkv,D", [
+    (True, None, 300, 300, 2, 128), (False, (70, 30), 257, 513, 4, 64),
+    (False, None, 129, 700, 1, 128)])
+def test_sm90_bwd_softcap_matches_float64(device, causal, window, Nq, Nk, Hkv, D):
+    """The Hopper backward's SOFTCAP switch: scores c tanh(s / c), inputs large enough that
+    the cap changes the gradients, NaN-poisoned gradients written in full."""
+    from flashscope import launch
+    from flashscope.families.sm90_bwd import Sm90BwdConfig
+    from flashscope.masks import Mask
+
+    if launch.device_target(torch.device(device)) != "sm90":
+        pytest.skip("needs an sm_90 GPU")
+    seed = fresh_seed()
+    q, k, v = make_qkv(device, 2, 4, Nq, Nk, D, Hkv=Hkv, dtype=torch.bfloat16,
+                       scale_inputs=3.0)
+    dout = torch.randn_like(q)
+    cap, scale = 2.0, D ** -0.5
+    mask = Mask.of(causal, window, "top_left", cap)
+    out, lse = launch.forward(q, k, v, mask=mask, scale=scale, cfg=CFG, return_lse=True)
+    poisoned = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+    grads = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale,
+                            cfg=Sm90BwdConfig(), dq=poisoned[0], dk=poisoned[1],
+                            dv=poisoned[2])
+    ref = reference_attention_grads(q, k, v, dout, is_causal=causal, window=window,
+                                    softcap=cap, scale=scale)
+    plain = reference_attention_grads(q, k, v, dout, is_causal=causal, window=window,
+                                      scale=scale)
+    assert rel_error(ref[1], plain[1]) > 0.05, "the cap must change the gradient"
+    for name, got, want in zip(("dq", "dk", "dv"), grads, ref[1:]):
+        assert not torch.isnan(got).any(), f"{name} (seed {seed})"
+        assert rel_error(got, want) <= 2 * ERROR_BOUND[torch.bfloat16], f"{name} (seed {seed})"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("window,align", [((512, 0), "top_left"), (None, "bottom_right")])
 def test_default_band_backward_takes_the_one_pass(device, window, align):
     """Through ``attention``'s autograd on an sm_90 device: a causal band the rule gives

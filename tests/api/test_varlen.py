@@ -364,31 +364,35 @@ def test_64k_tokens_random_lengths(device, poisoned, causal, window, softcap, dt
         check(f"{name} (seed {seed})", got, want, 2 * ERROR_BOUND[dtype])
 
 
-# (query lengths, key lengths, H, Hkv, D, causal, dtype, window, align): empty query
+# (query lengths, key lengths, H, Hkv, D, causal, dtype, window, align, softcap): empty query
 # sequences and ones without keys, length 1, Nq != Nk within a sequence (top-left causal
 # too), lengths off the 64-row query and 128-row key tiles, GQA and MQA; bands (windows
-# one- and two-sided, bottom-right alignment on each sequence's own lengths)
+# one- and two-sided, bottom-right alignment on each sequence's own lengths), a logit cap
 SM90_PACKED = [
     ((70, 0, 200, 1, 130, 300), (150, 5, 129, 0, 130, 64), 4, 2, 128, False, torch.bfloat16,
-     None, "top_left"),
+     None, "top_left", None),
     ((70, 0, 200, 1, 130, 257), (70, 0, 200, 1, 130, 257), 4, 1, 128, True, torch.float16,
-     None, "top_left"),
-    ((300, 64, 129, 7), (200, 64, 300, 7), 2, 2, 64, True, torch.bfloat16, None, "top_left"),
-    ((513, 1, 640), (513, 1, 640), 6, 3, 64, False, torch.float16, None, "top_left"),
+     None, "top_left", None),
+    ((300, 64, 129, 7), (200, 64, 300, 7), 2, 2, 64, True, torch.bfloat16,
+     None, "top_left", None),
+    ((513, 1, 640), (513, 1, 640), 6, 3, 64, False, torch.float16, None, "top_left", None),
     ((70, 0, 200, 1, 130, 300), (150, 5, 129, 0, 130, 700), 4, 2, 128, True, torch.bfloat16,
-     None, "bottom_right"),
+     None, "bottom_right", None),
     ((300, 64, 129, 700), (300, 64, 129, 700), 4, 4, 128, True, torch.bfloat16,
-     (100, None), "top_left"),
+     (100, None), "top_left", None),
     ((300, 1, 129, 700), (200, 64, 300, 500), 2, 1, 64, False, torch.float16,
-     (70, 30), "bottom_right"),
-    ((513, 0, 640), (300, 9, 640), 4, 2, 128, False, torch.bfloat16, (None, 60), "top_left"),
+     (70, 30), "bottom_right", None),
+    ((513, 0, 640), (300, 9, 640), 4, 2, 128, False, torch.bfloat16,
+     (None, 60), "top_left", None),
+    ((300, 64, 129, 700), (300, 64, 129, 700), 4, 2, 128, True, torch.bfloat16,
+     None, "top_left", 2.0),
 ]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("lq,lk,H,Hkv,D,causal,dtype,window,align", SM90_PACKED)
+@pytest.mark.parametrize("lq,lk,H,Hkv,D,causal,dtype,window,align,softcap", SM90_PACKED)
 def test_sm90_bwd_packed_grads_match_float64(device, poisoned, lq, lk, H, Hkv, D, causal,
-                                             dtype, window, align):
+                                             dtype, window, align, softcap):
     """The Hopper backward over packed batches (its VARLEN build, with a band's too),
     gradients against float64 per sequence, NaN-poisoned buffers written in full."""
     from flashscope import launch
@@ -403,12 +407,13 @@ def test_sm90_bwd_packed_grads_match_float64(device, poisoned, lq, lk, H, Hkv, D
     dout = torch.randn_like(q)
     out, lse = flashscope.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk),
                                            is_causal=causal, window=window, align=align,
-                                           return_lse=True)
+                                           softcap=softcap, return_lse=True)
     grads = launch.backward(_view(dout), _view(q), _view(k), _view(v), _view(out),
-                            lse.unsqueeze(0), mask=Mask.of(causal, window, align),
+                            lse.unsqueeze(0), mask=Mask.of(causal, window, align, softcap),
                             scale=D ** -0.5, cfg=Sm90BwdConfig(),
                             packed=_packed(cu_q, cu_k, max(lq), max(lk)))
-    ref = reference(q, k, v, cu_q, cu_k, dout, is_causal=causal, window=window, align=align)
+    ref = reference(q, k, v, cu_q, cu_k, dout, is_causal=causal, window=window, align=align,
+                    softcap=softcap)
     for name, got, want in zip(("dq", "dk", "dv"), grads, ref[2:]):
         check(f"{name} (seed {seed})", got[0].transpose(0, 1), want, 2 * ERROR_BOUND[dtype])
 

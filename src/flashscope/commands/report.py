@@ -106,8 +106,6 @@ def run(args) -> int:
     if args.varlen and args.kernel == "decode":
         raise FlashscopeError("--varlen goes with --kernel fwd or bwd (a decoding step's "
                               "sequences have lengths of their own)")
-    if args.kernel == "sm90-bwd" and args.softcap:
-        raise FlashscopeError("--kernel sm90-bwd builds no softcap (--kernel bwd builds it)")
     if args.kernel != "fwd":
         if args.lines:
             raise FlashscopeError("--lines goes with --kernel fwd (the budget it checks is "

@@ -4,9 +4,9 @@ dQ added in fp32 by TMA reductions (:mod:`flashscope.kernels.attention_bwd_sm90`
 Its record (:class:`Sm90BwdConfig`), rules, the rule that runs it in place of the portable
 backward (:func:`prefers`) and its launches (:func:`calls`, :func:`run`). The portable
 two-pass backward (:mod:`.triton_bwd`) stays the reference, the deterministic path and the
-one for everything this family does not take: softcap, head dims other than 64 and 128.
-Packed batches run its VARLEN build; a window or bottom-right alignment its band (each
-key tile's masked edge tiles first, then the whole ones between them), packed or not.
+one for head dims other than 64 and 128. Packed batches run its VARLEN build; a window or
+bottom-right alignment its band (each key tile's masked edge tiles first, then the whole
+ones between them), packed or not; a logit cap its SOFTCAP switch.
 """
 
 from __future__ import annotations
@@ -109,8 +109,6 @@ def accepts(problem: Problem) -> Optional[str]:
         return why
     if problem.head_dim not in HEAD_DIMS:
         return f"head dim {problem.head_dim} (the kernel takes {HEAD_DIMS})"
-    if problem.softcap:
-        return "softcap"
     return None
 
 
@@ -222,11 +220,6 @@ def row_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
     return q.shape[1], -(-(q.shape[2] + packed.batch * m) // m) * m
 
 
-def _check_mask(mask) -> None:
-    if mask.softcap is not None:
-        raise ConfigError(f"{KERNEL} runs no softcap (use triton-bwd)")
-
-
 def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
           cfg: Sm90BwdConfig, packed=None, lse_rows=None) -> dict:
     """``{name: (function name, grid, positional args, constexpr keywords, launch
@@ -245,7 +238,6 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     _, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     B, rows, keys, _ = packed_shape(q, k, packed)
-    _check_mask(mask)
     varlen = packed is not None
     lengths = (None, None) if varlen else (Nq, Nk)  # packed: each sequence's own
     cu = (lse, lse) if packed is None else (packed.cu_seqlens_q, packed.cu_seqlens_k)
@@ -263,13 +255,13 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
              tma_desc4(acc, "dQ buffer", cfg.BLOCK_M), _rows_desc(rows_in, cfg.BLOCK_M),
              _rows_desc(delta, cfg.BLOCK_M), rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
-             float(scale), *mask.scalars(*lengths)),
+             float(scale), *mask.scalars(*lengths), *mask.cap_args(scale)),
             {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
              "ROWS_TMA": varlen or rows_by_tma(Nq), "VARLEN": varlen,
              **{k: v for k, v in mask.switches(*lengths).items()
-                if k in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED")}},
+                if k in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED", "SOFTCAP")}},
             opts),
     }
 

@@ -71,6 +71,7 @@ from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait
 
 from flashscope.compat import cta_barrier, tma_load, tma_reduce_add
 from flashscope.kernels.attention_bwd import padded_start
+from flashscope.kernels.common import softcapped
 from flashscope.kernels.sm90_softmax import _p_operand
 from flashscope.kernels.keyrange import query_range, segment, visible
 
@@ -146,10 +147,14 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
           CAUSAL: gl.constexpr, KEYS: gl.constexpr, ROWS_TMA: gl.constexpr,
           OFFSET=0, LEFT=0, RIGHT=0, BAND: gl.constexpr = False, IS_CAUSAL: gl.constexpr = False,
           HAS_LEFT: gl.constexpr = False, HAS_RIGHT: gl.constexpr = False,
-          SHIFTED: gl.constexpr = False):
+          SHIFTED: gl.constexpr = False, cap_in=0.0, cap_out=0.0,
+          SOFTCAP: gl.constexpr = False):
     """One query tile's five products against the key tile; dQ handed to the reducer.
     CAUSAL: the tile crosses the causal diagonal; KEYS: the key tile runs past the
-    sequence's n_k keys (a packed batch's next sequence follows them)."""
+    sequence's n_k keys (a packed batch's next sequence follows them). SOFTCAP: scores
+    c tanh(s / c) (cap_in = scale / c, cap_out = c log2 e), their derivative 1 - tanh^2
+    folded into P's copy for dS before dP's product is waited for, so no tanh tile stays
+    live beside P."""
     dtype: gl.constexpr = q_smem.dtype
     s = i % STAGES
     d = i % DQ_SLOTS
@@ -168,7 +173,11 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
     st = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     dpt = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     st = warpgroup_mma_wait(1, deps=(st,))
-    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+    if SOFTCAP:
+        st, tt = softcapped(st, cap_in, cap_out)
+        pt = gl.exp2(st - gl.expand_dims(lse2, 0))
+    else:
+        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
     if CAUSAL:
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=col)
         pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
@@ -180,6 +189,8 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
                        RIGHT, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
         pt = gl.where(keep & gl.expand_dims(offs_m < n_q, 0), pt, 0.0)
     dv = warpgroup_mma(_p_operand(pt, dtype, a_layout), do, dv, is_async=True)
+    if SOFTCAP:
+        pt = pt * (1.0 - tt * tt)  # d(c tanh(s / c)) / ds
     dpt = warpgroup_mma_wait(1, deps=(dpt,))
     dst = pt * (dpt - gl.expand_dims(delta, 0))
     # the previous tile's dQ product read ds_smem; it was waited for below
@@ -208,7 +219,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_SLOTS: gl.constexpr,
               ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, BAND: gl.constexpr,
-              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr):
+              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
+              cap_in, cap_out, SOFTCAP: gl.constexpr):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV stored at the end. Under a causal mask the tiles that cross the diagonal
     (those above start_n + BLOCK_N) run masked, in a loop of their own; without one,
@@ -261,33 +273,38 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                   lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
                                   s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
                                   DQ_SLOTS, False, VARLEN, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
-                                  IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+                                  IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED,
+                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
             for start_m in range(full_hi, hi, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
                                   lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
                                   s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
                                   DQ_SLOTS, False, VARLEN, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
-                                  IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+                                  IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED,
+                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
             for start_m in range(full_lo, full_hi, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
                                   lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
                                   s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
-                                  DQ_SLOTS, False, False, ROWS_TMA)
+                                  DQ_SLOTS, False, False, ROWS_TMA,
+                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
         else:
             for start_m in range(lo, whole, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
                                   delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
                                   dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS,
-                                  IS_CAUSAL, VARLEN, ROWS_TMA)
+                                  IS_CAUSAL, VARLEN, ROWS_TMA,
+                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
             for start_m in range(whole, hi, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
                                   delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
                                   dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
-                                  False, ROWS_TMA)
+                                  False, ROWS_TMA,
+                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
 
     kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
     kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
@@ -305,12 +322,13 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
 def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, Lse, Delta,
                    DK, DV, CU_Q, CU_K,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
-                   H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT,
-                   HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT, cap_in,
+                   cap_out, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    WORKER_REGS: gl.constexpr, SECTION: gl.constexpr,
                    ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, HAS_LEFT: gl.constexpr = False,
-                   HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False):
+                   HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False,
+                   SOFTCAP: gl.constexpr = False):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
 
@@ -414,7 +432,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       n_q, n_k, start_n, lo, full_lo, full_hi, hi, H, GROUP, N_ROWS, qk_scale,
                       scale, shift, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
-                      VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED)),
+                      VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
