@@ -236,3 +236,28 @@ def test_a_build_naming_a_removed_checkout_reads_the_installed_files(artifacts):
     assert [r.source for r in moved.rows] == [r.source for r in view.rows]
     assert [d["source"] for d in moved.peak["by_line"]] == \
         [d["source"] for d in view.peak["by_line"]]
+
+
+def test_a_build_naming_another_checkouts_changed_file_reads_the_installed_one(artifacts,
+                                                                               tmp_path):
+    """The same where the named checkout still exists but its file has changed since (a
+    second clone sharing Triton's cache with a checkout being edited): the installed
+    text, which the build was keyed on, wins over the named copy's."""
+    art = artifacts[case_id(CASES[0])]
+    view = lines.lines_for_artifact(art)
+    other = lines.KernelLines.from_dict(json.loads(json.dumps(view.as_dict())))
+    copies = {}
+    for r in other.rows:
+        if "/flashscope/kernels/" not in r.file:
+            continue
+        tail = r.file.split("/")[-3:]
+        if r.file not in copies:
+            copy = tmp_path.joinpath("clone", *tail)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text("# edited since\n" * 5000)
+            copies[r.file] = str(copy)
+        r.file, r.source = copies[r.file], "# edited since"  # as read from the copy
+    assert copies
+    assert lines.source_lines(next(iter(copies.values())))[0] == "# edited since"
+    lines._package_texts(other)
+    assert [r.source for r in other.rows] == [r.source for r in view.rows]

@@ -153,14 +153,16 @@ def source_lines(path: str, packages: bool = False) -> "list | None":
     ``packages``: for a build of the installed packages' own source (a flashscope kernel
     built or found in a cache by its current text). Such a build names the file its
     text was first compiled from: Triton's cache and flashscope's own key a kernel on
-    its text, not its path, so a checkout or virtual environment removed since leaves
-    names that no longer open. With ``packages`` such a name is looked up again by its
-    last three, then two components under the installed flashscope and Triton packages
-    (``flashscope/kernels/x.py``, ``triton/language/standard.py``). Not for binaries read
-    from elsewhere, whose text the installed files may no longer hold."""
+    its text, not its path, so the name may be a checkout or virtual environment removed
+    since, or another checkout whose file has changed since. With ``packages`` the name
+    is looked up first by its last three, then two components under the installed
+    flashscope and Triton packages (``flashscope/kernels/x.py``,
+    ``triton/language/standard.py``), whose text the build was keyed on, then as named.
+    Not for binaries read from elsewhere, whose text the installed files may no longer
+    hold."""
     parts = PurePath(path).parts
-    tries = [Path(path)] + [Path(root, *parts[-k:]) for k in (3, 2) if packages
-                            and len(parts) > k for root in _package_roots()]
+    tries = [Path(root, *parts[-k:]) for k in (3, 2) if packages and len(parts) > k
+             for root in _package_roots()] + [Path(path)]
     for p in tries:
         try:
             with open(p, encoding="utf-8", errors="replace") as f:
@@ -629,16 +631,17 @@ def lines_for_artifact(art, sass: Optional[str] = None) -> KernelLines:
 
 
 def _package_texts(kl: KernelLines) -> None:
-    """Fill the texts a build's line tables left empty, its files named at a path that is
-    gone (:func:`source_lines` with ``packages``: an artifact is built, or found in the
-    cache, by its kernel's current text)."""
+    """A build's line texts from the installed packages' files where its line tables name
+    one of them, at a path that is gone or at another checkout's copy (:func:`source_lines`
+    with ``packages``: an artifact is built, or found in the cache, by its kernel's
+    current text); the texts read as named otherwise."""
     sources = _Sources(packages=True)
     for r in kl.rows:
-        if r.source is None and r.file:
-            r.source = sources.text(r.file, r.line)
+        if r.file:
+            r.source = sources.text(r.file, r.line) or r.source
     for d in (*(kl.peak or {}).get("by_line", ()), *kl.loops):
-        if d.get("source") is None and d.get("file"):
-            d["source"] = sources.text(d["file"], d["line"])
+        if d.get("file"):
+            d["source"] = sources.text(d["file"], d["line"]) or d.get("source")
 
 
 def lines_for_artifacts(arts) -> list:
