@@ -264,32 +264,20 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
         # each, so the whole tiles' carries no mask (13 spilled registers fewer in sm_90's
         # loop, 1.02-1.05x the GPU time of one loop masking where start_m < start_n +
         # BLOCK_N, H200)
-        # under a band: its two masked edges, then its whole tiles (the producer and
-        # reducer visit keyrange's segments 0, 2, 1 to match)
+        # under a band: its two masked edges, then its whole tiles (keyrange's segments
+        # 0, 2, 1; the producer and reducer visit them in the same order)
         if BAND:
-            for start_m in range(lo, full_lo, BLOCK_M):
-                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
-                                  lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
-                                  s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
-                                  DQ_SLOTS, False, VARLEN, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
-                                  IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED,
-                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
-            for start_m in range(full_hi, hi, BLOCK_M):
-                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
-                                  lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
-                                  s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
-                                  DQ_SLOTS, False, VARLEN, ROWS_TMA, OFFSET, LEFT, RIGHT, True,
-                                  IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED,
-                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
-            for start_m in range(full_lo, full_hi, BLOCK_M):
-                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
-                                  lse_base, delta_base, offs_n, n_q, n_k, qk_scale, scale,
-                                  s_zero, dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES,
-                                  DQ_SLOTS, False, False, ROWS_TMA,
-                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
+            for seg in gl.static_range(3):  # seg < 2: an edge, masked
+                a, b = segment((2 * seg) % 3, lo, full_lo, full_hi, hi)
+                for start_m in range(a, b, BLOCK_M):
+                    dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem,
+                                      k, v, ds_smem, dq_smem, q_ready, q_empty, dq_full,
+                                      dq_empty, lse_base, delta_base, offs_n, n_q, n_k,
+                                      qk_scale, scale, s_zero, dq_zero, a_layout, BLOCK_M,
+                                      HEAD_DIM, STAGES, DQ_SLOTS, False, VARLEN and seg < 2,
+                                      ROWS_TMA, OFFSET, LEFT, RIGHT, seg < 2, IS_CAUSAL, HAS_LEFT,
+                                      HAS_RIGHT, SHIFTED, cap_in=cap_in, cap_out=cap_out,
+                                      SOFTCAP=SOFTCAP)
         else:
             for start_m in range(lo, whole, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
