@@ -127,7 +127,7 @@ def select(problem: Problem) -> Sm90BwdConfig:
 #: 8 and 16 tiles (4 x 32 heads, 1k) 0.88x and 0.94x, 32 and 64 (4k) 1.08x and 1.05x.
 #: Bands (:func:`query_tiles`), D = 128: 10 tiles (causal window 512 at 32k, two-sided
 #: 256 at 16k) 1.06x and 1.03x, 18 and 34 (two-sided 1024, causal 2048) 1.38x and 1.27x,
-#: 72 (Mistral's 4096) 1.36-1.38x; D = 64, 18 tiles (causal 1024 at 8k) 1.03x.
+#: 264 (Mistral's 4096, GQA 32/8) 1.36-1.38x; D = 64, 18 tiles (causal 1024 at 8k) 1.03x.
 MIN_TILES = {64: 32, 128: 8}
 #: A packed batch's band (``band_keys`` on a packed problem) needs this many times as
 #: many: each sequence's first and last key tiles visit part of the band and its tail key
@@ -162,6 +162,7 @@ def prefers(problem: Problem) -> Optional[str]:
     if problem.deterministic:
         return "deterministic algorithms are on (dQ's sum order varies)"
     cfg = select(problem)
+    group = max(1, problem.group)
     least = MIN_TILES[problem.head_dim]
     what = f"D = {problem.head_dim}"
     if problem.varlen and problem.band_keys:
@@ -170,7 +171,7 @@ def prefers(problem: Problem) -> Optional[str]:
     if tiles < least:
         return f"{tiles:g} query tiles a program (fewer than {least} at {what})"
     if problem.heads:
-        programs = -(-problem.n_k // cfg.BLOCK_N) * max(1, problem.heads // max(1, problem.group))
+        programs = -(-problem.n_k // cfg.BLOCK_N) * max(1, problem.heads // group)
         sms = problem.target_record().sm_count
         if programs < MIN_WAVES * sms:
             return f"{programs} programs (fewer than {MIN_WAVES} an SM)"
@@ -260,8 +261,8 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
              "ROWS_TMA": varlen or rows_by_tma(Nq), "VARLEN": varlen,
-             **{k: v for k, v in mask.switches(*lengths).items()
-                if k in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED", "SOFTCAP")}},
+             **{name: on for name, on in mask.switches(*lengths).items()
+                if name in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED", "SOFTCAP")}},
             opts),
     }
 

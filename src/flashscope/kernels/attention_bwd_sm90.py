@@ -50,6 +50,9 @@ passes' GPU time, H200). In a packed batch (VARLEN) each sequence is aligned on 
 lengths (shift n_k - n_q), and a key tile that holds the next sequence's keys runs every
 query tile in the edge loops, where they are masked.
 
+SOFTCAP caps the scores as the forward does (``softcapped``: c tanh(s / c)) and carries
+the cap's derivative into dS (:func:`_tile`).
+
 With ROWS_TMA the producer also brings each query tile's log-sum-exp and delta into
 the ring slot (rank-1 TMA copies over the flattened row vectors), so the consumer reads
 them from shared memory and keeps no row offsets live across its loop (sm_90 at D = 128
@@ -358,7 +361,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
         k0 = gl.load(CU_K + off_b)
         n_k = gl.load(CU_K + off_b + 1) - k0
         r0 = padded_start(q0, off_b, BLOCK_M)  # where the delta launch put its rows
-        tb = off_b * 0
+        tb = off_b * 0  # the views' batch index, 0, as a tensor like the dense one's
         hi = n_q
         if start_n >= n_k:  # a key tile past the sequence's end: nothing to visit
             hi = lo
