@@ -378,11 +378,12 @@ def nvidia_instructions(cubin: bytes, what: str = "cubin", ptx: Optional[str] = 
 
 def nvidia_lines(cubin: bytes, what: str = "cubin", ptx: Optional[str] = None,
                  sass: Optional[str] = None, target: Optional[str] = None,
-                 counters=None) -> list:
+                 counters=None, packages: bool = False) -> list:
     """:class:`KernelLines` for every kernel of a cubin (``ptx``: Triton's PTX of it, for
     the inlined call sites; ``sass``: a listing made already; ``counters(kernel,
-    instructions)``: sets profiler counters on the instructions before they are summed)."""
-    out, sources = [], _Sources()  # each file's text read once for every table
+    instructions)``: sets profiler counters on the instructions before they are summed;
+    ``packages``: a build of the installed packages' kernels, :func:`source_lines`)."""
+    out, sources = [], _Sources(packages)  # each file's text read once for every table
     for k, (meta, instrs, steps, live, (has_table, sites, had_ptx)) in \
             nvidia_instructions(cubin, what, ptx, sass).items():
         if counters is not None:
@@ -500,12 +501,13 @@ def reserved_sgprs(arch: str, reserve: dict) -> int:
 
 
 def amd_lines(hsaco: bytes, text: str, what: str = "hsaco",
-              target: Optional[str] = None) -> list:
-    """:class:`KernelLines` for every kernel of a code object from its amdgcn ``text``."""
+              target: Optional[str] = None, packages: bool = False) -> list:
+    """:class:`KernelLines` for every kernel of a code object from its amdgcn ``text``
+    (``packages`` as in :func:`nvidia_lines`)."""
     metas = amd.read_hsaco(hsaco, what, text=None)
     parsed = amdgcn_flow.parse_kernels(text, [m["kernel"] for m in metas])
     reserves = _amd_reserved(text)
-    out, sources = [], _Sources()  # each file's text read once for every table
+    out, sources = [], _Sources(packages)  # each file's text read once for every table
     for meta in metas:
         k = meta["kernel"]
         instrs = parsed.get(k, [])
@@ -584,18 +586,21 @@ def _amd_checks(kl: KernelLines, meta: dict) -> list:
 # -- entry points ---------------------------------------------------------------------
 
 def lines_for_binary(data: bytes, what: str, asm_text: Optional[str] = None,
-                     sass: Optional[str] = None, target: Optional[str] = None) -> list:
+                     sass: Optional[str] = None, target: Optional[str] = None,
+                     packages: bool = False) -> list:
     """:class:`KernelLines` of every kernel in a cubin (``asm_text``: its PTX) or a code
     object (``asm_text``: its amdgcn text, required: a code object alone cannot be
-    disassembled here)."""
+    disassembled here); ``packages``: a build of the installed packages' kernels, whose
+    texts come from them (:func:`source_lines`)."""
     _, vendor = open_elf(data, what)
     if vendor == "nvidia":
-        return nvidia_lines(data, what, ptx=asm_text, sass=sass, target=target)
+        return nvidia_lines(data, what, ptx=asm_text, sass=sass, target=target,
+                            packages=packages)
     if not asm_text:
         raise ArtifactError(f"{what}: a code object alone has no instructions to attribute "
                             "to lines; the amdgcn text Triton keeps beside it (<name>.amdgcn) "
                             "is needed")
-    return amd_lines(data, asm_text, what, target=target)
+    return amd_lines(data, asm_text, what, target=target, packages=packages)
 
 
 def _stored(art) -> "str | None":
@@ -615,10 +620,9 @@ def lines_for_artifact(art, sass: Optional[str] = None) -> KernelLines:
         except (OSError, ValueError, TypeError):
             pass
     views = lines_for_binary(art.binary, f"{art.kernel}@{art.target}", art.asm, sass,
-                             target=art.target)
+                             target=art.target, packages=True)
     kl = next((v for v in views if v.kernel == art.name), views[0])
     kl.source = art.path
-    _package_texts(kl)
     if path:
         tmp = f"{path}.tmp{os.getpid()}"
         try:
@@ -631,17 +635,16 @@ def lines_for_artifact(art, sass: Optional[str] = None) -> KernelLines:
 
 
 def _package_texts(kl: KernelLines) -> None:
-    """A build's line texts from the installed packages' files where its line tables name
-    one of them, at a path that is gone or at another checkout's copy (:func:`source_lines`
-    with ``packages``: an artifact is built, or found in the cache, by its kernel's
-    current text); the texts read as named otherwise."""
+    """Fill the texts a stored view left empty, its files named at a path that was gone
+    when it was read (:func:`source_lines` with ``packages``: an artifact is built, or
+    found in the cache, by its kernel's current text)."""
     sources = _Sources(packages=True)
     for r in kl.rows:
-        if r.file:
-            r.source = sources.text(r.file, r.line) or r.source
+        if r.source is None and r.file:
+            r.source = sources.text(r.file, r.line)
     for d in (*(kl.peak or {}).get("by_line", ()), *kl.loops):
-        if d.get("file"):
-            d["source"] = sources.text(d["file"], d["line"]) or d.get("source")
+        if d.get("source") is None and d.get("file"):
+            d["source"] = sources.text(d["file"], d["line"])
 
 
 def lines_for_artifacts(arts) -> list:

@@ -110,7 +110,7 @@ def profile_lines(page_path: str, *, binary: str = "", artifact=None,
         names = [r["kernel"] for r in nvidia.cubin_parts(data, what)[0]]
         page.kernel = names[0] if len(names) == 1 else ""
     views = nvidia_lines(data, what, ptx, counters=lambda k, ins: source_page.join(page, ins)
-                         if k == page.kernel else None)
+                         if k == page.kernel else None, packages=artifact is not None)
     view = next((v for v in views if v.kernel == page.kernel), None)
     if view is None:
         raise FlashscopeError(f"{what}: no kernel {page.kernel!r} (the page's kernel); it has "
