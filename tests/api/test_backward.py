@@ -592,9 +592,9 @@ def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
 
 
 def test_sm90_bwd_rows_by_tma_where_aligned():
-    """The log-sum-exp and delta come by TMA only where each tile's first row is 16-byte
-    aligned in the flattened vectors (a misaligned rank-1 copy stopped the GPU with an
-    illegal instruction); else the consumer loads them."""
+    """The log-sum-exp and delta come by TMA only where each head's row vector is a whole
+    number of 16-byte units (a misaligned copy stopped the GPU with an illegal
+    instruction); else the consumer loads them."""
     from flashscope.variants import sm90_bwd_call
 
     for n_q, by_tma in ((300, True), (2048, True), (513, False), (1, False), (129, False)):
@@ -721,6 +721,32 @@ SM90_CASES = [
 def test_sm90_bwd_grads_match_float64(device, B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd):
     run_case(device, B=B, H=H, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
              bnhd=bnhd, cfg=Sm90BwdConfig())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, dtype):
+    """Each head's last query tile runs past Nq = 300 (rows 300-319 of a 64-row tile),
+    whose log-sum-exp and delta come by TMA. Head 1's queries point away from every key
+    (scores -400, L about -394): had the tail's rows read head 1's first rows, as a copy
+    over the flattened vectors does, P = 2^(0 - L) would be inf on head 0's zero rows and
+    its dV NaN. Gradients within the float64 bound, every element written."""
+    if launch.device_target(torch.device(device)) != "sm90":
+        pytest.skip("needs an sm_90 GPU")
+    seed = fresh_seed()
+    q, k, v = make_qkv(device, 1, 2, 300, 300, 64, dtype=dtype)
+    q[:, 1], k[:, 1] = -50.0, 1.0  # head 1: every score -50 * 64 / 8
+    dout = torch.randn(q.shape, device=q.device).to(dtype)
+    mask, scale = Mask.of(causal), 0.125
+    out, lse = launch.forward(q, k, v, mask=mask, scale=scale, cfg=SMALL_FWD,
+                              return_lse=True)
+    assert lse[0, 1].max().item() < -300
+    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+    got = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale,
+                          cfg=Sm90BwdConfig(), dq=dq, dk=dk, dv=dv)
+    _, *ref = reference_grads(q, k, v, dout, is_causal=causal, scale=scale)
+    check_grads(f"seed={seed} causal={causal} {dtype}", got, ref, dtype)
 
 
 def _grads_float64(q, k, v, dout, causal, scale):

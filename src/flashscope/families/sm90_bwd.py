@@ -184,28 +184,34 @@ def prefers(problem: Problem) -> Optional[str]:
 def _row_layout():
     from triton.experimental.gluon import language as gl
 
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 
 
 def rows_by_tma(n_q: int) -> bool:
     """Whether the producer brings each query tile's log-sum-exp and delta by TMA (the
     consumer then reads them from shared memory, with 16-24 registers fewer live in its
     loop: 1.06-1.15x the GPU time of loading them itself, H200, D = 128, 1k-16k keys):
-    where every tile's first row is 16-byte aligned in the flattened (B, H, Nq) vectors,
-    which TMA needs of a rank-1 copy's start, so Nq a multiple of 4."""
+    where a head's row vector is a whole number of 16-byte units, which TMA needs of the
+    stride of a (B H, Nq) view, so Nq a multiple of 4."""
     return n_q % 4 == 0
 
 
-def _rows_desc(x, rows: int):
-    """A rank-1 TMA descriptor over contiguous fp32 row vectors ``x`` flattened
-    (:func:`row_shape`), block ``rows``: the consumer's log-sum-exp and delta for one
-    query tile (dense: rows past a head's end read the next head's, whose Q and dO rows
-    are zero-filled, so they add nothing; packed: the padding's +inf and 0)."""
+def _rows_desc(x, rows: int, by_tma: bool):
+    """A rank-2 TMA descriptor over contiguous fp32 row vectors ``x`` (:func:`row_shape`),
+    a row per head, block (1, ``rows``): the consumer's log-sum-exp and delta for one
+    query tile. A tile's rows past its head's end come back zero-filled (L = 0 and
+    delta = 0 beside zero Q and dO rows: P = 1 and dS = 0, nothing added), not the next
+    head's: a head whose rows saw only very negative scores has L near -1000, and P =
+    2^(0 - L) = inf there made dV NaN. Packed, the padding's +inf and 0 come first.
+    Where a head's row is not 16-byte aligned (not ``by_tma``) the kernel reads none:
+    the descriptor is one row over the whole vector, as TMA accepts it."""
     from .sm90_fwd import _descriptor
 
-    n = x.numel()
-    return _descriptor(x, dict(shape=[n], strides=[1], block_shape=[rows],
-                               layout=_row_layout(), padding="zero"))
+    n_rows = x.shape[-1] if by_tma else x.numel()
+    heads = x.numel() // n_rows
+    stride = n_rows if heads > 1 else -(-n_rows // 4) * 4  # a lone row's never moves
+    return _descriptor(x, dict(shape=[heads, n_rows], strides=[stride, 1],
+                               block_shape=[1, rows], layout=_row_layout(), padding="zero"))
 
 
 def row_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
@@ -244,6 +250,7 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     cu = (lse, lse) if packed is None else (packed.cu_seqlens_q, packed.cu_seqlens_k)
     padded = (lse, lse_rows, cfg.BLOCK_M) if varlen else None
     rows_in = lse_rows if varlen else lse
+    by_tma = varlen or rows_by_tma(Nq)
     opts = {"num_warps": WARPS, "num_stages": cfg.num_stages, **CODEGEN_OPTIONS}
     return {
         "bwd_preprocess": triton_bwd.preprocess_call(
@@ -253,14 +260,14 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
             FUNCTION, (triton_cdiv(keys, cfg.BLOCK_N), B * Hkv),
             (tma_desc4(q, "query", cfg.BLOCK_M), tma_desc4(k, "key", cfg.BLOCK_N),
              tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(dout, "grad_out", cfg.BLOCK_M),
-             tma_desc4(acc, "dQ buffer", cfg.BLOCK_M), _rows_desc(rows_in, cfg.BLOCK_M),
-             _rows_desc(delta, cfg.BLOCK_M), rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
+             tma_desc4(acc, "dQ buffer", cfg.BLOCK_M), _rows_desc(rows_in, cfg.BLOCK_M, by_tma),
+             _rows_desc(delta, cfg.BLOCK_M, by_tma), rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
              float(scale), *mask.scalars(*lengths), *mask.cap_args(scale)),
             {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
-             "ROWS_TMA": varlen or rows_by_tma(Nq), "VARLEN": varlen,
+             "ROWS_TMA": by_tma, "VARLEN": varlen, "KEY_TAIL": varlen or Nk % cfg.BLOCK_N != 0,
              **{name: on for name, on in mask.switches(*lengths).items()
                 if name in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED", "SOFTCAP")}},
             opts),
@@ -292,7 +299,7 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
         raise ConfigError(f"{KERNEL}: {why} (use triton-bwd)")
     if _desc4_problem(dout):
         dout = dout.contiguous()
-    if lse.data_ptr() % 16:  # the log-sum-exp's rank-1 descriptor needs an aligned base
+    if lse.data_ptr() % 16:  # the log-sum-exp's descriptor needs an aligned base
         lse = lse.clone()
     work = [x if x.stride(-1) == 1 else torch.empty_like(x, memory_format=torch.contiguous_format)
             for x in (dk, dv)]

@@ -34,9 +34,15 @@ docs/experiments.md).
 A GQA group is summed in the program: the query tiles of each of its GROUP heads in turn
 against the one kv head's K and V. Causal masks are top-left (query i sees keys <= i): a
 key tile starts at the query tile holding its first key, and only tiles that cross the
-diagonal are masked. TMA zero-fills rows past N of each head: zero K and V rows give
-dS K = 0 contributions, zero Q and dO rows (with L = +inf) give P = 0; dK and dV rows past
-N_K are not stored, and the dQ buffer's rows past N_Q are clipped by TMA.
+diagonal are masked. TMA zero-fills rows past N of each head. A query row there reads
+L = 0 and delta = 0 (or +inf and 0 where the consumer loads them): P = 1 against zero Q
+and dO, so it adds nothing, and the dQ buffer's rows past N_Q are clipped by TMA. A key
+row there scores 0, which a query row of very negative L (every score far below zero)
+would turn into P = inf and dS K = inf 0 = NaN: the key tile that runs past N_K runs
+every query tile in the masked loop, its keys past N_K masked (KEYS), as a packed
+sequence's last key tile does (KEY_TAIL: N_K not a tile multiple, or a packed batch; the
+masked loop beside the whole one cost the latter 2/2 spilled registers, sm_90 D = 128);
+dK and dV rows past N_K are not stored.
 
 Windows and bottom-right alignment (HAS_LEFT, HAS_RIGHT, SHIFTED, the forward's
 switches): a key tile's query tiles come from :func:`~flashscope.kernels.keyrange.
@@ -54,16 +60,17 @@ SOFTCAP caps the scores as the forward does (``softcapped``: c tanh(s / c)) and 
 the cap's derivative into dS (:func:`_tile`).
 
 With ROWS_TMA the producer also brings each query tile's log-sum-exp and delta into
-the ring slot (rank-1 TMA copies over the flattened row vectors), so the consumer reads
-them from shared memory and keeps no row offsets live across its loop (sm_90 at D = 128
-causal: 10 spilled registers against 49); without it (dense Nq not a multiple of 4,
-where a copy's start would not be 16-byte aligned) the consumer loads them. A packed
+the ring slot (TMA copies from (heads, N_ROWS) views, zero past a head's end), so the
+consumer reads them from shared memory and keeps no row offsets live across its loop
+(sm_90 at D = 128 causal: 10 spilled registers against 49); without it (dense Nq not a
+multiple of 4, where a head's row would not be 16-byte aligned) the consumer loads them,
++inf past the end. A packed
 batch's vectors are padded so that each sequence starts on a tile (VARLEN, below).
 
 Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
 (block (1, 1, rows, D)); Lse, Delta fp32 contiguous (base e and plain), N_ROWS a head:
-(B, H, Nq) dense, (H, N_ROWS) padded packed, also through rank-1 descriptors (block
-rows); DQ the fp32 buffer (B, H, Nq, D), zeroed; DK, DV (B, Hkv, Nk, D), any strides.
+(B, H, Nq) dense, (H, N_ROWS) padded packed, also through rank-2 descriptors (block
+(1, rows)); DQ the fp32 buffer (B, H, Nq, D), zeroed; DK, DV (B, Hkv, Nk, D), any strides.
 """
 
 from triton.experimental import gluon
@@ -111,9 +118,9 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
                     mbarrier.expect(q_ready.index(s),
                                     q_desc.block_type.nbytes + do_desc.block_type.nbytes
                                     + lse_desc.block_type.nbytes + dl_desc.block_type.nbytes)
-                    row = (tb * H + off_h) * N_ROWS + r0 + start_m
-                    tma_load(lse_desc, [row], q_ready.index(s), lse_smem.index(s))
-                    tma_load(dl_desc, [row], q_ready.index(s), dl_smem.index(s))
+                    row = [tb * H + off_h, r0 + start_m]
+                    tma_load(lse_desc, row, q_ready.index(s), lse_smem.index(s))
+                    tma_load(dl_desc, row, q_ready.index(s), dl_smem.index(s))
                 else:
                     mbarrier.expect(q_ready.index(s),
                                     q_desc.block_type.nbytes + do_desc.block_type.nbytes)
@@ -168,13 +175,15 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
         lse2 = gl.load(lse_base + offs_m, mask=m_ok, other=float("inf")) * LOG2E
         delta = gl.load(delta_base + offs_m, mask=m_ok, other=0.0)
     mbarrier.wait(q_ready.index(s), (i // STAGES) & 1)
-    if ROWS_TMA:
-        lse2 = lse_smem.index(s).load(col) * LOG2E
-        delta = dl_smem.index(s).load(col)
     q = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     st = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     dpt = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    # L read once both products are issued, delta once P is formed: a product's issue
+    # waits for every shared-memory read before it (read before them, the stall at dP's
+    # issue was 10% of the loop's samples; 1.01-1.08x the GPU time this way, H200)
+    if ROWS_TMA:
+        lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
     st = warpgroup_mma_wait(1, deps=(st,))
     if SOFTCAP:
         st, tt = softcapped(st, cap_in, cap_out)
@@ -194,6 +203,8 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
     dv = warpgroup_mma(_p_operand(pt, dtype, a_layout), do, dv, is_async=True)
     if SOFTCAP:
         pt = pt * (1.0 - tt * tt)  # d(c tanh(s / c)) / ds
+    if ROWS_TMA:
+        delta = dl_smem.index(s).reshape([BLOCK_M]).load(col)
     dpt = warpgroup_mma_wait(1, deps=(dpt,))
     dst = pt * (dpt - gl.expand_dims(delta, 0))
     # the previous tile's dQ product read ds_smem; it was waited for below
@@ -223,12 +234,12 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_SLOTS: gl.constexpr,
               ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, BAND: gl.constexpr,
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
-              cap_in, cap_out, SOFTCAP: gl.constexpr):
+              cap_in, cap_out, SOFTCAP: gl.constexpr, KEY_TAIL: gl.constexpr):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV stored at the end. Under a causal mask the tiles that cross the diagonal
     (those above start_n + BLOCK_N) run masked, in a loop of their own; without one,
-    ``whole`` = lo and that loop is empty. A packed sequence's last key tile, whose rows
-    past n_k are the next sequence's keys, runs every query tile masked."""
+    ``whole`` = lo and that loop is empty. A key tile that runs past n_k (zero-filled
+    rows, or a packed sequence's next keys) runs every query tile masked."""
     W: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = k_smem.dtype
     # S^T and dP^T: [BLOCK_N, BLOCK_M], a warpgroup per 64 key rows; dK, dV: [BLOCK_N, D]
@@ -255,8 +266,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
     whole = lo
     if IS_CAUSAL:
         whole = gl.minimum(start_n + BLOCK_N, hi)
-    if VARLEN:
-        if start_n + BLOCK_N > n_k:
+    if KEY_TAIL:
+        if start_n + BLOCK_N > n_k:  # keys past n_k in the tile: masked in every query tile
             whole = hi
     i = 0
     for g in range(0, GROUP):
@@ -277,7 +288,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                       k, v, ds_smem, dq_smem, q_ready, q_empty, dq_full,
                                       dq_empty, lse_base, delta_base, offs_n, n_q, n_k,
                                       qk_scale, scale, s_zero, dq_zero, a_layout, BLOCK_M,
-                                      HEAD_DIM, STAGES, DQ_SLOTS, False, VARLEN and seg < 2,
+                                      HEAD_DIM, STAGES, DQ_SLOTS, False, KEY_TAIL and seg < 2,
                                       ROWS_TMA, OFFSET, LEFT, RIGHT, seg < 2, IS_CAUSAL, HAS_LEFT,
                                       HAS_RIGHT, SHIFTED, cap_in=cap_in, cap_out=cap_out,
                                       SOFTCAP=SOFTCAP)
@@ -287,7 +298,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
                                   delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
                                   dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS,
-                                  IS_CAUSAL, VARLEN, ROWS_TMA,
+                                  IS_CAUSAL, KEY_TAIL, ROWS_TMA,
                                   cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
             for start_m in range(whole, hi, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
@@ -319,7 +330,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                    WORKER_REGS: gl.constexpr, SECTION: gl.constexpr,
                    ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, HAS_LEFT: gl.constexpr = False,
                    HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False,
-                   SOFTCAP: gl.constexpr = False):
+                   SOFTCAP: gl.constexpr = False, KEY_TAIL: gl.constexpr = False):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
 
@@ -382,10 +393,11 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
             shift = n_k - n_q  # each sequence aligned on its own lengths
         lo, full_lo, full_hi, hi = query_range(start_n, n_q, shift, LEFT, RIGHT, BLOCK_N,
                                                BLOCK_M, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
-        if VARLEN:
-            if start_n + BLOCK_N > n_k:  # the next sequence's keys in the tile: all masked
+        if KEY_TAIL:
+            if start_n + BLOCK_N > n_k:  # keys past n_k in the tile: every query tile masked
                 full_lo = hi
                 full_hi = hi
+        if VARLEN:
             if start_n >= n_k:
                 hi = lo
                 full_lo = lo
@@ -401,8 +413,8 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                                                                          dtype))
     dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_SLOTS, 1, 1, BLOCK_M, HEAD_DIM],
                                         dq_desc.layout)
-    lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], lse_desc.layout)
-    dl_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], dl_desc.layout)
+    lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], lse_desc.layout)
+    dl_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], dl_desc.layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -423,7 +435,8 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       n_q, n_k, start_n, lo, full_lo, full_hi, hi, H, GROUP, N_ROWS, qk_scale,
                       scale, shift, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
-                      VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP)),
+                      VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP,
+                      KEY_TAIL)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
