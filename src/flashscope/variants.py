@@ -158,7 +158,7 @@ def sm90_bwd_call(cfg, problem, head_dim, dtype, causal, window=None, align="top
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device="meta")
     delta, lse_rows = (torch.empty(sm90_bwd.row_shape(q, packed, cfg), dtype=torch.float32,
                                    device="meta") for _ in range(2))
-    acc = torch.empty(q.shape, dtype=torch.float32, device="meta")
+    acc = torch.empty(sm90_bwd.acc_shape(q, packed, cfg), dtype=torch.float32, device="meta")
     _, _, args, consts, _ = sm90_bwd.calls(
         dout, q, k, v, out, lse, delta, acc, dk, dv,
         mask=variant_mask(causal, window, align, softcap),

@@ -591,6 +591,64 @@ def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
         build(Sm90BwdConfig(), kw.pop("target"), kernel="sm90-bwd", **kw)
 
 
+def _fragment_order(tile, block_m, head_dim, warps=8):
+    """A dQ tile in the order the one pass's consumer writes it (the kernel's
+    ``_fragments``: 16-byte chunks of each thread's accumulator registers), by torch."""
+    wm = min(block_m // 16, warps)
+    wn, ch = warps // wm, head_dim // (warps // wm) // 8
+    return tile.reshape(wm, 2, 8, wn, ch, 4, 2).permute(4, 3, 0, 2, 5, 1, 6).reshape(-1)
+
+
+@pytest.mark.parametrize("D,block_m", [(128, 64), (64, 64), (128, 128)])
+@pytest.mark.parametrize("packed", [False, True])
+def test_dq_unpack_reads_the_fragment_order(device, D, block_m, packed):
+    """The fp32 dQ buffer holds each query tile in the consumer's register order; the
+    launch after the one pass (``dq_unpack``, as ``sm90_bwd.calls`` builds it) returns
+    every row scaled and cast into a NaN-poisoned dQ, (B, H, Nq, D) dense or a packed
+    batch's (1, H, total, D) view with each sequence from its padded start. The tiles'
+    rows past a head's or a sequence's end hold NaN: none may reach dQ."""
+    from flashscope import kernels
+    from flashscope.launch import launch_jit
+    from flashscope.varlen import _packed, _view
+
+    fresh_seed()
+    H, cfg, scale = 3, Sm90BwdConfig(BLOCK_M=block_m), 0.125
+    dev = "cuda" if device == "cuda" else "cpu"
+    if packed:
+        lengths = (70, 0, 129, 1)
+        cu = torch.tensor([0, 70, 70, 199, 200], dtype=torch.int32, device=dev)
+        pk = _packed(cu, cu, max(lengths), max(lengths))
+        q = _view(torch.randn(sum(lengths), H, D, device=dev).half())
+        starts = [((int(cu[b]) + b * block_m) // block_m) * block_m for b in range(4)]
+        seqs = [(0, b, starts[b], int(cu[b]), n) for b, n in enumerate(lengths)]
+    else:
+        lengths, pk = (100, 100), None
+        q = torch.randn(2, H, 100, D, device=dev).half()
+        seqs = [(b, b, 0, 0, 100) for b in range(2)]
+    rows = sm90_bwd.row_shape(q, pk, cfg)
+    acc = torch.full(sm90_bwd.acc_shape(q, pk, cfg), float("nan"), device=dev)
+    tiles = acc.view(-1, rows[-1] // block_m if packed else -(-100 // block_m), block_m * D)
+    dq = torch.full_like(q, float("nan"))
+    want = torch.full_like(q, float("nan"), dtype=torch.float32)
+    for batch, b, r0, q0, n in seqs:
+        for h in range(H):
+            head = h if packed else b * H + h
+            for t in range(-(-n // block_m)):
+                tile = torch.randn(block_m, D, device=dev)
+                tile[n - t * block_m:] = float("nan")  # past the sequence's end
+                tiles[head, r0 // block_m + t] = _fragment_order(tile, block_m, D)
+                m = min(block_m, n - t * block_m)
+                want[batch, h, q0 + t * block_m:q0 + t * block_m + m] = tile[:m] * scale
+    lse = torch.zeros(rows, device=dev)
+    fn, grid, args, consts, opts = sm90_bwd.calls(
+        q, q, q, q, q, lse, lse, acc, q, q, mask=Mask.of(False), scale=scale, cfg=cfg,
+        packed=pk, lse_rows=lse, dq=dq)["dq_unpack"]
+    mod = kernels.load(sm90_bwd.MODULE, interpret=device == "cpu")
+    launch_jit(getattr(mod, fn), grid, args, consts, opts, q.device)
+    assert not torch.isnan(dq).any(), "dQ rows left unwritten or NaN read from the padding"
+    assert torch.allclose(dq.float(), want, rtol=1e-3, atol=1e-3)
+
+
 def test_sm90_bwd_rows_by_tma_where_aligned():
     """The log-sum-exp and delta come by TMA only where each head's row vector is a whole
     number of 16-byte units (a misaligned copy stopped the GPU with an illegal

@@ -227,12 +227,46 @@ def row_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
     return q.shape[1], -(-(q.shape[2] + packed.batch * m) // m) * m
 
 
+#: rows of a dQ tile in the buffer: one per consumer thread (the kernel's FRAG_ROWS)
+FRAG_ROWS = 32 * WARPS
+
+
+def acc_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
+    """The fp32 dQ buffer the one pass adds into: each query tile of each head (B H
+    dense, H packed; a head's tiles over its :func:`row_shape` rows) as a block of
+    FRAG_ROWS rows, one per consumer thread, in the accumulator's register order (the
+    kernel's ``_fragments``: conflict-free 128-bit stores), which ``_dq_unpack`` reads.
+    (rows, cols): a tile is FRAG_ROWS rows, its bytes in the kernel's order."""
+    rows = row_shape(q, packed, cfg)
+    heads = rows[0] if packed is not None else rows[0] * rows[1]
+    tiles = -(-rows[-1] // cfg.BLOCK_M)
+    return heads * tiles * FRAG_ROWS, cfg.BLOCK_M * q.shape[3] // FRAG_ROWS
+
+
+@functools.lru_cache(maxsize=None)
+def _acc_layout(cols: int):
+    """Unswizzled: the kernel writes each tile's bytes in their final order."""
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+
+
+def _acc_desc(acc):
+    """A rank-2 TMA descriptor over the dQ buffer (:func:`acc_shape`), a tile a block."""
+    from .sm90_fwd import _descriptor
+
+    return _descriptor(acc, dict(shape=list(acc.shape), strides=[acc.shape[1], 1],
+                                 block_shape=[FRAG_ROWS, acc.shape[1]],
+                                 layout=_acc_layout(acc.shape[1]), padding="zero"))
+
+
 def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
-          cfg: Sm90BwdConfig, packed=None, lse_rows=None) -> dict:
+          cfg: Sm90BwdConfig, packed=None, lse_rows=None, dq=None) -> dict:
     """``{name: (function name, grid, positional args, constexpr keywords, launch
     options)}``: ``bwd_preprocess`` (delta, the portable backward's kernel) and
-    ``sm90-bwd``, which adds dQ into ``acc`` (fp32, zeroed). The one place their argument
-    lists are built: :func:`run` launches them, offline compilation binds them.
+    ``sm90-bwd``, which adds dQ into ``acc`` (fp32, zeroed, :func:`acc_shape`), and
+    with ``dq`` ``dq_unpack``, which scales and casts it into ``dq``. The one place their
+    argument lists are built: :func:`run` launches them, offline compilation binds them.
     ``packed``: a :class:`~flashscope.launch.Packed` batch, the tensors (1, H, total, D)
     (the kernel's VARLEN: a grid row per sequence and kv head over its longest keys);
     ``delta`` and ``lse_rows`` are then the padded row vectors of :func:`row_shape`, which
@@ -260,7 +294,7 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
             FUNCTION, (triton_cdiv(keys, cfg.BLOCK_N), B * Hkv),
             (tma_desc4(q, "query", cfg.BLOCK_M), tma_desc4(k, "key", cfg.BLOCK_N),
              tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(dout, "grad_out", cfg.BLOCK_M),
-             tma_desc4(acc, "dQ buffer", cfg.BLOCK_M), _rows_desc(rows_in, cfg.BLOCK_M, by_tma),
+             _acc_desc(acc), _rows_desc(rows_in, cfg.BLOCK_M, by_tma),
              _rows_desc(delta, cfg.BLOCK_M, by_tma), rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
              float(scale), *mask.scalars(*lengths), *mask.cap_args(scale)),
@@ -271,6 +305,11 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
              **{name: on for name, on in mask.switches(*lengths).items()
                 if name in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED", "SOFTCAP")}},
             opts),
+        **({} if dq is None else {"dq_unpack": (
+            "_dq_unpack", (triton_cdiv(rows, cfg.BLOCK_M), B * H),
+            (acc, dq, cu[0], *dq.stride(), H, Nq, delta.shape[-1], float(scale)),
+            {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "WARPS": WARPS, "VARLEN": varlen},
+            {"num_warps": 4, "num_stages": 1})}),
     }
 
 
@@ -282,7 +321,7 @@ _PLANS_MAX = 256
 def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90BwdConfig,
         packed=None) -> None:
     """Launch the backward on a GPU: delta, the one pass into a zeroed fp32 dQ buffer,
-    then dQ cast into ``dq``. dK and dV need a contiguous last dimension (the kernel
+    then dQ scaled and cast into ``dq``. dK and dV need a contiguous last dimension (the kernel
     stores them row by row); dO without a TMA descriptor is copied. ``packed``: a packed
     batch, as in :func:`calls`."""
     import torch
@@ -306,17 +345,16 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
     rows = dict(size=row_shape(q, packed, cfg), device=q.device, dtype=torch.float32)
     delta = torch.empty(**rows)
     lse_rows = None if packed is None else torch.empty(**rows)
-    acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+    acc = torch.zeros(acc_shape(q, packed, cfg), device=q.device, dtype=torch.float32)
     key = triton_bwd.plan_key(dout, q, k, v, out, lse, dq, *work, mask=mask, scale=scale,
                               cfg=cfg, packed=packed)
     compiled = remembered(_PLANS, key, lambda: {}, _PLANS_MAX)
     for name, (fn_name, grid, args, consts, opts) in calls(
             dout, q, k, v, out, lse, delta, acc, *work, mask=mask, scale=scale,
-            cfg=cfg, packed=packed, lse_rows=lse_rows).items():
+            cfg=cfg, packed=packed, lse_rows=lse_rows, dq=dq).items():
         mod = kernels.load(triton_bwd.MODULE if name == "bwd_preprocess" else MODULE)
         launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device,
                    cache=compiled.setdefault(name, {}))
-    dq.copy_(acc)
     for given, made in zip((dk, dv), work):
         if given is not made:
             given.copy_(made)

@@ -17,6 +17,13 @@ once, as FlashAttention-2 and -3 do:
         dQ   = dS K                              (wgmma, dS^T through shared memory)
         dQ  -> a shared-memory slot -> added to an fp32 buffer by one TMA reduction
 
+dQ travels in fragment order (:func:`_fragments`): each consumer thread writes its
+accumulator registers in 16-byte chunks, chunk c of every thread side by side, so the
+tile's 32 KB go out in conflict-free 128-bit stores from one address register, and the
+buffer holds each tile in that order; :func:`_dq_unpack` puts it back in (B, H, Nq, D)
+order, scaled and cast. Stored as a [BLOCK_M, D] tile the accumulator's 64-bit stores
+conflicted two ways (4 shared wavefronts a store against 2).
+
 Each query row takes one dQ addition per key tile, from whichever program gets there
 first: the sum's order, hence dQ's last bits, vary from run to run (the two passes stay
 the deterministic path, :func:`flashscope.families.sm90_bwd.deterministic`).
@@ -36,7 +43,8 @@ against the one kv head's K and V. Causal masks are top-left (query i sees keys 
 key tile starts at the query tile holding its first key, and only tiles that cross the
 diagonal are masked. TMA zero-fills rows past N of each head. A query row there reads
 L = 0 and delta = 0 (or +inf and 0 where the consumer loads them): P = 1 against zero Q
-and dO, so it adds nothing, and the dQ buffer's rows past N_Q are clipped by TMA. A key
+and dO, so it adds nothing (its dQ row lands in the buffer's padding, which
+:func:`_dq_unpack` does not read). A key
 row there scores 0, which a query row of very negative L (every score far below zero)
 would turn into P = inf and dS K = inf 0 = NaN: the key tile that runs past N_K runs
 every query tile in the masked loop, its keys past N_K masked (KEYS), as a packed
@@ -70,9 +78,13 @@ batch's vectors are padded so that each sequence starts on a tile (VARLEN, below
 Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
 (block (1, 1, rows, D)); Lse, Delta fp32 contiguous (base e and plain), N_ROWS a head:
 (B, H, Nq) dense, (H, N_ROWS) padded packed, also through rank-2 descriptors (block
-(1, rows)); DQ the fp32 buffer (B, H, Nq, D), zeroed; DK, DV (B, Hkv, Nk, D), any strides.
+(1, rows)); the dQ buffer fp32, zeroed, cdiv(N_ROWS, BLOCK_M) tiles a head of FRAG_ROWS
+rows each (B H heads dense, H packed), through a rank-2 descriptor (block (FRAG_ROWS,
+BLOCK_M D / FRAG_ROWS)); DK, DV (B, Hkv, Nk, D), any strides.
 """
 
+import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -86,6 +98,10 @@ from flashscope.kernels.sm90_softmax import _p_operand
 from flashscope.kernels.keyrange import query_range, segment, visible
 
 LOG2E = gl.constexpr(1.4426950408889634)
+#: the consumer's threads (two warpgroups): rows of a dQ tile in fragment order
+FRAG_ROWS = gl.constexpr(256)
+#: a dQ slot seen as (chunk, thread, 4): the same bytes as its unswizzled TMA block
+CHUNKS = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
 
 
 @gluon.jit
@@ -131,8 +147,8 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
 
 
 @gluon.jit
-def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, q0, lo, full_lo, full_hi, hi, GROUP,
-             BLOCK_M: gl.constexpr, DQ_SLOTS: gl.constexpr):
+def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo, full_hi, hi, H,
+             GROUP, N_ROWS, BLOCK_M: gl.constexpr, DQ_SLOTS: gl.constexpr):
     """Each finished dQ tile added into the fp32 buffer by the copy engine; its slot goes
     back once the engine has read it (the ``.read`` wait), not when the sum lands."""
     i = 0
@@ -143,16 +159,75 @@ def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, q0, lo, full_lo, 
             for start_m in range(a, b, BLOCK_M):
                 d = i % DQ_SLOTS
                 mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
-                tma_reduce_add(dq_desc, [tb, off_h, q0 + start_m, 0], dq_smem.index(d))
+                tile = (tb * H + off_h) * gl.cdiv(N_ROWS, BLOCK_M) + (r0 + start_m) // BLOCK_M
+                tma_reduce_add(dq_desc, [tile * FRAG_ROWS, 0], dq_smem.index(d))
                 store_wait(0)
                 mbarrier.arrive(dq_empty.index(d), count=1)
                 i += 1
 
 
 @gluon.jit
+def _fragments(dq, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """A dQ tile [BLOCK_M, HEAD_DIM] in the wgmma accumulator's layout seen as [chunks,
+    FRAG_ROWS, 4]: element (c, t, j) is consumer thread t's register 4 c + j. A
+    relabelling (no data moves): stored unswizzled, each thread writes 16-byte chunks a
+    warp's 512 bytes apart, conflict-free, from one address register. The accumulator's
+    bits: a row is (M warp, register bit 1, lane bits 2-4), a column (N warp, register
+    bits 2 up, lane bits 0-1, register bit 0); :func:`_dq_unpack` undoes the order."""
+    W: gl.constexpr = gl.num_warps()
+    gl.static_assert(32 * W == FRAG_ROWS, "a fragment row per consumer thread")
+    WM: gl.constexpr = BLOCK_M // 16 if BLOCK_M // 16 < W else W
+    WN: gl.constexpr = W // WM
+    CH: gl.constexpr = HEAD_DIM // WN // 8
+    f = gl.reshape(dq, [WM, 2, 8, WN, CH, 4, 2])
+    f = gl.permute(f, [4, 3, 0, 2, 5, 1, 6])
+    return gl.reshape(f, [CH, FRAG_ROWS, 4])
+
+
+@triton.jit
+def _dq_unpack(Acc, DQ, CU_Q, stride_b, stride_h, stride_n, stride_d, H, N_Q, N_ROWS, scale,
+               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, WARPS: tl.constexpr,
+               VARLEN: tl.constexpr):
+    """Grid (query tiles, B * H): tile t of head (b, h) of the fp32 buffer the one pass
+    added dQ into, in :func:`_fragments`' order (the tiles of a head one after another,
+    cdiv(N_ROWS, BLOCK_M) of them, FRAG_ROWS rows each), scaled and cast into DQ (B, H,
+    Nq, D), any strides. VARLEN: DQ is (1, H, total, D) and tile t of sequence b sits
+    from its padded start (the row vectors' placement), its rows written from CU_Q[b]."""
+    t = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    if VARLEN:
+        q0 = tl.load(CU_Q + b)
+        n_q = tl.load(CU_Q + b + 1) - q0
+        tile = h * tl.cdiv(N_ROWS, BLOCK_M) + padded_start(q0, b, BLOCK_M) // BLOCK_M + t
+        ob = b * 0
+    else:
+        q0 = 0
+        n_q = N_Q
+        tile = bh * tl.cdiv(N_ROWS, BLOCK_M) + t
+        ob = b
+    if t * BLOCK_M < n_q:
+        ROWS: tl.constexpr = 32 * WARPS
+        COLS: tl.constexpr = BLOCK_M * HEAD_DIM // ROWS
+        WM: tl.constexpr = BLOCK_M // 16 if BLOCK_M // 16 < WARPS else WARPS
+        WN: tl.constexpr = WARPS // WM
+        CH: tl.constexpr = HEAD_DIM // WN // 8
+        base = Acc + tile.to(tl.int64) * (ROWS * COLS)
+        f = tl.load(base + tl.arange(0, ROWS * COLS))
+        f = tl.permute(tl.reshape(f, [CH, WN, WM, 8, 4, 2, 2]), [2, 5, 3, 1, 0, 4, 6])
+        f = tl.reshape(f, [BLOCK_M, HEAD_DIM])
+        rows = t * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, HEAD_DIM)
+        ptrs = (DQ + ob.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+                + (q0 + rows)[:, None].to(tl.int64) * stride_n + cols[None, :] * stride_d)
+        tl.store(ptrs, (f * scale).to(DQ.dtype.element_ty), mask=(rows < n_q)[:, None])
+
+
+@gluon.jit
 def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq_smem,
           q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base, offs_n, n_q, n_k,
-          qk_scale, scale, s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+          qk_scale, s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr,
           CAUSAL: gl.constexpr, KEYS: gl.constexpr, ROWS_TMA: gl.constexpr,
           OFFSET=0, LEFT=0, RIGHT=0, BAND: gl.constexpr = False, IS_CAUSAL: gl.constexpr = False,
@@ -215,7 +290,8 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
     dk = warpgroup_mma(_p_operand(dst, dtype, a_layout), q, dk, is_async=True)
     dq = warpgroup_mma_wait(1, deps=(dq,))
     mbarrier.wait(dq_empty.index(d), ((i // DQ_SLOTS) + 1) & 1, pred=i >= DQ_SLOTS)
-    dq_smem.index(d).reshape([BLOCK_M, HEAD_DIM]).store(dq * scale)
+    frag = _fragments(dq, BLOCK_M, HEAD_DIM)
+    dq_smem.index(d)._reinterpret(gl.float32, frag.type.shape, CHUNKS).store(frag)
     fence_async_shared()
     cta_barrier()
     mbarrier.arrive(dq_full.index(d), count=1)
@@ -287,7 +363,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                     dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem,
                                       k, v, ds_smem, dq_smem, q_ready, q_empty, dq_full,
                                       dq_empty, lse_base, delta_base, offs_n, n_q, n_k,
-                                      qk_scale, scale, s_zero, dq_zero, a_layout, BLOCK_M,
+                                      qk_scale, s_zero, dq_zero, a_layout, BLOCK_M,
                                       HEAD_DIM, STAGES, DQ_SLOTS, False, KEY_TAIL and seg < 2,
                                       ROWS_TMA, OFFSET, LEFT, RIGHT, seg < 2, IS_CAUSAL, HAS_LEFT,
                                       HAS_RIGHT, SHIFTED, cap_in=cap_in, cap_out=cap_out,
@@ -296,14 +372,14 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
             for start_m in range(lo, whole, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                                  delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
+                                  delta_base, offs_n, n_q, n_k, qk_scale, s_zero,
                                   dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS,
                                   IS_CAUSAL, KEY_TAIL, ROWS_TMA,
                                   cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
             for start_m in range(whole, hi, BLOCK_M):
                 dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                                  delta_base, offs_n, n_q, n_k, qk_scale, scale, s_zero,
+                                  delta_base, offs_n, n_q, n_k, qk_scale, s_zero,
                                   dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
                                   False, ROWS_TMA,
                                   cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
@@ -411,8 +487,8 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
     ds_smem = gl.allocate_shared_memory(
         dtype, [BLOCK_N, BLOCK_M], gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M],
                                                                          dtype))
-    dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_SLOTS, 1, 1, BLOCK_M, HEAD_DIM],
-                                        dq_desc.layout)
+    dq_smem = gl.allocate_shared_memory(
+        gl.float32, [DQ_SLOTS, FRAG_ROWS, BLOCK_M * HEAD_DIM // FRAG_ROWS], dq_desc.layout)
     lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], lse_desc.layout)
     dl_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], dl_desc.layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -441,6 +517,6 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
                       BLOCK_M, STAGES, ROWS_TMA)),
-         (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, q0, lo, full_lo,
-                     full_hi, hi, GROUP, BLOCK_M, DQ_SLOTS))],
+         (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo,
+                     full_hi, hi, H, GROUP, N_ROWS, BLOCK_M, DQ_SLOTS))],
         [1, 1], [WORKER_REGS, WORKER_REGS])
