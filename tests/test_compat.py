@@ -44,14 +44,14 @@ def test_tma_copies_are_this_gluons_builtins():
 
 
 def test_tma_reduction_and_barrier_build_on_this_triton():
-    """``tma_reduce_add`` and ``cta_barrier`` are this release's Gluon builtins, and the
-    Hopper backward that calls them builds for sm90, dense and packed, with its dQ
-    reduction (UTMAREDG) and no serialized wgmma (3.9 has ``async_atomic_add`` and
-    ``barrier``, 3.6 neither)."""
+    """``tma_reduce_add``, ``cta_barrier`` and ``smem_reinterpret`` are this release's Gluon
+    builtins, and the Hopper backward that calls them builds for sm90, dense and packed,
+    with its dQ reduction (UTMAREDG) and no serialized wgmma (3.9 has
+    ``async_atomic_add``, ``barrier`` and ``reinterpret``, 3.6 none of them)."""
     from flashscope.families.sm90_bwd import Sm90BwdConfig
     from flashscope.isa import inspect_config
 
-    for fn in (compat.tma_reduce_add, compat.cta_barrier):
+    for fn in (compat.tma_reduce_add, compat.cta_barrier, compat.smem_reinterpret):
         assert getattr(fn, "__triton_builtin__", False), fn
     for varlen in (False, True):  # dense and packed builds
         rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=64,

@@ -11,7 +11,9 @@ the releases differ, never by testing a version itself:
   reduction (``tma_reduce_add``, ``cp.reduce.async.bulk.tensor ... add``): 3.6 has the
   builder's ``create_async_tma_reduce`` but no function over it (wrapped here as a
   builtin); 3.9 names it ``async_atomic_add``. A barrier across a partition's warps
-  (``cta_barrier``): ``gl.thread_barrier`` in 3.6, ``gl.barrier`` in 3.9.
+  (``cta_barrier``): ``gl.thread_barrier`` in 3.6, ``gl.barrier`` in 3.9. A shared-memory
+  descriptor seen with another shape and layout (``smem_reinterpret``): the
+  descriptor's ``_reinterpret`` in 3.6, ``reinterpret`` in 3.9.
 - The keywords ``JITFunction.run`` adds before it binds a call (:func:`run_keywords`):
   ``debug`` and ``instrumentation_mode`` everywhere, ``fpsan_homomorphic_casts`` from 3.9.
   An offline build binds with the same ones, or its options would not be a launch's.
@@ -82,6 +84,8 @@ def __getattr__(name):
         return _aggregate
     if name == "tma_reduce_add":
         return _tma_reduce_add()
+    if name == "smem_reinterpret":
+        return _smem_reinterpret()
     if name == "cta_barrier":
         from triton.experimental.gluon import language as gl
 
@@ -114,6 +118,22 @@ def _tma_reduce_add():
                                                   tensor_desc.handle, coord, src.handle)
 
     return tma_reduce_add
+
+
+@functools.lru_cache(maxsize=None)
+def _smem_reinterpret():
+    """``smem_reinterpret(desc, dtype, shape, layout)``: the same shared memory as another
+    dtype, shape and layout (no data moves)."""
+    from triton.experimental.gluon.language._core import builtin, shared_memory_descriptor
+
+    method = (getattr(shared_memory_descriptor, "reinterpret", None)
+              or shared_memory_descriptor._reinterpret)
+
+    @builtin
+    def smem_reinterpret(desc, dtype, shape, layout, _semantic=None):
+        return method(desc, dtype, shape, layout, _semantic=_semantic)
+
+    return smem_reinterpret
 
 
 def run_keywords(fn, kwargs: dict) -> dict:

@@ -91,7 +91,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait
 
-from flashscope.compat import cta_barrier, tma_load, tma_reduce_add
+from flashscope.compat import cta_barrier, smem_reinterpret, tma_load, tma_reduce_add
 from flashscope.kernels.attention_bwd import padded_start
 from flashscope.kernels.common import softcapped
 from flashscope.kernels.sm90_softmax import _p_operand
@@ -291,7 +291,7 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
     dq = warpgroup_mma_wait(1, deps=(dq,))
     mbarrier.wait(dq_empty.index(d), ((i // DQ_SLOTS) + 1) & 1, pred=i >= DQ_SLOTS)
     frag = _fragments(dq, BLOCK_M, HEAD_DIM)
-    dq_smem.index(d)._reinterpret(gl.float32, frag.type.shape, CHUNKS).store(frag)
+    smem_reinterpret(dq_smem.index(d), gl.float32, frag.type.shape, CHUNKS).store(frag)
     fence_async_shared()
     cta_barrier()
     mbarrier.arrive(dq_full.index(d), count=1)
