@@ -119,3 +119,66 @@ def test_record_command_is_what_the_docs_say():
     assert cmd[:7] == ["ncu", "--clock-control", "none", "--section", "SourceCounters",
                        "--section", "WarpStateStats"]
     assert cmd[-5:] == ["flashscope", "4,16,4096,128", "bf16", "0", "BLOCK_M=128"]
+
+
+BWD_PAGE = DATA / "sm90_bwd_4k_source.csv.gz"
+
+
+@pytest.fixture(scope="module")
+def bwd_binary(tmp_path_factory):
+    """The Hopper backward's cubin and PTX as recorded (see the data folder's README)."""
+    d = tmp_path_factory.mktemp("bwd")
+    for name in ("_attn_bwd_sm90.cubin", "_attn_bwd_sm90.ptx"):
+        (d / name).write_bytes(gzip.decompress((DATA / f"{name}.gz").read_bytes()))
+    return d
+
+
+def test_replay_of_the_hopper_backward(capsys, bwd_binary):
+    """A warp-specialized backward's page (producer, reducer and the consumer's two
+    warpgroups in one launch) joins instruction by instruction; the consumer's loop over
+    query tiles holds 63% of the samples, and its top stall is the shared-memory read of
+    the log-sum-exp just after the first products' issue (short scoreboard), which the
+    kernel now reads after them."""
+    page = source_page.pick(source_page.load(BWD_PAGE))
+    assert page.kernel == "_attn_bwd_sm90" and len(page.addresses) == 1400
+    code, out, err = _run(capsys, "--lines", "--source-page", str(BWD_PAGE), "--binary",
+                          str(bwd_binary), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    total = sum((r["counters"] or {}).get("stall_samples", 0) for r in d["lines"]["rows"])
+    assert total == pytest.approx(sum(c.get("stall_samples", 0) for c in page.counters))
+    loops = {lp["line"]: lp for lp in d["lines"]["loops"] if lp["count"] > 400}
+    assert loops[303]["counters"]["stall_samples"] / total == pytest.approx(0.629, abs=0.001)
+    consumer = [r for r in d["lines"]["rows"] if r["counters"] and 150 < r["line"] < 240]
+    top = max(consumer, key=lambda r: r["counters"]["stall_samples"])
+    assert top["line"] == 186
+    assert max((v, k) for k, v in top["counters"].items() if k.startswith("stall."))[1] \
+        == "stall.short_sb"
+    assert all(c["ok"] for c in d["lines"]["checks"])
+
+
+def test_record_command_of_a_backward_kernel():
+    """--kernel names what ncu records (its function, exactly) and makes the child run
+    that kernel's family's backward; the forward alias keeps the old command; decoding
+    kernels and unknown names are refused before ncu runs."""
+    from flashscope.errors import FlashscopeError
+    from flashscope.profile.lines import record_command, recorded_kernel
+
+    cmd = record_command((4, 16, 4096, 128), "bf16", True, "", "OUT/lines", kernel="sm90-bwd")
+    assert cmd[cmd.index("-k") + 1] == "regex:^_attn_bwd_sm90$"
+    assert cmd[-6:] == ["flashscope", "4,16,4096,128", "bf16", "1", "", "sm90-bwd"]
+    assert recorded_kernel("bwd_dkdv") == ("^_attn_bwd_dkdv$", "triton-bwd")
+    assert recorded_kernel("sm90-fwd") == ("^_attn_fwd_sm90$", "")
+    assert record_command((1, 2, 64, 64), "bf16", False, "", "R") == record_command(
+        (1, 2, 64, 64), "bf16", False, "", "R", kernel="fwd")
+    with pytest.raises(FlashscopeError, match="runs in decoding"):
+        recorded_kernel("decode_paged")
+    with pytest.raises(Exception, match="--kernel"):
+        recorded_kernel("nope")
+
+
+def test_lines_refuses_a_decoding_kernel_before_any_work(capsys, tmp_path):
+    code, out, err = _run(capsys, "--lines", "--kernel", "triton-decode", "--out",
+                          str(tmp_path / "o"))
+    assert code == 2 and "runs in decoding" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()

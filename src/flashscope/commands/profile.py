@@ -64,6 +64,11 @@ def register(sub):
                             "the config built offline for --target at --shape")
     common.add_target(lines, help="with --source-page and no --binary: the GPU it was "
                       "recorded on (default sm90)")
+    lines.add_argument("--kernel", default="fwd",
+                       help="the kernel to record and build, as inspect names them: fwd "
+                            "(default: the forward the launch runs), sm90-fwd, triton-fwd, "
+                            "sm90-bwd, bwd_dkdv, bwd_dq, bwd_preprocess (a backward kernel: "
+                            "its family's backward runs, --configs its config)")
     lines.add_argument("--kernel-name", default="",
                        help="the kernel of a page that holds several (part of its name)")
     lines.add_argument("--top", type=common.integer(0), default=0, metavar="N",

@@ -9,22 +9,26 @@ import os
 from . import common
 
 
-def _artifact(target, shape, dtype: str, causal: bool, config: str):
+def _artifact(target, shape, dtype: str, causal: bool, config: str, kernel: str = "fwd"):
     """The config built offline for ``target`` at ``shape`` (what the page is joined to
     when no --binary is given): ``config`` on top of the target's default, as a launch
-    with that config text would run it."""
+    with that config text would run it; ``kernel`` as --kernel names it (a backward
+    kernel: its family's config, as the recording's backward ran it)."""
     from .. import compile as fcompile
     from ..families import Problem, config_from_text
+    from ..profile.lines import recorded_kernel
 
     B, H, N, D = shape
-    cfg = config_from_text(config, Problem(target.name, dtype, D, causal, N, N, H))
+    family = recorded_kernel(kernel)[1] or None
+    cfg = config_from_text(config, Problem(target.name, dtype, D, causal, N, N, B * H),
+                           family)
     return fcompile.build(cfg, target, head_dim=D, dtype=dtype, causal=causal,
-                          problem=(B, H, H, N, N))
+                          kernel=kernel if family else "fwd", problem=(B, H, H, N, N))
 
 
 def run_lines(args) -> int:
     from ..errors import FlashscopeError
-    from ..profile.lines import profile_lines, record
+    from ..profile.lines import profile_lines, record, recorded_kernel
     from .profile import parse_shape
 
     shape = parse_shape(args.shape)
@@ -41,6 +45,7 @@ def run_lines(args) -> int:
         common.check_input_file(args.source_page, "--source-page")
     if args.binary and not os.path.isdir(args.binary):
         common.check_input_file(args.binary, "--binary")
+    recorded_kernel(args.kernel)  # an unknown or decoding --kernel is refused before any work
     common.prepare(args, extra=["source.csv", "lines.ncu-rep", "triton-cache"])
     config = configs[0] if configs else ""
     if args.source_page:
@@ -49,7 +54,8 @@ def run_lines(args) -> int:
                                        kernel_name=args.kernel_name)
         else:
             view, page = profile_lines(args.source_page,
-                                       artifact=_artifact(target, shape, dtype, causal, config),
+                                       artifact=_artifact(target, shape, dtype, causal, config,
+                                                          args.kernel),
                                        kernel_name=args.kernel_name)
         page_path = args.source_page
     else:
@@ -58,9 +64,11 @@ def run_lines(args) -> int:
         out = str(args.out_dir.path) if args.out_dir else tempfile.mkdtemp(
             prefix="flashscope-lines-")
         short = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
-        page_path, cache = record(shape, short, causal, config, out, args.ncu)
+        page_path, cache = record(shape, short, causal, config, out, args.ncu,
+                                  kernel=args.kernel)
         view, page = profile_lines(page_path, binary=cache, kernel_name=args.kernel_name)
     result = {"source_page": page_path, "kernel": view.kernel, "config": config,
+              "recorded": args.kernel,
               "shape": dict(zip("BHND", shape)), "lines": view.as_dict(),
               "stalls_by_reason": _reasons(view)}
     from .lines_view import csv_rows

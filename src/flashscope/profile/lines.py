@@ -1,6 +1,7 @@
 """``flashscope profile --lines``: Nsight Compute's per-instruction counters of one launch of
-flashscope's forward (warp stalls by reason, instructions executed), summed per source
-line beside the registers, spills and instruction mix of :mod:`flashscope.isa.lines`.
+flashscope's forward, or of a backward kernel (``--kernel``; warp stalls by reason,
+instructions executed), summed per source line beside the registers, spills and
+instruction mix of :mod:`flashscope.isa.lines`.
 
 Recording (GPU): the launch runs under ``ncu --section SourceCounters --section
 WarpStateStats`` with ``TRITON_CACHE_DIR`` pointed at a fresh folder, so the cubin and PTX
@@ -31,22 +32,49 @@ from . import source_page
 SECTIONS = ("SourceCounters", "WarpStateStats")
 
 
+#: the families whose kernels run in the backward (the child then runs one)
+BACKWARD_FAMILIES = ("triton-bwd", "sm90-bwd")
+
+
+def recorded_kernel(kernel: str = "fwd") -> tuple:
+    """(ncu's kernel-name regex, the backward family the child runs or "") of ``kernel``,
+    a name of ``flashscope inspect --kernel``: ``fwd`` the forward the launch picks, a
+    forward family's kernel that one, a backward kernel its family's backward. The
+    decoding kernels do not run in ``flashscope.attention``: refused."""
+    from ..compile import FORWARD_ALIASES, kernel_spec
+
+    if kernel in FORWARD_ALIASES:
+        return "_attn_fwd", ""
+    spec = kernel_spec(kernel)
+    if spec.family in BACKWARD_FAMILIES:
+        return f"^{spec.function}$", spec.family
+    if spec.family.endswith("-fwd"):
+        return f"^{spec.function}$", ""
+    raise FlashscopeError(f"--kernel {kernel}: profile --lines records flashscope.attention's "
+                          "forward or backward kernels; this one runs in decoding")
+
+
 def record_command(shape, dtype: str, causal: bool, config: str, report: str,
-                   ncu: str = "ncu") -> list:
-    """The ncu command that records one flashscope launch's source counters."""
+                   ncu: str = "ncu", kernel: str = "fwd") -> list:
+    """The ncu command that records one flashscope launch's source counters: of the
+    forward, or of ``kernel`` (:func:`recorded_kernel`)."""
+    regex, family = recorded_kernel(kernel)
     cmd = [ncu, "--clock-control", "none"]
     for s in SECTIONS:
         cmd += ["--section", s]
-    cmd += ["-k", "regex:_attn_fwd", "--launch-skip", "1", "--launch-count", "1", "-f",
+    cmd += ["-k", f"regex:{regex}", "--launch-skip", "1", "--launch-count", "1", "-f",
             "-o", report, sys.executable, "-m", "flashscope.profile.child", "flashscope",
             ",".join(map(str, shape)), dtype, "1" if causal else "0"]
+    if family:
+        return cmd + [config, family]
     return cmd + ([config] if config else [])
 
 
 def record(shape, dtype: str, causal: bool, config: str, out_dir: str,
-           ncu: str = "ncu", timeout: float = 900.0) -> tuple:
-    """Profile one launch on this machine's GPU; returns (source page path, the Triton
-    cache folder holding the launched kernel's binary)."""
+           ncu: str = "ncu", timeout: float = 900.0, kernel: str = "fwd") -> tuple:
+    """Profile one launch on this machine's GPU (of ``kernel``, :func:`record_command`);
+    returns (source page path, the Triton cache folder holding the launched kernel's
+    binary)."""
     from .runner import find_ncu
 
     exe = find_ncu(ncu)
@@ -54,11 +82,12 @@ def record(shape, dtype: str, causal: bool, config: str, out_dir: str,
     cache = os.path.join(out_dir, "triton-cache")
     report = os.path.join(out_dir, "lines")
     env = dict(os.environ, TRITON_CACHE_DIR=cache)
-    proc = subprocess.run(record_command(shape, dtype, causal, config, report, exe),
+    proc = subprocess.run(record_command(shape, dtype, causal, config, report, exe, kernel),
                           capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0 or not os.path.exists(report + ".ncu-rep"):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise FlashscopeError(f"ncu did not record the launch (exit {proc.returncode}: "
+        raise FlashscopeError(f"ncu did not record a launch of --kernel {kernel} (does it "
+                              f"run at this shape? exit {proc.returncode}: "
                               f"{' | '.join(tail)})")
     page = os.path.join(out_dir, "source.csv")
     exported = subprocess.run([exe, "-i", report + ".ncu-rep", "--page", "source", "--csv",
