@@ -16,13 +16,18 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "profile" / "source_page"
 PAGE = DATA / "gluon_n16k_source.csv.gz"
 
 
-@pytest.fixture(scope="module")
-def binary(tmp_path_factory):
-    """The recorded config's cubin and PTX, as a Triton cache folder holds them."""
-    d = tmp_path_factory.mktemp("gluon")
-    for name in ("_attn_fwd_sm90.cubin", "_attn_fwd_sm90.ptx"):
+def _unpacked(tmp_path_factory, kernel: str):
+    """A recorded kernel's cubin and PTX, as a Triton cache folder holds them."""
+    d = tmp_path_factory.mktemp(kernel)
+    for name in (f"{kernel}.cubin", f"{kernel}.ptx"):
         (d / name).write_bytes(gzip.decompress((DATA / f"{name}.gz").read_bytes()))
     return d
+
+
+@pytest.fixture(scope="module")
+def binary(tmp_path_factory):
+    """The recorded forward config's binary."""
+    return _unpacked(tmp_path_factory, "_attn_fwd_sm90")
 
 
 def _run(capsys, *argv):
@@ -31,13 +36,18 @@ def _run(capsys, *argv):
     return code, out, err
 
 
-def test_replay_joins_every_instruction(capsys, binary):
-    page = source_page.pick(source_page.load(PAGE))
-    assert page.kernel == "_attn_fwd_sm90" and len(page.addresses) == 4296
-    code, out, err = _run(capsys, "--lines", "--source-page", str(PAGE), "--binary",
+def _replayed(capsys, page_path, binary, kernel: str, instructions: int):
+    """(the page, the replay's JSON) of a recorded page joined to its binary."""
+    page = source_page.pick(source_page.load(page_path))
+    assert page.kernel == kernel and len(page.addresses) == instructions
+    code, out, err = _run(capsys, "--lines", "--source-page", str(page_path), "--binary",
                           str(binary), "--json")
     assert code == 0, err
-    d = json.loads(out)
+    return page, json.loads(out)
+
+
+def test_replay_joins_every_instruction(capsys, binary):
+    page, d = _replayed(capsys, PAGE, binary, "_attn_fwd_sm90", 4296)
     rows = d["lines"]["rows"]
     for key in ("instructions_executed", "stall_samples"):
         total = sum(c.get(key, 0) for c in page.counters)
@@ -126,11 +136,8 @@ BWD_PAGE = DATA / "sm90_bwd_4k_source.csv.gz"
 
 @pytest.fixture(scope="module")
 def bwd_binary(tmp_path_factory):
-    """The Hopper backward's cubin and PTX as recorded (see the data folder's README)."""
-    d = tmp_path_factory.mktemp("bwd")
-    for name in ("_attn_bwd_sm90.cubin", "_attn_bwd_sm90.ptx"):
-        (d / name).write_bytes(gzip.decompress((DATA / f"{name}.gz").read_bytes()))
-    return d
+    """The Hopper backward's binary as recorded (see the data folder's README)."""
+    return _unpacked(tmp_path_factory, "_attn_bwd_sm90")
 
 
 def test_replay_of_the_hopper_backward(capsys, bwd_binary):
@@ -139,12 +146,7 @@ def test_replay_of_the_hopper_backward(capsys, bwd_binary):
     query tiles holds 63% of the samples, and its top stall is the shared-memory read of
     the log-sum-exp just after the first products' issue (short scoreboard), which the
     kernel now reads after them."""
-    page = source_page.pick(source_page.load(BWD_PAGE))
-    assert page.kernel == "_attn_bwd_sm90" and len(page.addresses) == 1400
-    code, out, err = _run(capsys, "--lines", "--source-page", str(BWD_PAGE), "--binary",
-                          str(bwd_binary), "--json")
-    assert code == 0, err
-    d = json.loads(out)
+    page, d = _replayed(capsys, BWD_PAGE, bwd_binary, "_attn_bwd_sm90", 1400)
     total = sum((r["counters"] or {}).get("stall_samples", 0) for r in d["lines"]["rows"])
     assert total == pytest.approx(sum(c.get("stall_samples", 0) for c in page.counters))
     loops = {lp["line"]: lp for lp in d["lines"]["loops"] if lp["count"] > 400}
