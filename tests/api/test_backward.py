@@ -665,6 +665,21 @@ def test_sm90_bwd_rows_by_tma_where_aligned():
     assert consts["ROWS_TMA"] is True and consts["VARLEN"] is True
 
 
+def test_sm90_bwd_masks_keys_past_a_ragged_end():
+    """Keys past Nk (zero-filled, score 0) are masked in the last key tile wherever Nk is
+    not a multiple of the 128-key tile, and in every packed batch (a sequence's last tile
+    holds the next one's keys); an aligned Nk builds without that loop."""
+    from flashscope.variants import sm90_bwd_call
+
+    for n_k, tail in ((700, True), (1024, False), (129, True), (4096, False)):
+        _, consts = sm90_bwd_call(Sm90BwdConfig(), (1, 8, 8, 512, n_k), 128, "bfloat16",
+                                  False)
+        assert consts["KEY_TAIL"] is tail, n_k
+    _, consts = sm90_bwd_call(Sm90BwdConfig(), (3, 8, 8, 256, 256), 128, "bfloat16", True,
+                              varlen=True)
+    assert consts["KEY_TAIL"] is True
+
+
 @pytest.mark.parametrize("changes,pattern", [
     ({"BLOCK_N": 64}, "BLOCK_N"), ({"num_stages": 4}, "num_stages"),
     ({"DQ_SLOTS": 3}, "DQ_SLOTS"), ({"BLOCK_M": 128, "num_stages": 3}, "shared memory"),

@@ -421,7 +421,7 @@ def _desc4_fields(shape, strides, elt: int, dtype: str, rows: int, width: int) -
 @functools.lru_cache(maxsize=None)
 def _nvmma_layout(rows: int, head_dim: int, dtype: str):
     """The shared-memory layout of a (1, 1, rows, head_dim) TMA block of ``dtype``
-    (``bfloat16``, ``float16``, or ``float32`` for the backward's dQ buffer): built once
+    (``bfloat16`` or ``float16``): built once
     per block shape, not on every launch."""
     from triton.experimental.gluon import language as gl
 
