@@ -201,8 +201,8 @@ def _rows_desc(x, rows: int, by_tma: bool):
     a row per head, block (1, ``rows``): the consumer's log-sum-exp and delta for one
     query tile. A tile's rows past its head's end come back zero-filled (L = 0 and
     delta = 0 beside zero Q and dO rows: P = 1 and dS = 0, nothing added), not the next
-    head's: a head whose rows saw only very negative scores has L near -1000, and P =
-    2^(0 - L) = inf there made dV NaN. Packed, the padding's +inf and 0 come first.
+    head's: a head whose rows saw only very negative scores has L near -400, and P =
+    2^(0 - L) = inf there made dK and dV NaN. Packed, the padding's +inf and 0 come first.
     Where a head's row is not 16-byte aligned (not ``by_tma``) the kernel reads none:
     the descriptor is one row over the whole vector, as TMA accepts it."""
     from .sm90_fwd import _descriptor
