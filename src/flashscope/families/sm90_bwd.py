@@ -181,7 +181,9 @@ def prefers(problem: Problem) -> Optional[str]:
 # -- launches ----------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def _row_layout():
+def _fp32_layout():
+    """Unswizzled fp32 rank-2 blocks: the row vectors' (1, rows) and the dQ buffer's tile,
+    whose bytes the kernel writes in their final order."""
     from triton.experimental.gluon import language as gl
 
     return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
@@ -211,7 +213,7 @@ def _rows_desc(x, rows: int, by_tma: bool):
     heads = x.numel() // n_rows
     stride = n_rows if heads > 1 else -(-n_rows // 4) * 4  # a lone row's never moves
     return _descriptor(x, dict(shape=[heads, n_rows], strides=[stride, 1],
-                               block_shape=[1, rows], layout=_row_layout(), padding="zero"))
+                               block_shape=[1, rows], layout=_fp32_layout(), padding="zero"))
 
 
 def row_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
@@ -243,21 +245,13 @@ def acc_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
     return heads * tiles * FRAG_ROWS, cfg.BLOCK_M * q.shape[3] // FRAG_ROWS
 
 
-@functools.lru_cache(maxsize=None)
-def _acc_layout(cols: int):
-    """Unswizzled: the kernel writes each tile's bytes in their final order."""
-    from triton.experimental.gluon import language as gl
-
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-
-
 def _acc_desc(acc):
     """A rank-2 TMA descriptor over the dQ buffer (:func:`acc_shape`), a tile a block."""
     from .sm90_fwd import _descriptor
 
     return _descriptor(acc, dict(shape=list(acc.shape), strides=[acc.shape[1], 1],
                                  block_shape=[FRAG_ROWS, acc.shape[1]],
-                                 layout=_acc_layout(acc.shape[1]), padding="zero"))
+                                 layout=_fp32_layout(), padding="zero"))
 
 
 def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
