@@ -591,6 +591,8 @@ def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
         build(Sm90BwdConfig(), kw.pop("target"), kernel="sm90-bwd", **kw)
 
 
+# --- the dQ buffer's fragment order (its unpack launch, on the interpreter too) -----------
+
 def _fragment_order(tile, block_m, head_dim, warps=8):
     """A dQ tile in the order the one pass's consumer writes it (the kernel's
     ``_fragments``: 16-byte chunks of each thread's accumulator registers), by torch."""
@@ -648,6 +650,8 @@ def test_dq_unpack_reads_the_fragment_order(device, D, block_m, packed):
     assert not torch.isnan(dq).any(), "dQ rows left unwritten or NaN read from the padding"
     assert torch.allclose(dq.float(), want, rtol=1e-3, atol=1e-3)
 
+
+# --- the launch's switches ------------------------------------------------------------------
 
 def test_sm90_bwd_rows_by_tma_where_aligned():
     """The log-sum-exp and delta come by TMA only where each head's row vector is a whole
