@@ -669,6 +669,22 @@ def test_sm90_bwd_rows_by_tma_where_aligned():
     assert consts["ROWS_TMA"] is True and consts["VARLEN"] is True
 
 
+def test_sm90_bwd_stores_dk_dv_by_tma_where_aligned():
+    """dK and dV leave by TMA stores where both buffers take a descriptor (16-byte base
+    and strides, contiguous head dim), from registers otherwise; the launch's arguments
+    carry their descriptors, or the key and value ones in their place, unused."""
+    q = torch.zeros(1, 4, 128, 64, dtype=torch.bfloat16)
+    lse = torch.zeros(1, 4, 128)
+    acc = torch.zeros(sm90_bwd.acc_shape(q, None, Sm90BwdConfig()))
+    misaligned = torch.zeros(q.numel() + 8, dtype=q.dtype)[1:q.numel() + 1].view(q.shape)
+    for dk, by_tma in ((torch.zeros_like(q), True), (misaligned, False)):
+        _, _, args, consts, _ = sm90_bwd.calls(
+            q, q, q, q, q, lse, lse, acc, dk, torch.zeros_like(q), mask=Mask.of(False),
+            scale=0.125, cfg=Sm90BwdConfig())[sm90_bwd.KERNEL]
+        assert consts["DKV_TMA"] is by_tma
+        assert (args[7].base is dk) is by_tma and (args[1].base is q)
+
+
 def test_sm90_bwd_masks_keys_past_a_ragged_end():
     """Keys past Nk (zero-filled, score 0) are masked in the last key tile wherever Nk is
     not a multiple of the 128-key tile, and in every packed batch (a sequence's last tile
@@ -713,17 +729,22 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(heads=32, group=16), "triton-bwd"),        # MQA: 64 programs
     (_problem(heads=0), "sm90-bwd"),                     # heads unknown (offline)
     (_problem(d=64), "sm90-bwd"),                        # 64 tiles a program
-    (_problem(d=64, n=1024, heads=256), "triton-bwd"),   # 16 at D = 64
+    (_problem(d=64, n=1024, heads=256), "sm90-bwd"),     # 16 at D = 64
+    (_problem(d=64, n=512, heads=512), "triton-bwd"),    # 8
     (_problem(d=96), "triton-bwd"),
     (_problem(window=True), "sm90-bwd"),                 # bottom-right: 64 tiles
     (_problem(n=32768, heads=32, causal=True, window=True, band_keys=512), "sm90-bwd"),
     (_problem(n=32768, heads=32, causal=True, window=True, band_keys=256), "triton-bwd"),
-    (_problem(d=64, n=8192, heads=128, window=True, band_keys=1024), "triton-bwd"),  # 18
+    (_problem(d=64, n=8192, heads=128, window=True, band_keys=512), "triton-bwd"),   # 10
+    (_problem(d=64, n=8192, heads=128, window=True, band_keys=1024), "sm90-bwd"),    # 18
     (_problem(d=64, n=8192, heads=128, window=True, band_keys=2048), "sm90-bwd"),    # 34
     (_problem(softcap=True), "sm90-bwd"),
     (_problem(varlen=True), "sm90-bwd"),
     (_problem(varlen=True, window=True), "sm90-bwd"),    # bottom-right, packed
-    (_problem(varlen=True, causal=True, window=True, band_keys=512), "triton-bwd"),  # 10
+    (_problem(varlen=True, causal=True, window=True, band_keys=512), "sm90-bwd"),    # 10
+    (_problem(d=64, varlen=True, causal=True, window=True, band_keys=512),
+     "triton-bwd"),                                                                # 10
+    (_problem(varlen=True, causal=True, window=True, band_keys=256), "triton-bwd"),  # 6
     (_problem(varlen=True, causal=True, window=True, band_keys=1024), "sm90-bwd"),   # 18
     (_problem(varlen=True, causal=True, window=True, band_keys=512, group=4,
               heads=128), "sm90-bwd"),                                            # 40
@@ -826,6 +847,34 @@ def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, d
                           cfg=Sm90BwdConfig(), dq=dq, dk=dk, dv=dv)
     _, *ref = reference_grads(q, k, v, dout, is_causal=causal, scale=scale)
     check_grads(f"seed={seed} causal={causal} {dtype}", got, ref, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
+def test_sm90_bwd_writes_grad_buffers_with_and_without_tma(device, offset):
+    """dK and dV leave through TMA stores where their buffers take a descriptor (clipped
+    at a ragged Nk = 300), else from registers: here buffers starting one element past a
+    16-byte boundary. NaN-poisoned, fully written, within the float64 bound."""
+    if launch.device_target(torch.device(device)) != "sm90":
+        pytest.skip("needs an sm_90 GPU")
+    seed = fresh_seed()
+    dtype, scale = torch.bfloat16, 0.125
+    q, k, v = make_qkv(device, 2, 4, 200, 300, 64, Hkv=2, dtype=dtype)
+    dout = torch.randn(q.shape, device=q.device).to(dtype)
+    out, lse = launch.forward(q, k, v, mask=Mask.of(True), scale=scale, cfg=SMALL_FWD,
+                              return_lse=True)
+
+    def poisoned(t):
+        flat = torch.full((t.numel() + 8,), float("nan"), device=t.device, dtype=t.dtype)
+        return flat[offset:offset + t.numel()].view(t.shape)
+
+    dq, dk, dv = (poisoned(t) for t in (q, k, v))
+    from flashscope.families.sm90_fwd import _desc4_problem
+    assert (_desc4_problem(dk) is None) == (offset == 0)
+    got = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(True), scale=scale,
+                          cfg=Sm90BwdConfig(), dq=dq, dk=dk, dv=dv)
+    _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=scale)
+    check_grads(f"seed={seed} offset={offset}", got, ref, dtype)
 
 
 def _grads_float64(q, k, v, dout, causal, scale):

@@ -122,20 +122,17 @@ def select(problem: Problem) -> Sm90BwdConfig:
 
 #: Mean query tiles (BLOCK_M rows) a program should visit, by head dim: below, its
 #: prologue (K and V) and epilogue (dK and dV) weigh more than the two passes' second
-#: read of the products. GPU time against the two passes (H200, bf16): D = 128, 8 tiles
-#: a program (B = 16, 1k keys, causal) 1.04x, 16 (the same non-causal) 1.15x; D = 64,
-#: 8 and 16 tiles (4 x 32 heads, 1k) 0.88x and 0.94x, 32 and 64 (4k) 1.08x and 1.05x.
-#: Bands (:func:`query_tiles`), D = 128: 10 tiles (causal window 512 at 32k, two-sided
-#: 256 at 16k) 1.06x and 1.03x, 18 and 34 (two-sided 1024, causal 2048) 1.38x and 1.27x,
-#: 264 (Mistral's 4096, GQA 32/8) 1.36-1.38x; D = 64, 18 tiles (causal 1024 at 8k) 1.03x.
-MIN_TILES = {64: 32, 128: 8}
-#: A packed batch's band (``band_keys`` on a packed problem) needs this many times as
-#: many: each sequence's first and last key tiles visit part of the band and its tail key
-#: tile runs every query tile masked. GPU time against the two passes (H100, D = 128, 64k
-#: mixed 128-8192 tokens): 10 tiles (causal window 512, two-sided 256) 0.84x and 0.86x,
-#: 18 (1024) 1.01x, 34 (2048, two-sided 1024) 1.17x and 1.30x, 40 (512 under GQA 32/8)
-#: 1.20x, 66 (4096) 1.44x, 264 (4096, GQA 32/8) 1.50x.
-PACKED_BAND = 2
+#: read of the products. GPU time against the two passes (H200, bf16, before dK and dV
+#: went out by TMA, which took 1.01-1.12x off the one pass): D = 128, 4 and 6 tiles
+#: (B = 32 at 512 causal; causal window 256 at 64k) 0.95x and 0.97x, 8 (512 non-causal,
+#: 1k causal) 1.10x and 1.14x, 10 (causal window 512 at 32k) 1.10x; D = 64, 10 tiles
+#: (causal window 512 at 16k) 0.91x, 16 (1k non-causal, 2k causal) 0.96x and 1.03x, 18
+#: (causal window 1024) 1.04x, 32 (2k) 1.04x. Packed batches (64k tokens of mixed
+#: 128-8192, the problem's mean lengths) follow the same thresholds: D = 128 bands of 10
+#: tiles (causal window 512, two-sided 256) 1.02x and 1.05x, 18 (1024) 1.23x; D = 64
+#: causal window 512 (10) 0.83x, and with the TMA store window 1024 (18) 1.02x, causal
+#: without a window 1.21x.
+MIN_TILES = {64: 16, 128: 8}
 #: Programs per SM the grid should reach (one program an SM fits): 256 programs (1.9 an
 #: SM) ran 1.07x (B = 1, 16 heads, 2k) and 1.21x (GQA 32/8, 4k), causal in sections
 #: (:data:`CAUSAL_SECTION`) 1.13x (GQA 32/8, 4k); 64 (MQA, B = 2, 4k) 0.63x.
@@ -164,12 +161,10 @@ def prefers(problem: Problem) -> Optional[str]:
     cfg = select(problem)
     group = max(1, problem.group)
     least = MIN_TILES[problem.head_dim]
-    what = f"D = {problem.head_dim}"
-    if problem.varlen and problem.band_keys:
-        least, what = least * PACKED_BAND, what + ", a packed band"
     tiles = query_tiles(problem, cfg)
     if tiles < least:
-        return f"{tiles:g} query tiles a program (fewer than {least} at {what})"
+        return (f"{tiles:g} query tiles a program (fewer than {least} at "
+                f"D = {problem.head_dim})")
     if problem.heads:
         programs = -(-problem.n_k // cfg.BLOCK_N) * max(1, problem.heads // group)
         sms = problem.target_record().sm_count
@@ -267,7 +262,7 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     the preprocess fills (``lse_rows`` from ``lse``)."""
     from ..launch import LOG2E, triton_cdiv
     from . import triton_bwd
-    from .sm90_fwd import tma_desc4
+    from .sm90_fwd import _desc4_problem, tma_desc4
     from .triton_fwd import packed_shape
 
     _, H, Nq, D = q.shape
@@ -280,22 +275,29 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     rows_in = lse_rows if varlen else lse
     by_tma = varlen or rows_by_tma(Nq)
     opts = {"num_warps": WARPS, "num_stages": cfg.num_stages, **CODEGEN_OPTIONS}
+    k_desc, v_desc = tma_desc4(k, "key", cfg.BLOCK_N), tma_desc4(v, "value", cfg.BLOCK_N)
+    # dK and dV by TMA where their buffers take a descriptor (else the key descriptors
+    # stand in, unused)
+    kv_tma = not (_desc4_problem(dk) or _desc4_problem(dv))
+    kv_out = ((tma_desc4(dk, "dk", cfg.BLOCK_N), tma_desc4(dv, "dv", cfg.BLOCK_N)) if kv_tma
+              else (k_desc, v_desc))
     return {
         "bwd_preprocess": triton_bwd.preprocess_call(
             out, dout, delta, triton_bwd.TritonBwdConfig().PRE_BLOCK, rows, cu[0], varlen,
             padded),
         KERNEL: (
             FUNCTION, (triton_cdiv(keys, cfg.BLOCK_N), B * Hkv),
-            (tma_desc4(q, "query", cfg.BLOCK_M), tma_desc4(k, "key", cfg.BLOCK_N),
-             tma_desc4(v, "value", cfg.BLOCK_N), tma_desc4(dout, "grad_out", cfg.BLOCK_M),
-             _acc_desc(acc), _rows_desc(rows_in, cfg.BLOCK_M, by_tma),
-             _rows_desc(delta, cfg.BLOCK_M, by_tma), rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
+            (tma_desc4(q, "query", cfg.BLOCK_M), k_desc, v_desc,
+             tma_desc4(dout, "grad_out", cfg.BLOCK_M), _acc_desc(acc),
+             _rows_desc(rows_in, cfg.BLOCK_M, by_tma), _rows_desc(delta, cfg.BLOCK_M, by_tma),
+             *kv_out, rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
              float(scale), *mask.scalars(*lengths), *mask.cap_args(scale)),
             {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
              "ROWS_TMA": by_tma, "VARLEN": varlen, "KEY_TAIL": varlen or Nk % cfg.BLOCK_N != 0,
+             "DKV_TMA": kv_tma,
              **{name: on for name, on in mask.switches(*lengths).items()
                 if name in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED", "SOFTCAP")}},
             opts),

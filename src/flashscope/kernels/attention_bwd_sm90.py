@@ -91,7 +91,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait
 
-from flashscope.compat import cta_barrier, smem_reinterpret, tma_load, tma_reduce_add
+from flashscope.compat import (cta_barrier, smem_reinterpret, tma_load, tma_reduce_add,
+                               tma_store)
 from flashscope.kernels.attention_bwd import padded_start
 from flashscope.kernels.common import softcapped
 from flashscope.kernels.sm90_softmax import _p_operand
@@ -310,7 +311,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_SLOTS: gl.constexpr,
               ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, BAND: gl.constexpr,
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
-              cap_in, cap_out, SOFTCAP: gl.constexpr, KEY_TAIL: gl.constexpr):
+              cap_in, cap_out, SOFTCAP: gl.constexpr, KEY_TAIL: gl.constexpr,
+              dk_desc, dv_desc, DKV_TMA: gl.constexpr):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV stored at the end. Under a causal mask the tiles that cross the diagonal
     (those above start_n + BLOCK_N) run masked, in a loop of their own; without one,
@@ -384,21 +386,53 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                   False, ROWS_TMA,
                                   cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
 
-    kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
-    kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
-    kmask = gl.expand_dims(kr < n_k, 1)
-    ob = tb.to(gl.int64)
-    oh = off_hkv.to(gl.int64)
-    kr64 = gl.expand_dims((k0 + kr).to(gl.int64), 1)
-    gl.store(DK + ob * stride_dkb + oh * stride_dkh + kr64 * stride_dkn + kc[None, :],
-             (dk * scale).to(dtype), mask=kmask)
-    gl.store(DV + ob * stride_dvb + oh * stride_dvh + kr64 * stride_dvn + kc[None, :],
-             dv.to(dtype), mask=kmask)
+    dk = (dk * scale).to(dtype)
+    dv = dv.to(dtype)
+    # DKV_TMA: dK and dV staged in the Q and dO rings (every tile there was consumed) and
+    # stored by TMA, which clips at Nk: 1.01-1.12x the GPU time of storing the registers
+    # (H200, D = 64 and 128, 512-32k keys, bands and packed batches), whose 4-byte stores
+    # stalled on the store queue. A packed sequence's tile past its end would overwrite
+    # the next sequence's rows: that one stores from registers. (A runtime test in the
+    # dense build too: Triton 3.6 fails to build the consumer with the register path
+    # compiled out.)
+    staged = False
+    if DKV_TMA:
+        if VARLEN:
+            staged = start_n + BLOCK_N <= n_k
+        else:
+            staged = start_n < n_k
+    if staged:
+        _stage_store(dk, q_smem, dk_desc, tb, off_hkv, k0 + start_n)
+        _stage_store(dv, do_smem, dv_desc, tb, off_hkv, k0 + start_n)
+        store_wait(0)
+    else:
+        kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
+        kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
+        kmask = gl.expand_dims(kr < n_k, 1)
+        ob = tb.to(gl.int64)
+        oh = off_hkv.to(gl.int64)
+        kr64 = gl.expand_dims((k0 + kr).to(gl.int64), 1)
+        gl.store(DK + ob * stride_dkb + oh * stride_dkh + kr64 * stride_dkn + kc[None, :],
+                 dk, mask=kmask)
+        gl.store(DV + ob * stride_dvb + oh * stride_dvh + kr64 * stride_dvn + kc[None, :],
+                 dv, mask=kmask)
 
 
 @gluon.jit
-def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, Lse, Delta,
-                   DK, DV, CU_Q, CU_K,
+def _stage_store(x, ring, desc, b, h, row):
+    """``x`` (16-bit [BLOCK_N, D], both consumer warpgroups' rows) to rows [row, row +
+    BLOCK_N) of head (b, h) through a ring's shared memory (STAGES x BLOCK_M >= BLOCK_N
+    rows, the same swizzle as the descriptor's) and one TMA store."""
+    slot = smem_reinterpret(ring, x.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout)
+    slot.store(gl.reshape(x, [1, 1, x.shape[0], x.shape[1]]))
+    fence_async_shared()
+    cta_barrier()
+    tma_store(desc, [b, h, row, 0], slot)
+
+
+@gluon.jit
+def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, dk_desc,
+                   dv_desc, Lse, Delta, DK, DV, CU_Q, CU_K,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
                    H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT, cap_in,
                    cap_out, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -406,7 +440,8 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                    WORKER_REGS: gl.constexpr, SECTION: gl.constexpr,
                    ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, HAS_LEFT: gl.constexpr = False,
                    HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False,
-                   SOFTCAP: gl.constexpr = False, KEY_TAIL: gl.constexpr = False):
+                   SOFTCAP: gl.constexpr = False, KEY_TAIL: gl.constexpr = False,
+                   DKV_TMA: gl.constexpr = False):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
 
@@ -512,7 +547,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       scale, shift, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
                       VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP,
-                      KEY_TAIL)),
+                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
