@@ -27,6 +27,11 @@ from . import __version__
 from .commands.common import Parser
 from .errors import FlashscopeError
 
+#: pyproject's dependencies a command imports on first use, by module name: missing from an
+#: environment that skipped them, they are named in one line, not reported as a bug
+DEPENDENCIES = {"elftools": "pyelftools", "msgpack": "msgpack", "rich": "rich",
+                "matplotlib": "matplotlib"}
+
 #: Subcommands in help order (a module missing from the install is not listed).
 COMMANDS = ("report", "selfcheck", "inspect", "occupancy", "targets", "bench", "sweep",
             "tune", "profile", "roofline", "breakdown", "version")
@@ -103,6 +108,11 @@ def main(argv=None) -> int:
     except Exception as e:  # noqa: BLE001  (a bug: one line, and --traceback for the rest)
         if traceback:
             raise
+        package = DEPENDENCIES.get(e.name) if isinstance(e, ModuleNotFoundError) else None
+        if package:
+            _say(command, f"error: the package {package} is not installed (a dependency of "
+                          f"flashscope: pip install {package})")
+            return 1
         _say(command, f"internal error: {type(e).__name__}: {e} (a bug in flashscope; "
                       "rerun with 'flashscope --traceback ...' and report it)")
         return 1

@@ -190,6 +190,13 @@ def _cmd(fn):
     (RecursionError, 2, "flashscope version: error: input nested too deeply to read"),
     (lambda: ZeroDivisionError("float division by zero"), 1,
      "flashscope version: internal error: ZeroDivisionError: float division by zero"),
+    # a dependency missing from the environment is named, with its pip package
+    (lambda: ModuleNotFoundError("No module named 'elftools'", name="elftools"), 1,
+     "flashscope version: error: the package pyelftools is not installed (a dependency of "
+     "flashscope: pip install pyelftools)"),
+    # any other missing module is a bug
+    (lambda: ModuleNotFoundError("No module named 'flashscope.nope'", name="flashscope.nope"),
+     1, "flashscope version: internal error: ModuleNotFoundError"),
 ])
 def test_every_failure_ends_in_one_line(error, code, line, monkeypatch, capsys):
     def fail():
