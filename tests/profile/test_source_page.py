@@ -159,6 +159,21 @@ def test_replay_of_the_hopper_backward(capsys, bwd_binary):
     assert all(c["ok"] for c in d["lines"]["checks"])
 
 
+def test_loops_table_gives_each_loops_own_shares(capsys, bwd_binary, monkeypatch):
+    """By loop, beside its share of the launch, the share of the loop's own samples that
+    found a warp issuing and what the rest waited on: the one-warp producer's loop is
+    95% long_sb whatever its share, the consumer's loop over query tiles issues 11.0%."""
+    monkeypatch.setenv("COLUMNS", "240")
+    code, out, err = _run(capsys, "--lines", "--source-page", str(BWD_PAGE), "--binary",
+                          str(bwd_binary), "--top", "3")
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "issued waits (of the loop's samples)" in flat
+    assert ("attention_bwd_sm90.py:303 431 451,772,416 166,953 62.9% 11.0% wait 15.1%, "
+            "mio 14.9%, long_sb 12.6%") in flat
+    assert "attention_bwd_sm90.py:114 82 10,723,328 20,476 7.7% 2.1% long_sb 94.9%" in flat
+
+
 def test_record_command_of_a_backward_kernel():
     """--kernel names what ncu records (its function, exactly) and makes the child run
     that kernel's family's backward; the forward alias keeps the old command; decoding

@@ -110,7 +110,10 @@ def _print(console, view, result, top: int) -> None:
 def _print_loops(console, view, total: float) -> None:
     """The stalls by loop, nested by indentation (:func:`flashscope.isa.lines.loop_rows`):
     the share of the launch's samples each loop's instructions took, its own waits
-    included, so an inner loop's share is part of its outer loop's."""
+    included, so an inner loop's share is part of its outer loop's; then, of the loop's
+    own samples, how many found a warp issuing and what the others waited on. In a
+    warp-specialized kernel a partition's share grows with its warps (a one-warp
+    producer beside eight consumer warps); the loop's own shares do not."""
     from .. import terminal
     from .lines_view import LOOP_SHOWN, _short
 
@@ -118,13 +121,27 @@ def _print_loops(console, view, total: float) -> None:
     if not loops:
         return
     t = terminal.table("loop", "at", "instr", "warp instr executed", "stall samples",
-                       "share", "top reasons", title=f"{view.kernel}: stalls by loop",
-                       left=("loop", "at", "top reasons"))
+                       "share", "issued", "waits (of the loop's samples)",
+                       title=f"{view.kernel}: stalls by loop",
+                       left=("loop", "at", "waits (of the loop's samples)"))
     for d in loops:
+        c = d["counters"]
         t.add_row("  " * d["depth"] + ((d["source"] or "").strip()[:48] or "(loop)"),
                   f"{_short(d['file'])}:{d['line']}" if d["file"] else "-", str(d["count"]),
-                  *_counter_cells(d["counters"], total))
+                  *_counter_cells(c, total)[:3], *_own_cells(c))
     terminal.show(console, t)
+
+
+def _own_cells(c: dict) -> tuple:
+    """(the share of a row's samples that found its warp issuing, the three largest other
+    reasons as shares of the row's own samples)."""
+    own = c.get("stall_samples", 0)
+    if not own:
+        return "-", ""
+    waits = sorted(((v, k[len("stall."):]) for k, v in c.items()
+                    if k.startswith("stall.") and k != "stall.selected" and v), reverse=True)
+    return (f"{c.get('stall.selected', 0) / own:.1%}",
+            ", ".join(f"{k} {v / own:.1%}" for v, k in waits[:3]))
 
 
 def _counter_cells(c: dict, total: float) -> tuple:
