@@ -50,7 +50,9 @@ would turn into P = inf and dS K = inf 0 = NaN: the key tile that runs past N_K 
 every query tile in the masked loop, its keys past N_K masked (KEYS), as a packed
 sequence's last key tile does (KEY_TAIL: N_K not a tile multiple, or a packed batch; the
 masked loop beside the whole one cost the latter 2/2 spilled registers, sm_90 D = 128);
-dK and dV rows past N_K are not stored.
+dK and dV rows past N_K are not stored: they leave through the free Q and dO rings by
+TMA stores, which clip at N_K (DKV_TMA), or, for a packed sequence's last key tile, from
+registers with a row mask.
 
 Windows and bottom-right alignment (HAS_LEFT, HAS_RIGHT, SHIFTED, the forward's
 switches): a key tile's query tiles come from :func:`~flashscope.kernels.keyrange.
