@@ -138,17 +138,20 @@ def _own_cells(c: dict) -> tuple:
     own = c.get("stall_samples", 0)
     if not own:
         return "-", ""
-    waits = sorted(((v, k[len("stall."):]) for k, v in c.items()
-                    if k.startswith("stall.") and k != "stall.selected" and v), reverse=True)
     return (f"{c.get('stall.selected', 0) / own:.1%}",
-            ", ".join(f"{k} {v / own:.1%}" for v, k in waits[:3]))
+            _top_reasons(c, own, 3, skip="selected"))
 
 
 def _counter_cells(c: dict, total: float) -> tuple:
     """(warp instructions executed, stall samples, their share of ``total``, the two
     largest stall reasons) of one row's summed counters."""
-    reasons = sorted(((v, k[len("stall."):]) for k, v in c.items()
-                      if k.startswith("stall.") and v), reverse=True)[:2]
     return (f"{c.get('instructions_executed', 0):,.0f}", f"{c.get('stall_samples', 0):,.0f}",
-            f"{c.get('stall_samples', 0) / total:.1%}",
-            ", ".join(f"{k} {v / total:.1%}" for v, k in reasons))
+            f"{c.get('stall_samples', 0) / total:.1%}", _top_reasons(c, total, 2))
+
+
+def _top_reasons(c: dict, total: float, n: int, skip: str = "") -> str:
+    """The ``n`` largest stall reasons of a row's counters (but ``skip``) as shares of
+    ``total``."""
+    reasons = sorted(((v, k[len("stall."):]) for k, v in c.items()
+                      if k.startswith("stall.") and k != f"stall.{skip}" and v), reverse=True)
+    return ", ".join(f"{k} {v / total:.1%}" for v, k in reasons[:n])
