@@ -122,8 +122,8 @@ def select(problem: Problem) -> Sm90BwdConfig:
 
 #: Mean query tiles (BLOCK_M rows) a program should visit, by head dim: below, its
 #: prologue (K and V) and epilogue (dK and dV) weigh more than the two passes' second
-#: read of the products. GPU time against the two passes (H200, bf16, before dK and dV
-#: went out by TMA, which took 1.01-1.12x off the one pass): D = 128, 4 and 6 tiles
+#: read of the products. GPU time against the two passes (H200, bf16, the one pass
+#: storing dK and dV from registers, 1.01-1.12x slower than by TMA): D = 128, 4 and 6 tiles
 #: (B = 32 at 512 causal; causal window 256 at 64k) 0.95x and 0.97x, 8 (512 non-causal,
 #: 1k causal) 1.10x and 1.14x, 10 (causal window 512 at 32k) 1.10x; D = 64, 10 tiles
 #: (causal window 512 at 16k) 0.91x, 16 (1k non-causal, 2k causal) 0.96x and 1.03x, 18
@@ -318,7 +318,8 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
         packed=None) -> None:
     """Launch the backward on a GPU: delta, the one pass into a zeroed fp32 dQ buffer,
     then dQ scaled and cast into ``dq``. dK and dV need a contiguous last dimension (the kernel
-    stores them row by row); dO without a TMA descriptor is copied. ``packed``: a packed
+    stores them by TMA, or row by row where they take no descriptor); dO without a TMA
+    descriptor is copied. ``packed``: a packed
     batch, as in :func:`calls`."""
     import torch
 
