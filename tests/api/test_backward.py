@@ -685,6 +685,51 @@ def test_sm90_bwd_stores_dk_dv_by_tma_where_aligned():
         assert (args[7].base is dk) is by_tma and (args[1].base is q)
 
 
+@pytest.mark.parametrize("shape,mask,bnhd", [
+    ((2, 4, 2, 300, 700, 128), Mask.of(True), False),
+    ((1, 8, 8, 513, 257, 64), Mask.of(False), True),      # rows not by TMA, strided views
+    ((2, 4, 4, 256, 256, 128), Mask.of(True, (64, 0), "bottom_right", 30.0), False),
+])
+def test_sm90_bwd_bound_launches_match_the_plain_ones(shape, mask, bnhd):
+    """The bound backward (``sm90_bwd.bind``) plans each launch once and, per call, puts
+    the call's tensors in their places and rebuilds each TMA descriptor over them: the
+    same arguments, one by one, as :func:`sm90_bwd.calls` builds for those tensors (a
+    descriptor: the same fields over the same tensor). The first call passes one tensor
+    as q, k and v, the later one three."""
+    from flashscope.families.sm90_fwd import _descriptor_class
+
+    B, H, Hkv, Nq, Nk, D = shape
+    cfg = Sm90BwdConfig()
+
+    def tensors(shared):
+        q, k, v = make_qkv("cpu", B, H, Nq, Nk, D, Hkv=Hkv, dtype=torch.bfloat16, bnhd=bnhd)
+        if shared and Nq == Nk and H == Hkv:
+            k = v = q
+        return (torch.randn_like(q), q, k, v, torch.randn_like(q),
+                torch.zeros(B, H, Nq))
+
+    first = tuple(t.as_strided(t.shape, t.stride()) for t in tensors(True))
+    plans = sm90_bwd._bound_plans(first, sm90_bwd._buffers(first[1], first[2], first[3], cfg),
+                                  mask=mask, scale=0.1, cfg=cfg)
+    later = (*tensors(False), *sm90_bwd._buffers(first[1], first[2], first[3], cfg))
+    delta, lse_rows, acc, dq, dk, dv = later[6:]
+    want = sm90_bwd.calls(*later[:6], delta, acc, dk, dv, mask=mask, scale=0.1, cfg=cfg,
+                          lse_rows=lse_rows, dq=dq)
+    assert list(plans) == list(want)
+    for name, (fn, grid, args, fills, consts, opts) in plans.items():
+        got = sm90_bwd._filled(args, fills, later)
+        assert (fn, grid, consts, opts) == want[name][:2] + want[name][3:], name
+        assert len(got) == len(want[name][2])
+        for i, (a, b) in enumerate(zip(got, want[name][2])):
+            if isinstance(b, torch.Tensor):
+                assert a is b, (name, i)
+            elif isinstance(b, _descriptor_class()):
+                assert a.base is b.base and vars(a) == vars(b), (name, i)
+            else:
+                assert type(a) is type(b) and a == b, (name, i)
+    assert sm90_bwd.bind(*later[:6], mask=mask, scale=0.1, cfg=cfg) is False  # CPU
+
+
 def test_sm90_bwd_masks_keys_past_a_ragged_end():
     """Keys past Nk (zero-filled, score 0) are masked in the last key tile wherever Nk is
     not a multiple of the 128-key tile, and in every packed batch (a sequence's last tile

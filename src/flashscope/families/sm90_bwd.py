@@ -355,3 +355,87 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
     for given, made in zip((dk, dv), work):
         if given is not made:
             given.copy_(made)
+
+
+def _bound_plans(given, made, *, mask, scale: float, cfg: Sm90BwdConfig) -> dict:
+    """:func:`calls` once, each launch's arguments with the tensors' places marked:
+    ``{name: (function name, grid, args, fills, constexprs, options)}``, ``fills`` (place,
+    index into ``given + made``, None or a descriptor's fields) for every tensor and TMA
+    descriptor, whose bases differ per call. ``given`` (dout, q, k, v, out, lse) and
+    ``made`` (delta, lse_rows, acc, dq, dk, dv) must be distinct objects."""
+    import torch
+
+    from .sm90_fwd import _descriptor_class
+
+    slots = {id(t): i for i, t in enumerate((*given, *made))}
+    delta, lse_rows, acc, dq, dk, dv = made
+    plans = {}
+    for name, (fn_name, grid, args, consts, opts) in calls(
+            *given, delta, acc, dk, dv, mask=mask, scale=scale, cfg=cfg, lse_rows=lse_rows,
+            dq=dq).items():
+        fills = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                fills.append((i, slots[id(a)], None))
+            elif isinstance(a, _descriptor_class()):
+                fields = {n: x for n, x in a.__dict__.items() if n != "base"}
+                fills.append((i, slots[id(a.base)], fields))
+        marked = {i for i, _, _ in fills}
+        args = tuple(None if i in marked else a for i, a in enumerate(args))
+        plans[name] = (fn_name, grid, args, tuple(fills), consts, opts)
+    return plans
+
+
+def _filled(args, fills, now) -> list:
+    """A plan's arguments for one call: ``now`` (given + made) in the marked places, each
+    descriptor rebuilt over its tensor with the fields it had."""
+    from .sm90_fwd import _descriptor
+
+    call = list(args)
+    for i, m, fields in fills:
+        call[i] = now[m] if fields is None else _descriptor(now[m], fields)
+    return call
+
+
+def _buffers(q, k, v, cfg: Sm90BwdConfig) -> tuple:
+    """A dense backward's buffers: delta, (no packed log-sum-exp copy), the zeroed fp32
+    dQ buffer, dq, dk, dv."""
+    import torch
+
+    f32 = dict(device=q.device, dtype=torch.float32)
+    return (torch.empty(row_shape(q, None, cfg), **f32), None,
+            torch.zeros(acc_shape(q, None, cfg), **f32), torch.empty_like(q),
+            torch.empty_like(k), torch.empty_like(v))
+
+
+def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: Sm90BwdConfig):
+    """:func:`run` for every later backward on a GPU on tensors of these tensors' geometry
+    (:class:`flashscope.launch.BoundBackward`): the launches' arguments but the addresses,
+    and their compiled kernels, found once; a call allocates its buffers, fills the
+    tensors' places and rebuilds the descriptors over them. A function of (dout, q, k, v,
+    out, lse) returning (dq, dk, dv), new tensors laid out like q, k, v; False (the plain
+    path) where :func:`run` would copy an input first."""
+    from .. import kernels
+    from ..launch import launch_jit
+    from . import triton_bwd
+    from .sm90_fwd import _desc4_problem, tensors_problem
+
+    if (q.device.type != "cuda" or tensors_problem(q, k, v) or _desc4_problem(dout)
+            or lse.data_ptr() % 16):
+        return False
+    # one distinct alias of each tensor (a call may pass one tensor as q, k and v), its
+    # strides as they are (a view would renumber those of a dimension of size 1)
+    given = tuple(t.as_strided(t.shape, t.stride()) for t in (dout, q, k, v, out, lse))
+    plans = []
+    for name, (fn_name, grid, args, fills, consts, opts) in _bound_plans(
+            given, _buffers(q, k, v, cfg), mask=mask, scale=scale, cfg=cfg).items():
+        mod = kernels.load(triton_bwd.MODULE if name == "bwd_preprocess" else MODULE)
+        plans.append((getattr(mod, fn_name), grid, args, fills, consts, opts, {}))
+
+    def go(dout, q, k, v, out, lse):
+        now = (dout, q, k, v, out, lse, *_buffers(q, k, v, cfg))
+        for kernel, grid, args, fills, consts, opts, cache in plans:
+            launch_jit(kernel, grid, _filled(args, fills, now), consts, opts, q.device,
+                       cache=cache)
+        return now[9], now[10], now[11]
+    return go
