@@ -563,11 +563,13 @@ def test_offline_build_rejects_unknown_kernel():
     (64, False, False, (256, 256), "top_left", None),
     (128, True, True, (4096, 0), "top_left", None),
     (128, True, True, None, "bottom_right", None),
-    (128, True, False, None, "top_left", 30.0), (64, False, True, (256, 256), "top_left", 50.0)])
+    (128, True, False, None, "top_left", 30.0), (64, False, True, (256, 256), "top_left", 50.0),
+    (96, True, False, None, "top_left", None), (80, False, True, None, "top_left", None),
+    (48, True, False, (256, 0), "top_left", None)])
 def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window, align, softcap):
     """Three partitions (12 warps), every product on wgmma with none serialized, dQ added
     by TMA reductions (UTMAREDG), one program an SM's shared memory; dense, packed, bands,
-    packed bands and logit caps."""
+    packed bands, logit caps and head dims between the built widths."""
     from flashscope.isa import inspect_config
 
     rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=head_dim,
@@ -580,7 +582,9 @@ def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window, align, softca
 
 
 @pytest.mark.parametrize("extra,error,pattern", [
-    ({"head_dim": 96}, ConfigError, "head dims 64 and 128"),
+    ({"head_dim": 32}, ConfigError, "multiples of 8 from 40 to 128"),
+    ({"head_dim": 100}, ConfigError, "multiples of 8 from 40 to 128"),
+    ({"head_dim": 160}, ConfigError, "multiples of 8 from 40 to 128"),
     ({"target": "sm80"}, ConfigError, "not sm_90"),
 ])
 def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
@@ -601,14 +605,15 @@ def _fragment_order(tile, block_m, head_dim, warps=8):
     return tile.reshape(wm, 2, 8, wn, ch, 4, 2).permute(4, 3, 0, 2, 5, 1, 6).reshape(-1)
 
 
-@pytest.mark.parametrize("D,block_m", [(128, 64), (64, 64), (128, 128)])
+@pytest.mark.parametrize("D,block_m", [(128, 64), (64, 64), (128, 128), (96, 64)])
 @pytest.mark.parametrize("packed", [False, True])
 def test_dq_unpack_reads_the_fragment_order(device, D, block_m, packed):
     """The fp32 dQ buffer holds each query tile in the consumer's register order; the
     launch after the one pass (``dq_unpack``, as ``sm90_bwd.calls`` builds it) returns
     every row scaled and cast into a NaN-poisoned dQ, (B, H, Nq, D) dense or a packed
     batch's (1, H, total, D) view with each sequence from its padded start. The tiles'
-    rows past a head's or a sequence's end hold NaN: none may reach dQ."""
+    rows past a head's or a sequence's end hold NaN, and so do a padded head's columns
+    past D (D = 96 in 128-column tiles): none may reach dQ."""
     from flashscope import kernels
     from flashscope.launch import launch_jit
     from flashscope.varlen import _packed, _view
@@ -629,18 +634,20 @@ def test_dq_unpack_reads_the_fragment_order(device, D, block_m, packed):
         seqs = [(b, b, 0, 0, 100) for b in range(2)]
     rows = sm90_bwd.row_shape(q, pk, cfg)
     acc = torch.full(sm90_bwd.acc_shape(q, pk, cfg), float("nan"), device=dev)
-    tiles = acc.view(-1, rows[-1] // block_m if packed else -(-100 // block_m), block_m * D)
+    W = sm90_bwd.width(D)
+    tiles = acc.view(-1, rows[-1] // block_m if packed else -(-100 // block_m), block_m * W)
     dq = torch.full_like(q, float("nan"))
     want = torch.full_like(q, float("nan"), dtype=torch.float32)
     for batch, b, r0, q0, n in seqs:
         for h in range(H):
             head = h if packed else b * H + h
             for t in range(-(-n // block_m)):
-                tile = torch.randn(block_m, D, device=dev)
+                tile = torch.randn(block_m, W, device=dev)
                 tile[n - t * block_m:] = float("nan")  # past the sequence's end
-                tiles[head, r0 // block_m + t] = _fragment_order(tile, block_m, D)
+                tile[:, D:] = float("nan")  # a padded head's columns
+                tiles[head, r0 // block_m + t] = _fragment_order(tile, block_m, W)
                 m = min(block_m, n - t * block_m)
-                want[batch, h, q0 + t * block_m:q0 + t * block_m + m] = tile[:m] * scale
+                want[batch, h, q0 + t * block_m:q0 + t * block_m + m] = tile[:m, :D] * scale
     lse = torch.zeros(rows, device=dev)
     fn, grid, args, consts, opts = sm90_bwd.calls(
         q, q, q, q, q, lse, lse, acc, q, q, mask=Mask.of(False), scale=scale, cfg=cfg,
@@ -776,7 +783,11 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(d=64), "sm90-bwd"),                        # 64 tiles a program
     (_problem(d=64, n=1024, heads=256), "sm90-bwd"),     # 16 at D = 64
     (_problem(d=64, n=512, heads=512), "triton-bwd"),    # 8
-    (_problem(d=96), "triton-bwd"),
+    (_problem(d=96), "sm90-bwd"),                        # padded to 128 columns
+    (_problem(d=80), "sm90-bwd"),
+    (_problem(d=48), "sm90-bwd"),                        # padded to 64
+    (_problem(d=100), "triton-bwd"),                     # rows not 16-byte units
+    (_problem(d=256), "triton-bwd"),
     (_problem(window=True), "sm90-bwd"),                 # bottom-right: 64 tiles
     (_problem(n=32768, heads=32, causal=True, window=True, band_keys=512), "sm90-bwd"),
     (_problem(n=32768, heads=32, causal=True, window=True, band_keys=256), "triton-bwd"),
@@ -853,6 +864,11 @@ SM90_CASES = [
     (1, 4, 2, 700, 300, 64, True, torch.bfloat16, True),
     (1, 2, 2, 2048, 2048, 128, True, torch.bfloat16, False),
     (3, 6, 3, 129, 129, 64, True, torch.float16, True),
+    # head dims between the built widths, run padded to 64 or 128 columns
+    (2, 4, 2, 300, 700, 96, True, torch.bfloat16, True),
+    (1, 4, 4, 257, 513, 80, False, torch.float16, False),
+    (2, 4, 1, 200, 200, 48, True, torch.bfloat16, False),
+    (1, 6, 3, 129, 333, 72, False, torch.bfloat16, True),
 ]
 
 
@@ -895,31 +911,34 @@ def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, d
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 96])
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
-def test_sm90_bwd_writes_grad_buffers_with_and_without_tma(device, offset):
+def test_sm90_bwd_writes_grad_buffers_with_and_without_tma(device, offset, D):
     """dK and dV leave through TMA stores where their buffers take a descriptor (clipped
-    at a ragged Nk = 300), else from registers: here buffers starting one element past a
-    16-byte boundary. NaN-poisoned, fully written, within the float64 bound."""
+    at a ragged Nk = 300, and at D = 96 in 128-column tiles), else from registers: here
+    buffers starting one element past a 16-byte boundary, whose padded columns are
+    masked (the poisoned tail past the buffer stays NaN). NaN-poisoned, fully written,
+    within the float64 bound."""
     if launch.device_target(torch.device(device)) != "sm90":
         pytest.skip("needs an sm_90 GPU")
     seed = fresh_seed()
     dtype, scale = torch.bfloat16, 0.125
-    q, k, v = make_qkv(device, 2, 4, 200, 300, 64, Hkv=2, dtype=dtype)
+    q, k, v = make_qkv(device, 2, 4, 200, 300, D, Hkv=2, dtype=dtype)
     dout = torch.randn(q.shape, device=q.device).to(dtype)
     out, lse = launch.forward(q, k, v, mask=Mask.of(True), scale=scale, cfg=SMALL_FWD,
                               return_lse=True)
 
-    def poisoned(t):
-        flat = torch.full((t.numel() + 8,), float("nan"), device=t.device, dtype=t.dtype)
-        return flat[offset:offset + t.numel()].view(t.shape)
-
-    dq, dk, dv = (poisoned(t) for t in (q, k, v))
+    flats = [torch.full((t.numel() + 128,), float("nan"), device=t.device, dtype=t.dtype)
+             for t in (q, k, v)]
+    dq, dk, dv = (f[offset:offset + t.numel()].view(t.shape) for f, t in zip(flats, (q, k, v)))
     from flashscope.families.sm90_fwd import _desc4_problem
     assert (_desc4_problem(dk) is None) == (offset == 0)
     got = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(True), scale=scale,
                           cfg=Sm90BwdConfig(), dq=dq, dk=dk, dv=dv)
     _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=scale)
     check_grads(f"seed={seed} offset={offset}", got, ref, dtype)
+    for name, f, t in zip(("dq", "dk", "dv"), flats, (q, k, v)):
+        assert f[offset + t.numel():].isnan().all(), f"{name} written past its buffer"
 
 
 def _grads_float64(q, k, v, dout, causal, scale):

@@ -133,6 +133,8 @@ SM90_BANDS = [
     (False, (None, 100), "bottom_right", 300, 513, 2, 128),
     (False, (5000, 5000), "top_left", 513, 300, 4, 64),
     (True, (3, -1), "top_left", 129, 129, 1, 128),
+    (True, (100, None), "top_left", 300, 300, 2, 96),
+    (False, (70, 30), "bottom_right", 257, 513, 2, 48),
 ]
 
 

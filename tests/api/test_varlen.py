@@ -386,6 +386,10 @@ SM90_PACKED = [
      (None, 60), "top_left", None),
     ((300, 64, 129, 700), (300, 64, 129, 700), 4, 2, 128, True, torch.bfloat16,
      None, "top_left", 2.0),
+    ((70, 0, 200, 1, 130, 300), (150, 5, 129, 0, 130, 700), 4, 2, 96, True, torch.bfloat16,
+     None, "bottom_right", None),
+    ((300, 1, 129, 700), (200, 64, 300, 500), 2, 1, 80, False, torch.float16,
+     (70, 30), "top_left", None),
 ]
 
 

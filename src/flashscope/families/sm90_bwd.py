@@ -22,8 +22,26 @@ from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, not_
 
 KERNEL = "sm90-bwd"
 MODULE, FUNCTION = "attention_bwd_sm90", "_attn_bwd_sm90"
-#: head dims the kernel builds (one power of two, no tail)
-HEAD_DIMS = (64, 128)
+#: the widths the kernel is built at; a head dim between runs at the next one up
+#: (:func:`width`): TMA zero-fills the columns past D on loads and clips them on the dK
+#: and dV stores, so the products pay for the padding but need no masks
+WIDTHS = (64, 128)
+#: head dims the kernel takes: rows of whole 16-byte units (TMA's stride rule), from 40
+#: (narrower heads would pay for twice their width or more)
+MIN_HEAD_DIM, MAX_HEAD_DIM = 40, 128
+
+
+def width(head_dim: int) -> int:
+    """Columns the kernel's tiles hold for ``head_dim``: 64 or 128."""
+    return WIDTHS[0] if head_dim <= WIDTHS[0] else WIDTHS[1]
+
+
+def head_dim_problem(head_dim: int) -> Optional[str]:
+    """Why the kernel cannot take ``head_dim``, or None."""
+    if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM or head_dim % 8:
+        return (f"head dim {head_dim} (the kernel takes multiples of 8 from {MIN_HEAD_DIM} "
+                f"to {MAX_HEAD_DIM})")
+    return None
 #: two consumer warpgroups (64 key rows each) in the default partition
 WARPS = 8
 #: registers of the producer and reducer warps (setmaxnreg); the consumers get the rest
@@ -67,6 +85,7 @@ def min_shared_bytes(cfg: Sm90BwdConfig, head_dim: int, dtype: str = "bfloat16")
     its rows' log-sum-exp and delta, K and V, the dS^T tile, the fp32 dQ slots and 8 bytes
     an mbarrier."""
     elt = DTYPE_BYTES[dtype]
+    head_dim = width(head_dim)
     tiles = (2 * cfg.num_stages * cfg.BLOCK_M + 2 * cfg.BLOCK_N) * head_dim * elt
     rows = 2 * cfg.num_stages * cfg.BLOCK_M * 4
     barriers = 1 + 2 * cfg.num_stages + 2 * cfg.DQ_SLOTS
@@ -75,10 +94,8 @@ def min_shared_bytes(cfg: Sm90BwdConfig, head_dim: int, dtype: str = "bfloat16")
 
 
 def _head_dim(cfg, ctx):
-    if ctx.head_dim not in HEAD_DIMS:
-        return (f"{KERNEL} takes head dims {' and '.join(map(str, HEAD_DIMS))}, got "
-                f"{ctx.head_dim} (use triton-bwd)")
-    return None
+    why = head_dim_problem(ctx.head_dim)
+    return f"{KERNEL}: {why} (use triton-bwd)" if why else None
 
 
 RULES = (
@@ -107,9 +124,7 @@ def accepts(problem: Problem) -> Optional[str]:
     why = not_sm90(problem.target_record())
     if why:
         return why
-    if problem.head_dim not in HEAD_DIMS:
-        return f"head dim {problem.head_dim} (the kernel takes {HEAD_DIMS})"
-    return None
+    return head_dim_problem(problem.head_dim)
 
 
 def select(problem: Problem) -> Sm90BwdConfig:
@@ -132,7 +147,7 @@ def select(problem: Problem) -> Sm90BwdConfig:
 #: tiles (causal window 512, two-sided 256) 1.02x and 1.05x, 18 (1024) 1.23x; D = 64
 #: causal window 512 (10) 0.83x, and with the TMA store window 1024 (18) 1.02x, causal
 #: without a window 1.21x.
-MIN_TILES = {64: 16, 128: 8}
+MIN_TILES = {64: 16, 128: 8}  # by the tiles' width (:func:`width`)
 #: Programs per SM the grid should reach (one program an SM fits): 256 programs (1.9 an
 #: SM) ran 1.07x (B = 1, 16 heads, 2k) and 1.21x (GQA 32/8, 4k), causal in sections
 #: (:data:`CAUSAL_SECTION`) 1.13x (GQA 32/8, 4k); 64 (MQA, B = 2, 4k) 0.63x.
@@ -160,7 +175,7 @@ def prefers(problem: Problem) -> Optional[str]:
         return "deterministic algorithms are on (dQ's sum order varies)"
     cfg = select(problem)
     group = max(1, problem.group)
-    least = MIN_TILES[problem.head_dim]
+    least = MIN_TILES[width(problem.head_dim)]
     tiles = query_tiles(problem, cfg)
     if tiles < least:
         return (f"{tiles:g} query tiles a program (fewer than {least} at "
@@ -237,7 +252,7 @@ def acc_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
     rows = row_shape(q, packed, cfg)
     heads = rows[0] if packed is not None else rows[0] * rows[1]
     tiles = -(-rows[-1] // cfg.BLOCK_M)
-    return heads * tiles * FRAG_ROWS, cfg.BLOCK_M * q.shape[3] // FRAG_ROWS
+    return heads * tiles * FRAG_ROWS, cfg.BLOCK_M * width(q.shape[3]) // FRAG_ROWS
 
 
 def _acc_desc(acc):
@@ -266,6 +281,7 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     from .triton_fwd import packed_shape
 
     _, H, Nq, D = q.shape
+    W = width(D)
     Hkv, Nk = k.shape[1], k.shape[2]
     B, rows, keys, _ = packed_shape(q, k, packed)
     varlen = packed is not None
@@ -275,25 +291,25 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     rows_in = lse_rows if varlen else lse
     by_tma = varlen or rows_by_tma(Nq)
     opts = {"num_warps": WARPS, "num_stages": cfg.num_stages, **CODEGEN_OPTIONS}
-    k_desc, v_desc = tma_desc4(k, "key", cfg.BLOCK_N), tma_desc4(v, "value", cfg.BLOCK_N)
+    k_desc, v_desc = tma_desc4(k, "key", cfg.BLOCK_N, W), tma_desc4(v, "value", cfg.BLOCK_N, W)
     # dK and dV by TMA where their buffers take a descriptor (else the key descriptors
     # stand in, unused)
     kv_tma = not (_desc4_problem(dk) or _desc4_problem(dv))
-    kv_out = ((tma_desc4(dk, "dk", cfg.BLOCK_N), tma_desc4(dv, "dv", cfg.BLOCK_N)) if kv_tma
-              else (k_desc, v_desc))
+    kv_out = ((tma_desc4(dk, "dk", cfg.BLOCK_N, W), tma_desc4(dv, "dv", cfg.BLOCK_N, W))
+              if kv_tma else (k_desc, v_desc))
     return {
         "bwd_preprocess": triton_bwd.preprocess_call(
             out, dout, delta, triton_bwd.TritonBwdConfig().PRE_BLOCK, rows, cu[0], varlen,
             padded),
         KERNEL: (
             FUNCTION, (triton_cdiv(keys, cfg.BLOCK_N), B * Hkv),
-            (tma_desc4(q, "query", cfg.BLOCK_M), k_desc, v_desc,
-             tma_desc4(dout, "grad_out", cfg.BLOCK_M), _acc_desc(acc),
+            (tma_desc4(q, "query", cfg.BLOCK_M, W), k_desc, v_desc,
+             tma_desc4(dout, "grad_out", cfg.BLOCK_M, W), _acc_desc(acc),
              _rows_desc(rows_in, cfg.BLOCK_M, by_tma), _rows_desc(delta, cfg.BLOCK_M, by_tma),
              *kv_out, rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
              float(scale), *mask.scalars(*lengths), *mask.cap_args(scale)),
-            {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
+            {"HEAD_DIM": W, "HEAD_COLS": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
              "ROWS_TMA": by_tma, "VARLEN": varlen, "KEY_TAIL": varlen or Nk % cfg.BLOCK_N != 0,
@@ -304,7 +320,8 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
         **({} if dq is None else {"dq_unpack": (
             "_dq_unpack", (triton_cdiv(rows, cfg.BLOCK_M), B * H),
             (acc, dq, cu[0], *dq.stride(), H, Nq, delta.shape[-1], float(scale)),
-            {"HEAD_DIM": D, "BLOCK_M": cfg.BLOCK_M, "WARPS": WARPS, "VARLEN": varlen},
+            {"HEAD_DIM": W, "HEAD_COLS": D, "BLOCK_M": cfg.BLOCK_M, "WARPS": WARPS,
+             "VARLEN": varlen},
             {"num_warps": 4, "num_stages": 1})}),
     }
 

@@ -77,12 +77,17 @@ multiple of 4, where a head's row would not be 16-byte aligned) the consumer loa
 +inf past the end. A packed
 batch's vectors are padded so that each sequence starts on a tile (VARLEN, below).
 
+HEAD_DIM is the tiles' width (64 or 128), HEAD_COLS the head dim D (0: HEAD_DIM). A head
+narrower than its tiles runs padded: TMA zero-fills Q, K, V and dO past D (the scores
+and dP are those of the D columns, dK, dV and dQ come out zero there) and clips the dK
+and dV stores; the register stores and the dQ unpacking mask the columns.
+
 Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
-(block (1, 1, rows, D)); Lse, Delta fp32 contiguous (base e and plain), N_ROWS a head:
+(block (1, 1, rows, HEAD_DIM)); Lse, Delta fp32 contiguous (base e and plain), N_ROWS a head:
 (B, H, Nq) dense, (H, N_ROWS) padded packed, also through rank-2 descriptors (block
 (1, rows)); the dQ buffer fp32, zeroed, cdiv(N_ROWS, BLOCK_M) tiles a head of FRAG_ROWS
 rows each (B H heads dense, H packed), through a rank-2 descriptor (block (FRAG_ROWS,
-BLOCK_M D / FRAG_ROWS)); DK, DV (B, Hkv, Nk, D), any strides.
+BLOCK_M HEAD_DIM / FRAG_ROWS)); DK, DV (B, Hkv, Nk, D), any strides.
 """
 
 import triton
@@ -189,8 +194,8 @@ def _fragments(dq, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
 
 @triton.jit
 def _dq_unpack(Acc, DQ, CU_Q, stride_b, stride_h, stride_n, stride_d, H, N_Q, N_ROWS, scale,
-               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, WARPS: tl.constexpr,
-               VARLEN: tl.constexpr):
+               HEAD_DIM: tl.constexpr, HEAD_COLS: tl.constexpr, BLOCK_M: tl.constexpr,
+               WARPS: tl.constexpr, VARLEN: tl.constexpr):
     """Grid (query tiles, B * H): tile t of head (b, h) of the fp32 buffer the one pass
     added dQ into, in :func:`_fragments`' order (the tiles of a head one after another,
     cdiv(N_ROWS, BLOCK_M) of them, FRAG_ROWS rows each), scaled and cast into DQ (B, H,
@@ -224,7 +229,10 @@ def _dq_unpack(Acc, DQ, CU_Q, stride_b, stride_h, stride_n, stride_d, H, N_Q, N_
         cols = tl.arange(0, HEAD_DIM)
         ptrs = (DQ + ob.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
                 + (q0 + rows)[:, None].to(tl.int64) * stride_n + cols[None, :] * stride_d)
-        tl.store(ptrs, (f * scale).to(DQ.dtype.element_ty), mask=(rows < n_q)[:, None])
+        keep = (rows < n_q)[:, None]
+        if HEAD_COLS % HEAD_DIM != 0:  # a padded head
+            keep = keep & (cols < HEAD_COLS)[None, :]
+        tl.store(ptrs, (f * scale).to(DQ.dtype.element_ty), mask=keep)
 
 
 @gluon.jit
@@ -314,7 +322,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, BAND: gl.constexpr,
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
               cap_in, cap_out, SOFTCAP: gl.constexpr, KEY_TAIL: gl.constexpr,
-              dk_desc, dv_desc, DKV_TMA: gl.constexpr):
+              dk_desc, dv_desc, DKV_TMA: gl.constexpr, HEAD_COLS: gl.constexpr):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV stored at the end. Under a causal mask the tiles that cross the diagonal
     (those above start_n + BLOCK_N) run masked, in a loop of their own; without one,
@@ -411,6 +419,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
         kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
         kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
         kmask = gl.expand_dims(kr < n_k, 1)
+        if HEAD_COLS % HEAD_DIM != 0:  # a padded head: its columns past D are not stored
+            kmask = kmask & gl.expand_dims(kc < HEAD_COLS, 0)
         ob = tb.to(gl.int64)
         oh = off_hkv.to(gl.int64)
         kr64 = gl.expand_dims((k0 + kr).to(gl.int64), 1)
@@ -443,7 +453,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                    ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, HAS_LEFT: gl.constexpr = False,
                    HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False,
                    SOFTCAP: gl.constexpr = False, KEY_TAIL: gl.constexpr = False,
-                   DKV_TMA: gl.constexpr = False):
+                   DKV_TMA: gl.constexpr = False, HEAD_COLS: gl.constexpr = 0):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
 
@@ -549,7 +559,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       scale, shift, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
                       VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP,
-                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA)),
+                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
