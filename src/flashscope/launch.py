@@ -281,8 +281,7 @@ def launch_compiled(kernel, grid, args, consts: dict, options: dict, cache=None)
         if compiled is not None and not hasattr(compiled, "result"):  # not an async future
             if len(cache) >= _COMPILED_MAX:
                 cache.clear()
-            # every parameter in signature order: the constexprs follow the arguments
-            cache[key] = (compiled, tuple(consts[p.name] for p in kernel.params[len(args):]),
+            cache[key] = (compiled, _constexpr_tail(kernel, len(args), consts),
                           direct_launcher(compiled) if own else None)
         return
     compiled, tail, direct = hit
@@ -301,6 +300,24 @@ def launch_compiled(kernel, grid, args, consts: dict, options: dict, cache=None)
     compiled.run(grid[0], grid[1], grid[2], stream, compiled.function,
                  compiled.packed_metadata, metadata, enter, leave, *call)
     LAUNCHES["direct"] += 1
+
+
+def _constexpr_tail(kernel, n_args: int, consts: dict) -> tuple:
+    """The values of the parameters that follow the arguments (the constexprs), in
+    signature order, as the launcher takes them: one the caller left out has its default,
+    which ``kernel[grid]`` gave it on the first launch."""
+    import inspect
+
+    tail = []
+    for p in kernel.params[n_args:]:
+        if p.name in consts:
+            tail.append(consts[p.name])
+            continue
+        default = getattr(p, "default", inspect.Parameter.empty)
+        if default is inspect.Parameter.empty:
+            raise TypeError(f"{getattr(kernel, '__name__', kernel)}: no value for {p.name}")
+        tail.append(default)
+    return tuple(tail)
 
 
 def _silent(hook) -> bool:

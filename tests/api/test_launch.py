@@ -9,6 +9,7 @@ repeated calls take the direct path and still match the float64 reference.
 """
 
 import dataclasses
+import inspect
 import itertools
 
 import pytest
@@ -135,15 +136,16 @@ class _Compiled:
 
 
 class _Param:
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, default=inspect.Parameter.empty):
+        self.name, self.default = name, default
 
 
 class _Kernel:
     """Stands in for a JITFunction: ``kernel[grid](...)`` compiles once per call."""
 
-    def __init__(self, names):
-        self.params = [_Param(n) for n in names]
+    def __init__(self, names, defaults=None):
+        self.params = [_Param(n, *([defaults[n]] if n in (defaults or {}) else []))
+                       for n in names]
         self.jit_calls = []
 
     def __getitem__(self, grid):
@@ -179,6 +181,23 @@ def test_first_launch_compiles_then_calls_the_launcher(monkeypatch):
     launch.launch_compiled(kernel, (5,), (x, 40), {"A": 1, "B": True}, {"num_warps": 4})
     assert len(kernel.jit_calls) == 2  # 40 % 16 != 0: another specialization
     assert len(launch._COMPILED) == 2
+
+
+def test_a_constexpr_left_out_launches_with_its_default(monkeypatch):
+    """A constexpr the caller does not pass takes its default on every launch, as Triton's
+    binder gave it on the first (the cached launches once raised KeyError there); one
+    without a default is named."""
+    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_current_stream", lambda index: "stream")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    kernel = _Kernel(["x", "A", "B"], defaults={"B": 240})
+    x = torch.zeros(4)
+    for _ in range(2):
+        launch.launch_compiled(kernel, (3,), (x,), {"A": 1}, {})
+    ((compiled, tail, _),) = launch._COMPILED.values()
+    assert tail == (1, 240) and compiled.calls[0][-3:] == (x, 1, 240)
+    with pytest.raises(TypeError, match="no value for A"):
+        launch._constexpr_tail(kernel, 1, {})
 
 
 def test_a_plan_cache_keeps_the_compiled_kernel_per_device(monkeypatch):
