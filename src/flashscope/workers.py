@@ -52,8 +52,12 @@ def pool_args() -> dict:
 
 def stop_pool(pool) -> None:
     """Stop a pool at once (after an error or Ctrl-C): queued items are dropped and the
-    workers are terminated, not waited for (a compile in flight takes seconds)."""
+    workers are terminated, not waited for (a compile in flight takes seconds). The pool's
+    manager thread is joined too: left running, it closes its wake-up pipe while Python's
+    exit hook writes to it (unlocked, CPython 3.11), and a Ctrl-C ended in a traceback
+    after its one line."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     try:
         pool.shutdown(wait=False, cancel_futures=True)
     except Exception:  # noqa: BLE001  (a broken pool has nothing left to stop)
@@ -72,3 +76,5 @@ def stop_pool(pool) -> None:
         pool.shutdown(wait=True)
     except Exception:  # noqa: BLE001
         pass
+    if manager is not None:
+        manager.join(timeout=5)

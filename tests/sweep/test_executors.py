@@ -37,3 +37,30 @@ def test_no_gpu_is_an_error(monkeypatch):
 def test_unknown_executor():
     with pytest.raises(FlashscopeError, match="expected one of local, gpus, ray"):
         make_executor("slurm")
+
+
+def _nap(x):
+    import time
+
+    time.sleep(30)
+    return x
+
+
+def test_a_stopped_pool_leaves_no_manager_thread_or_worker():
+    """Stopping a pool with work in flight (Ctrl-C in a sweep) terminates its workers and
+    joins its manager thread: a manager thread still running at exit closed its wake-up
+    pipe while Python's exit hook wrote to it, and the interrupted sweep printed a
+    traceback after its one line."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from flashscope.workers import stop_pool
+
+    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork"))
+    futures = [pool.submit(_nap, i) for i in range(4)]
+    assert pool._processes  # forked workers start with the first submission
+    manager, workers = pool._executor_manager_thread, list(pool._processes.values())
+    stop_pool(pool)
+    assert not manager.is_alive()
+    assert not any(p.is_alive() for p in workers)
+    assert all(f.done() for f in futures)
