@@ -53,9 +53,9 @@ def pool_args() -> dict:
 def stop_pool(pool) -> None:
     """Stop a pool at once (after an error or Ctrl-C): queued items are dropped and the
     workers are terminated, not waited for (a compile in flight takes seconds). The pool's
-    manager thread is joined too: left running, it closes its wake-up pipe while Python's
-    exit hook writes to it (unlocked, CPython 3.11), and a Ctrl-C ended in a traceback
-    after its one line."""
+    manager thread is joined too: left running, it may close its wake-up pipe while
+    Python's exit hook writes to it (unlocked in CPython 3.11), which prints a traceback
+    after an interrupted command's one line."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
     manager = getattr(pool, "_executor_manager_thread", None)
     try:

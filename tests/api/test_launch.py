@@ -185,8 +185,7 @@ def test_first_launch_compiles_then_calls_the_launcher(monkeypatch):
 
 def test_a_constexpr_left_out_launches_with_its_default(monkeypatch):
     """A constexpr the caller does not pass takes its default on every launch, as Triton's
-    binder gave it on the first (the cached launches once raised KeyError there); one
-    without a default is named."""
+    binder gave it on the first; one without a default is named."""
     monkeypatch.setattr(launch, "_COMPILED", {})
     monkeypatch.setattr(launch, "_current_stream", lambda index: "stream")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

@@ -48,9 +48,9 @@ def _nap(x):
 
 def test_a_stopped_pool_leaves_no_manager_thread_or_worker():
     """Stopping a pool with work in flight (Ctrl-C in a sweep) terminates its workers and
-    joins its manager thread: a manager thread still running at exit closed its wake-up
-    pipe while Python's exit hook wrote to it, and the interrupted sweep printed a
-    traceback after its one line."""
+    joins its manager thread: one still running at exit may close its wake-up pipe while
+    Python's exit hook writes to it, and the interrupted sweep then prints a traceback
+    after its one line."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
