@@ -85,15 +85,18 @@ def test_sigkill_of_a_pooled_sweep_leaves_no_worker(tmp_path):
 
 def test_ctrl_c_ends_a_pooled_sweep_with_one_line(tmp_path):
     """Ctrl-C while the pool compiles: one line, exit 130, no worker left, every record
-    whole. 24 points, so that the sweep cannot finish between its first record and the
-    signal (records may reach the store in a burst)."""
+    whole. The compile caches are the test's own, empty: with warm ones (other tests
+    build these configs) the sweep can end before the signal comes, its records reaching
+    the store in order, in one burst."""
     space = tmp_path / "space.json"
     space.write_text(json.dumps({**TINY, "BLOCK_M": [16, 32, 64], "BLOCK_N": [16, 32],
                                  "num_warps": [1, 2], "num_stages": [1, 2]}))
     out = tmp_path / "out"
+    env = dict(_env(), FLASHSCOPE_CACHE=str(tmp_path / "cache"),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"))
     proc = subprocess.Popen([sys.executable, "-m", "flashscope.cli", "sweep", "--space",
                              str(space), "--out", str(out), "--jobs", "2", "--no-plot"],
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, text=True)
     try:
         _wait_lines(out / "results.jsonl", 1, proc, timeout=180)
