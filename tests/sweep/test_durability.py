@@ -94,10 +94,13 @@ def test_ctrl_c_ends_a_pooled_sweep_with_one_line(tmp_path):
     out = tmp_path / "out"
     env = dict(_env(), FLASHSCOPE_CACHE=str(tmp_path / "cache"),
                TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    # SIGINT as a terminal leaves it: a test run started in the background of a shell
+    # without job control ignores it, and its children inherit that
     proc = subprocess.Popen([sys.executable, "-m", "flashscope.cli", "sweep", "--space",
                              str(space), "--out", str(out), "--jobs", "2", "--no-plot"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, text=True)
+                            start_new_session=True, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_lines(out / "results.jsonl", 1, proc, timeout=180)
         workers = _children(proc.pid)
