@@ -42,6 +42,8 @@ def head_dim_problem(head_dim: int) -> Optional[str]:
         return (f"head dim {head_dim} (the kernel takes multiples of 8 from {MIN_HEAD_DIM} "
                 f"to {MAX_HEAD_DIM})")
     return None
+
+
 #: two consumer warpgroups (64 key rows each) in the default partition
 WARPS = 8
 #: registers of the producer and reducer warps (setmaxnreg); the consumers get the rest
