@@ -87,12 +87,12 @@ def min_shared_bytes(cfg: Sm90BwdConfig, head_dim: int, dtype: str = "bfloat16")
     its rows' log-sum-exp and delta, K and V, the dS^T tile, the fp32 dQ slots and 8 bytes
     an mbarrier."""
     elt = DTYPE_BYTES[dtype]
-    head_dim = width(head_dim)
-    tiles = (2 * cfg.num_stages * cfg.BLOCK_M + 2 * cfg.BLOCK_N) * head_dim * elt
+    cols = width(head_dim)
+    tiles = (2 * cfg.num_stages * cfg.BLOCK_M + 2 * cfg.BLOCK_N) * cols * elt
     rows = 2 * cfg.num_stages * cfg.BLOCK_M * 4
     barriers = 1 + 2 * cfg.num_stages + 2 * cfg.DQ_SLOTS
     return (tiles + rows + cfg.BLOCK_N * cfg.BLOCK_M * elt
-            + cfg.DQ_SLOTS * cfg.BLOCK_M * head_dim * 4 + 8 * barriers)
+            + cfg.DQ_SLOTS * cfg.BLOCK_M * cols * 4 + 8 * barriers)
 
 
 def _head_dim(cfg, ctx):
@@ -433,14 +433,15 @@ def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: Sm90BwdConfig):
     and their compiled kernels, found once; a call allocates its buffers, fills the
     tensors' places and rebuilds the descriptors over them. A function of (dout, q, k, v,
     out, lse) returning (dq, dk, dv), new tensors laid out like q, k, v; False (the plain
-    path) where :func:`run` would copy an input first."""
+    path) off a GPU, under the interpreter, and where :func:`run` would copy an input
+    first."""
     from .. import kernels
-    from ..launch import launch_jit
+    from ..launch import interpreting, launch_compiled
     from . import triton_bwd
     from .sm90_fwd import _desc4_problem, tensors_problem
 
-    if (q.device.type != "cuda" or tensors_problem(q, k, v) or _desc4_problem(dout)
-            or lse.data_ptr() % 16):
+    if (q.device.type != "cuda" or interpreting() or tensors_problem(q, k, v)
+            or _desc4_problem(dout) or lse.data_ptr() % 16):
         return False
     # one distinct alias of each tensor (a call may pass one tensor as q, k and v), its
     # strides as they are (a view would renumber those of a dimension of size 1)
@@ -453,8 +454,7 @@ def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: Sm90BwdConfig):
 
     def go(dout, q, k, v, out, lse):
         now = (dout, q, k, v, out, lse, *_buffers(q, k, v, cfg))
-        for kernel, grid, args, fills, consts, opts, cache in plans:
-            launch_jit(kernel, grid, _filled(args, fills, now), consts, opts, q.device,
-                       cache=cache)
+        for kernel, grid, args, fills, consts, opts, cache in plans:  # a GPU, checked above
+            launch_compiled(kernel, grid, _filled(args, fills, now), consts, opts, cache=cache)
         return now[9], now[10], now[11]
     return go
