@@ -151,6 +151,32 @@ def test_head_dim_tails_match_float64(device, causal, Nq, Nk, D, Hkv):
              dtype=torch.float16, bnhd=bool(Nq % 2))
 
 
+def test_two_passes_give_24_column_tails_more_columns():
+    """A 32-column tail holding 24 columns (D = 88, 152) runs as a 64-column one or the
+    whole padded width (Triton 3.6 built its dK/dV product with a shared-memory address
+    out of range); the others keep :func:`~flashscope.families.base.head_parts`'."""
+    from flashscope.families.base import head_parts
+
+    assert triton_bwd.parts(88) == (128, 0) and triton_bwd.parts(152) == (128, 64)
+    for D in (40, 48, 72, 80, 96, 112, 136, 160, 184, 200):
+        assert triton_bwd.parts(D) == head_parts(D)
+    q = torch.empty(1, 2, 40, 88, dtype=torch.float16, device="meta")
+    lse = torch.empty(1, 2, 40, dtype=torch.float32, device="meta")
+    launches = triton_bwd.calls(q, q, q, q, q, lse, lse, q, q, q, mask=Mask.of(False),
+                                scale=0.1, cfg=SMALL)
+    assert (launches["bwd_dkdv"][3]["HEAD_DIM_PAD"], launches["bwd_dkdv"][3]["HEAD_TAIL"]) \
+        == (128, 0)
+
+
+@pytest.mark.parametrize("D", [88, 152])
+def test_two_passes_match_float64_at_24_column_tails(device, D):
+    """The head dims of the test above, ragged lengths, the default tiles of an sm_90
+    (the build that failed: 32 x 64 and 64 x 32 tiles, 4 warps, 3 stages)."""
+    cfg = triton_bwd.select(Problem("sm90", "bfloat16", D))
+    run_case(device, B=1, H=2, Hkv=2, Nq=127, Nk=127, D=D, causal=False,
+             dtype=torch.bfloat16, bnhd=False, cfg=cfg)
+
+
 def test_head_dim_tails_with_a_window_and_softcap(device):
     fresh_seed()
     q, k, v = make_qkv(device, 1, 4, 37, 52, 80, Hkv=2, dtype=torch.float16,

@@ -132,11 +132,26 @@ DEFAULTS = (
 del C
 
 
+def parts(head_dim: int) -> tuple:
+    """(HEAD_DIM_PAD, HEAD_TAIL): the column parts the passes run ``head_dim`` as,
+    :func:`~.base.head_parts`' but where a 32-column tail would hold 24 columns (D = 88 as
+    64 + 32, 152 as 128 + 32): that takes a 64-column tail, or the whole padded width
+    where the tail would reach it (88 as 128). Triton 3.6 built the dK/dV pass's tail
+    product at those two head dims with a shared-memory address out of range
+    (compute-sanitizer on an H200: an illegal address in ``dv_t``'s product at Nq = Nk =
+    127; every other multiple of 8 to 256 ran clean)."""
+    main, tail = head_parts(head_dim)
+    if tail == 32 and head_dim - main == 24:
+        whole = head_dim_pad(head_dim)
+        return (main, 64) if main + 64 < whole else (whole, 0)
+    return main, tail
+
+
 def select(problem: Problem) -> TritonBwdConfig:
     """The default for a problem: pure, tensor-free, deterministic. Rows are keyed by the
-    width the kernels build (:func:`~.base.head_parts`: D = 160 builds 128 + 32 columns,
-    not 256), which is what sets their registers."""
-    main, tail = head_parts(problem.head_dim)
+    width the kernels build (:func:`parts`: D = 160 builds 128 + 32 columns, not 256),
+    which is what sets their registers."""
+    main, tail = parts(problem.head_dim)
     return table_select(DEFAULTS, KERNEL, dataclasses.replace(problem, head_dim=main + tail))
 
 
@@ -162,8 +177,8 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
     B, rows, keys, lengths = packed_shape(q, k, packed)
     varlen = packed is not None
     common = {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D)}
-    main, tail = head_parts(D)
-    parts = {"HEAD_DIM": D, "HEAD_DIM_PAD": main, "HEAD_TAIL": tail}
+    main, tail = parts(D)
+    built = {"HEAD_DIM": D, "HEAD_DIM_PAD": main, "HEAD_TAIL": tail}
     switches = mask.switches(*lengths)
     switches.pop("GUARD")  # rows that see no key have L = -inf and every score masked
     switches["VARLEN"] = varlen
@@ -178,7 +193,7 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
              *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *wk.stride(), *wv.stride(),
              H, Hkv, H // Hkv, splits, Nq, Nk, float(scale), float(scale * LOG2E), *scalars,
              *cu),
-            {**parts, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
+            {**built, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
              "EVEN_M": not varlen and Nq % cfg.BLOCK_M1 == 0, **switches}, opts),
         "bwd_dq": (
             FUNCTIONS["bwd_dq"], (triton_cdiv(rows, cfg.BLOCK_M2), B * H),
@@ -186,7 +201,7 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
              *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *out.stride(),
              *dq.stride(), H, H // Hkv, Nq, Nk, float(scale), float(scale * LOG2E), *scalars,
              *cu),
-            {**parts, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
+            {**built, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
              "EVEN_N": not varlen and Nk % cfg.BLOCK_N2 == 0,
              "OWN_DELTA": not side_by_side, **switches}, opts),
     }
