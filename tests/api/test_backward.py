@@ -591,11 +591,13 @@ def test_offline_build_rejects_unknown_kernel():
     (128, True, True, None, "bottom_right", None),
     (128, True, False, None, "top_left", 30.0), (64, False, True, (256, 256), "top_left", 50.0),
     (96, True, False, None, "top_left", None), (80, False, True, None, "top_left", None),
-    (48, True, False, (256, 0), "top_left", None)])
+    (48, True, False, (256, 0), "top_left", None), (88, True, True, (512, 0), "top_left", 30.0),
+    (112, False, False, None, "top_left", None)])
 def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window, align, softcap):
     """Three partitions (12 warps), every product on wgmma with none serialized, dQ added
     by TMA reductions (UTMAREDG), one program an SM's shared memory; dense, packed, bands,
-    packed bands, logit caps and head dims between the built widths."""
+    packed bands, logit caps and head dims between the built widths (72-96 with a tail
+    of their own, other ones padded)."""
     from flashscope.isa import inspect_config
 
     rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=head_dim,
@@ -621,6 +623,35 @@ def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
         build(Sm90BwdConfig(), kw.pop("target"), kernel="sm90-bwd", **kw)
 
 
+def test_sm90_bwd_runs_72_to_96_as_64_columns_and_a_tail():
+    """D = 72-96 as 64 columns and a 16- or 32-column tail, whose own descriptors and dQ
+    part the launch passes; the others at 64 or 128 with none. Built, D = 96 holds a
+    quarter less shared memory than the 128 columns it was padded to, and spills
+    nothing."""
+    from flashscope.isa import inspect_config
+
+    assert [sm90_bwd.parts(d) for d in (48, 64, 72, 80, 88, 96, 104, 128)] == [
+        (64, 0), (64, 0), (64, 16), (64, 16), (64, 32), (64, 32), (128, 0), (128, 0)]
+    lse = torch.empty(1, 2, 40, dtype=torch.float32, device="meta")
+    for D, tail in ((96, 32), (128, 0)):
+        q = torch.empty(1, 2, 40, D, dtype=torch.bfloat16, device="meta")
+        acc = torch.empty(sm90_bwd.acc_shape(q, None, Sm90BwdConfig()), device="meta")
+        launches = sm90_bwd.calls(q, q, q, q, q, lse, lse, acc, q, q, mask=Mask.of(True),
+                                  scale=0.1, cfg=Sm90BwdConfig(), dq=q)
+        for name in ("sm90-bwd", "dq_unpack"):
+            assert launches[name][3]["HEAD_TAIL"] == tail
+        tails = launches["sm90-bwd"][2][-7:]  # Q, K, V, dO, dK, dV, the dQ buffer
+        if tail:
+            assert [d.block_shape[-1] for d in tails] == [32] * 6 + [8]
+            assert launches["sm90-bwd"][2][4].block_shape == [256, 16]  # dQ's main part
+        else:
+            assert tails == (None,) * 7
+    recs = {D: inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=D,
+                              causal=True) for D in (96, 128)}
+    assert recs[96].spill_stores == recs[96].spill_loads == 0
+    assert recs[96].shared_bytes < 0.8 * recs[128].shared_bytes
+
+
 # --- the dQ buffer's fragment order (its unpack launch, on the interpreter too) -----------
 
 def _fragment_order(tile, block_m, head_dim, warps=8):
@@ -631,15 +662,17 @@ def _fragment_order(tile, block_m, head_dim, warps=8):
     return tile.reshape(wm, 2, 8, wn, ch, 4, 2).permute(4, 3, 0, 2, 5, 1, 6).reshape(-1)
 
 
-@pytest.mark.parametrize("D,block_m", [(128, 64), (64, 64), (128, 128), (96, 64)])
+@pytest.mark.parametrize("D,block_m", [(128, 64), (64, 64), (128, 128), (96, 64), (72, 64),
+                                       (80, 128), (112, 64)])
 @pytest.mark.parametrize("packed", [False, True])
 def test_dq_unpack_reads_the_fragment_order(device, D, block_m, packed):
     """The fp32 dQ buffer holds each query tile in the consumer's register order; the
     launch after the one pass (``dq_unpack``, as ``sm90_bwd.calls`` builds it) returns
     every row scaled and cast into a NaN-poisoned dQ, (B, H, Nq, D) dense or a packed
-    batch's (1, H, total, D) view with each sequence from its padded start. The tiles'
-    rows past a head's or a sequence's end hold NaN, and so do a padded head's columns
-    past D (D = 96 in 128-column tiles): none may reach dQ."""
+    batch's (1, H, total, D) view with each sequence from its padded start; with a
+    head-dim tail (D = 72, 80, 96) each buffer row holds the 64 columns' values, then the
+    tail's. The tiles' rows past a head's or a sequence's end hold NaN, and so do a
+    padded head's columns past D (D = 72 in 64 + 16, 112 in 128): none may reach dQ."""
     from flashscope import kernels
     from flashscope.launch import launch_jit
     from flashscope.varlen import _packed, _view
@@ -660,7 +693,8 @@ def test_dq_unpack_reads_the_fragment_order(device, D, block_m, packed):
         seqs = [(b, b, 0, 0, 100) for b in range(2)]
     rows = sm90_bwd.row_shape(q, pk, cfg)
     acc = torch.full(sm90_bwd.acc_shape(q, pk, cfg), float("nan"), device=dev)
-    W = sm90_bwd.width(D)
+    main, tail = sm90_bwd.parts(D)
+    W = main + tail
     tiles = acc.view(-1, rows[-1] // block_m if packed else -(-100 // block_m), block_m * W)
     dq = torch.full_like(q, float("nan"))
     want = torch.full_like(q, float("nan"), dtype=torch.float32)
@@ -671,7 +705,10 @@ def test_dq_unpack_reads_the_fragment_order(device, D, block_m, packed):
                 tile = torch.randn(block_m, W, device=dev)
                 tile[n - t * block_m:] = float("nan")  # past the sequence's end
                 tile[:, D:] = float("nan")  # a padded head's columns
-                tiles[head, r0 // block_m + t] = _fragment_order(tile, block_m, W)
+                parts = [_fragment_order(tile[:, :main], block_m, main).view(256, -1)]
+                if tail:  # a buffer row: the main part's values, then the tail's
+                    parts.append(_fragment_order(tile[:, main:], block_m, tail).view(256, -1))
+                tiles[head, r0 // block_m + t] = torch.cat(parts, 1).reshape(-1)
                 m = min(block_m, n - t * block_m)
                 want[batch, h, q0 + t * block_m:q0 + t * block_m + m] = tile[:m, :D] * scale
     lse = torch.zeros(rows, device=dev)
@@ -891,11 +928,14 @@ SM90_CASES = [
     (1, 4, 2, 700, 300, 64, True, torch.bfloat16, True),
     (1, 2, 2, 2048, 2048, 128, True, torch.bfloat16, False),
     (3, 6, 3, 129, 129, 64, True, torch.float16, True),
-    # head dims between the built widths, run padded to 64 or 128 columns
+    # head dims between the built widths: 72-96 as 64 columns and a tail, others padded
     (2, 4, 2, 300, 700, 96, True, torch.bfloat16, True),
     (1, 4, 4, 257, 513, 80, False, torch.float16, False),
     (2, 4, 1, 200, 200, 48, True, torch.bfloat16, False),
     (1, 6, 3, 129, 333, 72, False, torch.bfloat16, True),
+    (2, 4, 2, 333, 129, 88, True, torch.float16, False),
+    (2, 3, 3, 127, 127, 88, False, torch.bfloat16, False),
+    (1, 4, 1, 200, 300, 112, False, torch.bfloat16, True),
 ]
 
 
@@ -938,13 +978,13 @@ def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, d
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("D", [64, 96])
+@pytest.mark.parametrize("D", [64, 96, 112])
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
 def test_sm90_bwd_writes_grad_buffers_with_and_without_tma(device, offset, D):
     """dK and dV leave through TMA stores where their buffers take a descriptor (clipped
-    at a ragged Nk = 300, and at D = 96 in 128-column tiles), else from registers: here
-    buffers starting one element past a 16-byte boundary, whose padded columns are
-    masked (the poisoned tail past the buffer stays NaN). NaN-poisoned, fully written,
+    at a ragged Nk = 300, the tail's at D = 96, and D = 112's padded columns), else from
+    registers: here buffers starting one element past a 16-byte boundary, whose padded
+    columns are masked (the poisoned tail past the buffer stays NaN). NaN-poisoned, fully written,
     within the float64 bound."""
     if launch.device_target(torch.device(device)) != "sm90":
         pytest.skip("needs an sm_90 GPU")

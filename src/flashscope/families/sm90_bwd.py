@@ -4,9 +4,10 @@ dQ added in fp32 by TMA reductions (:mod:`flashscope.kernels.attention_bwd_sm90`
 Its record (:class:`Sm90BwdConfig`), rules, the rule that runs it in place of the portable
 backward (:func:`prefers`) and its launches (:func:`calls`, :func:`run`). The portable
 two-pass backward (:mod:`.triton_bwd`) stays the reference, the deterministic path and the
-one for head dims other than 64 and 128. Packed batches run its VARLEN build; a window or
-bottom-right alignment its band (each key tile's masked edge tiles first, then the whole
-ones between them), packed or not; a logit cap its SOFTCAP switch.
+one for short rows and head dims outside 40-128 (:func:`prefers`). Packed batches run its
+VARLEN build; a window or bottom-right alignment its band (each key tile's masked edge
+tiles first, then the whole ones between them), packed or not; a logit cap its SOFTCAP
+switch.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from typing import ClassVar, Optional
 
 from ..compat import CODEGEN_OPTIONS
 from ..errors import ConfigError
-from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, not_sm90,
-                   shared_memory, sm90_only)
+from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, head_parts,
+                   not_sm90, shared_memory, sm90_only)
 
 KERNEL = "sm90-bwd"
 MODULE, FUNCTION = "attention_bwd_sm90", "_attn_bwd_sm90"
 #: the widths the kernel is built at; a head dim between runs at the next one up
-#: (:func:`width`): TMA zero-fills the columns past D on loads and clips them on the dK
-#: and dV stores, so the products pay for the padding but need no masks
+#: (:func:`width`), or from 72 to 96 as 64 columns and a tail (:func:`parts`): TMA
+#: zero-fills the columns past D on loads and clips them on the dK and dV stores, so the
+#: products pay for the padding but need no masks
 WIDTHS = (64, 128)
 #: head dims the kernel takes: rows of whole 16-byte units (TMA's stride rule), from 40
 #: (narrower heads would pay for twice their width or more)
@@ -32,8 +34,23 @@ MIN_HEAD_DIM, MAX_HEAD_DIM = 40, 128
 
 
 def width(head_dim: int) -> int:
-    """Columns the kernel's tiles hold for ``head_dim``: 64 or 128."""
+    """The width ``head_dim`` is built at, 64 or 128 (the rule's class, :data:`MIN_TILES`)."""
     return WIDTHS[0] if head_dim <= WIDTHS[0] else WIDTHS[1]
+
+
+def parts(head_dim: int) -> tuple:
+    """(HEAD_DIM, HEAD_TAIL): the column parts the kernel runs ``head_dim`` as. 72-96 as 64
+    columns and a tail of 16 or 32 (:func:`~.base.head_parts`): D = 96 pays for 96 columns,
+    not 128; the GPU time of the padded build over it (H200, bf16, ABBA medians) is in
+    docs/backward.md. Others at their :func:`width`, HEAD_TAIL 0."""
+    if head_dim <= WIDTHS[0]:
+        return WIDTHS[0], 0
+    return head_parts(head_dim)
+
+
+def columns(head_dim: int) -> int:
+    """Columns the kernel's tiles hold for ``head_dim``, its parts together."""
+    return sum(parts(head_dim))
 
 
 def head_dim_problem(head_dim: int) -> Optional[str]:
@@ -87,7 +104,7 @@ def min_shared_bytes(cfg: Sm90BwdConfig, head_dim: int, dtype: str = "bfloat16")
     its rows' log-sum-exp and delta, K and V, the dS^T tile, the fp32 dQ slots and 8 bytes
     an mbarrier."""
     elt = DTYPE_BYTES[dtype]
-    cols = width(head_dim)
+    cols = columns(head_dim)
     tiles = (2 * cfg.num_stages * cfg.BLOCK_M + 2 * cfg.BLOCK_N) * cols * elt
     rows = 2 * cfg.num_stages * cfg.BLOCK_M * 4
     barriers = 1 + 2 * cfg.num_stages + 2 * cfg.DQ_SLOTS
@@ -254,15 +271,17 @@ def acc_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
     rows = row_shape(q, packed, cfg)
     heads = rows[0] if packed is not None else rows[0] * rows[1]
     tiles = -(-rows[-1] // cfg.BLOCK_M)
-    return heads * tiles * FRAG_ROWS, cfg.BLOCK_M * width(q.shape[3]) // FRAG_ROWS
+    return heads * tiles * FRAG_ROWS, cfg.BLOCK_M * columns(q.shape[3]) // FRAG_ROWS
 
 
-def _acc_desc(acc):
-    """A rank-2 TMA descriptor over the dQ buffer (:func:`acc_shape`), a tile a block."""
+def _acc_desc(acc, cols: int):
+    """A rank-2 TMA descriptor over the dQ buffer (:func:`acc_shape`), block (FRAG_ROWS,
+    ``cols``): a tile, or with a head-dim tail one of its parts (a buffer row holds the
+    main part's values, then the tail's)."""
     from .sm90_fwd import _descriptor
 
     return _descriptor(acc, dict(shape=list(acc.shape), strides=[acc.shape[1], 1],
-                                 block_shape=[FRAG_ROWS, acc.shape[1]],
+                                 block_shape=[FRAG_ROWS, cols],
                                  layout=_fp32_layout(), padding="zero"))
 
 
@@ -283,7 +302,7 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     from .triton_fwd import packed_shape
 
     _, H, Nq, D = q.shape
-    W = width(D)
+    W, tail = parts(D)
     Hkv, Nk = k.shape[1], k.shape[2]
     B, rows, keys, _ = packed_shape(q, k, packed)
     varlen = packed is not None
@@ -299,6 +318,14 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     kv_tma = not (_desc4_problem(dk) or _desc4_problem(dv))
     kv_out = ((tma_desc4(dk, "dk", cfg.BLOCK_N, W), tma_desc4(dv, "dv", cfg.BLOCK_N, W))
               if kv_tma else (k_desc, v_desc))
+    tails = (None,) * 7  # a head-dim tail's descriptors: Q, K, V, dO, dK, dV, the dQ buffer
+    if tail:
+        kt, vt = tma_desc4(k, "key", cfg.BLOCK_N, tail), tma_desc4(v, "value", cfg.BLOCK_N, tail)
+        tails = (tma_desc4(q, "query", cfg.BLOCK_M, tail), kt, vt,
+                 tma_desc4(dout, "grad_out", cfg.BLOCK_M, tail),
+                 *((tma_desc4(dk, "dk", cfg.BLOCK_N, tail), tma_desc4(dv, "dv", cfg.BLOCK_N, tail))
+                   if kv_tma else (kt, vt)),
+                 _acc_desc(acc, cfg.BLOCK_M * tail // FRAG_ROWS))
     return {
         "bwd_preprocess": triton_bwd.preprocess_call(
             out, dout, delta, triton_bwd.TritonBwdConfig().PRE_BLOCK, rows, cu[0], varlen,
@@ -306,12 +333,14 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
         KERNEL: (
             FUNCTION, (triton_cdiv(keys, cfg.BLOCK_N), B * Hkv),
             (tma_desc4(q, "query", cfg.BLOCK_M, W), k_desc, v_desc,
-             tma_desc4(dout, "grad_out", cfg.BLOCK_M, W), _acc_desc(acc),
+             tma_desc4(dout, "grad_out", cfg.BLOCK_M, W),
+             _acc_desc(acc, cfg.BLOCK_M * W // FRAG_ROWS),
              _rows_desc(rows_in, cfg.BLOCK_M, by_tma), _rows_desc(delta, cfg.BLOCK_M, by_tma),
              *kv_out, rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
              *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
-             float(scale), *mask.scalars(*lengths), *mask.cap_args(scale)),
-            {"HEAD_DIM": W, "HEAD_COLS": D, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
+             float(scale), *mask.scalars(*lengths), *mask.cap_args(scale), *tails),
+            {"HEAD_DIM": W, "HEAD_COLS": D, "HEAD_TAIL": tail, "BLOCK_M": cfg.BLOCK_M,
+             "BLOCK_N": cfg.BLOCK_N,
              "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
              "ROWS_TMA": by_tma, "VARLEN": varlen, "KEY_TAIL": varlen or Nk % cfg.BLOCK_N != 0,
@@ -322,8 +351,8 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
         **({} if dq is None else {"dq_unpack": (
             "_dq_unpack", (triton_cdiv(rows, cfg.BLOCK_M), B * H),
             (acc, dq, cu[0], *dq.stride(), H, Nq, delta.shape[-1], float(scale)),
-            {"HEAD_DIM": W, "HEAD_COLS": D, "BLOCK_M": cfg.BLOCK_M, "WARPS": WARPS,
-             "VARLEN": varlen},
+            {"HEAD_DIM": W, "HEAD_COLS": D, "HEAD_TAIL": tail, "BLOCK_M": cfg.BLOCK_M,
+             "WARPS": WARPS, "VARLEN": varlen},
             {"num_warps": 4, "num_stages": 1})}),
     }
 

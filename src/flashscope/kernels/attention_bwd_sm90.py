@@ -82,6 +82,15 @@ narrower than its tiles runs padded: TMA zero-fills Q, K, V and dO past D (the s
 and dP are those of the D columns, dK, dV and dQ come out zero there) and clips the dK
 and dV stores; the register stores and the dQ unpacking mask the columns.
 
+HEAD_TAIL > 0 (D = 72-96): 64 columns and a tail of 16 or 32 more (``Tail``: its
+descriptors and shared tiles), as the forward's tail. The tail's columns add a second
+wgmma onto S^T and dP^T and have dV, dK and dQ products and accumulators of their own;
+every wait counts a product's two groups (``_chain``); its dQ part leaves through dQ
+slots of its own by a second TMA reduction into the same buffer rows (each row: the 64
+columns' values, then the tail's). Against the 128 columns it was padded to (GPU time,
+H200, bf16, ABBA medians): D = 80 1.07x / 1.11x (causal), 72 1.09x, 88 1.03x, 96
+0.99x / 1.02x, GQA 32/8 D = 96 1.04x; 49 KB less shared memory at D = 96.
+
 Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
 (block (1, 1, rows, HEAD_DIM)); Lse, Delta fp32 contiguous (base e and plain), N_ROWS a head:
 (B, H, Nq) dense, (H, N_ROWS) padded packed, also through rank-2 descriptors (block
@@ -96,10 +105,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait)
-from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait
+from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait, tensor_descriptor
 
-from flashscope.compat import (cta_barrier, smem_reinterpret, tma_load, tma_reduce_add,
-                               tma_store)
+from flashscope.compat import (aggregate, cta_barrier, smem_reinterpret, tma_load,
+                               tma_reduce_add, tma_store)
 from flashscope.kernels.attention_bwd import padded_start
 from flashscope.kernels.common import softcapped
 from flashscope.kernels.sm90_softmax import _p_operand
@@ -110,6 +119,41 @@ LOG2E = gl.constexpr(1.4426950408889634)
 FRAG_ROWS = gl.constexpr(256)
 #: a dQ slot seen as (chunk, thread, 4): the same bytes as its unswizzled TMA block
 CHUNKS = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+
+
+@aggregate
+class Tail:
+    """A head-dim tail's TMA descriptors (blocks (1, 1, rows, HEAD_TAIL)) over Q, K, V,
+    dO, dK and dV, and over the dQ buffer (block (FRAG_ROWS, BLOCK_M HEAD_TAIL /
+    FRAG_ROWS)), and its shared tiles (the Q and dO rings, K and V, the dQ slots), carried
+    into the partitions as one argument (``()`` without a tail)."""
+
+    q_desc: tensor_descriptor
+    k_desc: tensor_descriptor
+    v_desc: tensor_descriptor
+    do_desc: tensor_descriptor
+    dk_desc: tensor_descriptor
+    dv_desc: tensor_descriptor
+    dq_desc: tensor_descriptor
+    q_smem: gl.shared_memory_descriptor
+    do_smem: gl.shared_memory_descriptor
+    k_smem: gl.shared_memory_descriptor
+    v_smem: gl.shared_memory_descriptor
+    dq_smem: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, q_smem,
+                 do_smem, k_smem, v_smem, dq_smem):
+        self.q_desc, self.k_desc, self.v_desc, self.do_desc = q_desc, k_desc, v_desc, do_desc
+        self.dk_desc, self.dv_desc, self.dq_desc = dk_desc, dv_desc, dq_desc
+        self.q_smem, self.do_smem, self.k_smem, self.v_smem = q_smem, do_smem, k_smem, v_smem
+        self.dq_smem = dq_smem
+
+
+@gluon.constexpr_function
+def _chain(head_tail):
+    """wgmma groups one product issues: one, two with a head-dim tail (its columns')."""
+    return 2 if head_tail else 1
 
 
 @gluon.jit
@@ -125,9 +169,17 @@ def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
 def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem, k_smem,
               v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb, off_hkv, q0, r0,
               k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP, BLOCK_M: gl.constexpr,
-              STAGES: gl.constexpr, ROWS_TMA: gl.constexpr):
-    """K and V once, then Q and dO of every query tile of every head of the group."""
-    mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+              STAGES: gl.constexpr, ROWS_TMA: gl.constexpr, T, HEAD_DIM: gl.constexpr,
+              HEAD_TAIL: gl.constexpr):
+    """K and V once, then Q and dO of every query tile of every head of the group; with
+    a head-dim tail (``T``) each copy brings its tile's tail columns too."""
+    if HEAD_TAIL > 0:
+        mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes
+                        + T.k_desc.block_type.nbytes + T.v_desc.block_type.nbytes)
+        tma_load(T.k_desc, [tb, off_hkv, k0 + start_n, HEAD_DIM], kv_ready, T.k_smem)
+        tma_load(T.v_desc, [tb, off_hkv, k0 + start_n, HEAD_DIM], kv_ready, T.v_smem)
+    else:
+        mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma_load(k_desc, [tb, off_hkv, k0 + start_n, 0], kv_ready, k_smem)
     tma_load(v_desc, [tb, off_hkv, k0 + start_n, 0], kv_ready, v_smem)
     i = 0
@@ -138,16 +190,23 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
             for start_m in range(a, b, BLOCK_M):
                 s = i % STAGES
                 mbarrier.wait(q_empty.index(s), ((i // STAGES) + 1) & 1, pred=i >= STAGES)
+                # Q and dO, with ROWS_TMA the rows' vectors, with a tail its columns
+                nbytes: gl.constexpr = (q_desc.block_type.nbytes + do_desc.block_type.nbytes
+                                        + ROWS_TMA * (lse_desc.block_type.nbytes
+                                                      + dl_desc.block_type.nbytes))
+                if HEAD_TAIL > 0:
+                    mbarrier.expect(q_ready.index(s), nbytes + T.q_desc.block_type.nbytes
+                                    + T.do_desc.block_type.nbytes)
+                else:
+                    mbarrier.expect(q_ready.index(s), nbytes)
                 if ROWS_TMA:
-                    mbarrier.expect(q_ready.index(s),
-                                    q_desc.block_type.nbytes + do_desc.block_type.nbytes
-                                    + lse_desc.block_type.nbytes + dl_desc.block_type.nbytes)
                     row = [tb * H + off_h, r0 + start_m]
                     tma_load(lse_desc, row, q_ready.index(s), lse_smem.index(s))
                     tma_load(dl_desc, row, q_ready.index(s), dl_smem.index(s))
-                else:
-                    mbarrier.expect(q_ready.index(s),
-                                    q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+                if HEAD_TAIL > 0:
+                    at = [tb, off_h, q0 + start_m, HEAD_DIM]
+                    tma_load(T.q_desc, at, q_ready.index(s), T.q_smem.index(s))
+                    tma_load(T.do_desc, at, q_ready.index(s), T.do_smem.index(s))
                 tma_load(q_desc, [tb, off_h, q0 + start_m, 0], q_ready.index(s), q_smem.index(s))
                 tma_load(do_desc, [tb, off_h, q0 + start_m, 0], q_ready.index(s),
                          do_smem.index(s))
@@ -156,9 +215,11 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
 
 @gluon.jit
 def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo, full_hi, hi, H,
-             GROUP, N_ROWS, BLOCK_M: gl.constexpr, DQ_SLOTS: gl.constexpr):
-    """Each finished dQ tile added into the fp32 buffer by the copy engine; its slot goes
-    back once the engine has read it (the ``.read`` wait), not when the sum lands."""
+             GROUP, N_ROWS, BLOCK_M: gl.constexpr, DQ_SLOTS: gl.constexpr, T,
+             HEAD_TAIL: gl.constexpr):
+    """Each finished dQ tile added into the fp32 buffer by the copy engine (a head-dim
+    tail's part by a second reduction); its slot goes back once the engine has read it
+    (the ``.read`` wait), not when the sum lands."""
     i = 0
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
@@ -169,6 +230,9 @@ def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo, 
                 mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
                 tile = (tb * H + off_h) * gl.cdiv(N_ROWS, BLOCK_M) + (r0 + start_m) // BLOCK_M
                 tma_reduce_add(dq_desc, [tile * FRAG_ROWS, 0], dq_smem.index(d))
+                if HEAD_TAIL > 0:
+                    tma_reduce_add(T.dq_desc, [tile * FRAG_ROWS, dq_desc.block_type.shape[1]],
+                                   T.dq_smem.index(d))
                 store_wait(0)
                 mbarrier.arrive(dq_empty.index(d), count=1)
                 i += 1
@@ -193,14 +257,40 @@ def _fragments(dq, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
 
 
 @triton.jit
+def _unpack_part(src, dst, keep, stride_d, scale, HEAD_COLS: tl.constexpr,
+                 BLOCK_M: tl.constexpr, WARPS: tl.constexpr, COLS: tl.constexpr,
+                 COL0: tl.constexpr, ROW: tl.constexpr, PADDED: tl.constexpr):
+    """COLS columns of a dQ tile from ``src`` (its BLOCK_M x COLS values in
+    :func:`_fragments`' order, in rows of ROW values of which this part's are the first
+    BLOCK_M COLS / FRAG_ROWS) into columns COL0.. of the rows ``dst`` points at (``keep``:
+    those to write), scaled and cast; PADDED: columns from HEAD_COLS on are not written."""
+    CHUNK: tl.constexpr = BLOCK_M * COLS // (32 * WARPS)
+    WM: tl.constexpr = BLOCK_M // 16 if BLOCK_M // 16 < WARPS else WARPS
+    WN: tl.constexpr = WARPS // WM
+    CH: tl.constexpr = COLS // WN // 8
+    idx = tl.arange(0, BLOCK_M * COLS)
+    if ROW == BLOCK_M * COLS // (32 * WARPS):  # one part: the tile's values in order
+        f = tl.load(src + idx)
+    else:  # a buffer row: CHUNK values of this part, then the other part's
+        f = tl.load(src + idx // CHUNK * ROW + idx % CHUNK)
+    f = tl.permute(tl.reshape(f, [CH, WN, WM, 8, 4, 2, 2]), [2, 5, 3, 1, 0, 4, 6])
+    f = tl.reshape(f, [BLOCK_M, COLS])
+    cols = COL0 + tl.arange(0, COLS)
+    if PADDED:
+        keep = keep & (cols < HEAD_COLS)[None, :]
+    tl.store(dst + cols[None, :] * stride_d, (f * scale).to(dst.dtype.element_ty), mask=keep)
+
+
+@triton.jit
 def _dq_unpack(Acc, DQ, CU_Q, stride_b, stride_h, stride_n, stride_d, H, N_Q, N_ROWS, scale,
                HEAD_DIM: tl.constexpr, HEAD_COLS: tl.constexpr, BLOCK_M: tl.constexpr,
-               WARPS: tl.constexpr, VARLEN: tl.constexpr):
+               WARPS: tl.constexpr, VARLEN: tl.constexpr, HEAD_TAIL: tl.constexpr = 0):
     """Grid (query tiles, B * H): tile t of head (b, h) of the fp32 buffer the one pass
     added dQ into, in :func:`_fragments`' order (the tiles of a head one after another,
     cdiv(N_ROWS, BLOCK_M) of them, FRAG_ROWS rows each), scaled and cast into DQ (B, H,
-    Nq, D), any strides. VARLEN: DQ is (1, H, total, D) and tile t of sequence b sits
-    from its padded start (the row vectors' placement), its rows written from CU_Q[b]."""
+    Nq, D), any strides (a row of a tile: the HEAD_DIM columns' chunks, then the tail's).
+    VARLEN: DQ is (1, H, total, D) and tile t of sequence b sits from its
+    padded start (the row vectors' placement), its rows written from CU_Q[b]."""
     t = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -216,27 +306,22 @@ def _dq_unpack(Acc, DQ, CU_Q, stride_b, stride_h, stride_n, stride_d, H, N_Q, N_
         tile = bh * tl.cdiv(N_ROWS, BLOCK_M) + t
         ob = b
     if t * BLOCK_M < n_q:
-        ROWS: tl.constexpr = 32 * WARPS
-        COLS: tl.constexpr = BLOCK_M * HEAD_DIM // ROWS
-        WM: tl.constexpr = BLOCK_M // 16 if BLOCK_M // 16 < WARPS else WARPS
-        WN: tl.constexpr = WARPS // WM
-        CH: tl.constexpr = HEAD_DIM // WN // 8
-        base = Acc + tile.to(tl.int64) * (ROWS * COLS)
-        f = tl.load(base + tl.arange(0, ROWS * COLS))
-        f = tl.permute(tl.reshape(f, [CH, WN, WM, 8, 4, 2, 2]), [2, 5, 3, 1, 0, 4, 6])
-        f = tl.reshape(f, [BLOCK_M, HEAD_DIM])
+        PADDED: tl.constexpr = HEAD_COLS % (HEAD_DIM + HEAD_TAIL) != 0  # a padded head
+        ROW: tl.constexpr = BLOCK_M * (HEAD_DIM + HEAD_TAIL) // (32 * WARPS)
+        base = Acc + tile.to(tl.int64) * (BLOCK_M * (HEAD_DIM + HEAD_TAIL))
         rows = t * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tl.arange(0, HEAD_DIM)
-        ptrs = (DQ + ob.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
-                + (q0 + rows)[:, None].to(tl.int64) * stride_n + cols[None, :] * stride_d)
+        dst = (DQ + ob.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+               + (q0 + rows)[:, None].to(tl.int64) * stride_n)
         keep = (rows < n_q)[:, None]
-        if HEAD_COLS % HEAD_DIM != 0:  # a padded head
-            keep = keep & (cols < HEAD_COLS)[None, :]
-        tl.store(ptrs, (f * scale).to(DQ.dtype.element_ty), mask=keep)
+        _unpack_part(base, dst, keep, stride_d, scale, HEAD_COLS, BLOCK_M, WARPS, HEAD_DIM, 0,
+                     ROW, PADDED and HEAD_TAIL == 0)
+        if HEAD_TAIL > 0:  # its chunks follow the others' in each row
+            _unpack_part(base + BLOCK_M * HEAD_DIM // (32 * WARPS), dst, keep, stride_d, scale,
+                         HEAD_COLS, BLOCK_M, WARPS, HEAD_TAIL, HEAD_DIM, ROW, PADDED)
 
 
 @gluon.jit
-def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq_smem,
+def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq_smem,
           q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base, offs_n, n_q, n_k,
           qk_scale, s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr,
@@ -244,14 +329,21 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
           OFFSET=0, LEFT=0, RIGHT=0, BAND: gl.constexpr = False, IS_CAUSAL: gl.constexpr = False,
           HAS_LEFT: gl.constexpr = False, HAS_RIGHT: gl.constexpr = False,
           SHIFTED: gl.constexpr = False, cap_in=0.0, cap_out=0.0,
-          SOFTCAP: gl.constexpr = False):
+          SOFTCAP: gl.constexpr = False, T=(), dqt_zero=0.0, at_layout: gl.constexpr = None,
+          HEAD_TAIL: gl.constexpr = 0):
     """One query tile's five products against the key tile; dQ handed to the reducer.
-    CAUSAL: the tile crosses the causal diagonal; KEYS: the key tile runs past the
-    sequence's n_k keys (a packed batch's next sequence follows them). SOFTCAP: scores
+    ``acc``: (dK, dV), with a head-dim tail (dK, dV, dK's tail, dV's tail); returns it
+    and i + 1. CAUSAL: the tile crosses the causal diagonal; KEYS: the key tile runs past
+    the sequence's n_k keys (a packed batch's next sequence follows them). SOFTCAP: scores
     c tanh(s / c) (cap_in = scale / c, cap_out = c log2 e), their derivative 1 - tanh^2
     folded into P's copy for dS before dP's product is waited for, so no tanh tile stays
-    live beside P."""
+    live beside P. A head-dim tail (HEAD_TAIL > 0, ``T``) adds its columns' products to
+    S^T and dP^T (onto the same accumulators) and has dV, dK and dQ products of its own
+    (``at_layout``: P^T and dS^T as its operands; ``dqt_zero``: its dQ tile's zeros);
+    every wait counts the products of a chain (``_chain``)."""
     dtype: gl.constexpr = q_smem.dtype
+    TAILED: gl.constexpr = HEAD_TAIL > 0
+    PAIR: gl.constexpr = _chain(HEAD_TAIL)
     s = i % STAGES
     d = i % DQ_SLOTS
     col: gl.constexpr = gl.SliceLayout(0, s_zero.type.layout)
@@ -264,13 +356,21 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
     q = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     st = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if TAILED:
+        qt = T.q_smem.index(s).reshape([BLOCK_M, HEAD_TAIL])
+        dot = T.do_smem.index(s).reshape([BLOCK_M, HEAD_TAIL])
+        kt = T.k_smem.reshape([k.shape[0], HEAD_TAIL])
+        st = warpgroup_mma(kt, qt.permute((1, 0)), st, is_async=True)
     dpt = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if TAILED:
+        dpt = warpgroup_mma(T.v_smem.reshape([k.shape[0], HEAD_TAIL]), dot.permute((1, 0)),
+                            dpt, is_async=True)
     # L read once both products are issued, delta once P is formed: a product's issue
     # waits for every shared-memory read before it (read before them, the stall at dP's
     # issue was 10% of the loop's samples; 1.01-1.08x the GPU time this way, H200)
     if ROWS_TMA:
         lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
-    st = warpgroup_mma_wait(1, deps=(st,))
+    st = warpgroup_mma_wait(PAIR, deps=(st,))
     if SOFTCAP:
         st, tt = softcapped(st, cap_in, cap_out)
         pt = gl.exp2(st - gl.expand_dims(lse2, 0))
@@ -286,29 +386,48 @@ def _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem,
         keep = visible(gl.expand_dims(offs_m, 0), gl.expand_dims(offs_n, 1), OFFSET, LEFT,
                        RIGHT, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
         pt = gl.where(keep & gl.expand_dims(offs_m < n_q, 0), pt, 0.0)
-    dv = warpgroup_mma(_p_operand(pt, dtype, a_layout), do, dv, is_async=True)
+    p_op = _p_operand(pt, dtype, a_layout)
+    dv = warpgroup_mma(p_op, do, acc[1], is_async=True)
+    if TAILED:
+        dvt = warpgroup_mma(gl.convert_layout(p_op, at_layout), dot, acc[3], is_async=True)
     if SOFTCAP:
         pt = pt * (1.0 - tt * tt)  # d(c tanh(s / c)) / ds
     if ROWS_TMA:
         delta = dl_smem.index(s).reshape([BLOCK_M]).load(col)
-    dpt = warpgroup_mma_wait(1, deps=(dpt,))
+    dpt = warpgroup_mma_wait(PAIR, deps=(dpt,))
     dst = pt * (dpt - gl.expand_dims(delta, 0))
     # the previous tile's dQ product read ds_smem; it was waited for below
     ds_smem.store(dst.to(dtype))
     fence_async_shared()
     cta_barrier()
     dq = warpgroup_mma(ds_smem.permute((1, 0)), k, dq_zero, use_acc=False, is_async=True)
-    dk = warpgroup_mma(_p_operand(dst, dtype, a_layout), q, dk, is_async=True)
-    dq = warpgroup_mma_wait(1, deps=(dq,))
+    if TAILED:
+        dqt = warpgroup_mma(ds_smem.permute((1, 0)), kt, dqt_zero, use_acc=False,
+                            is_async=True)
+    ds_op = _p_operand(dst, dtype, a_layout)
+    dk = warpgroup_mma(ds_op, q, acc[0], is_async=True)
+    if TAILED:
+        dkt = warpgroup_mma(gl.convert_layout(ds_op, at_layout), qt, acc[2], is_async=True)
+        dq, dqt = warpgroup_mma_wait(2, deps=(dq, dqt))
+    else:
+        dq = warpgroup_mma_wait(1, deps=(dq,))
     mbarrier.wait(dq_empty.index(d), ((i // DQ_SLOTS) + 1) & 1, pred=i >= DQ_SLOTS)
     frag = _fragments(dq, BLOCK_M, HEAD_DIM)
     smem_reinterpret(dq_smem.index(d), gl.float32, frag.type.shape, CHUNKS).store(frag)
+    if TAILED:
+        frag = _fragments(dqt, BLOCK_M, HEAD_TAIL)
+        smem_reinterpret(T.dq_smem.index(d), gl.float32, frag.type.shape, CHUNKS).store(frag)
     fence_async_shared()
     cta_barrier()
     mbarrier.arrive(dq_full.index(d), count=1)
-    dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+    if TAILED:
+        dk, dv, dkt, dvt = warpgroup_mma_wait(0, deps=(dk, dv, dkt, dvt))
+        acc = (dk, dv, dkt, dvt)
+    else:
+        dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+        acc = (dk, dv)
     mbarrier.arrive(q_empty.index(s), count=1)
-    return dk, dv, i + 1
+    return acc, i + 1
 
 
 @gluon.jit
@@ -322,12 +441,14 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, BAND: gl.constexpr,
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
               cap_in, cap_out, SOFTCAP: gl.constexpr, KEY_TAIL: gl.constexpr,
-              dk_desc, dv_desc, DKV_TMA: gl.constexpr, HEAD_COLS: gl.constexpr):
+              dk_desc, dv_desc, DKV_TMA: gl.constexpr, HEAD_COLS: gl.constexpr, T,
+              HEAD_TAIL: gl.constexpr):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
-    and dV stored at the end. Under a causal mask the tiles that cross the diagonal
-    (those above start_n + BLOCK_N) run masked, in a loop of their own; without one,
-    ``whole`` = lo and that loop is empty. A key tile that runs past n_k (zero-filled
-    rows, or a packed sequence's next keys) runs every query tile masked."""
+    and dV (and a head-dim tail's, ``T``) stored at the end. Under a causal mask the
+    tiles that cross the diagonal (those above start_n + BLOCK_N) run masked, in a loop of
+    their own; without one, ``whole`` = lo and that loop is empty. A key tile that runs
+    past n_k (zero-filled rows, or a packed sequence's next keys) runs every query tile
+    masked."""
     W: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = k_smem.dtype
     # S^T and dP^T: [BLOCK_N, BLOCK_M], a warpgroup per 64 key rows; dK, dV: [BLOCK_N, D]
@@ -341,9 +462,25 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
         version=[3, 0], warps_per_cta=[WM, W // WM],
         instr_shape=[16, HEAD_DIM // (W // WM), 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    TAILED: gl.constexpr = HEAD_TAIL > 0
 
     dk = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)
     dv = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)
+    if TAILED:  # the tail's dK, dV and dQ tiles, laid out as the others
+        t_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, HEAD_TAIL, 16])
+        at_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=t_layout,
+                                                      k_width=2)
+        dqt_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[WM, W // WM],
+            instr_shape=[16, HEAD_TAIL // (W // WM), 16])
+        dqt_zero = gl.zeros([BLOCK_M, HEAD_TAIL], gl.float32, dqt_layout)
+        acc = (dk, dv, gl.zeros([BLOCK_N, HEAD_TAIL], gl.float32, t_layout),
+               gl.zeros([BLOCK_N, HEAD_TAIL], gl.float32, t_layout))
+    else:
+        at_layout: gl.constexpr = a_layout
+        dqt_zero = 0.0
+        acc = (dk, dv)
     s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
     dq_zero = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
@@ -372,32 +509,34 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
             for seg in gl.static_range(3):  # seg < 2: an edge, masked
                 a, b = segment((2 * seg) % 3, lo, full_lo, full_hi, hi)
                 for start_m in range(a, b, BLOCK_M):
-                    dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem,
-                                      k, v, ds_smem, dq_smem, q_ready, q_empty, dq_full,
-                                      dq_empty, lse_base, delta_base, offs_n, n_q, n_k,
-                                      qk_scale, s_zero, dq_zero, a_layout, BLOCK_M,
-                                      HEAD_DIM, STAGES, DQ_SLOTS, False, KEY_TAIL and seg < 2,
-                                      ROWS_TMA, OFFSET, LEFT, RIGHT, seg < 2, IS_CAUSAL, HAS_LEFT,
-                                      HAS_RIGHT, SHIFTED, cap_in=cap_in, cap_out=cap_out,
-                                      SOFTCAP=SOFTCAP)
+                    acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
+                                   lse_base, delta_base, offs_n, n_q, n_k, qk_scale, s_zero,
+                                   dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
+                                   KEY_TAIL and seg < 2, ROWS_TMA, OFFSET, LEFT, RIGHT, seg < 2,
+                                   IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in=cap_in,
+                                   cap_out=cap_out, SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero,
+                                   at_layout=at_layout, HEAD_TAIL=HEAD_TAIL)
         else:
             for start_m in range(lo, whole, BLOCK_M):
-                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                                  delta_base, offs_n, n_q, n_k, qk_scale, s_zero,
-                                  dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS,
-                                  IS_CAUSAL, KEY_TAIL, ROWS_TMA,
-                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
+                acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
+                               delta_base, offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
+                               a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL,
+                               KEY_TAIL, ROWS_TMA, cap_in=cap_in, cap_out=cap_out,
+                               SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero, at_layout=at_layout,
+                               HEAD_TAIL=HEAD_TAIL)
             for start_m in range(whole, hi, BLOCK_M):
-                dk, dv, i = _tile(dk, dv, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                                  ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                                  delta_base, offs_n, n_q, n_k, qk_scale, s_zero,
-                                  dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
-                                  False, ROWS_TMA,
-                                  cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP)
+                acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
+                               delta_base, offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
+                               a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False, False,
+                               ROWS_TMA, cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP, T=T,
+                               dqt_zero=dqt_zero, at_layout=at_layout, HEAD_TAIL=HEAD_TAIL)
 
-    dk = (dk * scale).to(dtype)
-    dv = dv.to(dtype)
+    dk = (acc[0] * scale).to(dtype)
+    dv = acc[1].to(dtype)
+    PADDED: gl.constexpr = HEAD_COLS % (HEAD_DIM + HEAD_TAIL) != 0  # columns past D
     # DKV_TMA: dK and dV staged in the Q and dO rings (every tile there was consumed) and
     # stored by TMA, which clips at Nk: 1.01-1.12x the GPU time of storing the registers
     # (H200, D = 64 and 128, 512-32k keys, bands and packed batches), whose 4-byte stores
@@ -414,12 +553,17 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
     if staged:
         _stage_store(dk, q_smem, dk_desc, tb, off_hkv, k0 + start_n)
         _stage_store(dv, do_smem, dv_desc, tb, off_hkv, k0 + start_n)
+        if TAILED:
+            _stage_store((acc[2] * scale).to(dtype), T.q_smem, T.dk_desc, tb, off_hkv,
+                         k0 + start_n, HEAD_DIM)
+            _stage_store(acc[3].to(dtype), T.do_smem, T.dv_desc, tb, off_hkv, k0 + start_n,
+                         HEAD_DIM)
         store_wait(0)
     else:
         kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
         kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
         kmask = gl.expand_dims(kr < n_k, 1)
-        if HEAD_COLS % HEAD_DIM != 0:  # a padded head: its columns past D are not stored
+        if PADDED and not TAILED:  # a padded head: its columns past D are not stored
             kmask = kmask & gl.expand_dims(kc < HEAD_COLS, 0)
         ob = tb.to(gl.int64)
         oh = off_hkv.to(gl.int64)
@@ -428,18 +572,29 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                  dk, mask=kmask)
         gl.store(DV + ob * stride_dvb + oh * stride_dvh + kr64 * stride_dvn + kc[None, :],
                  dv, mask=kmask)
+        if TAILED:
+            tr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, t_layout))
+            tc = HEAD_DIM + gl.arange(0, HEAD_TAIL, layout=gl.SliceLayout(0, t_layout))
+            tmask = gl.expand_dims(tr < n_k, 1)
+            if PADDED:
+                tmask = tmask & gl.expand_dims(tc < HEAD_COLS, 0)
+            tr64 = gl.expand_dims((k0 + tr).to(gl.int64), 1)
+            gl.store(DK + ob * stride_dkb + oh * stride_dkh + tr64 * stride_dkn + tc[None, :],
+                     (acc[2] * scale).to(dtype), mask=tmask)
+            gl.store(DV + ob * stride_dvb + oh * stride_dvh + tr64 * stride_dvn + tc[None, :],
+                     acc[3].to(dtype), mask=tmask)
 
 
 @gluon.jit
-def _stage_store(x, ring, desc, b, h, row):
-    """``x`` (16-bit [BLOCK_N, D], both consumer warpgroups' rows) to rows [row, row +
-    BLOCK_N) of head (b, h) through a ring's shared memory (STAGES x BLOCK_M >= BLOCK_N
-    rows, the same swizzle as the descriptor's) and one TMA store."""
+def _stage_store(x, ring, desc, b, h, row, col=0):
+    """``x`` (16-bit [BLOCK_N, cols], both consumer warpgroups' rows) to rows [row, row +
+    BLOCK_N), columns from ``col``, of head (b, h) through a ring's shared memory (STAGES x
+    BLOCK_M >= BLOCK_N rows, the same swizzle as the descriptor's) and one TMA store."""
     slot = smem_reinterpret(ring, x.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout)
     slot.store(gl.reshape(x, [1, 1, x.shape[0], x.shape[1]]))
     fence_async_shared()
     cta_barrier()
-    tma_store(desc, [b, h, row, 0], slot)
+    tma_store(desc, [b, h, row, col], slot)
 
 
 @gluon.jit
@@ -447,15 +602,22 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                    dv_desc, Lse, Delta, DK, DV, CU_Q, CU_K,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
                    H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT, cap_in,
-                   cap_out, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   cap_out, q_tail, k_tail, v_tail, do_tail, dk_tail, dv_tail, dq_tail,
+                   HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    WORKER_REGS: gl.constexpr, SECTION: gl.constexpr,
                    ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, HAS_LEFT: gl.constexpr = False,
                    HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False,
                    SOFTCAP: gl.constexpr = False, KEY_TAIL: gl.constexpr = False,
-                   DKV_TMA: gl.constexpr = False, HEAD_COLS: gl.constexpr = 0):
+                   DKV_TMA: gl.constexpr = False, HEAD_COLS: gl.constexpr = 0,
+                   HEAD_TAIL: gl.constexpr = 0):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
+
+    HEAD_TAIL > 0: the head dim runs as HEAD_DIM columns and HEAD_TAIL more, read and
+    written through the ``*_tail`` descriptors (blocks (1, 1, rows, HEAD_TAIL); None
+    without a tail); in the dQ buffer a row of a tile holds its HEAD_DIM columns' chunks,
+    then the tail's (``dq_tail``: block (FRAG_ROWS, the tail's), from the column after).
 
     VARLEN: a packed batch. The tensors are (1, H, total, D) (N_Q = total_q), CU_Q and
     CU_K the (B + 1,) int32 prefix sums, N_K and the grid the longest sequence's keys;
@@ -536,6 +698,18 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                                                                          dtype))
     dq_smem = gl.allocate_shared_memory(
         gl.float32, [DQ_SLOTS, FRAG_ROWS, BLOCK_M * HEAD_DIM // FRAG_ROWS], dq_desc.layout)
+    if HEAD_TAIL > 0:  # the tail's columns of the Q and dO rings, K, V and the dQ slots
+        ring_t: gl.constexpr = [STAGES, 1, 1, BLOCK_M, HEAD_TAIL]
+        T = Tail(q_tail, k_tail, v_tail, do_tail, dk_tail, dv_tail, dq_tail,
+                 gl.allocate_shared_memory(dtype, ring_t, q_tail.layout),
+                 gl.allocate_shared_memory(dtype, ring_t, do_tail.layout),
+                 gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_TAIL], k_tail.layout),
+                 gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_TAIL], v_tail.layout),
+                 gl.allocate_shared_memory(
+                     gl.float32, [DQ_SLOTS, FRAG_ROWS, BLOCK_M * HEAD_TAIL // FRAG_ROWS],
+                     dq_tail.layout))
+    else:
+        T = ()
     lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], lse_desc.layout)
     dl_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], dl_desc.layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -559,11 +733,11 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       scale, shift, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
                       VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP,
-                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS)),
+                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS, T, HEAD_TAIL)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
-                      BLOCK_M, STAGES, ROWS_TMA)),
+                      BLOCK_M, STAGES, ROWS_TMA, T, HEAD_DIM, HEAD_TAIL)),
          (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo,
-                     full_hi, hi, H, GROUP, N_ROWS, BLOCK_M, DQ_SLOTS))],
+                     full_hi, hi, H, GROUP, N_ROWS, BLOCK_M, DQ_SLOTS, T, HEAD_TAIL))],
         [1, 1], [WORKER_REGS, WORKER_REGS])
