@@ -157,3 +157,50 @@ def test_host_bound_readings_are_marked():
             assert r.reason == "" and output.reason(r).startswith("host-bound?") is marked
         md = output.markdown(res, {"date": "d", "device": "cpu"}, subject="a")
         assert ("* host-bound" in md) is marked and ("*|" in md.replace(" ", "")) is marked
+
+
+def test_a_lost_gpu_context_stops_the_run_and_names_where():
+    """An error after which the GPU no longer answers (simulated: the runner's context
+    check reports it lost once provider "crash" has failed) ends the run there: the
+    failing result says so, and every later one, in this case and the next, is not run
+    and names the provider and shape that lost it; results timed before keep their
+    numbers. An error that leaves the context sound stops nothing."""
+    from flashscope.bench.harness import LOST_HERE, _Runner
+    from flashscope.bench.providers import provider
+
+    def broken(case, opts):
+        def run(q, k, v):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return run
+
+    for fatal in (True, False):
+        reg = {}
+        calls = []
+        base = _registry(calls)
+        for name in ("a", "crash", "b"):
+            if name == "crash":
+                provider(name, description=name, registry=reg)(broken)
+            else:
+                reg[name] = base[name if name == "a" else "b"]
+
+        class Runner(_Runner):
+            def check_context(self, name, case):
+                if fatal and name == "crash" and not self.lost:
+                    self.lost = f"not run: the GPU context was lost at {name} {case.shape}"
+
+        second = Case(1, 2, 24, 24, 16, 2, causal=True, dtype="float16")
+        res, _ = run_bench([CASE, second], list(reg.values()), device="cpu",
+                           odd_shapes=False, timer=Timer(device="cpu", cpu_reps=1, rounds=2),
+                           baseline="a", runner=Runner)
+        got = {(r.provider, r.case.causal): r for r in res}
+        assert got[("a", False)].status == "ok" and len(got[("a", False)].ms_rounds) >= 1
+        crash = got[("crash", False)]
+        assert crash.status == "error" and "illegal memory access" in crash.reason
+        assert crash.reason.endswith(LOST_HERE) == fatal
+        later = [got[("b", False)], got[("a", True)], got[("crash", True)], got[("b", True)]]
+        if fatal:
+            for r in later:
+                assert r.status == "error" and r.ms is None
+                assert r.reason == f"not run: the GPU context was lost at crash {CASE.shape}"
+        else:
+            assert [r.status for r in later] == ["ok", "ok", "error", "ok"]

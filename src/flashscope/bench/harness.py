@@ -5,7 +5,9 @@ Per provider and case, in order: availability (reason recorded), support for the
 mode, validation on the small odd shapes of the case's kind (once per kind), validation of
 the case itself on two fresh input sets (:func:`flashscope.bench.validate.check_step`), peak
 memory of one call, the median time of the validated step, and a check of the last timed
-call's output. Any failure leaves the case without a speed number and with the reason.
+call's output. Any failure leaves the case without a speed number and with the reason;
+an error after which the GPU no longer answers (an illegal address loses the CUDA context
+for every caller) stops the run: each later result says where it was lost.
 
 With ``Timer.rounds = R > 1``, every provider that passed a case is timed R - 1 more times
 once all have had their first, in rounds whose order is a fresh (seeded) permutation
@@ -35,6 +37,8 @@ from .suite import Case, case_flops, case_min_bytes, odd_cases, validation_key
 from .timing import Timer, host_bound, peak_memory_mib, round_orders
 
 STATUSES = ("ok", "failed", "error", "unsupported", "unavailable")
+#: the end of the reason of the result whose error lost the GPU context
+LOST_HERE = "the GPU context is lost: nothing runs after this"
 BASELINE_ORDER = ("sdpa-cudnn", "fa4", "sdpa-flash", "fa2", "sdpa-efficient", "sdpa-math")
 
 
@@ -106,6 +110,21 @@ class _Runner:
         self.log = log
         self.odd_verdict = {}
         self.kept = {}  # provider -> (step, ref, inputs) of the current case, for rounds
+        self.lost = ""  # the reason every later result gets once the GPU context is lost
+
+    def check_context(self, name: str, case: Case) -> None:
+        """After provider ``name`` failed on ``case``: whether the GPU still answers. An
+        illegal address or a trap leaves the CUDA context broken, and every later call
+        fails with the same error whoever makes it (a bench once blamed two peers for
+        one provider's fault); from then on nothing runs and each result says where the
+        context was lost (:attr:`lost`)."""
+        if self.device.type != "cuda" or self.lost:
+            return
+        try:
+            self.torch.cuda.synchronize(self.device)
+        except Exception as e:
+            self.lost = (f"not run: the GPU context was lost at {name} {case.shape} "
+                         f"({_short(e)})")
 
     def _validate(self, p, case: Case):
         from .validate import check_step, make_step
@@ -201,7 +220,7 @@ class _Runner:
         try:
             for k, order in enumerate(round_orders(len(ok), self.timer.rounds - 1), 1):
                 for r in (ok[i] for i in order):
-                    if r.status != "ok":
+                    if r.status != "ok" or self.lost:  # a lost context: the rounds so far
                         continue
                     step, ref, inp = self.kept[r.provider]
                     try:
@@ -212,6 +231,9 @@ class _Runner:
                         _drop(r, "failed", f"validation at {r.case.shape}, round {k + 1}: {e}")
                     except Exception as e:
                         _drop(r, "error", f"round {k + 1}: {_short(e)}")
+                        self.check_context(r.provider, r.case)
+                        if self.lost:
+                            r.reason += f"; {LOST_HERE}"
                     finally:
                         self.timer.last = None
         finally:
@@ -259,8 +281,14 @@ def run_bench(cases, providers, *, device="cuda", timer: Optional[Timer] = None,
         for p in providers:
             if avail[p.name]:
                 r = Result(p.name, case, "unavailable", avail[p.name])
+            elif runner.lost:
+                r = Result(p.name, case, "error", runner.lost)
             else:
                 r = runner.one(p, case)
+                if r.status == "error":
+                    runner.check_context(p.name, case)
+                    if runner.lost:
+                        r.reason += f"; {LOST_HERE}"
             done.append(r)
             if log and timer.rounds == 1:
                 log(r)
