@@ -180,7 +180,10 @@ class _Runner:
                           validated_shapes=shapes)
         except Exception as e:
             if self.device.type == "cuda":
-                self.torch.cuda.empty_cache()
+                try:
+                    self.torch.cuda.empty_cache()
+                except Exception:  # the context is lost: run_bench's check says so
+                    pass
             return Result(p.name, case, "error", _short(e), validated_shapes=shapes)
         finally:
             self.timer.last = None
