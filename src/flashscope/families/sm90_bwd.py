@@ -312,36 +312,36 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     rows_in = lse_rows if varlen else lse
     by_tma = varlen or rows_by_tma(Nq)
     opts = {"num_warps": WARPS, "num_stages": cfg.num_stages, **CODEGEN_OPTIONS}
-    k_desc, v_desc = tma_desc4(k, "key", cfg.BLOCK_N, W), tma_desc4(v, "value", cfg.BLOCK_N, W)
     # dK and dV by TMA where their buffers take a descriptor (else the key descriptors
     # stand in, unused)
     kv_tma = not (_desc4_problem(dk) or _desc4_problem(dv))
-    kv_out = ((tma_desc4(dk, "dk", cfg.BLOCK_N, W), tma_desc4(dv, "dv", cfg.BLOCK_N, W))
-              if kv_tma else (k_desc, v_desc))
-    tails = (None,) * 7  # a head-dim tail's descriptors: Q, K, V, dO, dK, dV, the dQ buffer
-    if tail:
-        kt, vt = tma_desc4(k, "key", cfg.BLOCK_N, tail), tma_desc4(v, "value", cfg.BLOCK_N, tail)
-        tails = (tma_desc4(q, "query", cfg.BLOCK_M, tail), kt, vt,
-                 tma_desc4(dout, "grad_out", cfg.BLOCK_M, tail),
-                 *((tma_desc4(dk, "dk", cfg.BLOCK_N, tail), tma_desc4(dv, "dv", cfg.BLOCK_N, tail))
-                   if kv_tma else (kt, vt)),
-                 _acc_desc(acc, cfg.BLOCK_M * tail // FRAG_ROWS))
+
+    def part(cols: int) -> tuple:
+        """The descriptors of a column part ``cols`` wide: Q, K, V, dO, dK, dV, the dQ
+        buffer's."""
+        qd = tma_desc4(q, "query", cfg.BLOCK_M, cols)
+        kd, vd = tma_desc4(k, "key", cfg.BLOCK_N, cols), tma_desc4(v, "value", cfg.BLOCK_N, cols)
+        kv_out = ((tma_desc4(dk, "dk", cfg.BLOCK_N, cols),
+                   tma_desc4(dv, "dv", cfg.BLOCK_N, cols)) if kv_tma else (kd, vd))
+        return (qd, kd, vd, tma_desc4(dout, "grad_out", cfg.BLOCK_M, cols), *kv_out,
+                _acc_desc(acc, cfg.BLOCK_M * cols // FRAG_ROWS))
+
+    q_d, k_d, v_d, do_d, dk_d, dv_d, acc_d = part(W)
+    tails = part(tail) if tail else (None,) * 7
     return {
         "bwd_preprocess": triton_bwd.preprocess_call(
             out, dout, delta, triton_bwd.TritonBwdConfig().PRE_BLOCK, rows, cu[0], varlen,
             padded),
         KERNEL: (
             FUNCTION, (triton_cdiv(keys, cfg.BLOCK_N), B * Hkv),
-            (tma_desc4(q, "query", cfg.BLOCK_M, W), k_desc, v_desc,
-             tma_desc4(dout, "grad_out", cfg.BLOCK_M, W),
-             _acc_desc(acc, cfg.BLOCK_M * W // FRAG_ROWS),
-             _rows_desc(rows_in, cfg.BLOCK_M, by_tma), _rows_desc(delta, cfg.BLOCK_M, by_tma),
-             *kv_out, rows_in, delta, dk, dv, *cu, *dk.stride()[:3],
-             *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1], float(scale * LOG2E),
-             float(scale), *mask.scalars(*lengths), *mask.cap_args(scale), *tails),
+            (q_d, k_d, v_d, do_d, acc_d, _rows_desc(rows_in, cfg.BLOCK_M, by_tma),
+             _rows_desc(delta, cfg.BLOCK_M, by_tma), dk_d, dv_d, rows_in, delta, dk, dv, *cu,
+             *dk.stride()[:3], *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1],
+             float(scale * LOG2E), float(scale), *mask.scalars(*lengths),
+             *mask.cap_args(scale), *tails),
             {"HEAD_DIM": W, "HEAD_COLS": D, "HEAD_TAIL": tail, "BLOCK_M": cfg.BLOCK_M,
-             "BLOCK_N": cfg.BLOCK_N,
-             "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS, "IS_CAUSAL": mask.causal,
+             "BLOCK_N": cfg.BLOCK_N, "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS,
+             "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
              "ROWS_TMA": by_tma, "VARLEN": varlen, "KEY_TAIL": varlen or Nk % cfg.BLOCK_N != 0,
              "DKV_TMA": kv_tma,
