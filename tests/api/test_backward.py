@@ -759,7 +759,9 @@ def test_sm90_bwd_stores_dk_dv_by_tma_where_aligned():
     ((2, 4, 2, 300, 700, 128), Mask.of(True), False),
     ((1, 8, 8, 513, 257, 64), Mask.of(False), True),      # rows not by TMA, strided views
     ((2, 4, 4, 256, 256, 128), Mask.of(True, (64, 0), "bottom_right", 30.0), False),
-    ((1, 4, 2, 200, 300, 96), Mask.of(True), False),     # padded to 128 columns
+    ((1, 4, 2, 200, 300, 96), Mask.of(True), False),     # 64 + 32 columns
+    ((1, 2, 2, 127, 129, 88), Mask.of(False), True),     # 64 + 32 (24 of them) columns
+    ((1, 2, 1, 64, 64, 112), Mask.of(True), False),      # padded to 128 columns
 ])
 def test_sm90_bwd_bound_launches_match_the_plain_ones(shape, mask, bnhd):
     """The bound backward (``sm90_bwd.bind``) plans each launch once and, per call, puts
