@@ -112,19 +112,27 @@ class _Runner:
         self.kept = {}  # provider -> (step, ref, inputs) of the current case, for rounds
         self.lost = ""  # the reason every later result gets once the GPU context is lost
 
-    def check_context(self, name: str, case: Case) -> None:
-        """After provider ``name`` failed on ``case``: whether the GPU still answers. An
-        illegal address or a trap leaves the CUDA context broken, and every later call
-        fails with the same error whoever makes it (a bench once blamed two peers for
-        one provider's fault); from then on nothing runs and each result says where the
-        context was lost (:attr:`lost`)."""
-        if self.device.type != "cuda" or self.lost:
-            return
+    def check_context(self, failed: Result) -> None:
+        """After the error of ``failed``: whether the GPU still answers. An illegal
+        address or a trap leaves the CUDA context broken, and every later call fails with
+        the same error whoever makes it (a bench once blamed two peers for one
+        provider's fault); from then on nothing runs and each result says where the
+        context was lost (:attr:`lost`), and ``failed``'s reason says it lost it."""
+        why = "" if self.lost else self._unanswered()
+        if why:
+            self.lost = (f"not run: the GPU context was lost at {failed.provider} "
+                         f"{failed.case.shape} ({why})")
+            failed.reason += f"; {LOST_HERE}"
+
+    def _unanswered(self) -> str:
+        """'' while the device answers a synchronize, else the error it raised."""
+        if self.device.type != "cuda":
+            return ""
         try:
             self.torch.cuda.synchronize(self.device)
         except Exception as e:
-            self.lost = (f"not run: the GPU context was lost at {name} {case.shape} "
-                         f"({_short(e)})")
+            return _short(e)
+        return ""
 
     def _validate(self, p, case: Case):
         from .validate import check_step, make_step
@@ -234,9 +242,7 @@ class _Runner:
                         _drop(r, "failed", f"validation at {r.case.shape}, round {k + 1}: {e}")
                     except Exception as e:
                         _drop(r, "error", f"round {k + 1}: {_short(e)}")
-                        self.check_context(r.provider, r.case)
-                        if self.lost:
-                            r.reason += f"; {LOST_HERE}"
+                        self.check_context(r)
                     finally:
                         self.timer.last = None
         finally:
@@ -289,9 +295,7 @@ def run_bench(cases, providers, *, device="cuda", timer: Optional[Timer] = None,
             else:
                 r = runner.one(p, case)
                 if r.status == "error":
-                    runner.check_context(p.name, case)
-                    if runner.lost:
-                        r.reason += f"; {LOST_HERE}"
+                    runner.check_context(r)
             done.append(r)
             if log and timer.rounds == 1:
                 log(r)
