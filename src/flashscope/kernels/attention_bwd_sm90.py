@@ -560,29 +560,36 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                          HEAD_DIM)
         store_wait(0)
     else:
-        kr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
-        kc = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
-        kmask = gl.expand_dims(kr < n_k, 1)
-        if PADDED and not TAILED:  # a padded head: its columns past D are not stored
-            kmask = kmask & gl.expand_dims(kc < HEAD_COLS, 0)
-        ob = tb.to(gl.int64)
-        oh = off_hkv.to(gl.int64)
-        kr64 = gl.expand_dims((k0 + kr).to(gl.int64), 1)
-        gl.store(DK + ob * stride_dkb + oh * stride_dkh + kr64 * stride_dkn + kc[None, :],
-                 dk, mask=kmask)
-        gl.store(DV + ob * stride_dvb + oh * stride_dvh + kr64 * stride_dvn + kc[None, :],
-                 dv, mask=kmask)
+        _store_rows(dk, dv, DK, DV, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+                    stride_dvn, tb, off_hkv, k0, start_n, n_k, 0, HEAD_COLS,
+                    PADDED and not TAILED)
         if TAILED:
-            tr = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, t_layout))
-            tc = HEAD_DIM + gl.arange(0, HEAD_TAIL, layout=gl.SliceLayout(0, t_layout))
-            tmask = gl.expand_dims(tr < n_k, 1)
-            if PADDED:
-                tmask = tmask & gl.expand_dims(tc < HEAD_COLS, 0)
-            tr64 = gl.expand_dims((k0 + tr).to(gl.int64), 1)
-            gl.store(DK + ob * stride_dkb + oh * stride_dkh + tr64 * stride_dkn + tc[None, :],
-                     (acc[2] * scale).to(dtype), mask=tmask)
-            gl.store(DV + ob * stride_dvb + oh * stride_dvh + tr64 * stride_dvn + tc[None, :],
-                     acc[3].to(dtype), mask=tmask)
+            _store_rows((acc[2] * scale).to(dtype), acc[3].to(dtype), DK, DV, stride_dkb,
+                        stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn, tb,
+                        off_hkv, k0, start_n, n_k, HEAD_DIM, HEAD_COLS, PADDED)
+
+
+@gluon.jit
+def _store_rows(dk, dv, DK, DV, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+                stride_dvn, tb, off_hkv, k0, start_n, n_k, COL0: gl.constexpr,
+                HEAD_COLS: gl.constexpr, PADDED: gl.constexpr):
+    """``dk`` and ``dv`` (16-bit [BLOCK_N, cols] in the accumulators' layout) from
+    registers into columns COL0.. of key rows start_n.. of head (tb, off_hkv), the rows
+    from n_k on left out (a packed sequence's last tile would overwrite the next one's);
+    PADDED: columns from HEAD_COLS on left out too."""
+    layout: gl.constexpr = dk.type.layout
+    kr = start_n + gl.arange(0, dk.shape[0], layout=gl.SliceLayout(1, layout))
+    kc = COL0 + gl.arange(0, dk.shape[1], layout=gl.SliceLayout(0, layout))
+    kmask = gl.expand_dims(kr < n_k, 1)
+    if PADDED:  # a padded head: its columns past D are not stored
+        kmask = kmask & gl.expand_dims(kc < HEAD_COLS, 0)
+    ob = tb.to(gl.int64)
+    oh = off_hkv.to(gl.int64)
+    kr64 = gl.expand_dims((k0 + kr).to(gl.int64), 1)
+    gl.store(DK + ob * stride_dkb + oh * stride_dkh + kr64 * stride_dkn + kc[None, :],
+             dk, mask=kmask)
+    gl.store(DV + ob * stride_dvb + oh * stride_dvh + kr64 * stride_dvn + kc[None, :],
+             dv, mask=kmask)
 
 
 @gluon.jit
