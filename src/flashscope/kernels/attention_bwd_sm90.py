@@ -91,6 +91,12 @@ columns' values, then the tail's). Against the 128 columns it was padded to (GPU
 H200, bf16, ABBA medians): D = 80 1.07x / 1.11x (causal), 72 1.09x, 88 1.03x, 96
 0.99x / 1.02x, GQA 32/8 D = 96 1.04x; 49 KB less shared memory at D = 96.
 
+The file reads top down: the tail's bundle (``Tail``, ``_chain``), the producer and the
+reducer, dQ's fragment order and its unpacking launch (``_fragments``, ``_dq_unpack``),
+one query tile's products (``_tile``), the consumer and its dK/dV stores (``_consumer``,
+``_store_rows``, ``_stage_store``), and the kernel, which allocates the shared memory and
+barriers and starts the partitions (``_attn_bwd_sm90``).
+
 Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
 (block (1, 1, rows, HEAD_DIM)); Lse, Delta fp32 contiguous (base e and plain), N_ROWS a head:
 (B, H, Nq) dense, (H, N_ROWS) padded packed, also through rank-2 descriptors (block
