@@ -581,6 +581,34 @@ def test_offline_build_rejects_unknown_kernel():
 
 # --- offline builds ------------------------------------------------------------------------
 
+def _sm90_default(head_dim, banded=False, softcap=False):
+    """The family's default config for a problem of this head dim and mask."""
+    return sm90_bwd.select(Problem("sm90", "bfloat16", head_dim, window=banded,
+                                   softcap=softcap))
+
+
+def test_sm90_bwd_takes_128_query_rows_at_d64_without_band_or_cap():
+    """D <= 64 streams 128-row query tiles, but under a band or a logit cap (whose builds
+    spill at 128 rows); D > 64 streams 64."""
+    rows = {(d, w, c): _sm90_default(d, w, c).BLOCK_M for d in (48, 64, 80, 128)
+            for w in (False, True) for c in (False, True)}
+    assert rows == {(d, w, c): 128 if d <= 64 and not (w or c) else 64
+                    for (d, w, c) in rows}
+
+
+@pytest.mark.parametrize("head_dim,causal,most", [(64, False, 8), (64, True, 32),
+                                                  (128, False, 0), (128, True, 0)])
+def test_sm90_bwd_default_builds_keep_their_registers(head_dim, causal, most):
+    """dP^T's accumulator starts at -delta, so no per-query delta vector stays live beside
+    P^T and dP^T: the 128-row D = 64 tiles spill 5/5 stores/loads (19/25 causal) against
+    75/94 (128/167) with delta live, and D = 128 none (7/12 causal with delta live)."""
+    from flashscope.isa import inspect_config
+
+    rec = inspect_config(_sm90_default(head_dim), "sm90", kernel="sm90-bwd",
+                         head_dim=head_dim, causal=causal)
+    assert rec.spill_stores <= most and rec.spill_loads <= most
+    assert rec.wgmma_serialized == 0
+
 @pytest.mark.parametrize("head_dim,causal,varlen,window,align,softcap", [
     (64, False, False, None, "top_left", None), (64, True, False, None, "top_left", None),
     (128, False, False, None, "top_left", None), (128, True, False, None, "top_left", None),
@@ -600,7 +628,9 @@ def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window, align, softca
     of their own, other ones padded)."""
     from flashscope.isa import inspect_config
 
-    rec = inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=head_dim,
+    cfg = _sm90_default(head_dim, banded=bool(window) or align == "bottom_right",
+                        softcap=bool(softcap))
+    rec = inspect_config(cfg, "sm90", kernel="sm90-bwd", head_dim=head_dim,
                          causal=causal, problem=(2, 8, 2, 300 + (head_dim == 64), 700),
                          varlen=varlen, window=window, align=align, softcap=softcap)
     assert rec.threads == 384
@@ -948,14 +978,26 @@ SM90_CASES = [
                               f"{'-bnhd' if c[8] else ''}" for c in SM90_CASES])
 def test_sm90_bwd_grads_match_float64(device, B, H, Hkv, Nq, Nk, D, causal, dtype, bnhd):
     run_case(device, B=B, H=H, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
-             bnhd=bnhd, cfg=Sm90BwdConfig())
+             bnhd=bnhd, cfg=_sm90_default(D))
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype,bnhd",
+                         [c for c in SM90_CASES if c[5] == 64])
+def test_sm90_bwd_64_row_tiles_at_d64_match_float64(device, B, H, Hkv, Nq, Nk, D, causal,
+                                                   dtype, bnhd):
+    """D = 64 on the 64-row query tiles a config may still ask for (the default takes 128)."""
+    run_case(device, B=B, H=H, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
+             bnhd=bnhd, cfg=Sm90BwdConfig(BLOCK_M=64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, dtype):
-    """Each head's last query tile runs past Nq = 300 (rows 300-319 of a 64-row tile),
+def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, dtype, rows):
+    """Each head's last query tile runs past Nq = 300 (rows 300-319 of a 64-row tile,
+    300-383 of a 128-row one),
     whose log-sum-exp and delta come by TMA, and its last key tile past Nk = 300. Head 1's
     queries point away from every key (scores -400, L about -394): had head 0's tail rows
     read head 1's first rows, as a copy over the flattened vectors does, P = 2^(0 - L)
@@ -974,9 +1016,9 @@ def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, d
     assert lse[0, 1].max().item() < -300
     dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
     got = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale,
-                          cfg=Sm90BwdConfig(), dq=dq, dk=dk, dv=dv)
+                          cfg=Sm90BwdConfig(BLOCK_M=rows), dq=dq, dk=dk, dv=dv)
     _, *ref = reference_grads(q, k, v, dout, is_causal=causal, scale=scale)
-    check_grads(f"seed={seed} causal={causal} {dtype}", got, ref, dtype)
+    check_grads(f"seed={seed} causal={causal} {dtype} rows={rows}", got, ref, dtype)
 
 
 @pytest.mark.gpu
@@ -1003,7 +1045,7 @@ def test_sm90_bwd_writes_grad_buffers_with_and_without_tma(device, offset, D):
     from flashscope.families.sm90_fwd import _desc4_problem
     assert (_desc4_problem(dk) is None) == (offset == 0)
     got = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(True), scale=scale,
-                          cfg=Sm90BwdConfig(), dq=dq, dk=dk, dv=dv)
+                          cfg=_sm90_default(D), dq=dq, dk=dk, dv=dv)
     _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=scale)
     check_grads(f"seed={seed} offset={offset}", got, ref, dtype)
     for name, f, t in zip(("dq", "dk", "dv"), flats, (q, k, v)):

@@ -400,9 +400,9 @@ def test_sm90_bwd_packed_grads_match_float64(device, poisoned, lq, lk, H, Hkv, D
     """The Hopper backward over packed batches (its VARLEN build, with a band's too),
     gradients against float64 per sequence, NaN-poisoned buffers written in full."""
     from flashscope import launch
-    from flashscope.families.sm90_bwd import Sm90BwdConfig
+    from flashscope.families import sm90_bwd
     from flashscope.masks import Mask
-    from flashscope.varlen import _packed, _view
+    from flashscope.varlen import _packed, _view, backward_problem
 
     if launch.device_target(torch.device(device)) != "sm90":
         pytest.skip("needs an sm_90 GPU")
@@ -412,10 +412,12 @@ def test_sm90_bwd_packed_grads_match_float64(device, poisoned, lq, lk, H, Hkv, D
     out, lse = flashscope.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk),
                                            is_causal=causal, window=window, align=align,
                                            softcap=softcap, return_lse=True)
+    mask, packed = Mask.of(causal, window, align, softcap), _packed(cu_q, cu_k, max(lq),
+                                                                    max(lk))
+    cfg = sm90_bwd.select(backward_problem(q, k, mask, packed, "sm90"))  # D = 64: 128 rows
     grads = launch.backward(_view(dout), _view(q), _view(k), _view(v), _view(out),
-                            lse.unsqueeze(0), mask=Mask.of(causal, window, align, softcap),
-                            scale=D ** -0.5, cfg=Sm90BwdConfig(),
-                            packed=_packed(cu_q, cu_k, max(lq), max(lk)))
+                            lse.unsqueeze(0), mask=mask, scale=D ** -0.5, cfg=cfg,
+                            packed=packed)
     ref = reference(q, k, v, cu_q, cu_k, dout, is_causal=causal, window=window, align=align,
                     softcap=softcap)
     for name, got, want in zip(("dq", "dk", "dv"), grads, ref[2:]):

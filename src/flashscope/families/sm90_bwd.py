@@ -146,15 +146,29 @@ def accepts(problem: Problem) -> Optional[str]:
     return head_dim_problem(problem.head_dim)
 
 
+#: Query rows a streamed tile takes at the 64-column width (D <= 64), where the build has
+#: no band and no softcap: a tile's fixed steps (the ring and dQ-slot waits, the dS and dQ
+#: stores with their barriers, the reduction's hand-off) serve twice the rows, as in
+#: FlashAttention-3's D = 64 tiles. Its dP^T starting at -delta keeps it at 5/5 spilled
+#: registers (sm_90; 75/94 with delta live beside P^T and dP^T). GPU time against 64 rows
+#: (H200, bf16): dense 4x32x4096 1.15x / 1.07x (causal), 16x32x1024 1.15x, 2x16x16384
+#: causal 1.07x, GQA 32/8 4k causal 1.08x; packed 64k-token batches 1.04-1.09x. Band and
+#: softcap builds stay at 64 rows: at 128 they spill 25-53 registers.
+WIDE_ROWS = 128
+
+
 def select(problem: Problem) -> Sm90BwdConfig:
     """The default for a problem the family accepts: 64 x 128 tiles, a 2-stage ring, two
-    dQ slots (214 KB of shared memory at D = 128: one program an SM)."""
+    dQ slots (214 KB of shared memory at D = 128: one program an SM); query tiles of
+    :data:`WIDE_ROWS` rows at D <= 64 without a band or softcap (199 KB)."""
+    if width(problem.head_dim) == 64 and not (problem.window or problem.softcap):
+        return Sm90BwdConfig(BLOCK_M=WIDE_ROWS)
     return Sm90BwdConfig()
 
 
 # -- the rule against the two passes --------------------------------------------------------
 
-#: Mean query tiles (BLOCK_M rows) a program should visit, by head dim: below, its
+#: Mean query tiles (of 64 rows) a program should visit, by head dim: below, its
 #: prologue (K and V) and epilogue (dK and dV) weigh more than the two passes' second
 #: read of the products. GPU time against the two passes (H200, bf16, the one pass
 #: storing dK and dV from registers, 1.01-1.12x slower than by TMA): D = 128, 4 and 6 tiles
@@ -165,15 +179,20 @@ def select(problem: Problem) -> Sm90BwdConfig:
 #: 128-8192, the problem's mean lengths) follow the same thresholds: D = 128 bands of 10
 #: tiles (causal window 512, two-sided 256) 1.02x and 1.05x, 18 (1024) 1.23x; D = 64
 #: causal window 512 (10) 0.83x, and with the TMA store window 1024 (18) 1.02x, causal
-#: without a window 1.21x.
+#: without a window 1.21x. (Measured with 64-row tiles; D = 64's 128-row tiles since run
+#: the one pass 1.07-1.15x faster, so its threshold errs towards the two passes.)
 MIN_TILES = {64: 16, 128: 8}  # by the tiles' width (:func:`width`)
+#: Rows of the query tiles :data:`MIN_TILES` counts: those it was measured with, whatever
+#: BLOCK_M :func:`select` gives the problem
+RULE_ROWS = 64
 #: Programs per SM the grid should reach (one program an SM fits): 256 programs (1.9 an
 #: SM) ran 1.07x (B = 1, 16 heads, 2k) and 1.21x (GQA 32/8, 4k), causal in sections
 #: (:data:`CAUSAL_SECTION`) 1.13x (GQA 32/8, 4k); 64 (MQA, B = 2, 4k) 0.63x.
 MIN_WAVES = 1
 
 
-def query_tiles(problem: Problem, cfg: Sm90BwdConfig) -> float:
+def query_tiles(problem: Problem, cfg: Sm90BwdConfig = Sm90BwdConfig(BLOCK_M=RULE_ROWS)
+                ) -> float:
     """Mean query tiles a program visits, its GQA group's together: half the rows under a
     causal mask; a window bounded on both sides (``band_keys``) reaches a key tile from
     its BLOCK_N rows and the band's span, whatever the length."""
@@ -195,7 +214,7 @@ def prefers(problem: Problem) -> Optional[str]:
     cfg = select(problem)
     group = max(1, problem.group)
     least = MIN_TILES[width(problem.head_dim)]
-    tiles = query_tiles(problem, cfg)
+    tiles = query_tiles(problem)
     if tiles < least:
         return (f"{tiles:g} query tiles a program (fewer than {least} at "
                 f"D = {problem.head_dim})")

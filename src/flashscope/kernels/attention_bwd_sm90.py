@@ -9,10 +9,11 @@ a key tile (K, V, dK, dV) and streams the query tiles that see it, doing the 5 p
 once, as FlashAttention-2 and -3 do:
 
     for each query tile (Q, dO):                  keys of this program: BLOCK_N rows
-        S^T  = K Q^T,   dP^T = V dO^T            (wgmma, async, both issued)
+        S^T  = K Q^T,   dP^T = V dO^T - delta    (wgmma, async, both issued; dP^T's
+                                                  accumulator starts at -delta)
         P^T  = 2^(S^T c - L)                     (under dP^T's product)
         dV  += P^T dO                            (wgmma, P^T from registers)
-        dS^T = P^T (dP^T - delta)
+        dS^T = P^T dP^T
         dK  += dS^T Q                            (wgmma, dS^T from registers)
         dQ   = dS K                              (wgmma, dS^T through shared memory)
         dQ  -> a shared-memory slot -> added to an fp32 buffer by one TMA reduction
@@ -367,13 +368,18 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
         dot = T.do_smem.index(s).reshape([BLOCK_M, HEAD_TAIL])
         kt = T.k_smem.reshape([k.shape[0], HEAD_TAIL])
         st = warpgroup_mma(kt, qt.permute((1, 0)), st, is_async=True)
-    dpt = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    # dP^T accumulates onto -delta, so dS^T = P^T dP^T: no delta vector (BLOCK_M / 4
+    # values a thread) stays live beside P^T and dP^T
+    if ROWS_TMA:
+        delta = dl_smem.index(s).reshape([BLOCK_M]).load(col)
+    dpt = warpgroup_mma(v, do.permute((1, 0)), s_zero - gl.expand_dims(delta, 0),
+                        is_async=True)
     if TAILED:
         dpt = warpgroup_mma(T.v_smem.reshape([k.shape[0], HEAD_TAIL]), dot.permute((1, 0)),
                             dpt, is_async=True)
-    # L read once both products are issued, delta once P is formed: a product's issue
-    # waits for every shared-memory read before it (read before them, the stall at dP's
-    # issue was 10% of the loop's samples; 1.01-1.08x the GPU time this way, H200)
+    # L read once both products are issued: a product's issue waits for every
+    # shared-memory read before it (read before S^T's and dP^T's, the stall at dP's issue
+    # was 10% of the loop's samples; 1.01-1.08x the GPU time this way, H200)
     if ROWS_TMA:
         lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
     st = warpgroup_mma_wait(PAIR, deps=(st,))
@@ -398,10 +404,8 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
         dvt = warpgroup_mma(gl.convert_layout(p_op, at_layout), dot, acc[3], is_async=True)
     if SOFTCAP:
         pt = pt * (1.0 - tt * tt)  # d(c tanh(s / c)) / ds
-    if ROWS_TMA:
-        delta = dl_smem.index(s).reshape([BLOCK_M]).load(col)
     dpt = warpgroup_mma_wait(PAIR, deps=(dpt,))
-    dst = pt * (dpt - gl.expand_dims(delta, 0))
+    dst = pt * dpt
     # the previous tile's dQ product read ds_smem; it was waited for below
     ds_smem.store(dst.to(dtype))
     fence_async_shared()
