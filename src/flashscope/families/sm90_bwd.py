@@ -151,9 +151,10 @@ def accepts(problem: Problem) -> Optional[str]:
 #: stores with their barriers, the reduction's hand-off) serve twice the rows, as in
 #: FlashAttention-3's D = 64 tiles. Its dP^T starting at -delta keeps it at 5/5 spilled
 #: registers (sm_90; 75/94 with delta live beside P^T and dP^T). GPU time against 64 rows
-#: (H200, bf16): dense 4x32x4096 1.15x / 1.07x (causal), 16x32x1024 1.15x, 2x16x16384
-#: causal 1.07x, GQA 32/8 4k causal 1.08x; packed 64k-token batches 1.04-1.09x. Band and
-#: softcap builds stay at 64 rows: at 128 they spill 25-53 registers.
+#: (H200, bf16; in parentheses against 64 rows with dP^T from -delta too): dense
+#: 4x32x4096 1.15x (1.11x) / 1.07x (1.05x) causal, 16x32x1024 1.15x (1.10x), 2x16x16384
+#: causal 1.07x (1.07x), GQA 32/8 4k causal 1.08x (1.05x); packed 64k-token batches
+#: 1.04-1.09x. Band and softcap builds stay at 64 rows: at 128 they spill 25-53 registers.
 WIDE_ROWS = 128
 
 
