@@ -609,6 +609,7 @@ def test_sm90_bwd_default_builds_keep_their_registers(head_dim, causal, most):
     assert rec.spill_stores <= most and rec.spill_loads <= most
     assert rec.wgmma_serialized == 0
 
+
 @pytest.mark.parametrize("head_dim,causal,varlen,window,align,softcap", [
     (64, False, False, None, "top_left", None), (64, True, False, None, "top_left", None),
     (128, False, False, None, "top_left", None), (128, True, False, None, "top_left", None),
@@ -997,13 +998,13 @@ def test_sm90_bwd_64_row_tiles_at_d64_match_float64(device, B, H, Hkv, Nq, Nk, D
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, dtype, rows):
     """Each head's last query tile runs past Nq = 300 (rows 300-319 of a 64-row tile,
-    300-383 of a 128-row one),
-    whose log-sum-exp and delta come by TMA, and its last key tile past Nk = 300. Head 1's
-    queries point away from every key (scores -400, L about -394): had head 0's tail rows
-    read head 1's first rows, as a copy over the flattened vectors does, P = 2^(0 - L)
-    would be inf on those zero rows (dK and dV NaN, causal); had head 1's rows scored the
-    zero-filled keys past Nk unmasked, P = inf there (dQ NaN, non-causal). Both failed so
-    before. Gradients within the float64 bound, every element written."""
+    300-383 of a 128-row one), whose log-sum-exp and delta come by TMA, and its last key
+    tile past Nk = 300. Head 1's queries point away from every key (scores -400, L about
+    -394): had head 0's tail rows read head 1's first rows, as a copy over the flattened
+    vectors does, P = 2^(0 - L) would be inf on those zero rows (dK and dV NaN, causal);
+    had head 1's rows scored the zero-filled keys past Nk unmasked, P = inf there (dQ NaN,
+    non-causal). Both failed so before. Gradients within the float64 bound, every element
+    written."""
     if launch.device_target(torch.device(device)) != "sm90":
         pytest.skip("needs an sm_90 GPU")
     seed = fresh_seed()
