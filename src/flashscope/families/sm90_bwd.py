@@ -162,7 +162,7 @@ def select(problem: Problem) -> Sm90BwdConfig:
     """The default for a problem the family accepts: 64 x 128 tiles, a 2-stage ring, two
     dQ slots (214 KB of shared memory at D = 128: one program an SM); query tiles of
     :data:`WIDE_ROWS` rows at D <= 64 without a band or softcap (199 KB)."""
-    if width(problem.head_dim) == 64 and not (problem.window or problem.softcap):
+    if width(problem.head_dim) == WIDTHS[0] and not (problem.window or problem.softcap):
         return Sm90BwdConfig(BLOCK_M=WIDE_ROWS)
     return Sm90BwdConfig()
 
@@ -192,14 +192,15 @@ RULE_ROWS = 64
 MIN_WAVES = 1
 
 
-def query_tiles(problem: Problem, cfg: Sm90BwdConfig = Sm90BwdConfig(BLOCK_M=RULE_ROWS)
-                ) -> float:
-    """Mean query tiles a program visits, its GQA group's together: half the rows under a
-    causal mask; a window bounded on both sides (``band_keys``) reaches a key tile from
-    its BLOCK_N rows and the band's span, whatever the length."""
-    rows = -(-problem.n_q // cfg.BLOCK_M) * (0.5 if problem.causal else 1.0)
+def query_tiles(problem: Problem) -> float:
+    """Mean query tiles of :data:`RULE_ROWS` rows a program visits, its GQA group's
+    together: half the rows under a causal mask; a window bounded on both sides
+    (``band_keys``) reaches a key tile from its BLOCK_N rows and the band's span, whatever
+    the length."""
+    keys = Sm90BwdConfig().BLOCK_N
+    rows = -(-problem.n_q // RULE_ROWS) * (0.5 if problem.causal else 1.0)
     if problem.band_keys:
-        rows = min(rows, -(-(problem.band_keys + cfg.BLOCK_N) // cfg.BLOCK_M))
+        rows = min(rows, -(-(problem.band_keys + keys) // RULE_ROWS))
     return max(1, problem.group) * rows
 
 

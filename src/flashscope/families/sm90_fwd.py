@@ -261,7 +261,7 @@ def select(problem: Problem) -> Sm90FwdConfig:
     return cfg
 
 
-#: Keys x head dim of the widest band that runs 64-key tiles (:func:`narrow_band`)
+#: Keys x head dim of the widest band that takes 64-key tiles (:func:`narrow_band`)
 NARROW_BAND = 64 * 1024
 #: most stages of the narrow band's ring (the neighbour search's deepest)
 NARROW_STAGES = 4
@@ -280,7 +280,7 @@ def narrow_band(problem: Problem, cfg: Sm90FwdConfig) -> bool:
     the band-compatible recipes, GPU time): 64-key tiles in 4 stages ran 1.11-1.33x the
     128-key ones at D = 128 for causal bands of 128 and 512 keys and two-sided ones of
     128 and 256 keys each side, 0.94 at a causal 1024; 1.25-2.1x at D = 64 from 128 to
-    1024 keys and two-sided 256 each side, 0.98 at 2048. D = 256 runs 64-key tiles
+    1024 keys and two-sided 256 each side, 0.98 at 2048. D = 256 takes 64-key tiles
     already."""
     return (0 < problem.band_keys * head_dim_pad(problem.head_dim) <= NARROW_BAND
             and cfg.BLOCK_N > 64)
