@@ -3,8 +3,10 @@ run by Triton's interpreter (compiled for the GPU with --device cuda) and compar
 the list written out here in Python: every row block that holds rows exactly once, the
 sequences longest first, then heads, then row blocks (causal: folded, dealt in pairs),
 dealt in rounds (every other one backwards), with its sequence's place and lengths; and
-that this order evens out the programs' shares where batch order does not.
-Also what the Hopper forward refuses for a packed batch and how its plan is sized."""
+that this order evens out the programs' shares where batch order does not. The Hopper
+backward's program order (``_key_list``) likewise: every key tile once, longest sequences
+first, and its launches' wiring. Also what the Hopper forward refuses for a packed batch
+and how its plan is sized."""
 
 import itertools
 
@@ -204,3 +206,157 @@ def test_packed_plan_covers_the_longest_sequence_and_passes_its_list():
     sched = args[5]
     assert sched.shape == (grid[0] + 1 + 5 * L,) and sched.dtype == torch.int32
     assert 1 <= grid[0] <= L  # at most one program a row block
+
+
+def key_order(lq, lk, Hkv, block_n, n_n, section):
+    """The backward's program order, written out: sequences by query rows, most first
+    (ties: more keys, then batch order), each with its min(cdiv(n_k, block_n), n_n) key
+    tiles per kv head, heads one after another, or with ``section`` in sections of that
+    many heads taken key tile by key tile."""
+    order = sorted(range(len(lq)), key=lambda b: (-lq[b], -lk[b], b))
+    entries = []
+    for b in order:
+        tiles = min(cdiv(lk[b], block_n), n_n)
+        if section:
+            for h0 in range(0, Hkv, section):
+                heads = range(h0, min(h0 + section, Hkv))
+                entries += [(b * Hkv + h) * n_n + n for n in range(tiles) for h in heads]
+        else:
+            entries += [(b * Hkv + h) * n_n + n for h in range(Hkv) for n in range(tiles)]
+    return entries
+
+
+def key_list(device, lq, lk, Hkv, block_n, section, block_b=4, block_e=16, longest=None):
+    """The backward's list as the kernel writes it, with the family's slot count: the
+    key tiles of all keys plus one partial tile a sequence, per kv head."""
+    n_n = max(1, cdiv(longest or max(lk), block_n))
+    L = min((cdiv(sum(lk), block_n) + len(lk)) * Hkv, len(lk) * Hkv * n_n)
+    dev = "cuda" if device == "cuda" else "cpu"
+    cu_q = torch.tensor([0, *itertools.accumulate(lq)], dtype=torch.int32, device=dev)
+    cu_k = torch.tensor([0, *itertools.accumulate(lk)], dtype=torch.int32, device=dev)
+    out = torch.full((max(1, L),), -7, dtype=torch.int32, device=dev)
+    kernel = kernels.load("packed_worklist", interpret=dev == "cpu")._key_list
+    kernel[(max(1, cdiv(len(lq), block_b)), Hkv)](
+        cu_q, cu_k, out, len(lq), Hkv, n_n, L, BLOCK_N=block_n, BLOCK_B=block_b,
+        BLOCK_E=block_e, SECTION=section)
+    return out.cpu(), n_n
+
+
+KEY_CASES = [  # (query lengths, key lengths, kv heads, BLOCK_N)
+    ((5, 0, 33, 1, 20, 18), (7, 3, 21, 0, 20, 30), 3, 16),  # empty and keyless ones
+    ((128, 129, 256, 1), (128, 129, 256, 1), 2, 128),  # tile multiples and one over
+    ((90,) * 4, (90,) * 4, 5, 16),  # ties: batch order
+    ((0, 0), (0, 0), 2, 64),  # nothing to do
+    (tuple(range(1, 40)), tuple(range(39, 0, -1)), 2, 8),  # ten chunks of sequences
+]
+
+
+@pytest.mark.parametrize("lq,lk,Hkv,block_n", KEY_CASES)
+@pytest.mark.parametrize("section", [0, 2])
+def test_key_list_holds_each_key_tile_once_longest_first(device, lq, lk, Hkv, block_n,
+                                                         section):
+    got, n_n = key_list(device, lq, lk, Hkv, block_n, section)
+    want = key_order(lq, lk, Hkv, block_n, n_n, section)
+    assert got[:len(want)].tolist() == want
+    assert (got[len(want):] == -1).all()  # the empty slots say so: the kernel reads them
+    assert sorted(want) == sorted(
+        (b * Hkv + h) * n_n + n for b, n_k in enumerate(lk) for h in range(Hkv)
+        for n in range(cdiv(n_k, block_n)))
+
+
+def test_key_list_is_the_same_whatever_the_block_sizes(device):
+    lq, lk = (17, 3, 0, 90, 41), (2, 50, 9, 90, 0)
+    a = key_list(device, lq, lk, 3, 16, 2, block_b=2, block_e=8)[0]
+    b = key_list(device, lq, lk, 3, 16, 2, block_b=8, block_e=64)[0]
+    assert torch.equal(a, b)
+
+
+def test_key_list_leaves_out_key_tiles_past_the_longest_length_given(device):
+    """A sequence longer than max_seqlen_k (unchecked on a GPU) keeps the key tiles the
+    list was sized for: no entry names a tile past them (it would decode as another
+    head's)."""
+    lq, lk = (40, 100, 7), (40, 100, 7)
+    got, n_n = key_list(device, lq, lk, 2, 16, 0, longest=50)
+    want = key_order(lq, lk, 2, 16, n_n, 0)
+    assert n_n == 4 and len(want) == 2 * (3 + 4 + 1)
+    assert got[:len(want)].tolist() == want and (got[len(want):] == -1).all()
+
+
+def makespan(costs, programs):
+    """When the last of ``costs`` ends, each started in order on the first of
+    ``programs`` slots to free up, as a GPU hands out a grid's blocks."""
+    import heapq
+
+    free = [0.0] * programs
+    for c in costs:
+        heapq.heappush(free, heapq.heappop(free) + c)
+    return max(free)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_list_shortens_a_mixed_batch_against_the_grid_it_replaced(device, causal):
+    """On lengths drawn as the bench's mixed batches are (128-8192, 64k tokens; 8 kv
+    heads, 132 programs at once), a program costing the query tiles it visits plus one
+    (K and V in, dK and dV out), the list ends within 1% of the work spread over the
+    programs. The grid it replaced, sized by the longest sequence, launched a program of
+    that fixed cost for every key tile past a sequence's end, in batch order (causal:
+    sections of 8 heads, key tile by key tile) and ended 5% (7%) later."""
+    from flashscope.bench.suite import draw_seqlens
+
+    lq = draw_seqlens(0, 65536, 128, 8192)
+    Hkv, block_n, block_m, P, section = 8, 128, 64, 132, 8 if causal else 0
+    got, n_n = key_list(device, lq, lq, Hkv, block_n, section, block_b=32, block_e=64)
+
+    def cost(bh, n):
+        first = n * block_n if causal else 0
+        return cdiv(max(lq[bh // Hkv] - first, 0), block_m) + 1
+
+    listed = [cost(e // n_n, e % n_n) for e in got.tolist() if e >= 0]
+    assert len(listed) == Hkv * sum(cdiv(n, block_n) for n in lq)
+    bound = sum(listed) / P
+    BH = len(lq) * Hkv
+    if causal:  # the dense grid's sections (the kernel's SECTION)
+        grid = [cost(h0 + r, n) for h0 in range(0, BH, section)
+                for n in range(n_n) for r in range(min(section, BH - h0))]
+    else:
+        grid = [cost(bh, n) for bh in range(BH) for n in range(n_n)]
+    assert makespan(listed, P) <= 1.01 * bound
+    assert makespan(grid, P) >= 1.05 * bound
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_backward_runs_its_list_and_the_dense_one_its_grid(causal):
+    """The Hopper backward's launches on a packed batch: the list first, sized for every
+    key tile plus a partial one a sequence per kv head, then one program a slot reading
+    it (sections in the list, none in the kernel); a dense problem keeps its grid of key
+    tiles by (batch, kv head), sectioned under a causal mask."""
+    from flashscope.families import sm90_bwd
+
+    cfg = sm90_bwd.Sm90BwdConfig(BLOCK_M=64)
+    lq, lk, H, Hkv = (700, 5, 300), (1000, 9, 200), 8, 2
+    q, k, packed = meta_packed(lq, lk, H, Hkv)
+    f32 = dict(dtype=torch.float32, device="meta")
+    rows = torch.empty(sm90_bwd.row_shape(q, packed, cfg), **f32)
+    acc = torch.empty(sm90_bwd.acc_shape(q, packed, cfg), **f32)
+    lse = torch.empty(q.shape[:3], **f32)
+    launches = sm90_bwd.calls(q, q, k, k, q, lse, rows, acc, k, k, mask=Mask.of(causal),
+                              scale=0.1, cfg=cfg, packed=packed, lse_rows=rows)
+    assert list(launches) == ["bwd_preprocess", "key_list", sm90_bwd.KERNEL]
+    _, grid, args, consts, _ = launches["key_list"]
+    slots = min((cdiv(sum(lk), cfg.BLOCK_N) + 3) * Hkv, 3 * Hkv * cdiv(1000, cfg.BLOCK_N))
+    listed = args[2]
+    assert listed.shape == (slots,) and listed.dtype == torch.int32
+    assert grid == (1, Hkv) and args[3:] == (3, Hkv, cdiv(1000, cfg.BLOCK_N), slots)
+    assert consts["SECTION"] == (sm90_bwd.CAUSAL_SECTION if causal else 0)
+    _, grid, args, consts, _ = launches[sm90_bwd.KERNEL]
+    names = kernels.load(sm90_bwd.MODULE)._attn_bwd_sm90.arg_names
+    assert grid == (slots, 1) and args[names.index("LIST")] is listed
+    assert args[names.index("N_K")] == 1000  # the list's key tiles: the longest sequence's
+    assert consts["VARLEN"] and consts["SECTION"] == 0
+    launches = sm90_bwd.calls(q, q, k, k, q, lse, rows, acc, k, k, mask=Mask.of(causal),
+                              scale=0.1, cfg=cfg)
+    assert "key_list" not in launches
+    _, grid, _, consts, _ = launches[sm90_bwd.KERNEL]
+    assert grid == (cdiv(sum(lk), cfg.BLOCK_N), Hkv)  # the tensors as one dense sequence
+    assert not consts["VARLEN"]
+    assert consts["SECTION"] == (sm90_bwd.CAUSAL_SECTION if causal else 0)

@@ -306,6 +306,16 @@ def _acc_desc(acc, cols: int):
                                  layout=_fp32_layout(), padding="zero"))
 
 
+def lse_in_acc(cfg: Sm90BwdConfig, varlen: bool) -> bool:
+    """Whether S^T's accumulator starts at -L / scale (the kernel's LSE_ACC): for packed
+    batches on 128-row tiles, whose build otherwise keeps the L vector live across the
+    product and spills 21/31 registers (7/10 this way, sm_90 D = 64). GPU time against
+    reading L after the product (H200, bf16, D = 64, 64k-token batches): 1.03-1.04x;
+    the dense build, which spills 5/5 either way, read 0.96x (non-causal) this way, its
+    S^T product waiting for the L read."""
+    return varlen and cfg.BLOCK_M >= WIDE_ROWS
+
+
 def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
           cfg: Sm90BwdConfig, packed=None, lse_rows=None, dq=None) -> dict:
     """``{name: (function name, grid, positional args, constexpr keywords, launch
@@ -314,12 +324,13 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     with ``dq`` ``dq_unpack``, which scales and casts it into ``dq``. The one place their
     argument lists are built: :func:`run` launches them, offline compilation binds them.
     ``packed``: a :class:`~flashscope.launch.Packed` batch, the tensors (1, H, total, D)
-    (the kernel's VARLEN: a grid row per sequence and kv head over its longest keys);
+    (the kernel's VARLEN: its programs run the order ``key_list`` writes before it, the
+    batch's key tiles with the longest sequences first, into a list this allocates);
     ``delta`` and ``lse_rows`` are then the padded row vectors of :func:`row_shape`, which
     the preprocess fills (``lse_rows`` from ``lse``)."""
     from ..launch import LOG2E, triton_cdiv
     from . import triton_bwd
-    from .sm90_fwd import _desc4_problem, tma_desc4
+    from .sm90_fwd import LIST_BLOCK_B, LIST_BLOCK_E, _desc4_problem, tma_desc4
     from .triton_fwd import packed_shape
 
     _, H, Nq, D = q.shape
@@ -349,22 +360,41 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
 
     q_d, k_d, v_d, do_d, dk_d, dv_d, acc_d = part(W)
     tails = part(tail) if tail else (None,) * 7
+    section = CAUSAL_SECTION if mask.causal else 0
+    grid = (triton_cdiv(keys, cfg.BLOCK_N), B * Hkv)
+    order = {}
+    listed = lse  # unread without VARLEN
+    if varlen:  # the programs run the device-built order of the batch's key tiles
+        import torch
+
+        slots = min((triton_cdiv(k.shape[2], cfg.BLOCK_N) + B) * Hkv, grid[0] * grid[1])
+        listed = torch.empty(max(1, slots), dtype=torch.int32, device=q.device)
+        grid = (max(1, slots), 1)
+        order = {"key_list": (
+            "_key_list", (max(1, triton_cdiv(B, LIST_BLOCK_B)), Hkv),
+            (*cu, listed, B, Hkv, triton_cdiv(keys, cfg.BLOCK_N), listed.shape[0]),
+            {"BLOCK_N": cfg.BLOCK_N, "BLOCK_B": LIST_BLOCK_B, "BLOCK_E": LIST_BLOCK_E,
+             "SECTION": section},
+            {"num_warps": 4, "num_stages": 1})}
     return {
         "bwd_preprocess": triton_bwd.preprocess_call(
             out, dout, delta, triton_bwd.TritonBwdConfig().PRE_BLOCK, rows, cu[0], varlen,
             padded),
+        **order,
         KERNEL: (
-            FUNCTION, (triton_cdiv(keys, cfg.BLOCK_N), B * Hkv),
+            FUNCTION, grid,
             (q_d, k_d, v_d, do_d, acc_d, _rows_desc(rows_in, cfg.BLOCK_M, by_tma),
              _rows_desc(delta, cfg.BLOCK_M, by_tma), dk_d, dv_d, rows_in, delta, dk, dv, *cu,
-             *dk.stride()[:3], *dv.stride()[:3], H, Hkv, Nq, Nk, delta.shape[-1],
+             listed,
+             *dk.stride()[:3], *dv.stride()[:3], H, Hkv, Nq, keys, delta.shape[-1],
              float(scale * LOG2E), float(scale), *mask.scalars(*lengths),
              *mask.cap_args(scale), *tails),
             {"HEAD_DIM": W, "HEAD_COLS": D, "HEAD_TAIL": tail, "BLOCK_M": cfg.BLOCK_M,
              "BLOCK_N": cfg.BLOCK_N, "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS,
              "IS_CAUSAL": mask.causal,
-             "WORKER_REGS": WORKER_REGS, "SECTION": CAUSAL_SECTION if mask.causal else 0,
+             "WORKER_REGS": WORKER_REGS, "SECTION": 0 if varlen else section,
              "ROWS_TMA": by_tma, "VARLEN": varlen, "KEY_TAIL": varlen or Nk % cfg.BLOCK_N != 0,
+             "LSE_ACC": lse_in_acc(cfg, varlen),
              "DKV_TMA": kv_tma,
              **{name: on for name, on in mask.switches(*lengths).items()
                 if name in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED", "SOFTCAP")}},
@@ -376,6 +406,13 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
              "WARPS": WARPS, "VARLEN": varlen},
             {"num_warps": 4, "num_stages": 1})}),
     }
+
+
+def _module(name: str) -> str:
+    """The kernel module of launch ``name`` of :func:`calls`."""
+    from . import triton_bwd
+
+    return {"bwd_preprocess": triton_bwd.MODULE, "key_list": "packed_worklist"}.get(name, MODULE)
 
 
 #: compiled kernels per geometry, as :data:`.triton_bwd._PLANS`
@@ -418,7 +455,7 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
     for name, (fn_name, grid, args, consts, opts) in calls(
             dout, q, k, v, out, lse, delta, acc, *work, mask=mask, scale=scale,
             cfg=cfg, packed=packed, lse_rows=lse_rows, dq=dq).items():
-        mod = kernels.load(triton_bwd.MODULE if name == "bwd_preprocess" else MODULE)
+        mod = kernels.load(_module(name))
         launch_jit(getattr(mod, fn_name), grid, args, consts, opts, q.device,
                    cache=compiled.setdefault(name, {}))
     for given, made in zip((dk, dv), work):
@@ -499,7 +536,7 @@ def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: Sm90BwdConfig):
     plans = []
     for name, (fn_name, grid, args, fills, consts, opts) in _bound_plans(
             given, _buffers(q, k, v, cfg), mask=mask, scale=scale, cfg=cfg).items():
-        mod = kernels.load(triton_bwd.MODULE if name == "bwd_preprocess" else MODULE)
+        mod = kernels.load(_module(name))
         plans.append((getattr(mod, fn_name), grid, args, fills, consts, opts, {}))
 
     def go(dout, q, k, v, out, lse):

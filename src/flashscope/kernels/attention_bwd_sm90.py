@@ -337,7 +337,7 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
           HAS_LEFT: gl.constexpr = False, HAS_RIGHT: gl.constexpr = False,
           SHIFTED: gl.constexpr = False, cap_in=0.0, cap_out=0.0,
           SOFTCAP: gl.constexpr = False, T=(), dqt_zero=0.0, at_layout: gl.constexpr = None,
-          HEAD_TAIL: gl.constexpr = 0):
+          HEAD_TAIL: gl.constexpr = 0, LSE_ACC: gl.constexpr = False):
     """One query tile's five products against the key tile; dQ handed to the reducer.
     ``acc``: (dK, dV), with a head-dim tail (dK, dV, dK's tail, dV's tail); returns it
     and i + 1. CAUSAL: the tile crosses the causal diagonal; KEYS: the key tile runs past
@@ -347,7 +347,9 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     live beside P. A head-dim tail (HEAD_TAIL > 0, ``T``) adds its columns' products to
     S^T and dP^T (onto the same accumulators) and has dV, dK and dQ products of its own
     (``at_layout``: P^T and dS^T as its operands; ``dqt_zero``: its dQ tile's zeros);
-    every wait counts the products of a chain (``_chain``)."""
+    every wait counts the products of a chain (``_chain``). LSE_ACC (not with SOFTCAP,
+    whose cap takes the raw scores): S^T's accumulator starts at -L / scale, so P^T =
+    2^(S^T c) and no L vector stays live across the product."""
     dtype: gl.constexpr = q_smem.dtype
     TAILED: gl.constexpr = HEAD_TAIL > 0
     PAIR: gl.constexpr = _chain(HEAD_TAIL)
@@ -362,7 +364,14 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     mbarrier.wait(q_ready.index(s), (i // STAGES) & 1)
     q = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
-    st = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    FOLD_L: gl.constexpr = LSE_ACC and not SOFTCAP
+    if FOLD_L:
+        if ROWS_TMA:
+            lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
+        st = warpgroup_mma(k, q.permute((1, 0)),
+                           s_zero + gl.expand_dims(lse2 * (-1.0 / qk_scale), 0), is_async=True)
+    else:
+        st = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     if TAILED:
         qt = T.q_smem.index(s).reshape([BLOCK_M, HEAD_TAIL])
         dot = T.do_smem.index(s).reshape([BLOCK_M, HEAD_TAIL])
@@ -380,14 +389,17 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     # L read once both products are issued: a product's issue waits for every
     # shared-memory read before it (read before S^T's and dP^T's, the stall at dP's issue
     # was 10% of the loop's samples; 1.01-1.08x the GPU time this way, H200)
-    if ROWS_TMA:
+    if ROWS_TMA and not FOLD_L:
         lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
     st = warpgroup_mma_wait(PAIR, deps=(st,))
     if SOFTCAP:
         st, tt = softcapped(st, cap_in, cap_out)
         pt = gl.exp2(st - gl.expand_dims(lse2, 0))
     else:
-        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+        if FOLD_L:
+            pt = gl.exp2(st * qk_scale)
+        else:
+            pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
     if CAUSAL:
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=col)
         pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
@@ -406,15 +418,17 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
         pt = pt * (1.0 - tt * tt)  # d(c tanh(s / c)) / ds
     dpt = warpgroup_mma_wait(PAIR, deps=(dpt,))
     dst = pt * dpt
-    # the previous tile's dQ product read ds_smem; it was waited for below
-    ds_smem.store(dst.to(dtype))
+    # one conversion for dK's register operand and dQ's shared one (1.02-1.04x the GPU
+    # time of converting twice under a causal mask, H200); the previous tile's dQ product
+    # read ds_smem: it was waited for below
+    ds_op = _p_operand(dst, dtype, a_layout)
+    ds_smem.store(ds_op)
     fence_async_shared()
     cta_barrier()
     dq = warpgroup_mma(ds_smem.permute((1, 0)), k, dq_zero, use_acc=False, is_async=True)
     if TAILED:
         dqt = warpgroup_mma(ds_smem.permute((1, 0)), kt, dqt_zero, use_acc=False,
                             is_async=True)
-    ds_op = _p_operand(dst, dtype, a_layout)
     dk = warpgroup_mma(ds_op, q, acc[0], is_async=True)
     if TAILED:
         dkt = warpgroup_mma(gl.convert_layout(ds_op, at_layout), qt, acc[2], is_async=True)
@@ -452,7 +466,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
               cap_in, cap_out, SOFTCAP: gl.constexpr, KEY_TAIL: gl.constexpr,
               dk_desc, dv_desc, DKV_TMA: gl.constexpr, HEAD_COLS: gl.constexpr, T,
-              HEAD_TAIL: gl.constexpr):
+              HEAD_TAIL: gl.constexpr, LSE_ACC: gl.constexpr):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV (and a head-dim tail's, ``T``) stored at the end. Under a causal mask the
     tiles that cross the diagonal (those above start_n + BLOCK_N) run masked, in a loop of
@@ -526,7 +540,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                    KEY_TAIL and seg < 2, ROWS_TMA, OFFSET, LEFT, RIGHT, seg < 2,
                                    IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in=cap_in,
                                    cap_out=cap_out, SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero,
-                                   at_layout=at_layout, HEAD_TAIL=HEAD_TAIL)
+                                   at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
+                                   LSE_ACC=LSE_ACC)
         else:
             for start_m in range(lo, whole, BLOCK_M):
                 acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
@@ -535,14 +550,15 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL,
                                KEY_TAIL, ROWS_TMA, cap_in=cap_in, cap_out=cap_out,
                                SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero, at_layout=at_layout,
-                               HEAD_TAIL=HEAD_TAIL)
+                               HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC)
             for start_m in range(whole, hi, BLOCK_M):
                 acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
                                delta_base, offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
                                a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False, False,
                                ROWS_TMA, cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP, T=T,
-                               dqt_zero=dqt_zero, at_layout=at_layout, HEAD_TAIL=HEAD_TAIL)
+                               dqt_zero=dqt_zero, at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
+                               LSE_ACC=LSE_ACC)
 
     dk = (acc[0] * scale).to(dtype)
     dv = acc[1].to(dtype)
@@ -616,7 +632,7 @@ def _stage_store(x, ring, desc, b, h, row, col=0):
 
 @gluon.jit
 def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, dk_desc,
-                   dv_desc, Lse, Delta, DK, DV, CU_Q, CU_K,
+                   dv_desc, Lse, Delta, DK, DV, CU_Q, CU_K, LIST,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
                    H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT, cap_in,
                    cap_out, q_tail, k_tail, v_tail, do_tail, dk_tail, dv_tail, dq_tail,
@@ -627,7 +643,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                    HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False,
                    SOFTCAP: gl.constexpr = False, KEY_TAIL: gl.constexpr = False,
                    DKV_TMA: gl.constexpr = False, HEAD_COLS: gl.constexpr = 0,
-                   HEAD_TAIL: gl.constexpr = 0):
+                   HEAD_TAIL: gl.constexpr = 0, LSE_ACC: gl.constexpr = False):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
 
@@ -637,21 +653,29 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
     then the tail's (``dq_tail``: block (FRAG_ROWS, the tail's), from the column after).
 
     VARLEN: a packed batch. The tensors are (1, H, total, D) (N_Q = total_q), CU_Q and
-    CU_K the (B + 1,) int32 prefix sums, N_K and the grid the longest sequence's keys;
-    program (n, bh) takes key tile n of sequence bh // HKV, and has nothing to do past
-    the sequence's end. Tiles are placed from the sequence's first row, so a tile's rows
-    past the sequence are the next one's: a key row there is masked (:func:`_consumer`);
+    CU_K the (B + 1,) int32 prefix sums, N_K the longest sequence's keys; the grid (L,)
+    runs LIST, the device-built order of the batch's key tiles
+    (:func:`~flashscope.kernels.packed_worklist._key_list`, longest sequences first);
+    an entry of -1 has nothing to do. Tiles are placed from the sequence's first row, so a
+    tile's rows past the sequence are the next one's: a key row there is masked
+    (:func:`_consumer`);
     a query row reads a log-sum-exp of +inf (P = 0, its dQ row adds zeros) from the row
     vectors, where the delta launch put sequence b's rows from r0, a multiple of BLOCK_M
     (:func:`~flashscope.kernels.attention_bwd.padded_start`), followed by +inf and 0 to its
     last tile's end.
 
-    SECTION = 0: program (n, bh) takes key tile n of bh, so programs start head by head.
-    SECTION = S: the programs are ordered in sections of S (batch, kv head) pairs, key
+    Dense, SECTION = 0: program (n, bh) takes key tile n of bh, so programs start head by
+    head. SECTION = S: the programs are ordered in sections of S (batch, kv head) pairs, key
     tile by key tile within a section, so under a causal mask (where key tile n's program
     visits the query tiles from n on) a section's longest programs start first and the
     shortest fill the last wave."""
-    if SECTION > 0:
+    if VARLEN:
+        N_N = gl.cdiv(N_K, BLOCK_N)
+        listed = gl.load(LIST + gl.program_id(0))
+        entry = gl.maximum(listed, 0)
+        pid_n = entry % N_N
+        pid_bh = entry // N_N
+    elif SECTION > 0:
         T = gl.num_programs(0)
         BHN = gl.num_programs(1)
         pid = gl.program_id(1) * T + gl.program_id(0)
@@ -673,6 +697,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
         n_q = gl.load(CU_Q + off_b + 1) - q0
         k0 = gl.load(CU_K + off_b)
         n_k = gl.load(CU_K + off_b + 1) - k0
+        n_k = gl.where(listed >= 0, n_k, 0)  # an empty slot: no keys, nothing stored
         r0 = padded_start(q0, off_b, BLOCK_M)  # where the delta launch put its rows
         tb = off_b * 0  # the views' batch index, 0, as a tensor like the dense one's
         hi = n_q
@@ -750,7 +775,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       scale, shift, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
                       VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP,
-                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS, T, HEAD_TAIL)),
+                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS, T, HEAD_TAIL, LSE_ACC)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,

@@ -1,5 +1,7 @@
-"""The work list of a packed (variable-length) batch for the persistent sm_90 forward,
-built on the device from the prefix sums, so the host never waits to read them.
+"""The work lists of a packed (variable-length) batch, built on the device from the
+prefix sums, so the host never waits to read them: the persistent sm_90 forward's
+(:func:`_packed_list`) and the order of the Hopper backward's programs
+(:func:`_key_list`).
 
 A packed batch's grid is sized by its longest sequence: B x H x cdiv(max_seqlen_q,
 BLOCK_M) row blocks, most of them past their own sequence's end when the lengths differ.
@@ -157,3 +159,57 @@ def _packed_list(CuQ, CuK, Sched, B, H, N_M, P, L, BLOCK_M: tl.constexpr,
         for p0 in range(0, P + 1, BLOCK_E):
             pp = p0 + tl.arange(0, BLOCK_E)
             tl.store(Sched + pp, _entry_start(pp, T, P, SPAN), mask=pp <= P)
+
+
+@triton.jit
+def _key_list(CuQ, CuK, List, B, HKV, N_N, L, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
+              BLOCK_E: tl.constexpr, SECTION: tl.constexpr):
+    """The program order of the Hopper backward on a packed batch: ``List[e]`` = (b HKV +
+    h) N_N + n, key tile n of kv head h of sequence b, for the grid's program e; -1 in the
+    slots from the T live entries to L. A grid sized by the longest sequence (B HKV N_N
+    programs) would launch the key tiles past each shorter sequence's end, and launch
+    the sequences in batch order; here each sequence has its min(cdiv(n_k, BLOCK_N), N_N)
+    key tiles per kv head, the sequences by query rows, most first (ties: more keys, then
+    batch order), as every key tile of a sequence visits its query rows (under a causal
+    mask key tile n visits those from n on, so a sequence's first tiles cost most).
+    Within a sequence, heads one after another, key tile by key tile within a head (they
+    share its Q and dO in L2); SECTION > 0 (causal): sections of SECTION heads, key tile
+    by key tile within a section, so its longest programs start first, as the dense
+    grid's sections do. Grid (cdiv(B, BLOCK_B), HKV): program (c, h) places the head-h
+    entries of sequences [c BLOCK_B, + BLOCK_B); program (0, 0) fills the slots past T."""
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    b = c * BLOCK_B + tl.arange(0, BLOCK_B)
+    ok = b < B
+    n_q = tl.load(CuQ + b + 1, mask=ok, other=0) - tl.load(CuQ + b, mask=ok, other=0)
+    n_k = tl.load(CuK + b + 1, mask=ok, other=0) - tl.load(CuK + b, mask=ok, other=0)
+    tiles = tl.where(ok, tl.minimum(tl.cdiv(n_k, BLOCK_N), N_N), 0)
+    start = tl.zeros([BLOCK_B], tl.int32)  # the entries of the sequences ahead of b
+    T = 0
+    for b0 in range(0, B, BLOCK_B):
+        o = b0 + tl.arange(0, BLOCK_B)
+        o_ok = o < B
+        o_q = tl.load(CuQ + o + 1, mask=o_ok, other=0) - tl.load(CuQ + o, mask=o_ok, other=0)
+        o_k = tl.load(CuK + o + 1, mask=o_ok, other=0) - tl.load(CuK + o, mask=o_ok, other=0)
+        o_entries = tl.where(o_ok, tl.minimum(tl.cdiv(o_k, BLOCK_N), N_N), 0) * HKV
+        ahead = (o_q[None, :] > n_q[:, None]) | (
+            (o_q[None, :] == n_q[:, None])
+            & ((o_k[None, :] > n_k[:, None])
+               | ((o_k[None, :] == n_k[:, None]) & (o[None, :] < b[:, None]))))
+        start += tl.sum(tl.where(ahead, o_entries[None, :], 0), 1)
+        T += tl.sum(o_entries, 0)
+    if SECTION > 0:
+        sec = h // SECTION
+        width = tl.minimum(HKV - sec * SECTION, SECTION)
+        first = start + sec * SECTION * tiles + h % SECTION  # key tile n at first + n width
+    else:
+        width = 1
+        first = start + h * tiles
+    for n0 in range(0, tl.max(tiles, 0), BLOCK_E):
+        n = n0 + tl.arange(0, BLOCK_E)[None, :]
+        tl.store(List + first[:, None] + n * width, (b[:, None] * HKV + h) * N_N + n,
+                 mask=ok[:, None] & (n < tiles[:, None]))
+    if (c == 0) & (h == 0):
+        for e0 in range(T, L, BLOCK_E):
+            e = e0 + tl.arange(0, BLOCK_E)
+            tl.store(List + e, -1, mask=e < L)
