@@ -875,7 +875,8 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(n=2048, heads=16), "sm90-bwd"),            # 256 programs, 1.9 an SM
     (_problem(n=1024, heads=16), "triton-bwd"),          # 128 programs
     (_problem(n=1024, heads=256, causal=True), "sm90-bwd"),    # 8 causal tiles a program
-    (_problem(n=512, heads=512, causal=True), "triton-bwd"),   # 4
+    (_problem(n=512, heads=512, causal=True), "sm90-bwd"),     # 4
+    (_problem(n=256, heads=512, causal=True), "triton-bwd"),   # 2
     (_problem(n=2048, heads=128, causal=True), "sm90-bwd"),
     (_problem(heads=64, group=4, causal=True), "sm90-bwd"),    # 512 programs, 3.9 an SM
     (_problem(heads=8, group=4, causal=True), "triton-bwd"),   # 64 programs
@@ -884,7 +885,8 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(heads=0), "sm90-bwd"),                     # heads unknown (offline)
     (_problem(d=64), "sm90-bwd"),                        # 64 tiles a program
     (_problem(d=64, n=1024, heads=256), "sm90-bwd"),     # 16 at D = 64
-    (_problem(d=64, n=512, heads=512), "triton-bwd"),    # 8
+    (_problem(d=64, n=512, heads=512), "sm90-bwd"),      # 8
+    (_problem(d=64, n=384, heads=512), "triton-bwd"),    # 6
     (_problem(d=96), "sm90-bwd"),                        # padded to 128 columns
     (_problem(d=80), "sm90-bwd"),
     (_problem(d=48), "sm90-bwd"),                        # padded to 64
@@ -892,8 +894,10 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(d=256), "triton-bwd"),
     (_problem(window=True), "sm90-bwd"),                 # bottom-right: 64 tiles
     (_problem(n=32768, heads=32, causal=True, window=True, band_keys=512), "sm90-bwd"),
-    (_problem(n=32768, heads=32, causal=True, window=True, band_keys=256), "triton-bwd"),
-    (_problem(d=64, n=8192, heads=128, window=True, band_keys=512), "triton-bwd"),   # 10
+    (_problem(n=32768, heads=32, causal=True, window=True, band_keys=256), "sm90-bwd"),  # 6
+    (_problem(n=32768, heads=32, causal=True, window=True, band_keys=64), "triton-bwd"),  # 3
+    (_problem(d=64, n=8192, heads=128, window=True, band_keys=512), "sm90-bwd"),     # 10
+    (_problem(d=64, n=8192, heads=128, window=True, band_keys=256), "triton-bwd"),   # 6
     (_problem(d=64, n=8192, heads=128, window=True, band_keys=1024), "sm90-bwd"),    # 18
     (_problem(d=64, n=8192, heads=128, window=True, band_keys=2048), "sm90-bwd"),    # 34
     (_problem(softcap=True), "sm90-bwd"),
@@ -901,8 +905,11 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(varlen=True, window=True), "sm90-bwd"),    # bottom-right, packed
     (_problem(varlen=True, causal=True, window=True, band_keys=512), "sm90-bwd"),    # 10
     (_problem(d=64, varlen=True, causal=True, window=True, band_keys=512),
-     "triton-bwd"),                                                                # 10
-    (_problem(varlen=True, causal=True, window=True, band_keys=256), "triton-bwd"),  # 6
+     "sm90-bwd"),                                                                  # 10
+    (_problem(d=64, varlen=True, causal=True, window=True, band_keys=128),
+     "triton-bwd"),                                                                # 4
+    (_problem(varlen=True, causal=True, window=True, band_keys=256), "sm90-bwd"),    # 6
+    (_problem(varlen=True, causal=True, n=256), "triton-bwd"),                      # 2
     (_problem(varlen=True, causal=True, window=True, band_keys=1024), "sm90-bwd"),   # 18
     (_problem(varlen=True, causal=True, window=True, band_keys=512, group=4,
               heads=128), "sm90-bwd"),                                            # 40

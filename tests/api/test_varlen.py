@@ -453,7 +453,8 @@ def test_default_packed_backward_takes_the_one_pass(device, causal):
 @pytest.mark.parametrize("lengths,causal,kernel", [
     ((1810, 393, 152, 3768, 5699, 129, 8000), False, "sm90-bwd"),  # mean 2865
     ((1810, 393, 152, 3768, 5699, 129, 8000), True, "sm90-bwd"),
-    ((1024, 64, 90, 300, 200, 77, 500, 100), False, "triton-bwd"),  # mean 294: 5 tiles
+    ((1024, 64, 90, 300, 200, 77, 500, 100), False, "sm90-bwd"),  # mean 294: 5 tiles
+    ((64, 90, 300, 100, 77, 200), True, "triton-bwd"),  # mean 139: 1.5 causal tiles
 ])
 def test_packed_backward_rule_reads_the_mean_length(lengths, causal, kernel):
     """The one pass against two on a packed batch is chosen on its sequences' mean

@@ -171,18 +171,21 @@ def select(problem: Problem) -> Sm90BwdConfig:
 
 #: Mean query tiles (of 64 rows) a program should visit, by head dim: below, its
 #: prologue (K and V) and epilogue (dK and dV) weigh more than the two passes' second
-#: read of the products. GPU time against the two passes (H200, bf16, the one pass
-#: storing dK and dV from registers, 1.01-1.12x slower than by TMA): D = 128, 4 and 6 tiles
-#: (B = 32 at 512 causal; causal window 256 at 64k) 0.95x and 0.97x, 8 (512 non-causal,
-#: 1k causal) 1.10x and 1.14x, 10 (causal window 512 at 32k) 1.10x; D = 64, 10 tiles
-#: (causal window 512 at 16k) 0.91x, 16 (1k non-causal, 2k causal) 0.96x and 1.03x, 18
-#: (causal window 1024) 1.04x, 32 (2k) 1.04x. Packed batches (64k tokens of mixed
-#: 128-8192, the problem's mean lengths) follow the same thresholds: D = 128 bands of 10
-#: tiles (causal window 512, two-sided 256) 1.02x and 1.05x, 18 (1024) 1.23x; D = 64
-#: causal window 512 (10) 0.83x, and with the TMA store window 1024 (18) 1.02x, causal
-#: without a window 1.21x. (Measured with 64-row tiles; D = 64's 128-row tiles since run
-#: the one pass 1.07-1.15x faster, so its threshold errs towards the two passes.)
-MIN_TILES = {64: 16, 128: 8}  # by the tiles' width (:func:`width`)
+#: read of the products. GPU time against the two passes (H200, bf16, alternating runs,
+#: 2026-11-28): D = 128 at 2 and 2.5 tiles (B = 64 at 256 causal, 128 non-causal, 320
+#: causal) 0.72-0.92x, 3 (384 causal) 1.04x, 4 (512 causal, 256 non-causal) 1.09-1.11x,
+#: 6-8 1.10-1.26x, causal window 128 at 32k (4) 1.00x, two-sided 128 at 16k (6) 1.15x;
+#: D = 64 (128-row tiles) at 4 tiles 0.89-0.90x, 6 0.96-0.99x, 7 1.00x, 8 (1k causal,
+#: 512) 1.03-1.06x, 10-16 1.11-1.19x; its band builds (64-row tiles) 0.98x at 8 (causal
+#: window 384 at 16k) and 1.03x at 10 (window 512).
+MIN_TILES = {64: 8, 128: 4}  # by the tiles' width (:func:`width`)
+#: The same for packed batches (on their mean lengths), whose programs run the list of
+#: the batch's key tiles while the two passes launch one for every key tile of the
+#: longest sequence: 64k tokens of 64-1024 (172 sequences) and 128-2048 (90), one pass
+#: against two: D = 128 at 3 tiles (causal) 1.19x, 6 1.32-1.40x, 12 1.48x; D = 64 at 3
+#: 0.96x, 6 1.12-1.18x, 12 1.32x; causal windows on 64k tokens of 128-8192, D = 128 at 4
+#: and 6 tiles 1.16x and 1.22x, D = 64 at 6, 8 and 10 1.00x, 1.09x and 1.13x.
+PACKED_MIN_TILES = {64: 6, 128: 3}
 #: Rows of the query tiles :data:`MIN_TILES` counts: those it was measured with, whatever
 #: BLOCK_M :func:`select` gives the problem
 RULE_ROWS = 64
@@ -215,7 +218,7 @@ def prefers(problem: Problem) -> Optional[str]:
         return "deterministic algorithms are on (dQ's sum order varies)"
     cfg = select(problem)
     group = max(1, problem.group)
-    least = MIN_TILES[width(problem.head_dim)]
+    least = (PACKED_MIN_TILES if problem.varlen else MIN_TILES)[width(problem.head_dim)]
     tiles = query_tiles(problem)
     if tiles < least:
         return (f"{tiles:g} query tiles a program (fewer than {least} at "
