@@ -527,7 +527,6 @@ def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: Sm90BwdConfig):
     first."""
     from .. import kernels
     from ..launch import interpreting, launch_compiled
-    from . import triton_bwd
     from .sm90_fwd import _desc4_problem, tensors_problem
 
     if (q.device.type != "cuda" or interpreting() or tensors_problem(q, k, v)
