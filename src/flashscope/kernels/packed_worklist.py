@@ -102,6 +102,30 @@ def _lengths(CuQ, CuK, b, ok, N_M, BLOCK_M: tl.constexpr, TOP_LEFT: tl.constexpr
 
 
 @triton.jit
+def _ranked(CuQ, CuK, b, n_q, reach, B, H, N_M, BLOCK_M: tl.constexpr,
+            BLOCK_B: tl.constexpr, TOP_LEFT: tl.constexpr):
+    """(entries ahead of each sequence ``b``, entries of all B sequences) in a list
+    holding H entries per row block of each sequence (:func:`_lengths`, whose ``n_q`` and
+    ``reach`` for ``b`` these are), the sequences by reach, most first, then by query
+    rows, then in batch order: each sequence is ranked against all B at once, BLOCK_B at
+    a time."""
+    start = tl.zeros([BLOCK_B], tl.int32)
+    T = 0
+    for b0 in range(0, B, BLOCK_B):
+        o = b0 + tl.arange(0, BLOCK_B)
+        o_ok = o < B
+        _, o_q, _, _, o_blocks, o_reach = _lengths(CuQ, CuK, o, o_ok, N_M, BLOCK_M, TOP_LEFT)
+        ahead = (o_reach[None, :] > reach[:, None]) | (
+            (o_reach[None, :] == reach[:, None])
+            & ((o_q[None, :] > n_q[:, None])
+               | ((o_q[None, :] == n_q[:, None]) & (o[None, :] < b[:, None]))))
+        entries = tl.where(o_ok, o_blocks * H, 0)
+        start += tl.sum(tl.where(ahead, entries[None, :], 0), 1)
+        T += tl.sum(entries, 0)
+    return start, T
+
+
+@triton.jit
 def _row_block(i, blocks, odd_start, FOLD: tl.constexpr):
     """The row block a head lists i-th: i itself, or with FOLD the last, the first, the
     next-to-last, the second, ..; a head of odd ``blocks`` that starts on an odd entry
@@ -128,20 +152,7 @@ def _packed_list(CuQ, CuK, Sched, B, H, N_M, P, L, BLOCK_M: tl.constexpr,
     b = c * BLOCK_B + tl.arange(0, BLOCK_B)
     ok = b < B
     q0, n_q, k0, n_k, blocks, reach = _lengths(CuQ, CuK, b, ok, N_M, BLOCK_M, TOP_LEFT)
-    # the list places sequence b after the entries of every sequence ahead of it
-    start = tl.zeros([BLOCK_B], tl.int32)
-    T = 0
-    for b0 in range(0, B, BLOCK_B):
-        o = b0 + tl.arange(0, BLOCK_B)
-        o_ok = o < B
-        _, o_q, _, _, o_blocks, o_reach = _lengths(CuQ, CuK, o, o_ok, N_M, BLOCK_M, TOP_LEFT)
-        ahead = (o_reach[None, :] > reach[:, None]) | (
-            (o_reach[None, :] == reach[:, None])
-            & ((o_q[None, :] > n_q[:, None])
-               | ((o_q[None, :] == n_q[:, None]) & (o[None, :] < b[:, None]))))
-        entries = tl.where(o_ok, o_blocks * H, 0)
-        start += tl.sum(tl.where(ahead, entries[None, :], 0), 1)
-        T += tl.sum(entries, 0)
+    start, T = _ranked(CuQ, CuK, b, n_q, reach, B, H, N_M, BLOCK_M, BLOCK_B, TOP_LEFT)
     first = start + h * blocks  # this head's first entry, per sequence
     for i0 in range(0, tl.max(blocks, 0), BLOCK_E):
         i = i0 + tl.arange(0, BLOCK_E)[None, :]
@@ -181,23 +192,10 @@ def _key_list(CuQ, CuK, List, B, HKV, N_N, L, BLOCK_N: tl.constexpr, BLOCK_B: tl
     h = tl.program_id(1)
     b = c * BLOCK_B + tl.arange(0, BLOCK_B)
     ok = b < B
-    n_q = tl.load(CuQ + b + 1, mask=ok, other=0) - tl.load(CuQ + b, mask=ok, other=0)
-    n_k = tl.load(CuK + b + 1, mask=ok, other=0) - tl.load(CuK + b, mask=ok, other=0)
-    tiles = tl.where(ok, tl.minimum(tl.cdiv(n_k, BLOCK_N), N_N), 0)
-    start = tl.zeros([BLOCK_B], tl.int32)  # the entries of the sequences ahead of b
-    T = 0
-    for b0 in range(0, B, BLOCK_B):
-        o = b0 + tl.arange(0, BLOCK_B)
-        o_ok = o < B
-        o_q = tl.load(CuQ + o + 1, mask=o_ok, other=0) - tl.load(CuQ + o, mask=o_ok, other=0)
-        o_k = tl.load(CuK + o + 1, mask=o_ok, other=0) - tl.load(CuK + o, mask=o_ok, other=0)
-        o_entries = tl.where(o_ok, tl.minimum(tl.cdiv(o_k, BLOCK_N), N_N), 0) * HKV
-        ahead = (o_q[None, :] > n_q[:, None]) | (
-            (o_q[None, :] == n_q[:, None])
-            & ((o_k[None, :] > n_k[:, None])
-               | ((o_k[None, :] == n_k[:, None]) & (o[None, :] < b[:, None]))))
-        start += tl.sum(tl.where(ahead, o_entries[None, :], 0), 1)
-        T += tl.sum(o_entries, 0)
+    # the forward's ranking with the roles of queries and keys swapped: key tiles take
+    # the place of row blocks, and the reach of a sequence is its query rows
+    _, n_k, _, _, tiles, reach = _lengths(CuK, CuQ, b, ok, N_N, BLOCK_N, False)
+    start, T = _ranked(CuK, CuQ, b, n_k, reach, B, HKV, N_N, BLOCK_N, BLOCK_B, False)
     if SECTION > 0:
         sec = h // SECTION
         width = tl.minimum(HKV - sec * SECTION, SECTION)
