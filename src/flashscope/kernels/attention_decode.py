@@ -46,44 +46,42 @@ def _page_of(table_row, cols, ok, PAGE: tl.constexpr):
 
 
 @triton.jit
-def _key_offsets(table_row, seq, start_n, cols, ok, N_K, NUM_PAGES, stride_kb, stride_kn,
-                 stride_vb, stride_vn, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The element offsets in K and V of keys ``cols`` = start_n + [0, BLOCK_N) of
-    sequence ``seq``: at (seq, col) along the cache's first two axes when dense (PAGE =
-    0), at (page, col % PAGE) when paged, the page read once for K and V and clamped
-    into the cache. A tile inside one page (PAGE a multiple of BLOCK_N) reads its page
-    once, as a scalar; a tile of whole pages (BLOCK_N a multiple of PAGE) reads its
-    BLOCK_N / PAGE pages, each index clamped into the sequence's table row rather than
-    masked, clamps them into the cache before spreading each over its keys, and takes a
-    key's place in its page from the tile's own arange (start_n is a multiple of PAGE).
-    Against masking the table read and clamping and taking ``cols % PAGE`` per key:
-    3200 instructions against 4312 and no spilled registers against 3/4 (sm_90, 16-key
-    pages, ``16x128 w4 s3``); GPU time 0.99-1.04x (H200), so the paged cache's gap to
-    the dense one is not this arithmetic."""
+def _key_rows(table_row, seq, start_n, cols, ok, N_K, NUM_PAGES, PAGE: tl.constexpr,
+              BLOCK_N: tl.constexpr):
+    """Where keys ``cols`` = start_n + [0, BLOCK_N) of sequence ``seq`` live, as indices
+    along the cache's first two axes: (seq, col) when dense (PAGE = 0), (page, col % PAGE)
+    when paged, the page read once for K and V and clamped into the cache. A tile inside
+    one page (PAGE a multiple of BLOCK_N) reads its page once, as a scalar; a tile of
+    whole pages (BLOCK_N a multiple of PAGE) reads its BLOCK_N / PAGE pages, each index
+    clamped into the sequence's table row rather than masked, clamps them into the cache
+    before spreading each over its keys, and takes a key's place in its page from the
+    tile's own arange (start_n is a multiple of PAGE). Against masking the table read and
+    clamping and taking ``cols % PAGE`` per key: 3200 instructions against 4312 and no
+    spilled registers against 3/4 (sm_90, 16-key pages, ``16x128 w4 s3``); GPU time
+    0.99-1.04x (H200), so the paged cache's gap to the dense one is not this arithmetic."""
     if PAGE > 0:
         if PAGE % BLOCK_N == 0:
-            page = tl.load(table_row + start_n // PAGE)
-            page = tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1).to(tl.int64)
-            k_off = page * stride_kb + (cols % PAGE) * stride_kn
-            v_off = page * stride_vb + (cols % PAGE) * stride_vn
+            page = _in_pool(tl.load(table_row + start_n // PAGE), NUM_PAGES)
+            row = cols % PAGE
         elif BLOCK_N % PAGE == 0:
             PAGES: tl.constexpr = BLOCK_N // PAGE
             first = start_n // PAGE + tl.arange(0, PAGES)
-            pages = tl.load(table_row + tl.minimum(first, (N_K - 1) // PAGE))
-            pages = tl.minimum(tl.maximum(pages, 0), NUM_PAGES - 1)
-            page = tl.reshape(tl.broadcast_to(pages[:, None], (PAGES, PAGE)),
-                              (BLOCK_N,)).to(tl.int64)
-            within = tl.arange(0, BLOCK_N) % PAGE  # start_n is a multiple of PAGE
-            k_off = page * stride_kb + within * stride_kn
-            v_off = page * stride_vb + within * stride_vn
+            pages = _in_pool(tl.load(table_row + tl.minimum(first, (N_K - 1) // PAGE)),
+                             NUM_PAGES)
+            page = tl.reshape(tl.broadcast_to(pages[:, None], (PAGES, PAGE)), (BLOCK_N,))
+            row = tl.arange(0, BLOCK_N) % PAGE
         else:
-            page = _page_of(table_row, cols, ok, PAGE)
-            page = tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1)
-            k_off = page * stride_kb + (cols % PAGE) * stride_kn
-            v_off = page * stride_vb + (cols % PAGE) * stride_vn
-        return k_off, v_off
+            page = _in_pool(_page_of(table_row, cols, ok, PAGE), NUM_PAGES)
+            row = cols % PAGE
+        return page.to(tl.int64), row
     else:
-        return seq * stride_kb + cols * stride_kn, seq * stride_vb + cols * stride_vn
+        return seq, cols
+
+
+@triton.jit
+def _in_pool(page, NUM_PAGES):
+    """A page read from the block table, clamped into the cache's NUM_PAGES."""
+    return tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1)
 
 
 @triton.jit
@@ -105,8 +103,10 @@ def _decode_tiles(
     for start_n in tl.range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         ok = cols < N_K
-        k_off, v_off = _key_offsets(table_row, seq, start_n, cols, ok, N_K, NUM_PAGES,
-                                    stride_kb, stride_kn, stride_vb, stride_vn, PAGE, BLOCK_N)
+        row_b, row_n = _key_rows(table_row, seq, start_n, cols, ok, N_K, NUM_PAGES, PAGE,
+                                 BLOCK_N)
+        k_off = row_b * stride_kb + row_n * stride_kn
+        v_off = row_b * stride_vb + row_n * stride_vn
         if DOT:
             kt = load_tile(k_base + k_off[None, :] + offs_d[:, None] * stride_kd,
                            ok[None, :], d_ok[:, None], MASKED, PAD_D)
