@@ -6,17 +6,19 @@ import pytest
 from flashscope import compile as fcompile
 from flashscope.errors import ConfigError
 from flashscope.families import Problem, config_from_text, family, triton_decode
-from flashscope.families.triton_decode import (CUT_MAX_TILES, LONG_READ_TILES, MAX_SPLITS,
+from flashscope.families.triton_decode import (CUT_MAX_TILES, IN_FLIGHT_PER_SM,
+                                               LONG_READ_TILES, MAX_SPLITS,
                                                SCORES_PER_THREAD,
                                                TritonDecodeConfig, cut_rows,
-                                               in_flight_bytes, merge_pays, narrow_keys,
+                                               in_flight_bytes, in_flight_per_sm,
+                                               merge_pays, narrow_keys,
                                                readers, select, split_count,
                                                triton_stages)
 from flashscope.targets import ALL_TARGETS, get_target
 
 
-def decode_problem(B=8, Nq=1, H=32, Hkv=8, Nk=8192, D=128, target="sm90"):
-    return Problem(target, "bfloat16", D, True, Nq, Nk, B * H, group=H // Hkv)
+def decode_problem(B=8, Nq=1, H=32, Hkv=8, Nk=8192, D=128, target="sm90", device=""):
+    return Problem(target, "bfloat16", D, True, Nq, Nk, B * H, group=H // Hkv, device=device)
 
 
 @pytest.mark.parametrize("tiles,key_tiles,grid,want", [
@@ -112,6 +114,38 @@ def test_readers_by_bytes_in_flight_and_rows():
     assert readers(cfg.replace(BLOCK_M=64), 128, "bfloat16", 108, get_target("sm80")) == 108
     assert readers(cfg.replace(BLOCK_M=128), 128, "bfloat16", 132, sm90) == 132
     assert readers(cfg, 128, "bfloat16", 132, sm90, paged=True) == 132  # gathers pace
+
+
+def test_bytes_in_flight_by_gpu_on_long_reads():
+    h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+    assert in_flight_per_sm(h200, LONG_READ_TILES) == 2 * IN_FLIGHT_PER_SM
+    assert in_flight_per_sm(h200, LONG_READ_TILES - 1) == IN_FLIGHT_PER_SM  # latency-bound
+    assert in_flight_per_sm(h100, 1024) == in_flight_per_sm("", 1024) == IN_FLIGHT_PER_SM
+    # B = 8, one query token: the H200's 64 programs take two splits from 8k keys (64
+    # key tiles), none on 1k (8 key tiles), as on an H100
+    assert select(decode_problem(device=h200)).SPLITS == 2
+    assert select(decode_problem(device=h100)).SPLITS == 1
+    assert select(decode_problem(Nk=1024, device=h200)).SPLITS == 1
+    # B = 1: 16 splits (128 programs) against the H100's 8 at 32k keys
+    assert select(decode_problem(B=1, Nk=32768, device=h200)).SPLITS == 16
+    assert select(decode_problem(B=1, Nk=32768, device=h100)).SPLITS == 8
+    # wide tiles and B = 64 stay where they were: one program an SM, no split
+    assert select(decode_problem(B=64, device=h200)).SPLITS == 1
+    assert select(decode_problem(B=8, Nq=16, H=64, device=h200)) == select(
+        decode_problem(B=8, Nq=16, H=64, device=h100))
+
+
+def test_a_decoding_problem_names_its_gpu():
+    import torch
+
+    from flashscope.families.triton_decode import Cache
+    from flashscope.kvcache import problem_of
+    from flashscope.masks import Mask
+
+    q = torch.zeros(2, 1, 8, 64, dtype=torch.float16)
+    k = torch.zeros(2, 16, 2, 64, dtype=torch.float16)
+    cache = Cache.of(k, k, torch.full((2,), 16, dtype=torch.int32), None)
+    assert problem_of(q, cache, Mask.of(True)).device == ""  # a CPU tensor: no GPU
 
 
 def test_select_packs_the_group_and_splits_small_grids():

@@ -159,14 +159,14 @@ _DEFAULTS: dict = {}
 
 def problem_of(q, cache: Cache, mask) -> Problem:
     """The :class:`~flashscope.families.base.Problem` of a decoding call: the query
-    tokens, the cache's keys per sequence, B x H, the GQA group and the mask."""
+    tokens, the cache's keys per sequence, B x H, the GQA group, the mask and the GPU."""
     B, Nq, H, D = q.shape
     hkv = cache.k.shape[2]
     return Problem(device_target(q.device) or "sm90", _DTYPES[q.dtype], D, mask.causal, Nq,
                    cache.capacity, B * H,
                    window=mask.left_bounded or (mask.right_bounded and not mask.causal),
                    softcap=mask.softcap is not None, group=H // hkv,
-                   paged=cache.table is not None)
+                   paged=cache.table is not None, device=launch.device_name(q.device))
 
 
 def _default_config(q, cache: Cache, mask) -> TritonDecodeConfig:

@@ -351,6 +351,20 @@ def device_target(device) -> "str | None":
     return _gpu_target(device_index(device))
 
 
+def device_name(device) -> str:
+    """The name the driver gives a CUDA/ROCm device ("NVIDIA H200"), "" where there is
+    none (CPU, meta, the interpreter): rules that differ between products of one target
+    (:attr:`~flashscope.families.base.Problem.device`) read it."""
+    if device.type != "cuda" or interpreting():
+        return ""
+    return _gpu_name(device_index(device))
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
 @functools.lru_cache(maxsize=None)
 def _gpu_target(index: int) -> "str | None":
     """device_target of CUDA/ROCm device ``index``, asked of the driver once per process

@@ -415,6 +415,7 @@ class Problem:
     paged: bool = False  # decoding: the cache is read through a block table
     band_keys: int = 0  # a window bounded on both sides: the keys it spans (Mask.span)
     deterministic: bool = False  # the backward must give the same bits on every run
+    device: str = ""  # the GPU's name as its driver gives it ("": offline, or unknown)
 
     @property
     def seq_len(self) -> int:

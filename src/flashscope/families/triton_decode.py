@@ -63,6 +63,16 @@ SHALLOW_PAGED_STAGES = 2
 #: 128, 16-key pages, B = 8 (64 programs unsplit, 128 at two splits): unsplit 10% faster
 #: at 8 key tiles, as fast at 16, 4% slower at 32
 LONG_READ_TILES = 32
+#: The same for GPUs whose memory needs more in flight than their target's example
+#: product (a part of the driver's device name: bytes an SM), on reads of
+#: :data:`LONG_READ_TILES` key tiles and more (:func:`in_flight_per_sm`). H200 (HBM3e,
+#: 4.8 TB/s against the H100's 3.35), bf16, D = 128, GQA 4:1, 1-16 query tokens, GPU time
+#: against the H100's 64 KB, same run: B = 8 at 8k keys 1.14-1.20x (one program a work
+#: tile read 2.9 TB/s), 32k 1.31-1.36x, 128k 1.39x; B = 2 1.03-1.10x at 8k, 1.17-1.33x
+#: from 32k; B = 1 0.95-1.03x at 8k, 1.07-1.27x from 32k; D = 256, B = 8, 8k 1.20x. At 1k
+#: keys (8 key tiles) the split it adds cost 0.90-0.97x at B = 8 and 0.92x at B = 2 with
+#: 16 tokens: a short read is latency, not bytes.
+IN_FLIGHT_BY_GPU = {"H200": 128 * 1024}
 #: most key tiles of a cache on which wgmma tiles of 128 rows are cut to 64
 #: (:func:`cut_rows`). H100, GQA 8:1, 16 query tokens, B = 1-8, GPU time against 128 rows:
 #: 0.99-1.37x at 8-32 key tiles (D = 64, 128, 256, dense and paged); at 64, 0.70-1.14x
@@ -232,17 +242,27 @@ def packed_rows(problem: Problem) -> int:
     return max(1, problem.group) * max(1, problem.n_q)
 
 
-def byte_readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int) -> int:
-    """Programs that keep :data:`IN_FLIGHT_PER_SM` bytes loading an SM (CU) of ``units``
-    at :func:`in_flight_bytes` a program, never more than one an SM."""
-    return max(1, min(units, units * IN_FLIGHT_PER_SM // in_flight_bytes(cfg, head_dim,
-                                                                          dtype)))
+def in_flight_per_sm(device: str, key_tiles: int = LONG_READ_TILES) -> int:
+    """K and V bytes an SM (CU) of GPU ``device`` (:attr:`Problem.device`) needs loading
+    to read a cache of ``key_tiles`` key tiles at the memory's bandwidth:
+    :data:`IN_FLIGHT_BY_GPU` where it names the GPU and the read is long, else
+    :data:`IN_FLIGHT_PER_SM`."""
+    if key_tiles < LONG_READ_TILES:
+        return IN_FLIGHT_PER_SM
+    return next((v for k, v in IN_FLIGHT_BY_GPU.items() if k in device), IN_FLIGHT_PER_SM)
+
+
+def byte_readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int,
+                 per_sm: int = IN_FLIGHT_PER_SM) -> int:
+    """Programs that keep ``per_sm`` bytes (:func:`in_flight_per_sm`) loading an SM (CU)
+    of ``units`` at :func:`in_flight_bytes` a program, never more than one an SM."""
+    return max(1, min(units, units * per_sm // in_flight_bytes(cfg, head_dim, dtype)))
 
 
 def readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int,
-            target=None, paged: bool = False) -> int:
+            target=None, paged: bool = False, per_sm: int = IN_FLIGHT_PER_SM) -> int:
     """Programs that together read the cache at the memory's bandwidth on a GPU of
-    ``units`` SMs (CUs): those that keep :data:`IN_FLIGHT_PER_SM` bytes loading an SM at
+    ``units`` SMs (CUs): those that keep ``per_sm`` bytes loading an SM at
     :func:`in_flight_bytes` a program, for dense caches and tiles whose products keep
     pace with their loads (up to :data:`STREAM_ROWS` rows, :data:`WGMMA_ROWS` where
     ``target`` runs them as wgmma); one an SM for wider tiles and for ``paged`` caches,
@@ -252,7 +272,7 @@ def readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int,
     second wave's programs run alone."""
     if paged or cfg.BLOCK_M > (WGMMA_ROWS if _wgmma(cfg, target) else STREAM_ROWS):
         return units
-    return byte_readers(cfg, head_dim, dtype, units)
+    return byte_readers(cfg, head_dim, dtype, units, per_sm)
 
 
 def split_count(tiles: int, key_tiles: int, readers: int, streams: Optional[int] = None,
@@ -379,10 +399,11 @@ def select(problem: Problem) -> TritonDecodeConfig:
         cfg = cfg.replace(BLOCK_N=cfg.BLOCK_N // 2)
     tiles = kv_heads * -(-rows // block_m)
     key_tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
-    grid = readers(cfg, problem.head_dim, problem.dtype, units, t, problem.paged)
+    per_sm = in_flight_per_sm(problem.device, key_tiles)
+    grid = readers(cfg, problem.head_dim, problem.dtype, units, t, problem.paged, per_sm)
     splits = split_count(tiles, key_tiles, grid, kv_heads, units)
     by_bytes = split_count(tiles, key_tiles, byte_readers(cfg, problem.head_dim,
-                                                          problem.dtype, units),
+                                                          problem.dtype, units, per_sm),
                            kv_heads, units)
     cfg = cfg.replace(SPLITS=splits if merge_pays(key_tiles, splits, by_bytes) else 1)
     block_n, stages = narrow_keys(cfg.BLOCK_N, cfg.num_stages, key_tiles,
