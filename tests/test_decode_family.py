@@ -148,6 +148,22 @@ def test_a_decoding_problem_names_its_gpu():
     assert problem_of(q, cache, Mask.of(True)).device == ""  # a CPU tensor: no GPU
 
 
+def test_device_name_asks_the_driver_for_gpus_only(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    from flashscope import launch
+
+    monkeypatch.setattr(launch, "_gpu_name", lambda index: f"NVIDIA H200 #{index}")
+    monkeypatch.setattr(launch, "device_index", lambda device: 3)
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    assert launch.device_name(SimpleNamespace(type="cuda")) == "NVIDIA H200 #3"
+    assert launch.device_name(torch.device("cpu")) == ""
+    monkeypatch.setattr(launch, "interpreting", lambda: True)
+    assert launch.device_name(SimpleNamespace(type="cuda")) == ""
+
+
 def test_select_packs_the_group_and_splits_small_grids():
     one = select(decode_problem(B=1, Nq=1, Hkv=8, Nk=131072))
     assert (one.BLOCK_M, one.DOT, one.num_warps) == (16, True, 4)  # 4 rows padded to 16

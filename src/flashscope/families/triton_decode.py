@@ -63,9 +63,10 @@ SHALLOW_PAGED_STAGES = 2
 #: 128, 16-key pages, B = 8 (64 programs unsplit, 128 at two splits): unsplit 10% faster
 #: at 8 key tiles, as fast at 16, 4% slower at 32
 LONG_READ_TILES = 32
-#: The same for GPUs whose memory needs more in flight than their target's example
-#: product (a part of the driver's device name: bytes an SM), on reads of
-#: :data:`LONG_READ_TILES` key tiles and more (:func:`in_flight_per_sm`). H200 (HBM3e,
+#: K and V bytes an SM keeps loading (:data:`IN_FLIGHT_PER_SM`) on GPUs whose memory
+#: needs more in flight than their target's example product (a part of the driver's
+#: device name: bytes), on reads of :data:`LONG_READ_TILES` key tiles and more
+#: (:func:`in_flight_per_sm`). H200 (HBM3e,
 #: 4.8 TB/s against the H100's 3.35), bf16, D = 128, GQA 4:1, 1-16 query tokens, GPU time
 #: against the H100's 64 KB, same run: B = 8 at 8k keys 1.14-1.20x (one program a work
 #: tile read 2.9 TB/s), 32k 1.31-1.36x, 128k 1.39x; B = 2 1.03-1.10x at 8k, 1.17-1.33x
