@@ -121,6 +121,8 @@ def test_bytes_in_flight_by_gpu_on_long_reads():
     assert in_flight_per_sm(h200, LONG_READ_TILES) == 2 * IN_FLIGHT_PER_SM
     assert in_flight_per_sm(h200, LONG_READ_TILES - 1) == IN_FLIGHT_PER_SM  # latency-bound
     assert in_flight_per_sm(h100, 1024) == in_flight_per_sm("", 1024) == IN_FLIGHT_PER_SM
+    assert in_flight_per_sm("NVIDIA H200 NVL", 64) == 2 * IN_FLIGHT_PER_SM
+    assert in_flight_per_sm("NVIDIA GH200 480GB", 64) == IN_FLIGHT_PER_SM  # not measured
     # B = 8, one query token: the H200's 64 programs take two splits from 8k keys (64
     # key tiles), none on 1k (8 key tiles), as on an H100
     assert select(decode_problem(device=h200)).SPLITS == 2

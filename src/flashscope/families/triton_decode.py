@@ -64,7 +64,7 @@ SHALLOW_PAGED_STAGES = 2
 #: at 8 key tiles, as fast at 16, 4% slower at 32
 LONG_READ_TILES = 32
 #: K and V bytes an SM keeps loading (:data:`IN_FLIGHT_PER_SM`) on GPUs whose memory
-#: needs more in flight than their target's example product (a part of the driver's
+#: needs more in flight than their target's example product (a word of the driver's
 #: device name: bytes), on reads of :data:`LONG_READ_TILES` key tiles and more
 #: (:func:`in_flight_per_sm`). H200 (HBM3e,
 #: 4.8 TB/s against the H100's 3.35), bf16, D = 128, GQA 4:1, 1-16 query tokens, GPU time
@@ -250,7 +250,8 @@ def in_flight_per_sm(device: str, key_tiles: int = LONG_READ_TILES) -> int:
     :data:`IN_FLIGHT_PER_SM`."""
     if key_tiles < LONG_READ_TILES:
         return IN_FLIGHT_PER_SM
-    return next((v for k, v in IN_FLIGHT_BY_GPU.items() if k in device), IN_FLIGHT_PER_SM)
+    words = device.split()
+    return next((v for k, v in IN_FLIGHT_BY_GPU.items() if k in words), IN_FLIGHT_PER_SM)
 
 
 def byte_readers(cfg: TritonDecodeConfig, head_dim: int, dtype: str, units: int,
