@@ -313,9 +313,10 @@ def lse_in_acc(cfg: Sm90BwdConfig, varlen: bool) -> bool:
     """Whether S^T's accumulator starts at -L / scale (the kernel's LSE_ACC): for packed
     batches on 128-row tiles, whose build otherwise keeps the L vector live across the
     product and spills 21/31 registers (8/15 this way, sm_90 D = 64). GPU time against
-    reading L after the product (H200, bf16, D = 64, 64k-token batches): 1.03-1.04x;
-    the dense build, which spills 5/5 either way, read 0.96x (non-causal) this way, its
-    S^T product waiting for the L read."""
+    reading L after the product (H200, bf16, D = 64, 64k-token batches): 1.03-1.04x.
+    The dense builds keep reading it after: non-causal (5/5 spilled either way) read
+    0.96-1.01x this way, its S^T product waiting for the L read; causal (19/25 against
+    7/12) 0.98-1.02x over two runs."""
     return varlen and cfg.BLOCK_M >= WIDE_ROWS
 
 
