@@ -122,6 +122,27 @@ def test_malformed_pages(tmp_path, capsys, binary, text, match):
     assert code == 2 and len(err.strip().splitlines()) == 1
 
 
+def test_page_among_what_ncu_and_the_program_printed(tmp_path):
+    """A page exported to stdout during live profiling (ncu --page source --csv > FILE)
+    reads as the clean page: the program's own output before it and ncu's messages
+    anywhere are passed over; a stray line inside the page is still refused."""
+    clean = gzip.decompress(PAGE.read_bytes()).decode()
+    lines = clean.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith('"Address"')) + 3
+    noisy = "\n".join(["==WARNING== Note: Running with unmodified GPU clocks.",
+                        "==PROF== Connected to process 732 (/usr/bin/python3.12)",
+                        "step 1 done, loss 0.25", "==PROF== Disconnected from process 732",
+                        *lines[:at], "==PROF== Report: /tmp/x.ncu-rep", *lines[at:]]) + "\n"
+    p = tmp_path / "noisy.csv"
+    p.write_text(noisy)
+    want, got = source_page.load(PAGE)[0], source_page.load(p)[0]
+    assert (got.kernel, got.addresses, got.sass, got.counters) == (
+        want.kernel, want.addresses, want.sass, want.counters)
+    p.write_text("\n".join([*lines[:at], "step 2 done", *lines[at:]]) + "\n")
+    with pytest.raises(ParseError, match=f":{at + 1}: 1 fields"):
+        source_page.load(p)
+
+
 def test_record_command_is_what_the_docs_say():
     from flashscope.profile.lines import record_command
 

@@ -51,11 +51,14 @@ class SourcePage:
 
 def read(text: str, source: str) -> list:
     """The kernels of a source-page CSV, in order; ParseError naming the line for anything
-    malformed (no header, a row of the wrong width, a count that is not a number)."""
+    malformed (a row of the wrong width, a count that is not a number), or naming the file
+    where no page is in it. What ncu's live profiling prints to the same stdout is passed
+    over: the profiled program's own output before the first page, and ncu's messages
+    (``==PROF==``, ``==WARNING==``, ``==ERROR==`` lines) anywhere."""
     pages, cur, header, kernel = [], None, None, None
     rows = list(csv.reader(io.StringIO(text)))
     for n, row in enumerate(rows, 1):
-        if not row or not any(c.strip() for c in row):
+        if not row or not any(c.strip() for c in row) or _NCU_MESSAGE.match(row[0]):
             continue
         if row[0] == "Kernel Name":
             kernel, header, cur = (row[1] if len(row) > 1 else ""), None, None
@@ -68,7 +71,7 @@ def read(text: str, source: str) -> list:
             pages.append(cur)
             continue
         if header is None:
-            if row[0].startswith("==PROF=="):
+            if not pages:  # the profiled program's output, before ncu's page
                 continue
             raise ParseError(f"{source}:{n}: expected a \"Kernel Name\" or \"Address\" line "
                              "of ncu's source page (--page source --csv)")
@@ -92,9 +95,13 @@ def read(text: str, source: str) -> list:
         cur.sass.append(d["Source"])
         cur.counters.append(values)
     if not pages or not any(p.addresses for p in pages):
-        raise ParseError(f"{source}: no instruction rows (expected ncu's --page source --csv "
-                         "--print-source sass output)")
+        raise ParseError(f"{source}: no instruction rows of ncu's source page (expected the "
+                         "output of --page source --csv --print-source sass)")
     return pages
+
+
+#: a line ncu prints among the profiled program's output (and so in a page exported to stdout)
+_NCU_MESSAGE = re.compile(r"==(PROF|WARNING|ERROR|INFO)==")
 
 
 def load(path) -> list:
