@@ -143,6 +143,63 @@ def test_page_among_what_ncu_and_the_program_printed(tmp_path):
         source_page.load(p)
 
 
+def test_page_alone_sums_the_page(capsys, tmp_path):
+    """--page-alone: a page read without its binary (another library's kernel) gives the
+    launch's samples by reason and by opcode, and its top instructions, each summing what
+    the page holds."""
+    page = source_page.pick(source_page.load(PAGE))
+    samples = [c.get("stall_samples", 0) for c in page.counters]
+    code, out, err = _run(capsys, "--page-alone", "--source-page", str(PAGE), "--top", "5",
+                          "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["kernel"] == "_attn_fwd_sm90" and d["instructions"] == len(page.sass) == 4296
+    assert d["stall_samples"] == pytest.approx(sum(samples)) and sum(samples) > 0
+    ops = d["by_opcode"]
+    assert sum(o["instructions"] for o in ops) == 4296
+    assert sum(o["stall_samples"] for o in ops) == pytest.approx(sum(samples))
+    assert sum(o["instructions_executed"] for o in ops) == pytest.approx(
+        sum(c.get("instructions_executed", 0) for c in page.counters))
+    assert [o["stall_samples"] for o in ops] == sorted((o["stall_samples"] for o in ops),
+                                                        reverse=True)
+    top = [t["counters"]["stall_samples"] for t in d["top"]]
+    assert len(top) == 5 and top == sorted(samples, reverse=True)[:5]
+    first = d["top"][0]
+    i = page.addresses.index(page.addresses[0] + first["offset"])
+    assert first["sass"] == page.sass[i].strip()
+    assert sum(d["stalls_by_reason"].values()) == pytest.approx(sum(
+        v for c in page.counters for k, v in c.items() if k.startswith("stall.")))
+    code, out, err = _run(capsys, "--page-alone", "--source-page", str(PAGE), "--csv")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("kind,opcode,offset,sass")
+    assert sum(ln.startswith("instruction,") for ln in lines) == 20
+    code, out, err = _run(capsys, "--page-alone", "--source-page", str(PAGE), "--top", "3")
+    flat = " ".join(out.split())
+    assert code == 0 and "stalls by opcode" in flat and "instructions by stall samples" in flat
+
+
+@pytest.mark.parametrize("sass,op", [("@!P2  BRA 0x7f1f597bd9d0", "BRA"), ("NOP", "NOP"),
+                                     ("HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ", "HGMMA"),
+                                     ("@UP0 UIADD3 UR4, UR4, 0x1, URZ", "UIADD3"), ("", "")])
+def test_opcode_of_a_sass_line(sass, op):
+    assert source_page.opcode(sass) == op
+
+
+def test_page_alone_refusals(capsys, tmp_path, binary):
+    bad = tmp_path / "bad.csv"
+    bad.write_text('"Kernel Name","k",\n"Address","Source"\n"zz","NOP"\n')
+    for argv, match in [(["--page-alone"], "give --source-page"),
+                        (["--page-alone", "--source-page", str(PAGE), "--binary",
+                          str(binary)], "drop --binary"),
+                        (["--page-alone", "--source-page", str(bad)], "not hexadecimal"),
+                        (["--page-alone", "--source-page", str(tmp_path / "none.csv")],
+                         "--source-page")]:
+        code, out, err = _run(capsys, *argv)
+        assert code == 2 and match in err and len(err.strip().splitlines()) == 1, err
+        assert "Traceback" not in err
+
+
 def test_record_command_is_what_the_docs_say():
     from flashscope.profile.lines import record_command
 

@@ -62,6 +62,10 @@ def register(sub):
                        help="with --source-page: the recorded kernel's binary (its Triton "
                             "cache folder, a .cubin or a flashscope cache entry); default: "
                             "the config built offline for --target at --shape")
+    lines.add_argument("--page-alone", action="store_true",
+                       help="with --source-page: read the page without a binary (another "
+                            "library's kernel): stall samples by reason and by opcode, and "
+                            "the --top instructions (default 20), not by source line")
     common.add_target(lines, help="with --source-page and no --binary: the GPU it was "
                       "recorded on (default sm90)")
     lines.add_argument("--kernel", default="fwd",
@@ -72,7 +76,8 @@ def register(sub):
     lines.add_argument("--kernel-name", default="",
                        help="the kernel of a page that holds several (part of its name)")
     lines.add_argument("--top", type=common.integer(0), default=0, metavar="N",
-                       help="with --lines: the N lines with the most stall samples")
+                       help="with --lines: the N lines with the most stall samples (with "
+                            "--page-alone: instructions)")
     p.set_defaults(func=run)
 
 
@@ -103,7 +108,7 @@ def run(args) -> int:
     from ..errors import FlashscopeError
     from ..profile import runner, session
 
-    if args.lines or args.source_page:
+    if args.lines or args.source_page or args.page_alone:
         from .profile_lines import run_lines
 
         return run_lines(args)

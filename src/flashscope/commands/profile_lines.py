@@ -43,6 +43,8 @@ def run_lines(args) -> int:
                               "--ncu-csv/--from-csv")
     if args.source_page:
         common.check_input_file(args.source_page, "--source-page")
+    if args.page_alone:
+        return _run_page_alone(args)
     if args.binary and not os.path.isdir(args.binary):
         common.check_input_file(args.binary, "--binary")
     recorded_kernel(args.kernel)  # an unknown or decoding --kernel is refused before any work
@@ -76,6 +78,61 @@ def run_lines(args) -> int:
     rows = csv_rows([(view.kernel, view)], extra=lambda _, r: dict(r.counters or {}))
     common.emit(args, result, rows=rows, render=lambda con: _print(con, view, result, args.top))
     return 0
+
+
+def _run_page_alone(args) -> int:
+    """--page-alone: a recorded page without its binary
+    (:func:`flashscope.profile.source_page.page_alone`)."""
+    from ..errors import FlashscopeError
+    from ..profile import source_page
+
+    if not args.source_page:
+        raise FlashscopeError("--page-alone reads a recorded page: give --source-page FILE")
+    if args.binary:
+        raise FlashscopeError("--page-alone reads the page without a binary: drop --binary "
+                              "(with it, the page is joined to its source lines)")
+    page = source_page.pick(source_page.load(args.source_page), args.kernel_name)
+    common.prepare(args)
+    result = {"source_page": args.source_page,
+              **source_page.page_alone(page, args.top or 20)}
+    total = result["stall_samples"] or 1.0
+    rows = [{"kind": "opcode", "opcode": o["opcode"], "offset": "", "sass": "",
+             "instructions": o["instructions"],
+             "instructions_executed": o["instructions_executed"],
+             "stall_samples": o["stall_samples"], "share": o["stall_samples"] / total}
+            for o in result["by_opcode"]]
+    rows += [{"kind": "instruction", "opcode": source_page.opcode(t["sass"]),
+              "offset": f"0x{t['offset']:x}", "sass": t["sass"], "instructions": 1,
+              "instructions_executed": t["counters"].get("instructions_executed", 0),
+              "stall_samples": t["counters"].get("stall_samples", 0),
+              "share": t["counters"].get("stall_samples", 0) / total}
+             for t in result["top"]]
+    common.emit(args, result, rows=rows, render=lambda con: _print_alone(con, result))
+    return 0
+
+
+def _print_alone(console, result) -> None:
+    from .. import terminal
+
+    total = result["stall_samples"] or 1.0
+    name = result["kernel"] if len(result["kernel"]) <= 60 else result["kernel"][:57] + "..."
+    t = terminal.table("opcode", "instr", "warp instr executed", "stall samples", "share",
+                       title=f"{name}: stalls by opcode (the page alone, "
+                             f"{result['instructions']} instructions; no binary, no lines)",
+                       left=("opcode",))
+    for o in result["by_opcode"][:12]:
+        t.add_row(o["opcode"], str(o["instructions"]), f"{o['instructions_executed']:,.0f}",
+                  f"{o['stall_samples']:,.0f}", f"{o['stall_samples'] / total:.1%}")
+    terminal.show(console, t)
+    t = terminal.table("offset", "sass", "warp instr executed", "stall samples", "share",
+                       "top reasons", title=f"{name}: instructions by stall "
+                                            "samples", left=("offset", "sass", "top reasons"))
+    for x in result["top"]:
+        t.add_row(f"+0x{x['offset']:x}", x["sass"][:56],
+                  *_counter_cells(x["counters"], total))
+    terminal.show(console, t)
+    console.print("stalls by reason: " + ", ".join(
+        f"{k} {v / total:.1%}" for k, v in list(result["stalls_by_reason"].items())[:8]))
 
 
 def _reasons(view) -> dict:

@@ -169,3 +169,43 @@ def by_reason(rows) -> dict:
             if k.startswith("stall."):
                 out[k[len("stall."):]] = out.get(k[len("stall."):], 0) + v
     return out
+
+
+_PREDICATE = re.compile(r"^@!?U?P\w+$")
+
+
+def opcode(sass: str) -> str:
+    """The mnemonic of a SASS line without its modifiers: ``@!P2 BRA 0x..`` -> BRA,
+    ``HGMMA.64x64x16.F32.BF16 ..`` -> HGMMA."""
+    words = sass.split()
+    if words and _PREDICATE.match(words[0]):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def page_alone(page: SourcePage, top: int = 20) -> dict:
+    """A page read without its binary (another library's kernel, whose build flashscope
+    cannot make): the launch's stall samples by reason and by opcode, and the ``top``
+    instructions by samples (offset from the first, SASS, counters). Shares are of the
+    page's stall samples."""
+    total = sum(c.get("stall_samples", 0) for c in page.counters)
+    reasons, ops = {}, {}
+    for sass, c in zip(page.sass, page.counters):
+        for k, v in c.items():
+            if k.startswith("stall."):
+                reasons[k[len("stall."):]] = reasons.get(k[len("stall."):], 0) + v
+        op = ops.setdefault(opcode(sass), {"instructions": 0, "instructions_executed": 0,
+                                           "stall_samples": 0})
+        op["instructions"] += 1
+        op["instructions_executed"] += c.get("instructions_executed", 0)
+        op["stall_samples"] += c.get("stall_samples", 0)
+    base = page.addresses[0]
+    order = sorted(range(len(page.sass)), key=lambda i: -page.counters[i].get(
+        "stall_samples", 0))
+    return {"kernel": page.kernel, "instructions": len(page.sass), "stall_samples": total,
+            "stalls_by_reason": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
+            "by_opcode": [{"opcode": k, **v} for k, v in sorted(
+                ops.items(), key=lambda kv: (-kv[1]["stall_samples"], kv[0]))],
+            "top": [{"offset": page.addresses[i] - base, "sass": page.sass[i].strip(),
+                     "counters": page.counters[i]} for i in order[:top]]}
+
