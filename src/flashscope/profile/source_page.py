@@ -208,4 +208,3 @@ def page_alone(page: SourcePage, top: int = 20) -> dict:
                 ops.items(), key=lambda kv: (-kv[1]["stall_samples"], kv[0]))],
             "top": [{"offset": page.addresses[i] - base, "sass": page.sass[i].strip(),
                      "counters": page.counters[i]} for i in order[:top]]}
-
