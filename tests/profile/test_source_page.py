@@ -2,7 +2,9 @@
 SASS rows with warp-stall samples and executed instructions) joined to the per-line view
 of the binary it came from."""
 
+import csv
 import gzip
+import io
 import json
 from pathlib import Path
 
@@ -184,6 +186,54 @@ def test_page_alone_sums_the_page(capsys, tmp_path):
                                      ("@UP0 UIADD3 UR4, UR4, 0x1, URZ", "UIADD3"), ("", "")])
 def test_opcode_of_a_sass_line(sass, op):
     assert source_page.opcode(sass) == op
+
+
+def test_pages_side_by_side(capsys, tmp_path):
+    """--page-alone with two pages: each opcode's and reason's share of each page's
+    samples; a page against itself reads the same twice, and a page whose MUFU rows hold
+    twice the samples shows MUFU's share grown by what the rest lost."""
+    text = gzip.decompress(PAGE.read_bytes()).decode()
+    page = source_page.pick(source_page.load(PAGE))
+    col = next(i for i, c in enumerate(next(csv.reader([
+        next(ln for ln in text.splitlines() if ln.startswith('"Address"'))])))
+        if c == "Warp Stall Sampling (All Samples)")
+    out_lines = []
+    for row in csv.reader(io.StringIO(text)):
+        if len(row) > col and "MUFU" in row[1]:
+            row[col] = str(2 * float(row[col].replace(",", "")))
+        out_lines.append(row)
+    doubled = tmp_path / "doubled.csv"
+    with open(doubled, "w", newline="") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(out_lines)
+    code, out, err = _run(capsys, "--page-alone", "--source-page", str(PAGE),
+                          "--source-page", str(PAGE), "--source-page", str(doubled), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert [p["kernel"] for p in d["pages"]] == ["_attn_fwd_sm90"] * 3
+    ops = {r["opcode"]: r for r in d["by_opcode"]}
+    total = sum(c.get("stall_samples", 0) for c in page.counters)
+    mufu = sum(c.get("stall_samples", 0) for sass, c in zip(page.sass, page.counters)
+               if "MUFU" in sass)
+    assert mufu > 0
+    assert ops["MUFU"]["share"][0] == ops["MUFU"]["share"][1] == pytest.approx(mufu / total)
+    assert ops["MUFU"]["share"][2] == pytest.approx(2 * mufu / (total + mufu))
+    assert all(r["share"][0] == r["share"][1] for r in d["by_opcode"] + d["by_reason"])
+    assert sum(r["share"][0] for r in d["by_opcode"]) == pytest.approx(1.0)
+    assert ops["MUFU"]["instructions_executed"][0] == ops["MUFU"]["instructions_executed"][2]
+    shares = [max(r["share"]) for r in d["by_opcode"]]
+    assert shares == sorted(shares, reverse=True)
+    code, out, err = _run(capsys, "--page-alone", "--source-page", str(PAGE),
+                          "--source-page", str(doubled), "--csv")
+    assert code == 0 and out.splitlines()[0].startswith("kind,name,page 1 share")
+    code, out, err = _run(capsys, "--page-alone", "--source-page", str(PAGE),
+                          "--source-page", str(doubled))
+    assert code == 0 and "stall samples by opcode" in " ".join(out.split())
+
+
+def test_lines_joins_one_page(capsys, binary):
+    code, out, err = _run(capsys, "--lines", "--source-page", str(PAGE), "--source-page",
+                          str(PAGE), "--binary", str(binary))
+    assert code == 2 and "give one" in err and len(err.strip().splitlines()) == 1
 
 
 def test_page_alone_refusals(capsys, tmp_path, binary):

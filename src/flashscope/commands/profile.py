@@ -55,9 +55,10 @@ def register(sub):
                        help="warp stalls by reason and instructions executed per source line "
                             "of one flashscope launch (ncu's source page), beside its "
                             "registers, spills and instruction mix")
-    lines.add_argument("--source-page", metavar="FILE",
+    lines.add_argument("--source-page", metavar="FILE", action="append", default=[],
                        help="replay a recorded source page (ncu --page source --csv "
-                            "--print-source sass; .csv or .csv.gz) instead of running ncu")
+                            "--print-source sass; .csv or .csv.gz) instead of running ncu; "
+                            "with --page-alone repeatable, the pages side by side")
     lines.add_argument("--binary", metavar="PATH",
                        help="with --source-page: the recorded kernel's binary (its Triton "
                             "cache folder, a .cubin or a flashscope cache entry); default: "
@@ -65,7 +66,8 @@ def register(sub):
     lines.add_argument("--page-alone", action="store_true",
                        help="with --source-page: read the page without a binary (another "
                             "library's kernel): stall samples by reason and by opcode, and "
-                            "the --top instructions (default 20), not by source line")
+                            "the --top instructions (default 20), not by source line; two "
+                            "or more pages: their shares by opcode and reason side by side")
     common.add_target(lines, help="with --source-page and no --binary: the GPU it was "
                       "recorded on (default sm90)")
     lines.add_argument("--kernel", default="fwd",

@@ -41,25 +41,28 @@ def run_lines(args) -> int:
     if args.ncu_csv or args.from_csv:
         raise FlashscopeError("--lines reads a source page (--source-page), not "
                               "--ncu-csv/--from-csv")
-    if args.source_page:
-        common.check_input_file(args.source_page, "--source-page")
+    for path in args.source_page:
+        common.check_input_file(path, "--source-page")
     if args.page_alone:
         return _run_page_alone(args)
+    if len(args.source_page) > 1:
+        raise FlashscopeError("--source-page: --lines joins one page to its binary; give one "
+                              "(several pages compare with --page-alone)")
+    page_path = args.source_page[0] if args.source_page else ""
     if args.binary and not os.path.isdir(args.binary):
         common.check_input_file(args.binary, "--binary")
     recorded_kernel(args.kernel)  # an unknown or decoding --kernel is refused before any work
     common.prepare(args, extra=["source.csv", "lines.ncu-rep", "triton-cache"])
     config = configs[0] if configs else ""
-    if args.source_page:
+    if page_path:
         if args.binary:
-            view, page = profile_lines(args.source_page, binary=args.binary,
+            view, page = profile_lines(page_path, binary=args.binary,
                                        kernel_name=args.kernel_name)
         else:
-            view, page = profile_lines(args.source_page,
+            view, page = profile_lines(page_path,
                                        artifact=_artifact(target, shape, dtype, causal, config,
                                                           args.kernel),
                                        kernel_name=args.kernel_name)
-        page_path = args.source_page
     else:
         import tempfile
 
@@ -91,10 +94,12 @@ def _run_page_alone(args) -> int:
     if args.binary:
         raise FlashscopeError("--page-alone reads the page without a binary: drop --binary "
                               "(with it, the page is joined to its source lines)")
-    page = source_page.pick(source_page.load(args.source_page), args.kernel_name)
+    pages = [source_page.pick(source_page.load(p), args.kernel_name) for p in args.source_page]
     common.prepare(args)
-    result = {"source_page": args.source_page,
-              **source_page.page_alone(page, args.top or 20)}
+    if len(pages) > 1:
+        return _compare_pages(args, pages)
+    result = {"source_page": args.source_page[0],
+              **source_page.page_alone(pages[0], args.top or 20)}
     total = result["stall_samples"] or 1.0
     rows = [{"kind": "opcode", "opcode": o["opcode"], "offset": "", "sass": "",
              "instructions": o["instructions"],
@@ -111,11 +116,56 @@ def _run_page_alone(args) -> int:
     return 0
 
 
+def _compare_pages(args, pages) -> int:
+    """Two or more pages alone, side by side
+    (:func:`flashscope.profile.source_page.compare`)."""
+    from ..profile import source_page
+
+    result = {"source_pages": list(args.source_page), **source_page.compare(pages)}
+    names = [f"page {i + 1}" for i in range(len(pages))]
+    rows = [{"kind": kind, "name": r[key],
+             **{f"{n} {col}": r[col][i] for i, n in enumerate(names)
+                for col in ("share", "instructions_executed") if col in r}}
+            for kind, key, table in (("opcode", "opcode", result["by_opcode"]),
+                                     ("reason", "reason", result["by_reason"]))
+            for r in table]
+    common.emit(args, result, rows=rows,
+                render=lambda con: _print_compare(con, result, args.top or 20))
+    return 0
+
+
+def _print_compare(console, result, top: int) -> None:
+    from .. import terminal
+
+    heads = [f"{i + 1}: {_short_name(p['kernel'])}" for i, p in enumerate(result["pages"])]
+    console.print("pages: " + "; ".join(
+        f"{h} ({p['instructions']} instructions, {p['stall_samples']:,.0f} samples)"
+        for h, p in zip(heads, result["pages"])))
+    for kind, key, table in (("opcode", "opcode", result["by_opcode"][:top]),
+                             ("reason", "reason", result["by_reason"])):
+        cols = [f"share {i + 1}" for i in range(len(heads))]
+        extra = ([f"warp instr {i + 1}" for i in range(len(heads))]
+                 if kind == "opcode" else [])
+        t = terminal.table(kind, *cols, *extra,
+                           title=f"stall samples by {kind} (shares of each page's)",
+                           left=(kind,))
+        for r in table:
+            if max(r["share"]) < 0.0005:  # 0.0% on every page
+                continue
+            t.add_row(r[key], *(f"{v:.1%}" for v in r["share"]),
+                      *(f"{v:,.0f}" for v in r.get("instructions_executed", [])[:len(extra)]))
+        terminal.show(console, t)
+
+
+def _short_name(kernel: str) -> str:
+    return kernel if len(kernel) <= 60 else kernel[:57] + "..."
+
+
 def _print_alone(console, result) -> None:
     from .. import terminal
 
     total = result["stall_samples"] or 1.0
-    name = result["kernel"] if len(result["kernel"]) <= 60 else result["kernel"][:57] + "..."
+    name = _short_name(result["kernel"])
     t = terminal.table("opcode", "instr", "warp instr executed", "stall samples", "share",
                        title=f"{name}: stalls by opcode (the page alone, "
                              f"{result['instructions']} instructions; no binary, no lines)",

@@ -208,3 +208,27 @@ def page_alone(page: SourcePage, top: int = 20) -> dict:
                 ops.items(), key=lambda kv: (-kv[1]["stall_samples"], kv[0]))],
             "top": [{"offset": page.addresses[i] - base, "sass": page.sass[i].strip(),
                      "counters": page.counters[i]} for i in order[:top]]}
+
+
+def compare(pages: list) -> dict:
+    """Several pages alone (:func:`page_alone`) side by side: each opcode's and each stall
+    reason's share of every page's samples (0 where a page has none), the opcodes ordered
+    by their largest share, and each opcode's warp instructions executed per page."""
+    alone = [page_alone(p, 0) for p in pages]
+    totals = [a["stall_samples"] or 1.0 for a in alone]
+    ops = sorted({o["opcode"] for a in alone for o in a["by_opcode"]})
+    by_op = []
+    for op in ops:
+        got = [next((o for o in a["by_opcode"] if o["opcode"] == op), None) for a in alone]
+        by_op.append({"opcode": op,
+                      "share": [(g["stall_samples"] if g else 0) / t
+                                for g, t in zip(got, totals)],
+                      "instructions_executed": [g["instructions_executed"] if g else 0
+                                                for g in got]})
+    reasons = sorted({r for a in alone for r in a["stalls_by_reason"]})
+    by_reason = [{"reason": r, "share": [a["stalls_by_reason"].get(r, 0) / t
+                                         for a, t in zip(alone, totals)]} for r in reasons]
+    return {"pages": [{k: a[k] for k in ("kernel", "instructions", "stall_samples")}
+                      for a in alone],
+            "by_opcode": sorted(by_op, key=lambda r: (-max(r["share"]), r["opcode"])),
+            "by_reason": sorted(by_reason, key=lambda r: (-max(r["share"]), r["reason"]))}
