@@ -15,6 +15,10 @@ land on an instruction of the binary, with the same text once predicates' spacin
 ``.reuse`` flags and branch targets (absolute at runtime) are set aside. A page of another
 build of the kernel fails there, with the first address that differs, rather than adding
 counters to the wrong lines.
+
+Without the binary (another library's kernel), a page reads alone (:func:`page_alone`: the
+samples by reason and by opcode, the top instructions), and pages of several kernels side
+by side (:func:`compare`).
 """
 
 from __future__ import annotations
