@@ -181,8 +181,14 @@ def _print_alone(console, result) -> None:
         t.add_row(f"+0x{x['offset']:x}", x["sass"][:56],
                   *_counter_cells(x["counters"], total))
     terminal.show(console, t)
+    _print_reasons(console, result["stalls_by_reason"], total)
+
+
+def _print_reasons(console, reasons: dict, total: float) -> None:
+    """The line under a table: the eight largest stall reasons as shares of ``total``
+    (``reasons`` largest first)."""
     console.print("stalls by reason: " + ", ".join(
-        f"{k} {v / total:.1%}" for k, v in list(result["stalls_by_reason"].items())[:8]))
+        f"{k} {v / total:.1%}" for k, v in list(reasons.items())[:8]))
 
 
 def _reasons(view) -> dict:
@@ -210,8 +216,7 @@ def _print(console, view, result, top: int) -> None:
                   _fmt(r.live_registers_max))
     terminal.show(console, t)
     _print_loops(console, view, total)
-    console.print("stalls by reason: " + ", ".join(
-        f"{k} {v / total:.1%}" for k, v in list(result["stalls_by_reason"].items())[:8]))
+    _print_reasons(console, result["stalls_by_reason"], total)
 
 
 def _print_loops(console, view, total: float) -> None:

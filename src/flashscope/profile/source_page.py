@@ -167,9 +167,14 @@ def join(page: SourcePage, instructions: list) -> None:
 
 def by_reason(rows) -> dict:
     """{stall reason: samples} summed over per-line rows' own counters."""
+    return _reasons(r.counters or {} for r in rows)
+
+
+def _reasons(counters) -> dict:
+    """{stall reason: samples} summed over counter dicts (``stall.<reason>`` keys)."""
     out = {}
-    for r in rows:
-        for k, v in (r.counters or {}).items():
+    for c in counters:
+        for k, v in c.items():
             if k.startswith("stall."):
                 out[k[len("stall."):]] = out.get(k[len("stall."):], 0) + v
     return out
@@ -193,11 +198,8 @@ def page_alone(page: SourcePage, top: int = 20) -> dict:
     instructions by samples (offset from the first, SASS, counters). Shares are of the
     page's stall samples."""
     total = sum(c.get("stall_samples", 0) for c in page.counters)
-    reasons, ops = {}, {}
+    reasons, ops = _reasons(page.counters), {}
     for sass, c in zip(page.sass, page.counters):
-        for k, v in c.items():
-            if k.startswith("stall."):
-                reasons[k[len("stall."):]] = reasons.get(k[len("stall."):], 0) + v
         op = ops.setdefault(opcode(sass), {"instructions": 0, "instructions_executed": 0,
                                            "stall_samples": 0})
         op["instructions"] += 1
