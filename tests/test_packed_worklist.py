@@ -43,11 +43,12 @@ def dealt(n_entries, P, pairs):
     return owner
 
 
-def expected(lq, lk, H, block_m, n_m, P, causal, top_left=None):
-    """(offsets, [(t, q0, n_q, k0, n_k) in slot order]) of the list."""
+def expected(lq, lk, H, block_m, n_m, P, causal, top_left=None, ck=None):
+    """(offsets, [(t, q0, n_q, k0, n_k) in slot order]) of the list; ``ck``: each
+    sequence's first key (default: the keys packed one sequence after another)."""
     top_left = causal if top_left is None else top_left
     cq = [0, *itertools.accumulate(lq)]
-    ck = [0, *itertools.accumulate(lk)]
+    ck = [0, *itertools.accumulate(lk)] if ck is None else ck
     reach = [min(q, k) if top_left else k for q, k in zip(lq, lk)]
     order = sorted(range(len(lq)), key=lambda b: (-reach[b], -lq[b], b))
     entries = []
@@ -64,20 +65,23 @@ def expected(lq, lk, H, block_m, n_m, P, causal, top_left=None):
 
 
 def built(device, lq, lk, H, block_m, P, causal, block_b=4, block_e=16, longest=None,
-          top_left=None):
+          top_left=None, used=None, added=0):
     """The list the kernel writes (the interpreter on "cpu", else compiled for the
     GPU), on the CPU, and its slot count L; ``longest``: the max_seqlen_q the grid is
-    sized for (default: the longest sequence)."""
+    sized for (default: the longest sequence); ``used``: each sequence's keys in use
+    (plus ``added``) out of the ``lk`` slots it has (a KV cache)."""
     n_m = max(1, cdiv(longest or max(lq), block_m))
     L = len(lq) * H * n_m
     dev = "cuda" if device == "cuda" else "cpu"
     cu_q = torch.tensor([0, *itertools.accumulate(lq)], dtype=torch.int32, device=dev)
     cu_k = torch.tensor([0, *itertools.accumulate(lk)], dtype=torch.int32, device=dev)
+    lens = cu_q if used is None else torch.tensor(used, dtype=torch.int32, device=dev)
     sched = torch.full((P + 1 + 5 * L,), -7, dtype=torch.int32, device=dev)
     kernel = kernels.load("packed_worklist", interpret=dev == "cpu")._packed_list
     kernel[(max(1, cdiv(len(lq), block_b)), H)](
-        cu_q, cu_k, sched, len(lq), H, n_m, P, L, BLOCK_M=block_m, BLOCK_B=block_b,
-        BLOCK_E=block_e, FOLD=causal, TOP_LEFT=causal if top_left is None else top_left)
+        cu_q, cu_k, lens, added, sched, len(lq), H, n_m, P, L, BLOCK_M=block_m,
+        BLOCK_B=block_b, BLOCK_E=block_e, FOLD=causal,
+        TOP_LEFT=causal if top_left is None else top_left, USED=used is not None)
     return sched.cpu(), L, n_m
 
 
@@ -104,6 +108,24 @@ def test_list_holds_each_live_row_block_once_in_order(device, lq, lk, H, block_m
     assert got == placed
     # slots past the live entries are not written (the kernel never reads them)
     assert (body[:, T:] == -7).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cache_lengths_give_each_sequence_its_keys_in_use(device, causal):
+    """USED (a KV cache, FlashAttention's seqused_k): sequence b's keys start where its
+    slots do and number its length plus the appended keys, clamped into its slots (a
+    length past them, or below 0 from a bad value, stays harmless); the list orders the
+    sequences by those keys, as it does packed ones."""
+    cap, lens, added = 50, [0, 49, 7, 60, -5, 20], 2
+    lq = (16, 16, 16, 16, 16, 16)
+    n_k = [min(max(n + added, 0), cap) for n in lens]
+    sched, L, n_m = built(device, lq, [cap] * len(lens), 2, 16, 5, causal, top_left=False,
+                          used=lens, added=added)
+    offsets, placed = expected(lq, n_k, 2, 16, n_m, 5, causal, top_left=False,
+                               ck=[cap * b for b in range(len(lens) + 1)])
+    assert sched[:6].tolist() == offsets
+    body = sched[6:].view(5, L)
+    assert [tuple(body[:, i].tolist()) for i in range(len(placed))] == placed
 
 
 @pytest.mark.parametrize("causal", [False, True])

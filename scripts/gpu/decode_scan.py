@@ -1,7 +1,10 @@
 """Time decoding configs on a GPU: one decoding step (:func:`flashscope.attention_with_kvcache`,
-causal, no append) against a full cache, dense and paged, each problem's default first and
-then configs given as ``K=V,...`` of :class:`flashscope.TritonDecodeConfig` on top of that
-default. Every config's output is checked against the float32 reference before it is timed.
+causal, no append) against a full cache, dense and paged, each problem's ``triton-decode``
+default first and then configs given as ``K=V,...`` of :class:`flashscope.TritonDecodeConfig`
+on top of that default, or as ``sm90-fwd:K=V,...`` (``sm90-fwd:`` alone: no change) on top of
+the sm_90 forward's config for the decoding rows (:func:`flashscope.kvcache.forward_config`,
+dense caches only; wide rows run there by default, docs/decode.md). Every config's output is
+checked against the float32 reference before it is timed.
 GPU time with the L2 flushed and the host hidden (the decode suite's timer,
 :func:`flashscope.bench.timing.gpu_time`). No command does this: ``flashscope bench --suite
 decode`` times the defaults against the peers. The decode rules' measured reasons
@@ -27,6 +30,8 @@ Usage: PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR \\
        --configs "SPLITS=1;SPLITS=2;num_stages=2" --rounds 3
        PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR --against HEAD~1 \\
        --shapes "8,64,16,128,1024,8" --rounds 3
+       PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR --pages 0 --rounds 4 \\
+       --shapes "64,64,16,128,8192,8;17,64,16,128,32768,8" --configs "sm90-fwd:"
 """
 
 import argparse
@@ -51,13 +56,15 @@ from flashscope.commands.common import check_out_dir
 from flashscope.errors import FlashscopeError
 from flashscope.families import family
 from flashscope.families.triton_decode import Cache, select
-from flashscope.kvcache import problem_of
+from flashscope.kvcache import forward_config, problem_of
 from flashscope.masks import Mask
 from flashscope.outfiles import PartialLines, json_text, write_atomic
 from flashscope.testing.inputs import make_kvcache
 from flashscope.testing.reference import ERROR_BOUND, reference_kvcache, rel_error
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the prefix of a --configs entry for the sm_90 forward's decoding rows
+FORWARD = "sm90-fwd:"
 RULES = "src/flashscope/families/triton_decode.py"
 CAUSAL = Mask.of(True, (-1, -1), "bottom_right", None)
 #: each finished row as it is timed, removed once decode_scan.json holds them all
@@ -136,6 +143,11 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
         for text in ["", *([other] if other else []), *texts]:
             if isinstance(text, flashscope.TritonDecodeConfig):
                 cfg, text = text, text.text
+            elif text.startswith(FORWARD):
+                if page:
+                    continue  # the forward reads dense caches
+                cfg = flashscope.Sm90FwdConfig.parse(text[len(FORWARD):],
+                                                     base=forward_config(problem))
             else:
                 cfg = flashscope.TritonDecodeConfig.parse(text, base=default)
             try:
@@ -152,7 +164,7 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
                     block_table=inp.block_table, config=cfg)
 
             err = rel_error(step(), want)
-            off = {k: v for k, v in cfg.as_dict().items() if getattr(default, k) != v}
+            off = {k: v for k, v in cfg.as_dict().items() if getattr(default, k, v) != v}
             row = {"shape": list(shape), "page": page, "config": cfg.label, "knobs": off,
                    "default": not text, "against": cfg is other, "error": err}
             if not err <= ERROR_BOUND[dtype]:
@@ -192,10 +204,15 @@ def _checked(args) -> tuple:
         raise FlashscopeError(f"--pages {args.pages!r}: expected page sizes >= 0, e.g. 0,16")
     if not (args.rounds.isdigit() and int(args.rounds) >= 1):
         raise FlashscopeError(f"--rounds {args.rounds!r}: expected a whole number >= 1")
+    texts = [t.strip() for t in str(args.configs or "").split(";") if t.strip()]
     try:
-        texts = flashscope.TritonDecodeConfig.parse_list(args.configs)
+        for t in texts:
+            if t.startswith(FORWARD):
+                flashscope.Sm90FwdConfig.parse(t[len(FORWARD):])
+            else:
+                flashscope.TritonDecodeConfig.parse(t)
     except FlashscopeError as e:
-        raise FlashscopeError(f"--configs {e}") from None
+        raise FlashscopeError(f"--configs {t!r}: {e}") from None
     out = check_out_dir(args.outdir, ("decode_scan.json", PARTIAL), args.force, "OUTDIR")
     against = None if args.against is None else load_rules(args.against)
     return shapes, pages, texts, out, against
@@ -210,7 +227,8 @@ def main(argv=None) -> int:
                     help="page sizes, 0 for the dense cache (default 0,16; the dense one "
                          "first gives the speed column its base)")
     ap.add_argument("--configs", default="",
-                    help="K=V,... of TritonDecodeConfig on each default, ';' between")
+                    help="K=V,... of TritonDecodeConfig on each default, or sm90-fwd:K=V,... "
+                         "on the forward's decoding config, ';' between")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cuda (default), or cpu: Triton's interpreter with "
                          "TRITON_INTERPRET=1, for tiny shapes (perf_counter times)")

@@ -43,8 +43,8 @@ from .families import FAMILIES, Problem, family, family_of, forward_family
 from .families.base import DTYPE_BYTES
 from .masks import Mask
 from .targets import get_target
-from .variants import (VARIANT_OPTIONS, _meta_tensors, bwd_call, fwd_call, sm90_bwd_call,
-                       variant_problem)
+from .variants import (VARIANT_OPTIONS, _meta_tensors, bwd_call, fwd_call, no_pages,
+                       sm90_bwd_call, variant_problem)
 
 #: Representative problem a build binds: (batch, heads, kv heads, query length, key length).
 #: Every size a multiple of 16, as in the benchmark suite, so the integer arguments
@@ -70,6 +70,10 @@ class KernelSpec:
     #: default config is chosen for; None: :data:`DEFAULT_PROBLEM` and the family's
     #: default for the target, head dim, dtype and mask alone
     problem: Optional[tuple] = None
+    #: the default config for a :class:`~flashscope.families.base.Problem`, where it is
+    #: not the family's own (a decoding call's rows on the sm_90 forward); None: the
+    #: family's
+    default: Optional[Callable] = None
 
 
 KERNELS: dict = {}
@@ -119,12 +123,12 @@ def parse_config(text, kernel: str, target, head_dim: int = 128, dtype: str = "b
     from .families import config_from_text
 
     problem = variant_problem(target, dtype, head_dim, causal, **variant)
-    shape = None if kernel in FORWARD_ALIASES else kernel_spec(kernel).problem
-    if shape is not None:
-        B, H, Hkv, Nq, Nk = shape
+    spec = None if kernel in FORWARD_ALIASES else kernel_spec(kernel)
+    if spec is not None and spec.problem is not None:
+        B, H, Hkv, Nq, Nk = spec.problem
         problem = dataclasses.replace(problem, n_q=Nq, n_k=Nk, heads=B * H, group=H // Hkv)
-    return config_from_text(text, problem,
-                            None if kernel in FORWARD_ALIASES else kernel_spec(kernel).family)
+    base = spec.default(problem) if spec is not None and spec.default else None
+    return config_from_text(text, problem, None if spec is None else spec.family, base=base)
 
 
 def _decode_call(kernel: str, paged: bool) -> Callable:
@@ -179,6 +183,48 @@ def _decode_call(kernel: str, paged: bool) -> Callable:
 #: the decoding kernels' representative problem: one Llama-3-8B layer (32 query heads over
 #: 8 kv heads) decoding one token for 8 sequences against 8192 keys
 DECODE_PROBLEM = (8, 32, 8, 1, 8192)
+#: the wide rows' (:func:`flashscope.families.triton_decode.forward_rows`): 64 sequences
+#: of 64 query heads over 8 kv heads verifying 16 tokens against 8192 keys
+DECODE_ROWS_PROBLEM = (64, 64, 8, 16, 8192)
+
+
+def _decode_rows_call(cfg, problem, head_dim, dtype, causal, return_lse=False, window=None,
+                      align="top_left", softcap=None, varlen=False, page=None):
+    """Call builder for a decoding call's rows on the sm_90 forward
+    (:class:`flashscope.kvcache._ForwardRows`) on meta tensors: q packed as (1, Hkv, B Nq
+    G, D), a dense cache of Nk keys a sequence seen as (1, Hkv, B Nk, D), each
+    sequence's keys from its length plus Nq appended ones, G = H / Hkv rows a position,
+    the mask aligned bottom-right as a decoding call's."""
+    import torch
+
+    from . import launch
+    from .families import sm90_fwd
+
+    if varlen:
+        raise FlashscopeError("--varlen: decode_rows takes no packed batch (a decoding "
+                              "step's sequences have lengths of their own)")
+    no_pages(page, "decode_rows")
+    B, H, Hkv, Nq, Nk = problem
+    G = H // Hkv
+    q, out, cache = _meta_tensors(problem, head_dim, dtype, (1, Hkv, B * Nq * G, head_dim),
+                                  (1, Hkv, B * Nq * G, head_dim), (B, Nk, Hkv, head_dim))
+    kv = cache.view(1, B * Nk, Hkv, head_dim).permute(0, 2, 1, 3)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device="meta") \
+        if return_lse else None
+    cu = [torch.empty(B + 1, dtype=torch.int32, device="meta") for _ in range(2)]
+    used = torch.empty(B, dtype=torch.int32, device="meta")
+    packed = launch.Packed(*cu, Nq * G, Nk, seqused_k=used, added_k=Nq, row_group=G)
+    _, args, consts = sm90_fwd.call(q, kv, kv, out, lse,
+                                    mask=Mask.of(causal, window, "bottom_right", softcap),
+                                    scale=launch.default_scale(head_dim), cfg=cfg,
+                                    packed=packed)
+    return args, consts
+
+
+def _decode_rows_default(problem):
+    from .kvcache import forward_config
+
+    return forward_config(problem)
 
 
 def _register_all() -> None:
@@ -196,6 +242,9 @@ def _register_all() -> None:
     for name, fn in decode.items():
         register_kernel(KernelSpec(name, triton_decode.KERNEL, triton_decode.MODULE, fn,
                                    _decode_call(name, name == "decode_paged"), DECODE_PROBLEM))
+    register_kernel(KernelSpec("decode_rows", sm90_fwd.KERNEL, sm90_fwd.MODULE,
+                               sm90_fwd.FUNCTION, _decode_rows_call, DECODE_ROWS_PROBLEM,
+                               _decode_rows_default))
 
 
 _register_all()

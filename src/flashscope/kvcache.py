@@ -17,6 +17,7 @@ nothing. A refused call writes nothing to the cache: every check runs before the
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -26,7 +27,8 @@ from .api import (_DTYPES, _bindable, _flag, _typed, call_key, check_device,
                   check_head_dim_of, check_mask_args, check_same_shape, check_scale,
                   device_target, resolve_config)
 from .errors import FlashscopeError
-from .families import Problem, triton_decode
+from .families import Problem, sm90_fwd, triton_decode
+from .families.sm90_fwd import Sm90FwdConfig
 from .families.triton_decode import Cache, TritonDecodeConfig
 
 
@@ -135,7 +137,12 @@ def _checked(q, k_cache, v_cache, cache_seqlens, k, v, block_table, is_causal, s
     mask = check_mask_args(is_causal, window, "bottom_right", softcap)
     D = q.shape[3]
     cfg = None if config is None else resolve_config(
-        config, D, _DTYPES[q.dtype], q.device, kinds=(triton_decode.KERNEL,))
+        config, D, _DTYPES[q.dtype], q.device, kinds=(triton_decode.KERNEL, sm90_fwd.KERNEL))
+    if isinstance(cfg, Sm90FwdConfig):
+        why = forward_layout(q, cache, scale)
+        if why:
+            raise FlashscopeError(f"config: {sm90_fwd.KERNEL} cannot run this call: {why}")
+        sm90_fwd.check_cache(cfg, D)
     if q.device.type == "cpu":
         _check_values(cache, n_new)
     return cache, n_new, mask, cfg
@@ -169,12 +176,114 @@ def problem_of(q, cache: Cache, mask) -> Problem:
                    paged=cache.table is not None, device=launch.device_name(q.device))
 
 
-def _default_config(q, cache: Cache, mask) -> TritonDecodeConfig:
-    """The family's default for this call (:func:`problem_of`), remembered by what the
-    problem is made of."""
-    key = (q.device, q.dtype, q.shape, cache.k.shape, cache.capacity, cache.page, mask)
-    return launch.remembered(_DEFAULTS, key,
-                             lambda: triton_decode.select(problem_of(q, cache, mask)))
+def _default_config(q, cache: Cache, mask, scale: float):
+    """The default for this call (:func:`problem_of`): the sm_90 forward's where
+    :func:`~flashscope.families.triton_decode.forward_rows` sends the problem there and
+    the cache's layout lets it (:func:`forward_layout`), else the decoding family's;
+    remembered by what the problem and the layout are made of."""
+    key = (q.device, q.dtype, q.shape, cache.k.shape, cache.k.stride(), cache.v.stride(),
+           cache.k.data_ptr() % 16, cache.v.data_ptr() % 16, cache.capacity, cache.page,
+           mask, scale > 0)
+    return launch.remembered(_DEFAULTS, key, lambda: _select(q, cache, mask, scale))
+
+
+def _select(q, cache: Cache, mask, scale: float):
+    problem = problem_of(q, cache, mask)
+    if triton_decode.forward_rows(problem) and forward_layout(q, cache, scale) is None:
+        return forward_config(problem)
+    return triton_decode.select(problem)
+
+
+def forward_config(problem: Problem) -> Sm90FwdConfig:
+    """The sm_90 forward's config for a decoding problem it runs: its rule's on the
+    packed rows (n_q = the packed rows, heads = B x Hkv, a packed batch), fitted, with
+    MASKED_FIRST off (the cache's last key tile must come last,
+    :func:`~flashscope.families.sm90_fwd.check_packed`)."""
+    rows = triton_decode.packed_rows(problem)
+    fwd = dataclasses.replace(problem, n_q=rows, heads=problem.heads // problem.group,
+                              group=1, varlen=True)
+    cfg = sm90_fwd.fit(sm90_fwd.select(fwd), fwd)
+    return cfg.replace(MASKED_FIRST=False)
+
+
+def forward_layout(q, cache: Cache, scale) -> Optional[str]:
+    """Why the sm_90 forward cannot run this call's layout, or None: it needs an sm_90
+    GPU, a dense cache whose sequences lie one stride apart (so that the cache is one
+    packed batch of B slots of Ncache keys each), TMA-aligned, and a positive scale."""
+    if q.device.type != "cuda" or launch.interpreting() or device_target(q.device) != "sm90":
+        return "it runs on an sm_90 GPU"
+    if cache.table is not None:
+        return "a paged cache (it reads a dense one)"
+    if scale is not None and scale <= 0:
+        return f"scale {scale} (it takes scale > 0)"
+    if cache.capacity < 1:
+        return "a cache without room for a key"
+    for name, t in (("k_cache", cache.k), ("v_cache", cache.v)):
+        if t.shape[0] > 1 and t.stride(0) != t.shape[1] * t.stride(1):
+            return (f"{name}: its sequences {t.stride(0)} elements apart, expected "
+                    f"Ncache x {t.stride(1)} (one packed batch)")
+        why = sm90_fwd._desc4_problem(_packed_cache(t))
+        if why:
+            return f"{name}: {why}"
+    return None
+
+
+def _packed_cache(t):
+    """A dense cache (B, Ncache, Hkv, D) as the forward's packed keys (1, Hkv, B Ncache,
+    D): a view, never a copy."""
+    B, n, hkv, D = t.shape
+    return t.view(1, B * n, hkv, D).permute(0, 2, 1, 3)
+
+
+class _ForwardRows:
+    """Attention on the sm_90 forward for the calls of one geometry (the append, if any,
+    ran first): each kv head's G query heads times the Nq tokens packed as the rows of
+    one sequence (a copy of q, (1, Hkv, B Nq G, D), row r of sequence b holding token
+    r // G; ROW_GROUP = G), the cache as B slots of Ncache keys of which the first
+    ``cache_seqlens[b] + n_new`` are used (the list's key counts, read on the device),
+    and the output and log-sum-exp copied back into the caller's layout. The launch is
+    bound on the first call (:func:`flashscope.families.sm90_fwd.bind`)."""
+
+    __slots__ = ("go",)
+
+    def __init__(self):
+        self.go = None
+
+    def __call__(self, q, cache: Cache, out, lse, n_new: int, mask, scale: float,
+                 cfg: Sm90FwdConfig) -> None:
+        B, Nq, H, D = q.shape
+        hkv = cache.k.shape[2]
+        G = H // hkv
+        rows = Nq * G
+        qp = q.unflatten(2, (hkv, G)).permute(2, 0, 1, 3, 4).reshape(1, hkv, B * rows, D)
+        op = torch.empty_like(qp)
+        lp = None if lse is None else torch.empty((1, hkv, B * rows), device=q.device,
+                                                  dtype=torch.float32)
+        kp, vp = _packed_cache(cache.k), _packed_cache(cache.v)
+        packed = launch.Packed(*_slots(q.device, B, rows, cache.capacity), rows,
+                               cache.capacity, seqused_k=cache.seqlens, added_k=n_new,
+                               row_group=G)
+        if self.go is None:
+            self.go = sm90_fwd.bind(qp, kp, vp, op, lp, mask=mask, scale=scale, cfg=cfg,
+                                    packed=packed)
+        self.go(qp, kp, vp, op, lp, packed)
+        out.unflatten(2, (hkv, G)).copy_(
+            op[0].unflatten(1, (B, Nq, G)).permute(1, 2, 0, 3, 4))
+        if lse is not None:
+            lse.view(B, hkv, G, Nq).copy_(
+                lp[0].unflatten(1, (B, Nq, G)).permute(1, 0, 3, 2))
+
+
+#: (cu_seqlens_q, cu_seqlens_k) of the forward's packed rows and cache slots, by device
+#: and sizes: a decoding loop asks for the same ones every step
+_SLOTS: dict = {}
+
+
+def _slots(device, B: int, rows: int, capacity: int) -> tuple:
+    def make():
+        steps = torch.arange(B + 1, device=device, dtype=torch.int32)
+        return steps * rows, steps * capacity
+    return launch.remembered(_SLOTS, (device, B, rows, capacity), make)
 
 
 def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None,
@@ -217,7 +326,8 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None
                                        return_lse, config)
     sc = launch.default_scale(q.shape[3]) if scale is None else float(scale)
     if key is not None and q.numel():
-        bound = _BoundDecode(mask, sc, cfg or _default_config(q, cache, mask), return_lse)
+        bound = _BoundDecode(mask, sc, cfg or _default_config(q, cache, mask, sc),
+                             return_lse)
         launch.remembered(_BOUND, key, lambda: bound)
         return bound(q, k_cache, v_cache, cache_seqlens, k, v, block_table)
     if compiling:
@@ -248,14 +358,16 @@ def _call_key(q, k_cache, v_cache, cache_seqlens, k, v, block_table, is_causal, 
 
 class _BoundDecode:
     """The calls of one :func:`_call_key`: their mask, scale, config and launch plan
-    (:func:`flashscope.families.triton_decode.plan`, found on the first call); a call
-    allocates the output and launches."""
+    (:func:`flashscope.families.triton_decode.plan`, found on the first call: with an
+    sm_90 forward's config, the append's alone); a call allocates the output and
+    launches."""
 
-    __slots__ = ("mask", "scale", "cfg", "return_lse", "plan", "mod")
+    __slots__ = ("mask", "scale", "cfg", "return_lse", "plan", "mod", "rows")
 
     def __init__(self, mask, scale: float, cfg, return_lse: bool):
         self.mask, self.scale, self.cfg, self.return_lse = mask, scale, cfg, return_lse
         self.plan = self.mod = None
+        self.rows = _ForwardRows() if isinstance(cfg, Sm90FwdConfig) else None
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, k, v, block_table):
         cache = Cache.of(k_cache, v_cache, cache_seqlens, block_table)
@@ -265,9 +377,13 @@ class _BoundDecode:
             from . import kernels
 
             self.plan = triton_decode.plan(q, cache, out, lse, k, v, mask=self.mask,
-                                           scale=self.scale, cfg=self.cfg)
+                                           scale=self.scale, cfg=self.cfg,
+                                           attend=self.rows is None)
             self.mod = kernels.load(triton_decode.MODULE)
         triton_decode.run_plan(self.plan, self.mod, q, cache, out, lse, k, v)
+        if self.rows is not None:
+            self.rows(q, cache, out, lse, 0 if k is None else k.shape[1], self.mask,
+                      self.scale, self.cfg)
         return (out, lse) if self.return_lse else out
 
 
@@ -281,10 +397,17 @@ def _run(q, cache: Cache, k, v, mask, scale: float, cfg, return_lse: bool):
     if out.numel() == 0:
         if k is not None and B:  # no queries, but the append still happens
             triton_decode.run(q, cache, out, lse, k_new=k, v_new=v, mask=mask, scale=scale,
-                              cfg=cfg or _default_config(q, cache, mask), attend=False)
+                              cfg=cfg or _default_config(q, cache, mask, scale),
+                              attend=False)
         return out, lse
-    triton_decode.run(q, cache, out, lse, k_new=k, v_new=v, mask=mask, scale=scale,
-                      cfg=cfg or _default_config(q, cache, mask))
+    cfg = cfg or _default_config(q, cache, mask, scale)
+    forward = isinstance(cfg, Sm90FwdConfig)
+    # the append (the decoding family's launch) runs first either way
+    if not forward or k is not None:
+        triton_decode.run(q, cache, out, lse, k_new=k, v_new=v, mask=mask, scale=scale,
+                          cfg=cfg, attend=not forward)
+    if forward:
+        _ForwardRows()(q, cache, out, lse, 0 if k is None else k.shape[1], mask, scale, cfg)
     return out, lse
 
 

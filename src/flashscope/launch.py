@@ -62,6 +62,13 @@ class Packed(NamedTuple):
     cu_seqlens_k: "torch.Tensor"
     max_seqlen_q: int
     max_seqlen_k: int
+    #: (B,) int32 or None: sequence b's keys are its first seqused_k[b] + added_k (a KV
+    #: cache, FlashAttention's ``seqused_k``); cu_seqlens_k then gives the room each has
+    seqused_k: "torch.Tensor | None" = None
+    added_k: int = 0
+    #: query rows a position: a decoding call packs the G query heads of a kv head
+    #: token by token, row r holding token r // G (1: every row its own position)
+    row_group: int = 1
 
     @property
     def batch(self) -> int:

@@ -266,8 +266,8 @@ def test_paged_caches_get_their_own_default():
     dense, paged = Cache.of(kv, kv, lens), Cache.of(kv, kv, lens, one_page)
     assert not problem_of(q, dense, mask).paged and problem_of(q, paged, mask).paged
     # 64 work tiles on sm90: unsplit when dense, two splits (one program an SM) when paged
-    assert (_default_config(q, dense, mask).SPLITS, _default_config(q, paged, mask).SPLITS) \
-        == (1, 2)
+    assert (_default_config(q, dense, mask, 0.1).SPLITS,
+            _default_config(q, paged, mask, 0.1).SPLITS) == (1, 2)
 
 
 def test_paged_launches_take_two_stages_past_one_program_an_sm():
@@ -360,6 +360,144 @@ def test_gpu_torch_compile_without_graph_breaks(device):
     assert rel_error(out / 2, ref) <= ERROR_BOUND[torch.float16]
     want_k, _ = _expected_cache(inp._replace(k_cache=kc, v_cache=vc), [10, 300], 2)
     assert torch.equal(inp.k_cache, want_k)
+
+
+# -- wide rows on the sm_90 forward ---------------------------------------------------------
+
+def _forward_cfg(B, Nq, H, Hkv, D, capacity, causal=True):
+    """The sm_90 forward's config the default would pick for these rows (the default
+    itself routes only batches of a row block an SM: these tests pass it by hand)."""
+    from flashscope.families.base import Problem
+    from flashscope.kvcache import forward_config
+
+    return forward_config(Problem("sm90", "bfloat16", D, causal, Nq, capacity, B * H,
+                                  group=H // Hkv))
+
+
+# (B, Nq, H, Hkv, D, capacity, lens, n_new, causal, window, softcap, dtype)
+FORWARD_CASES = [
+    # GQA 8:1 at 16 tokens (128 rows, a position every 8), sequences of 0 and 1 keys and
+    # fewer keys than tokens (rows that see none), an append
+    (4, 16, 64, 8, 128, 1000, [0, 1, 700, 9], 2, True, None, None, torch.bfloat16),
+    # a group of 12 (rows of one position straddle the 64-row blocks), 48 rows, fp16
+    (3, 4, 24, 2, 64, 300, [37, 250, 296], 3, True, None, None, torch.float16),
+    # MQA, 8 query heads at 5 tokens, D = 256, a left window and softcap
+    (2, 5, 8, 1, 256, 520, [129, 511], 2, True, (64, -1), 30.0, torch.bfloat16),
+    # not causal, a two-sided window, lengths on and off the 128-key tiles
+    (2, 16, 32, 4, 128, 2000, [1999, 64], 0, False, (100, 20), None, torch.float16),
+    # not causal, no window: every tile whole but each sequence's last
+    (4, 16, 64, 8, 128, 640, [639, 1, 300, 128], 1, False, None, None, torch.bfloat16),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", FORWARD_CASES, ids=range(len(FORWARD_CASES)))
+def test_gpu_forward_rows_match_float64(device, case):
+    """Decoding on the sm_90 forward (packed rows of G query heads a position, each
+    sequence's keys in use from the device) against the float64 reference."""
+    if device != "cuda":
+        pytest.skip("the sm_90 forward runs on the GPU")
+    B, Nq, H, Hkv, D, capacity, lens, n_new, causal, window, softcap, dtype = case
+    check_decode(device, B, Nq, H, Hkv, D, capacity, lens, 0, n_new, causal, window,
+                 softcap, dtype, _forward_cfg(B, Nq, H, Hkv, D, capacity, causal))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fill", [float("nan"), float("inf")])
+def test_gpu_forward_rows_never_read_past_the_lengths(device, fill):
+    """Cache slots past each sequence's length holding NaN or infinity (a torch.empty
+    cache) do not reach the output: their scores are masked and their values zeroed
+    before the product (0 x NaN would be NaN), in both kernels."""
+    if device != "cuda":
+        pytest.skip("the sm_90 forward runs on the GPU")
+    fresh_seed()
+    lens = [0, 5, 200, 1000 - 3]
+    inp = make_kvcache(device, 4, 16, 64, 8, 128, 1000, lens=lens, dtype=torch.bfloat16)
+    for b, n in enumerate(lens):
+        inp.k_cache[b, n:] = fill
+        inp.v_cache[b, n:] = fill
+    ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens)
+    for cfg in (_forward_cfg(4, 16, 64, 8, 128, 1000), None):
+        out = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache,
+                                                **inp.kwargs(), config=cfg)
+        assert torch.isfinite(out).all() and rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+
+
+@pytest.mark.gpu
+def test_gpu_wide_rows_default_to_the_forward(device):
+    """GQA 8:1 at 16 tokens on 17 sequences of 8192-key caches (136 row blocks: one an
+    SM) defaults to the sm_90 forward on a dense cache, and to the decoding kernel when
+    the sequences do not lie one stride apart; both match the reference."""
+    from flashscope import kvcache
+    from flashscope.masks import Mask
+
+    if device != "cuda" or launch_target() != "sm90":
+        pytest.skip("an sm_90 GPU")
+    fresh_seed()
+    lens = [int(x) for x in torch.randint(0, 8192, (17,))]
+    inp = make_kvcache(device, 17, 16, 64, 8, 128, 8192, lens=lens, dtype=torch.bfloat16)
+    mask = Mask.of(True, None, "bottom_right", None)
+    cache = kvcache.Cache.of(inp.k_cache, inp.v_cache, inp.cache_seqlens)
+    assert isinstance(kvcache._default_config(inp.q, cache, mask, 0.1), kvcache.Sm90FwdConfig)
+    wide = inp.k_cache.new_zeros(17, 8200, 8, 128)[:, :8192]  # sequences 8200 keys apart
+    wide.copy_(inp.k_cache)
+    strided = kvcache.Cache.of(wide, wide, inp.cache_seqlens)
+    assert "k_cache" in kvcache.forward_layout(inp.q, strided, 0.1)
+    ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens)
+    out = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **inp.kwargs())
+    assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+    out = flashscope.attention_with_kvcache(inp.q, wide, inp.v_cache, **inp.kwargs())
+    assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+
+
+def launch_target():
+    from flashscope.launch import device_target
+
+    return device_target(torch.device("cuda"))
+
+
+def test_wide_rows_rule():
+    """The rule sending decoding to the sm_90 forward: sm_90, dense, 8192 keys or more,
+    D = 128 or 256, 128 packed rows or more, a row block for each of the 132 SMs."""
+    from flashscope.families.base import Problem
+    from flashscope.families.triton_decode import forward_rows
+
+    def wide(B, Nq=16, H=64, Hkv=8, D=128, paged=False, target="sm90", n_k=8192):
+        return forward_rows(Problem(target, "bfloat16", D, True, Nq, n_k, B * H,
+                                    group=H // Hkv, paged=paged))
+
+    assert wide(64) and wide(17) and wide(64, D=256) and wide(64, n_k=8192)
+    assert not wide(16)  # 128 row blocks
+    assert not wide(64, Nq=8)  # 64 rows
+    assert not wide(64, n_k=4096) and not wide(64, D=64)
+    assert not wide(64, paged=True) and not wide(64, D=96) and not wide(64, target="sm80")
+    assert wide(5, Nq=32, H=256, Hkv=32)  # 5 x 32 kv heads of 256 rows
+
+
+def test_forward_config_is_refused_where_it_cannot_run(device):
+    """An sm_90 forward's config passed for a call it cannot run (CPU tensors here; a
+    paged cache, a head dim with a tail, MASKED_FIRST) is refused naming ``config``."""
+    from flashscope.kvcache import forward_config
+    from flashscope.families.base import Problem
+
+    if device != "cpu":
+        pytest.skip("CPU tensors under the interpreter")
+
+    cfg = forward_config(Problem("sm90", "bfloat16", 64, True, 16, 96, 2 * 16, group=8))
+    assert not cfg.MASKED_FIRST and cfg.BLOCK_M == 128
+    inp = make_kvcache("cpu", 2, 16, 16, 2, 64, 96, lens=[3, 50])
+    with pytest.raises(FlashscopeError, match="config: sm90-fwd cannot run this call: it "
+                       "runs on an sm_90 GPU"):
+        flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **inp.kwargs(),
+                                          config=cfg)
+    # what the GPU's checks refuse after the layout's (the kernel's static assertions)
+    from flashscope.families.sm90_fwd import check_cache
+
+    check_cache(cfg, 64)
+    with pytest.raises(ConfigError, match="MASKED_FIRST=1 reads a sequence's last key"):
+        check_cache(cfg.replace(MASKED_FIRST=True), 64)
+    with pytest.raises(ConfigError, match="head dim 80 against a KV cache"):
+        check_cache(cfg, 80)
 
 
 def test_equal_call_keys_mean_equal_checks(monkeypatch):

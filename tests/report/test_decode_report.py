@@ -127,3 +127,27 @@ def test_report_builds_the_hopper_backward(tmp_path, capsys):
                      *argv]) == 2
         assert needle in capsys.readouterr().err
         assert not (tmp_path / "o").exists()
+
+
+def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
+    """``--kernel decode_rows``: the sm_90 forward as a decoding call runs it (G = 8
+    packed rows a position, a KV cache's lengths; MASKED_FIRST off in its default): no
+    spill at D = 128, a different binary from the packed forward's, the tail head dims
+    and --varlen refused in one line."""
+    import json as _json
+
+    def kernel(name, *flags):
+        assert main(["inspect", "--kernel", name, "--target", "sm90", "--json",
+                     "--causal", "yes", *flags]) == 0
+        return _json.loads(capsys.readouterr().out)["kernels"][0]
+
+    rows = kernel("decode_rows")
+    assert rows["spill_stores"] == 0 and rows["config"]["MASKED_FIRST"] is False
+    assert rows["instructions"] != kernel("sm90-fwd", "--varlen", "--align",
+                                          "bottom_right")["instructions"]
+    for flags in (["--varlen"], ["--head-dim", "96"]):
+        assert main(["inspect", "--kernel", "decode_rows", "--target", "sm90", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert ("--varlen: decode_rows takes no packed batch" in err
+                or "head dim 96 against a KV cache" in err), err

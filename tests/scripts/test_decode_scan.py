@@ -78,9 +78,12 @@ def test_bad_arguments_get_one_line(capsys, tmp_path):
     assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--rounds", "0"]) == 2
     assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--configs",
                  "SPLITS=2;FOO=1"]) == 2
+    assert main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--configs",
+                 "sm90-fwd:;sm90-fwd:SPLITS=2"]) == 2  # a triton-decode knob
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 4 and "--shape" in out[0] and "--pages" in out[1]
+    assert len(out) == 5 and "--shape" in out[0] and "--pages" in out[1]
     assert "--rounds '0'" in out[2] and "--configs 'FOO=1'" in out[3] and "FOO" in out[3]
+    assert "--configs 'sm90-fwd:SPLITS=2'" in out[4] and "SPLITS" in out[4]
     assert not (tmp_path / "o").exists()
 
 

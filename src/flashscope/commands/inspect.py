@@ -48,7 +48,8 @@ def register(sub):
                    help="fwd (default: the forward kernel each target runs), triton-fwd, "
                         "sm90-fwd, bwd_preprocess, bwd_dkdv, bwd_dq, bwd_sum (a shared GQA "
                         "group's partial sums), sm90-bwd (the Hopper backward), "
-                        "triton-decode, decode_paged, decode_merge or decode_append")
+                        "triton-decode, decode_paged, decode_merge, decode_append or "
+                        "decode_rows (decoding's wide rows on the sm_90 forward)")
     p.add_argument("--jobs", type=common.integer(0), default=0,
                    help="parallel compile processes (default 0: one per CPU core)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"),

@@ -95,14 +95,15 @@ def parse_config(text: str, kernel: str, base=None) -> Knobs:
 
 
 def config_from_text(text, problem: Problem, kernel: "str | None" = None,
-                     data_dir=None) -> Knobs:
+                     data_dir=None, base: "Knobs | None" = None) -> Knobs:
     """A config as a person writes it on a command line, for ``problem``:
     ``[family:]KEY=VALUE,...`` (or a dict of knobs) on top of that family's default for
     the problem (its tuned entry or rule), the family being the one named, ``kernel``, or
     the forward family that runs the problem by default; if that one has no knob of a key
     given, the first forward family whose record has all of them (``num_warps`` is a
     portable-kernel knob). Keys not given keep the target's own default, not a generic
-    one (its tuned entry read from ``data_dir``, default the package's files)."""
+    one (its tuned entry read from ``data_dir``, default the package's files), or
+    ``base``'s where given (a kernel whose default is not its family's)."""
     if isinstance(text, dict):
         body, name = text, kernel
     else:
@@ -113,7 +114,9 @@ def config_from_text(text, problem: Problem, kernel: "str | None" = None,
             raise ConfigError(f"config {text!r}: {name!r} is not a kernel family; expected "
                               f"one of {', '.join(FAMILIES)} before ':'")
     fam = family(name) if name else _family_with(problem, _keys(body))
-    base = default_config(problem, fam, data_dir) if fam in FORWARD else fam.select(problem)
+    if base is None or base.KERNEL != fam.KERNEL:
+        base = default_config(problem, fam, data_dir) if fam in FORWARD else \
+            fam.select(problem)
     return base.replace(**body) if isinstance(body, dict) else type(base).parse(body, base)
 
 

@@ -186,15 +186,32 @@ def check_band(cfg: Sm90FwdConfig, mask, n_q: int, n_k: int) -> None:
 PACKED_KNOBS = ("BALANCE", "SPLIT_KV")
 
 
-def check_packed(cfg: Sm90FwdConfig, packed) -> None:
+def check_packed(cfg: Sm90FwdConfig, packed, head_dim: int = 128) -> None:
     """ConfigError naming the first of :data:`PACKED_KNOBS` ``cfg`` sets for a packed
-    batch (``packed`` not None)."""
+    batch (``packed``: :func:`_packed_key`, True for any, or None), and for one that
+    reads a KV cache what :func:`check_cache` refuses."""
     if packed is None:
         return
     for knob in PACKED_KNOBS:
         if getattr(cfg, knob):
             raise ConfigError(f"{KERNEL}: {knob}=1 shapes the host's work list; a packed "
                               f"batch's list is built on the device (run it with {knob}=0)")
+    if isinstance(packed, tuple) and packed[3]:
+        check_cache(cfg, head_dim)
+
+
+def check_cache(cfg: Sm90FwdConfig, head_dim: int) -> None:
+    """ConfigError for what a packed batch that reads a KV cache cannot take (the keys
+    past each length are zeroed in its last key tile, :func:`~flashscope.kernels.
+    sm90_softmax._zero_past`): MASKED_FIRST (which takes that tile first) and a head
+    dim other than 64, 128 and 256 (a tail between two powers of two is not zeroed;
+    the zeroing's tiles are 64 columns wide at least)."""
+    if cfg.MASKED_FIRST:
+        raise ConfigError(f"{KERNEL}: MASKED_FIRST=1 reads a sequence's last key tile "
+                          "first; against a KV cache it runs with MASKED_FIRST=0")
+    if head_dim not in (64, 128, 256):
+        raise ConfigError(f"{KERNEL}: head dim {head_dim} against a KV cache: expected "
+                          "64, 128 or 256")
 
 
 def check(cfg: Sm90FwdConfig, target="sm90", head_dim: int = 128,
@@ -525,10 +542,12 @@ class Sm90Plan(NamedTuple):
         kernel = kernels.load("packed_worklist")._packed_list
         grid = (max(1, triton_cdiv(B, LIST_BLOCK_B)), H)
         causal = self.consts["IS_CAUSAL"]
+        used = packed.seqused_k
         consts = dict(BLOCK_M=self.consts["BLOCK_M"], BLOCK_B=LIST_BLOCK_B,
                       BLOCK_E=LIST_BLOCK_E, FOLD=causal,
-                      TOP_LEFT=causal and not self.consts["SHIFTED"])
-        launch_compiled(kernel, grid, (cu, packed.cu_seqlens_k, sched, B, H, n_m, P, L),
+                      TOP_LEFT=causal and not self.consts["SHIFTED"], USED=used is not None)
+        launch_compiled(kernel, grid, (cu, packed.cu_seqlens_k, cu if used is None else used,
+                                       int(packed.added_k), sched, B, H, n_m, P, L),
                         consts, {"num_warps": 4, **CODEGEN_OPTIONS})
         return sched
 
@@ -595,10 +614,12 @@ def _as_mask(mask):
 
 
 def _packed_key(packed) -> "tuple | None":
-    """A packed batch's part of :func:`plan_key`: its sequences and longest lengths."""
+    """A packed batch's part of :func:`plan_key`: its sequences, longest lengths, whether
+    it reads a cache's lengths (the keys they add) and its query rows a position."""
     if packed is None:
         return None
-    return packed.batch, int(packed.max_seqlen_q), int(packed.max_seqlen_k)
+    return (packed.batch, int(packed.max_seqlen_q), int(packed.max_seqlen_k),
+            packed.seqused_k is not None, int(packed.added_k), int(packed.row_group))
 
 
 def plan_key(q, k, v, out, lse, mask, scale: float, cfg: Sm90FwdConfig,
@@ -646,10 +667,11 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     packed = packed_shape is not None
-    check_packed(cfg, packed_shape)
+    check_packed(cfg, packed_shape, D)
     lengths = (Nq, Nk)
+    row_group, cache = 1, False
     if packed:  # the grid's lengths are the longest; each sequence's, on the device (the
-        B, Nq, Nk = packed_shape  # mask's OFFSET too)
+        B, Nq, Nk, cache, _, row_group = packed_shape  # mask's OFFSET too)
         lengths = (None, None)
     check_band(cfg, mask, *lengths)
     causal = mask.causal
@@ -686,7 +708,8 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
                   SPLIT=split, CONSUMER_REGS=CONSUMER_REGS[cfg.consumers],
                   PRODUCER_REGS=PRODUCER_REGS, HAS_LEFT=switches["HAS_LEFT"],
                   HAS_RIGHT=switches["HAS_RIGHT"], SHIFTED=switches["SHIFTED"],
-                  SOFTCAP=mask.softcap is not None, VARLEN=packed)
+                  SOFTCAP=mask.softcap is not None, VARLEN=packed, ROW_GROUP=row_group,
+                  CACHE=cache)
     grid = (programs,)
     band_args = (*mask.scalars(*lengths), cap_in, cap_out)
     if packed:  # the list is built per call (:meth:`Sm90Plan.packed_list`)
@@ -731,15 +754,20 @@ def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=Non
             p.packed_list(packed) if packed is not None else None)
 
 
-def bind(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig):
+def bind(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None):
     """:func:`run` for every later launch on tensors of these tensors' geometry, with the
     plan looked up once (:class:`flashscope.launch.BoundForward`): a function of (q, k,
-    v, out, lse)."""
+    v, out, lse), or with ``packed`` of (q, k, v, out, lse, packed) for packed batches of
+    its sequences and longest lengths (:func:`_packed_key`), whose list each launch
+    builds."""
     from ..launch import launch_options
 
     _check_run(q, scale)
-    p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg)
+    p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
     options = launch_options(cfg, q.device)
+    if packed is not None:
+        return lambda q, k, v, out, lse, packed: _launch(p, options, q, k, v, out, lse,
+                                                         p.packed_list(packed))
     return lambda q, k, v, out, lse: _launch(p, options, q, k, v, out, lse)
 
 

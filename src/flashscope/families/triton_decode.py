@@ -445,6 +445,40 @@ def accepts(problem: Problem) -> Optional[str]:
     return None
 
 
+#: Packed rows from which a dense cache's decoding runs on the sm_90 forward
+#: (:func:`forward_rows`): a row block of its two-consumer tile
+FORWARD_ROWS = 128
+#: Keys a sequence's cache holds from which it does
+FORWARD_KEYS = 8192
+
+
+def forward_rows(problem: Problem) -> bool:
+    """Whether a decoding problem runs on the sm_90 forward (``sm90-fwd``) rather than
+    this family: on sm_90, a dense cache of at least :data:`FORWARD_KEYS` keys a
+    sequence, D = 128 or 256, at least :data:`FORWARD_ROWS` packed rows
+    (:func:`packed_rows`), and a row block for every SM (the forward cuts no row block's
+    keys on a cache, so fewer would leave SMs idle for the whole read).
+
+    Why: this family's wide tiles (GQA 8:1 at 16 query tokens, 128 rows: 128 FLOP a
+    byte of K and V) are bound by the products, not the bytes: its Triton loop waits for
+    each tile's two products in turn, 370-470 TFLOP/s on an H200, where the forward's
+    warp-specialized pipeline overlaps one tile's exponentials with the other's product.
+    A short cache pays the forward's fixed costs per row block (its Q, its output, the
+    copies of both into and out of the packed layout) over too few key tiles, and at
+    D = 64 the two ran level (docs/decode.md has the measured times). The caller checks
+    that the cache's sequences lie one stride apart, as the forward's packed batch needs
+    (:func:`flashscope.kvcache.forward_layout`)."""
+    t = problem.target_record()
+    if t.name != "sm90" or problem.paged or problem.head_dim not in (128, 256):
+        return False
+    rows = packed_rows(problem)
+    if rows < FORWARD_ROWS or problem.n_k < FORWARD_KEYS:
+        return False
+    kv_heads = max(1, problem.heads // max(1, problem.group))
+    blocks = kv_heads * -(-rows // FORWARD_ROWS)
+    return blocks >= (getattr(t, "sm_count", 0) or 1)
+
+
 # -- launches ------------------------------------------------------------------------------
 
 class Cache(NamedTuple):

@@ -90,6 +90,11 @@ sequence's first rows and lengths, which stand for N_Q and N_K (:func:`~flashsco
 kernels.sm90_worklist._sequence`); tiles load from the sequence's first row, a tile past
 its end reads the next sequence's rows (masked: keys past N_K are -inf), and the output
 slab that crosses the end stores from registers with a row mask (:func:`_store_out`).
+A decoding call runs here too (:mod:`flashscope.kvcache`, wide rows): each sequence a
+kv head's G query heads times its new tokens packed as rows (ROW_GROUP = G, G rows a
+position) against its cache's keys in use (CACHE: a list entry's key count is the
+sequence's length, not the room the cache keeps it; the V rows past it, which may hold
+anything, are zeroed before a product reads them).
 
 Each program reads its work list one tile ahead and divides tile indices by multipliers
 the host computed (``_divmod``): at N = 1024 the list's global loads and two integer
@@ -130,6 +135,7 @@ from flashscope.kernels.sm90_softmax import (
     _quad_sums,
     _rescaled,
     _row_max,
+    _zero_past,
 )
 from flashscope.kernels.sm90_sync import (
     _acquire,
@@ -183,6 +189,8 @@ class Knobs:
     SHIFTED: gl.constexpr
     SOFTCAP: gl.constexpr
     VARLEN: gl.constexpr
+    ROW_GROUP: gl.constexpr
+    CACHE: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, **knobs):
@@ -308,10 +316,11 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         kr = kr_next
         t_next, kr_next, _, q0_next, nq_next, k0_next, nk_next = _tile(
             r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
-        q0, n_q, k0, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED)
+        q0, n_q, k0, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED,
+                                           K.ROW_GROUP)
         _, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from = _work(
             t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL,
-            K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, K.VARLEN)
+            K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, K.VARLEN, K.ROW_GROUP)
         lo, hi = _range(kr, n_tiles, K.SPLIT)
         first = _key_tile(lo, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
         if BAND:
@@ -459,10 +468,11 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         part = slot_next
         t_next, kr_next, slot_next, q0_next, nq_next, k0_next, nk_next = _tile(
             r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
-        q0, n_q, _, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED)
+        q0, n_q, _, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED,
+                                          K.ROW_GROUP)
         pid_bh, off_b, off_h, _, start_m, t0, n_tiles, mask_from = _work(
             t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
-            K.HAS_RIGHT, K.SHIFTED, K.VARLEN)
+            K.HAS_RIGHT, K.SHIFTED, K.VARLEN, K.ROW_GROUP)
         lo, hi = _range(kr, n_tiles, K.SPLIT)
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, n_q, n_k, n_tiles, mask_from, ROWS, K.BLOCK_N,
@@ -470,7 +480,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         if BAND:  # it computes [own_lo, own_hi) and masks outside [mask_lo, mask_own)
             own_lo, own_hi, mask_lo, mask_own = _band_own(
                 row0, n_k, band, t0, n_tiles, ROWS, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
-                K.HAS_RIGHT, K.SHIFTED)
+                K.HAS_RIGHT, K.SHIFTED, K.ROW_GROUP)
         else:
             mask_lo = 0
         _stamp(Trace, pid, C, r, 0, K.TRACE)
@@ -533,7 +543,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         else:  # only the last key tile masks, and no piece starts there (split_points);
             p0 = 0  # a position read from the list here cost the loop 0.3%
         s = _masked(s, p0, row0, n_k, mask_own, mask_lo, band, ROWS, K.BLOCK_N, K.IS_CAUSAL,
-                    K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, s_layout)
+                    K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, s_layout, K.ROW_GROUP, 0)
         m_i = gl.max(s, 1) * qk_scale
         p = gl.exp2(s * qk_scale - gl.expand_dims(_row_max(m_i, GUARD), 1))
         l_part = _quad_sums(p)
@@ -578,7 +588,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             if not K.MASKED_FIRST:  # positions are tiles
                 s = _masked(s, it, row0 - shift, n_k - shift, mask_own - shift,
                             mask_lo - shift, band, ROWS, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
-                            K.HAS_RIGHT, K.SHIFTED, s_layout)
+                            K.HAS_RIGHT, K.SHIFTED, s_layout, K.ROW_GROUP, shift)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             if K.RESCALE_TAU > 0:
                 # a row keeps its old maximum unless the tile raises it by more than TAU
@@ -607,6 +617,11 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         _stamp(Trace, pid, C, r, 4, K.TRACE)
         mbarrier.wait(v_ready.index(k_slot), k_phase)  # the last tile's V
         v = v_smem.index(k_slot).reshape([K.BLOCK_N, K.HEAD_DIM])
+        if K.CACHE:  # the sequence's last tile: its keys past n_k are a cache's spare slots
+            if BAND:
+                _zero_past(v, (t0 + end - 1) * K.BLOCK_N, n_k, K.BLOCK_N)
+            else:
+                _zero_past(v, (end - 1) * K.BLOCK_N, n_k, K.BLOCK_N)
         _take_turn(C, kk, K.PINGPONG)
         acc = warpgroup_mma(p_op, v, acc, is_async=True)
         if TAILED:
@@ -666,7 +681,8 @@ def _attn_fwd_sm90(
     PRODUCER_REGS: gl.constexpr, MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr,
     OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, SPLIT: gl.constexpr,
     HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
-    SOFTCAP: gl.constexpr, VARLEN: gl.constexpr,
+    SOFTCAP: gl.constexpr, VARLEN: gl.constexpr, ROW_GROUP: gl.constexpr,
+    CACHE: gl.constexpr,
 ):
     """1-D grid of P programs (at most one per SM) over cdiv(N_Q, BLOCK_M) * BH work tiles
     (BH = B * H), each program looping over its tiles: round robin (program p takes tiles
@@ -704,10 +720,20 @@ def _attn_fwd_sm90(
     for the row blocks that cross a sequence's end (unread otherwise). HEAD_TAIL > 0: the
     head dim is HEAD_DIM + HEAD_TAIL, its last HEAD_TAIL columns read and written through
     q_tail, k_tail, v_tail and o_tail (blocks (1, 1, rows, HEAD_TAIL), None otherwise;
-    the module docstring)."""
+    the module docstring). ROW_GROUP = G > 1 (VARLEN): a decoding call's packed rows, G
+    consecutive rows a query position (:func:`~flashscope.kernels.sm90_worklist.
+    _positions`). CACHE (VARLEN): the keys are a KV cache's, each sequence's list entry
+    giving its keys in use, the slots past them anyone's: each consumer zeroes those V
+    rows of its last key tile before the product reads them
+    (:func:`~flashscope.kernels.sm90_softmax._zero_past`)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
+    gl.static_assert(ROW_GROUP == 1 or (VARLEN and (SHIFTED or not IS_CAUSAL)),
+                     "ROW_GROUP > 1: a packed batch, causal only aligned bottom-right")
+    gl.static_assert(not CACHE or (VARLEN and not MASKED_FIRST and not SPLIT
+                                   and HEAD_TAIL == 0),
+                     "CACHE: a packed batch, its last key tile last, no head-dim tail")
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     n_m = gl.cdiv(N_Q, BLOCK_M)
@@ -772,7 +798,8 @@ def _attn_fwd_sm90(
               LPT=LPT, PINGPONG=PINGPONG, RESCALE_TAU=RESCALE_TAU, EARLY_Q=EARLY_Q,
               K_EARLY=K_EARLY, MASKED_FIRST=MASKED_FIRST, OUT_RCP=OUT_RCP, Q_REGS=Q_REGS,
               SPLIT=SPLIT, TRACE=TRACE, HAS_LEFT=HAS_LEFT, HAS_RIGHT=HAS_RIGHT,
-              SHIFTED=SHIFTED, SOFTCAP=SOFTCAP, VARLEN=VARLEN)
+              SHIFTED=SHIFTED, SOFTCAP=SOFTCAP, VARLEN=VARLEN, ROW_GROUP=ROW_GROUP,
+              CACHE=CACHE)
     # One list, in partition order (_worker_warps): consumer c, or the producer where c is
     # -1. The arguments are spelled out in place: a tuple bound to a name first would turn
     # its constexprs into tensors (an aggregate such as K keeps them).

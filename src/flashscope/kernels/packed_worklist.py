@@ -88,22 +88,27 @@ def _reach(n_q, n_k, TOP_LEFT: tl.constexpr):
 
 
 @triton.jit
-def _lengths(CuQ, CuK, b, ok, N_M, BLOCK_M: tl.constexpr, TOP_LEFT: tl.constexpr):
+def _lengths(CuQ, CuK, Used, ADD, b, ok, N_M, BLOCK_M: tl.constexpr, TOP_LEFT: tl.constexpr,
+             USED: tl.constexpr):
     """(first query row, query rows, first key row, keys, row blocks, reach) of sequences
     ``b`` (``ok``: those that exist; the others have no row blocks). A sequence longer
     than the N_M row blocks the grid was sized for keeps N_M (its rows past them are
-    not written, as in the portable kernels)."""
+    not written, as in the portable kernels). USED: sequence b's keys are its first
+    Used[b] + ADD (a KV cache's lengths and the keys appended; FlashAttention's
+    ``seqused_k``), clamped into the CuK[b + 1] - CuK[b] its slots hold."""
     q0 = tl.load(CuQ + b, mask=ok, other=0)
     n_q = tl.load(CuQ + b + 1, mask=ok, other=0) - q0
     k0 = tl.load(CuK + b, mask=ok, other=0)
     n_k = tl.load(CuK + b + 1, mask=ok, other=0) - k0
+    if USED:
+        n_k = tl.minimum(tl.maximum(tl.load(Used + b, mask=ok, other=0) + ADD, 0), n_k)
     blocks = tl.minimum(tl.cdiv(n_q, BLOCK_M), N_M)
     return q0, n_q, k0, n_k, blocks, _reach(n_q, n_k, TOP_LEFT)
 
 
 @triton.jit
-def _ranked(CuQ, CuK, b, n_q, reach, B, H, N_M, BLOCK_M: tl.constexpr,
-            BLOCK_B: tl.constexpr, TOP_LEFT: tl.constexpr):
+def _ranked(CuQ, CuK, Used, ADD, b, n_q, reach, B, H, N_M, BLOCK_M: tl.constexpr,
+            BLOCK_B: tl.constexpr, TOP_LEFT: tl.constexpr, USED: tl.constexpr):
     """(entries ahead of each sequence ``b``, entries of all B sequences) in a list
     holding H entries per row block of each sequence (:func:`_lengths`, whose ``n_q`` and
     ``reach`` for ``b`` these are), the sequences by reach, most first, then by query
@@ -114,7 +119,8 @@ def _ranked(CuQ, CuK, b, n_q, reach, B, H, N_M, BLOCK_M: tl.constexpr,
     for b0 in range(0, B, BLOCK_B):
         o = b0 + tl.arange(0, BLOCK_B)
         o_ok = o < B
-        _, o_q, _, _, o_blocks, o_reach = _lengths(CuQ, CuK, o, o_ok, N_M, BLOCK_M, TOP_LEFT)
+        _, o_q, _, _, o_blocks, o_reach = _lengths(CuQ, CuK, Used, ADD, o, o_ok, N_M,
+                                                   BLOCK_M, TOP_LEFT, USED)
         ahead = (o_reach[None, :] > reach[:, None]) | (
             (o_reach[None, :] == reach[:, None])
             & ((o_q[None, :] > n_q[:, None])
@@ -140,19 +146,22 @@ def _row_block(i, blocks, odd_start, FOLD: tl.constexpr):
 
 
 @triton.jit
-def _packed_list(CuQ, CuK, Sched, B, H, N_M, P, L, BLOCK_M: tl.constexpr,
+def _packed_list(CuQ, CuK, Used, ADD, Sched, B, H, N_M, P, L, BLOCK_M: tl.constexpr,
                  BLOCK_B: tl.constexpr, BLOCK_E: tl.constexpr, FOLD: tl.constexpr,
-                 TOP_LEFT: tl.constexpr):
+                 TOP_LEFT: tl.constexpr, USED: tl.constexpr):
     """Grid (cdiv(B, BLOCK_B), H): program (c, h) places the head-h entries of sequences
     [c BLOCK_B, + BLOCK_B). FOLD: causal row blocks folded and dealt in pairs;
-    TOP_LEFT: a top-left causal mask (rows see min(n_q, n_k) keys at most)."""
+    TOP_LEFT: a top-left causal mask (rows see min(n_q, n_k) keys at most); USED: each
+    sequence's keys in use are Used[b] + ADD (:func:`_lengths`; unread otherwise)."""
     SPAN: tl.constexpr = 2 if FOLD else 1  # consecutive entries a program is dealt
     c = tl.program_id(0)
     h = tl.program_id(1)
     b = c * BLOCK_B + tl.arange(0, BLOCK_B)
     ok = b < B
-    q0, n_q, k0, n_k, blocks, reach = _lengths(CuQ, CuK, b, ok, N_M, BLOCK_M, TOP_LEFT)
-    start, T = _ranked(CuQ, CuK, b, n_q, reach, B, H, N_M, BLOCK_M, BLOCK_B, TOP_LEFT)
+    q0, n_q, k0, n_k, blocks, reach = _lengths(CuQ, CuK, Used, ADD, b, ok, N_M, BLOCK_M,
+                                               TOP_LEFT, USED)
+    start, T = _ranked(CuQ, CuK, Used, ADD, b, n_q, reach, B, H, N_M, BLOCK_M, BLOCK_B,
+                       TOP_LEFT, USED)
     first = start + h * blocks  # this head's first entry, per sequence
     for i0 in range(0, tl.max(blocks, 0), BLOCK_E):
         i = i0 + tl.arange(0, BLOCK_E)[None, :]
@@ -194,8 +203,10 @@ def _key_list(CuQ, CuK, List, B, HKV, N_N, L, BLOCK_N: tl.constexpr, BLOCK_B: tl
     ok = b < B
     # the forward's ranking with the roles of queries and keys swapped: key tiles take
     # the place of row blocks, and the reach of a sequence is its query rows
-    _, n_k, _, _, tiles, reach = _lengths(CuK, CuQ, b, ok, N_N, BLOCK_N, False)
-    start, T = _ranked(CuK, CuQ, b, n_k, reach, B, HKV, N_N, BLOCK_N, BLOCK_B, False)
+    _, n_k, _, _, tiles, reach = _lengths(CuK, CuQ, CuK, 0, b, ok, N_N, BLOCK_N, False,
+                                          False)
+    start, T = _ranked(CuK, CuQ, CuK, 0, b, n_k, reach, B, HKV, N_N, BLOCK_N, BLOCK_B,
+                       False, False)
     if SECTION > 0:
         sec = h // SECTION
         width = tl.minimum(HKV - sec * SECTION, SECTION)

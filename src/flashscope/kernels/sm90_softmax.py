@@ -13,7 +13,9 @@ warps where some row's maximum moved (LAZY_RESCALE).
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
 
+from flashscope.compat import cta_barrier
 from flashscope.kernels.keyrange import visible
 
 
@@ -21,12 +23,14 @@ from flashscope.kernels.keyrange import visible
 def _masked(s, j, start_m, N_K, mask_from, mask_lo, Band,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
             HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
-            s_layout: gl.constexpr):
+            s_layout: gl.constexpr, ROW_GROUP: gl.constexpr, shift):
     """-inf where key >= N_K or the mask hides the key from the query: (causal) key >
     query, or with a band (a window bound, bottom-right alignment; Band = (OFFSET, LEFT,
     RIGHT)) what :func:`flashscope.kernels.keyrange.visible` hides. Only tiles at or
     past ``mask_from`` (the first that can hold such a key), and with a band those before
-    ``mask_lo``, pay for it."""
+    ``mask_lo``, pay for it. Rows and keys may both be counted from ``shift`` keys on
+    (the caller's loop counter); a band over packed rows (ROW_GROUP = G > 1) compares
+    each row's position, (row + shift) // G - shift, instead of the row."""
     BAND: gl.constexpr = HAS_LEFT or HAS_RIGHT or SHIFTED
     if BAND:
         edge = (j * BLOCK_N < mask_lo) | (j * BLOCK_N >= mask_from)
@@ -37,6 +41,8 @@ def _masked(s, j, start_m, N_K, mask_from, mask_lo, Band,
         keep = gl.expand_dims(cols < N_K, 0)
         if BAND:
             rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            if ROW_GROUP > 1:
+                rows = (rows + shift) // ROW_GROUP - shift
             keep = keep & visible(gl.expand_dims(rows, 1), gl.expand_dims(cols, 0), Band[0],
                                   Band[1], Band[2], IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
         elif IS_CAUSAL:
@@ -44,6 +50,30 @@ def _masked(s, j, start_m, N_K, mask_from, mask_lo, Band,
             keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
         s = gl.where(keep, s, float("-inf"))
     return s
+
+
+@gluon.jit
+def _zero_past(v, key0, n_k, BLOCK_N: gl.constexpr):
+    """Zero the rows of V tile ``v`` (shared [BLOCK_N, D], keys from ``key0``) at
+    or past key n_k, before a P V product reads it, where the tile holds such rows. Their
+    scores are masked, so P is 0 there, but 0 times a NaN or an infinity is NaN: a KV
+    cache's slots past a sequence's length hold whatever was last written there (or never
+    was: torch.empty), and a TMA copy reads the whole tile (FlashAttention-3 and -4
+    propagate such NaNs; their issues #1745 and #2374). The consumers sharing the slot
+    may each zero it: every write stores the value the slot ends with, so none can make
+    another's product read anything but that."""
+    if key0 + BLOCK_N > n_k:
+        CHUNK: gl.constexpr = 16
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        rows = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
+        for c in gl.static_range(BLOCK_N // CHUNK):
+            if key0 + (c + 1) * CHUNK > n_k:
+                part = v.slice(c * CHUNK, CHUNK)
+                x = part.load(layout)
+                keep = gl.expand_dims(key0 + c * CHUNK + rows < n_k, 1)
+                part.store(gl.where(keep, x, gl.zeros_like(x)))
+        fence_async_shared()
+        cta_barrier()
 
 
 @gluon.jit

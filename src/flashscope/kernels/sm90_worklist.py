@@ -90,21 +90,48 @@ def _range(kr, n_tiles, SPLIT: gl.constexpr):
 
 
 @gluon.jit
-def _sequence(seq, N_Q, N_K, Band, VARLEN: gl.constexpr, SHIFTED: gl.constexpr):
+def _sequence(seq, N_Q, N_K, Band, VARLEN: gl.constexpr, SHIFTED: gl.constexpr,
+              ROW_GROUP: gl.constexpr):
     """(q0, n_q, k0, n_k, Band): where a work tile's sequence starts in the packed tensors
     and how long it is, from the packed list's fields ``seq`` (:func:`_tile`) with
     VARLEN, and the band with bottom-right alignment's OFFSET on the sequence's own
-    lengths; else the dense (0, N_Q, 0, N_K) and the band as given."""
+    lengths (n_q rows are n_q / ROW_GROUP positions, :func:`_positions`); else the dense
+    (0, N_Q, 0, N_K) and the band as given."""
     if VARLEN:
         q0, n_q, k0, n_k = seq
         if SHIFTED:
-            Band = (n_k - n_q, Band[1], Band[2])
+            if ROW_GROUP > 1:
+                Band = (n_k - n_q // ROW_GROUP, Band[1], Band[2])
+            else:
+                Band = (n_k - n_q, Band[1], Band[2])
     else:
         q0 = 0
         n_q = N_Q
         k0 = 0
         n_k = N_K
     return q0, n_q, k0, n_k, Band
+
+
+@gluon.constexpr_function
+def _position_count(rows, group):
+    """Positions that ``rows`` consecutive rows starting at a multiple of 64 (a multiple
+    of 64 themselves) span, where ``group`` consecutive rows share a position: rows /
+    group when group divides 64, else a bound (a block may start inside a group)."""
+    rows, group = int(rows), int(group)
+    if 64 % group == 0:
+        return rows // group
+    return (rows + group - 2) // group + 1
+
+
+@gluon.jit
+def _positions(row0, ROW_GROUP: gl.constexpr):
+    """The position of row ``row0`` (a block's first; :func:`_position_count` says how
+    many its rows span):
+    with ROW_GROUP = G > 1 a decoding call's packed rows, row r holding query token r // G
+    of one of the G query heads that share a kv head; else the row itself."""
+    if ROW_GROUP > 1:
+        row0 = row0 // ROW_GROUP
+    return row0
 
 
 @gluon.jit
@@ -129,7 +156,7 @@ def _divmod(n, d, m, k):
 @gluon.jit
 def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           IS_CAUSAL: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-          SHIFTED: gl.constexpr, VARLEN: gl.constexpr):
+          SHIFTED: gl.constexpr, VARLEN: gl.constexpr, ROW_GROUP: gl.constexpr):
     """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, first key
     tile, key tiles, first masked key). Div: (m, k) of n_m, H and GROUP for
     :func:`_divmod`. b is the descriptors' batch coordinate: with VARLEN 0 (the packed
@@ -146,7 +173,8 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
     them) visits the key tiles its rows see, from the first one; a block that sees no key
     at all still takes one (fully masked: its rows come out zero), so every work tile
     has a first tile to peel, and so does a packed sequence without keys (VARLEN; N_K
-    is then the sequence's own). Without a band the first tile is 0."""
+    is then the sequence's own). Without a band the first tile is 0. A band over packed
+    rows (ROW_GROUP > 1) takes the keys of the rows' positions (:func:`_positions`)."""
     pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
     off_b, off_h = _divmod(pid_bh, H, Div[2], Div[3])
     off_hkv, _ = _divmod(off_h, GROUP, Div[4], Div[5])
@@ -154,8 +182,9 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
         off_b = 0
     start_m = pid_m * BLOCK_M
     if HAS_LEFT or HAS_RIGHT or SHIFTED:
-        lo, _, _, hi = key_range(start_m, N_K, Band[0], Band[1], Band[2], BLOCK_M, BLOCK_N,
-                                 IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+        lo, _, _, hi = key_range(_positions(start_m, ROW_GROUP), N_K, Band[0],
+                                 Band[1], Band[2], _position_count(BLOCK_M, ROW_GROUP),
+                                 BLOCK_N, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
         first = gl.minimum(lo // BLOCK_N, (N_K - 1) // BLOCK_N)
         n_tiles = gl.maximum(gl.cdiv(hi, BLOCK_N) - first, 1)
         mask_from = 0  # unread: a band's consumers read their own (:func:`_band_own`)
@@ -224,7 +253,7 @@ def _own_tiles(row0, N_Q, N_K, n_tiles, mask_from, ROWS: gl.constexpr,
 @gluon.jit
 def _band_own(row0, N_K, Band, t0, n_tiles, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
               IS_CAUSAL: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-              SHIFTED: gl.constexpr):
+              SHIFTED: gl.constexpr, ROW_GROUP: gl.constexpr):
     """(first, end, full_lo, full_hi) of a band's consumer, rows [row0, row0 + ROWS):
     it computes positions [first, end) of its work tile (whose first key tile is t0, of
     n_tiles), the key tiles its own rows see, and passes the others, which only the work
@@ -236,8 +265,10 @@ def _band_own(row0, N_K, Band, t0, n_tiles, ROWS: gl.constexpr, BLOCK_N: gl.cons
 
     Why per consumer: a work tile of 192 rows under a causal band of w keys loads the
     w + 192 keys its rows see together, each consumer's 64 rows only w + 64 of them; at
-    w = 512 that is 5 key tiles of 128 a consumer instead of 6 or 7."""
-    lo, full_lo, full_hi, hi = key_range(row0, N_K, Band[0], Band[1], Band[2], ROWS,
+    w = 512 that is 5 key tiles of 128 a consumer instead of 6 or 7. Packed rows
+    (ROW_GROUP > 1) see the keys of their positions (:func:`_positions`)."""
+    lo, full_lo, full_hi, hi = key_range(_positions(row0, ROW_GROUP), N_K, Band[0],
+                                         Band[1], Band[2], _position_count(ROWS, ROW_GROUP),
                                          BLOCK_N, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
     first = gl.minimum(gl.maximum(lo // BLOCK_N - t0, 0), n_tiles - 1)
     end = gl.minimum(gl.maximum(gl.cdiv(hi, BLOCK_N) - t0, first + 1), n_tiles)
