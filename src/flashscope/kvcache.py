@@ -280,9 +280,13 @@ _SLOTS: dict = {}
 
 
 def _slots(device, B: int, rows: int, capacity: int) -> tuple:
+    """Made once outside a CUDA graph's capture (tensors made inside one belong to the
+    graph's memory pool, which outlives no graph)."""
     def make():
         steps = torch.arange(B + 1, device=device, dtype=torch.int32)
         return steps * rows, steps * capacity
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return _SLOTS.get((device, B, rows, capacity)) or make()
     return launch.remembered(_SLOTS, (device, B, rows, capacity), make)
 
 

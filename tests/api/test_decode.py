@@ -424,6 +424,31 @@ def test_gpu_forward_rows_never_read_past_the_lengths(device, fill):
 
 
 @pytest.mark.gpu
+def test_gpu_forward_rows_replay_in_a_cuda_graph(device):
+    """A decoding step on the sm_90 forward (append, q packed, the device-built list,
+    attend, output unpacked) captured in a CUDA graph: replays follow new queries and
+    lengths written into the captured tensors."""
+    if device != "cuda":
+        pytest.skip("the sm_90 forward runs on the GPU")
+    fresh_seed()
+    inp = make_kvcache(device, 4, 16, 64, 8, 128, 1024, lens=[100] * 4, n_new=1,
+                       dtype=torch.bfloat16)
+    cfg = _forward_cfg(4, 16, 64, 8, 128, 1024)
+    step = lambda: flashscope.attention_with_kvcache(  # noqa: E731
+        inp.q, inp.k_cache, inp.v_cache, **inp.kwargs(), config=cfg)
+    step()  # compiles outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for n in (200, 1000):
+        inp.cache_seqlens.copy_(torch.tensor([n, 5, n - 7, 0], dtype=torch.int32))
+        inp.q.copy_(torch.randn_like(inp.q))
+        graph.replay()
+        ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens + 1)
+        assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+
+
+@pytest.mark.gpu
 def test_gpu_wide_rows_default_to_the_forward(device):
     """GQA 8:1 at 16 tokens on 17 sequences of 8192-key caches (136 row blocks: one an
     SM) defaults to the sm_90 forward on a dense cache, and to the decoding kernel when
