@@ -181,3 +181,36 @@ def test_device_ranges_match_the_host():
             where = (SEED, mask, n_q, n_k, bm, bn, p, got)
             assert _tiles(got[:4], bn) == _tiles(want_k, bn), where
             assert _tiles(got[4:], bm) == _tiles(want_q, bm), where
+
+
+def test_packed_rows_ranges_cover_their_positions():
+    """Decoding's packed rows on the sm_90 forward (ROW_GROUP = G rows a query position):
+    the key range of a block's positions, its first row's and ``_position_count`` of
+    them as the kernel asks ``key_range``, visits every key a row of the block sees and
+    leaves unmasked only keys each of them sees, for groups that divide 64 and groups
+    that do not (a block then starts inside a group)."""
+    from flashscope.kernels.sm90_worklist import _position_count
+
+    rng = random.Random(SEED)
+    for _ in range(300):
+        G = rng.choice([1, 2, 3, 5, 6, 8, 12, 16, 64, 100])
+        n_pos, n_k = rng.randint(1, 20), rng.randint(0, 700)
+        mask = rng.choice([Mask.of(True, None, "bottom_right"),
+                           Mask.of(True, (rng.randint(0, 100), 0), "bottom_right"),
+                           Mask.of(False, (rng.randint(0, 50), rng.randint(0, 50)),
+                                   "bottom_right")])
+        rows, bn = rng.choice([64, 128, 192]), rng.choice([64, 128])
+        off = mask.offset(n_pos, n_k)
+        left = mask.left if mask.left_bounded else None
+        right = mask.right if mask.right_bounded else None
+        for row0 in range(0, n_pos * G, rows):
+            r = key_range(mask, row0 // G, _position_count(rows, G), n_pos, n_k, bn)
+            where = (SEED, G, n_pos, n_k, mask, rows, bn, row0, r)
+            for row in range(row0, min(row0 + rows, n_pos * G)):
+                p = row // G + off
+                lo = 0 if left is None else max(0, p - left)
+                hi = n_k - 1 if right is None else min(n_k - 1, p + right)
+                if lo <= hi:
+                    assert r.lo <= lo and hi < r.hi, where
+                assert all(lo <= k <= hi for k in range(r.full_lo, min(r.full_hi, n_k))), \
+                    where

@@ -1,5 +1,8 @@
 """Attention against a KV cache (decoding), with FlashAttention's conventions:
 :func:`attention_with_kvcache`, and :func:`check_kvcache`, which also reads the values.
+The kernel is the decoding family's (:mod:`flashscope.families.triton_decode`), or for
+wide GQA rows on sm_90 the Hopper forward's (:func:`~flashscope.families.triton_decode.
+forward_rows`, :class:`_ForwardRows`).
 
 What is checked, and when. Every call checks what the tensors' metadata says, on the
 host and without reading any device memory: types, ranks, shapes, dtypes, devices, the
