@@ -151,3 +151,33 @@ def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
         assert err.count("\n") == 1, err
         assert ("--varlen: decode_rows takes no packed batch" in err
                 or "head dim 96 against a KV cache" in err), err
+
+
+def test_report_builds_the_wide_rows_on_the_hopper_forward(tmp_path, capsys):
+    """``--kernel decode-rows``: the route's kernel at its default (sm90 only, MASKED_FIRST
+    off) and its BLOCK_N step; another target, --varlen or --page refused in one line
+    with exit 2, nothing written."""
+    from flashscope.families.base import Problem
+    from flashscope.kvcache import forward_config
+
+    out = tmp_path / "r"
+    assert main(["report", "--kernel", "decode-rows", "--ablate", "BLOCK_N", "--out",
+                 str(out), "--jobs", "1"]) == 0
+    data = json.loads((out / "report.json").read_text())
+    assert data["spec"]["targets"] == ["sm90"]
+    base = forward_config(Problem("sm90", "bfloat16", 128, False, 16, 8192, 64 * 64,
+                                  group=8))
+    assert data["spec"]["base"]["sm90"] == base.label and not base.MASKED_FIRST
+    rows = [r for r in data["rows"] if r["kernel"] == "decode_rows"]
+    assert len(rows) == 2 and all(r["error"] is None for r in rows)
+    (step,) = data["ablations"]
+    assert step["name"] == "BLOCK_N halved" and step["targets"]["sm90"]["config_after"]
+    capsys.readouterr()
+    for argv, needle in ((["--targets", "sm80"], "builds for sm90 only"),
+                         (["--varlen"], "--varlen goes with --kernel fwd or bwd"),
+                         (["--page", "16"], "--page goes with --kernel decode")):
+        assert main(["report", "--kernel", "decode-rows", "--out", str(tmp_path / "o"),
+                     *argv]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, err
+        assert not (tmp_path / "o").exists()

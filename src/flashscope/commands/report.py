@@ -18,6 +18,9 @@ one-knob ablations (BLOCK_M, num_stages, DQ_SLOTS, head dim), measured only.
 ``--kernel decode``: the decoding attention (dense and paged) and its split merge at each
 target's default for one decoding step, and its one-knob ablations (BLOCK_M, BLOCK_N,
 num_warps, num_stages, head dim), measured only.
+``--kernel decode-rows``: decoding's wide rows on the Hopper forward (sm90 only) at their
+default and its one-knob ablations (BLOCK_N, num_stages, Q_IN_REGS, head dim), measured
+only.
 """
 
 from __future__ import annotations
@@ -41,12 +44,14 @@ def register(sub):
     p = sub.add_parser("report", help="register budget, ablations and occupancy cliffs of "
                                       "the attention kernel across configs and GPUs",
                        description=__doc__)
-    p.add_argument("--kernel", default="fwd", choices=("fwd", "bwd", "sm90-bwd", "decode"),
+    p.add_argument("--kernel", default="fwd",
+                   choices=("fwd", "bwd", "sm90-bwd", "decode", "decode-rows"),
                    help="fwd (default): the forward kernel; bwd: the dK/dV and dQ kernels "
                         "of the default backward config and its ablations; sm90-bwd: the "
                         "Hopper backward (sm90); decode: the "
                         "decoding kernels (dense, paged, merge) of the default decoding "
-                        "config and its ablations (both measured only)")
+                        "config and its ablations; decode-rows: decoding's wide rows on the "
+                        "Hopper forward (sm90; all measured only)")
     common.add_target(p, default="sm90,sm80,gfx942,gfx1100")
     p.add_argument("--configs", metavar="FILE",
                    help="JSON list of configs, e.g. [{\"BLOCK_M\": 128, \"BLOCK_N\": 64, "
@@ -60,7 +65,8 @@ def register(sub):
                         "num_warps,HEAD_DIM (default all), or none; with --kernel bwd: "
                         "BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2,num_warps,HEAD_DIM; with "
                         "--kernel sm90-bwd: BLOCK_M,num_stages,DQ_SLOTS,HEAD_DIM; with "
-                        "--kernel decode: BLOCK_M,BLOCK_N,num_warps,num_stages,HEAD_DIM")
+                        "--kernel decode: BLOCK_M,BLOCK_N,num_warps,num_stages,HEAD_DIM; "
+                        "with --kernel decode-rows: BLOCK_N,num_stages,Q_IN_REGS,HEAD_DIM")
     common.add_output(p, out_help="output folder (default: a new "
                       "flashscope-report-YYYYmmdd-HHMMSS); its parent must exist, and files "
                       "of an earlier report are replaced only with --force")
@@ -103,7 +109,7 @@ def run(args) -> int:
     if args.page is not None and args.kernel != "decode":
         raise FlashscopeError(f"--page goes with --kernel decode (the paged decoding "
                               f"kernel's pages; the {args.kernel} kernels read none)")
-    if args.varlen and args.kernel == "decode":
+    if args.varlen and args.kernel in ("decode", "decode-rows"):
         raise FlashscopeError("--varlen goes with --kernel fwd or bwd (a decoding step's "
                               "sequences have lengths of their own)")
     if args.kernel != "fwd":

@@ -1,6 +1,7 @@
-"""``flashscope report --kernel bwd|decode``: the kernels of one family besides the forward
-(the backward's dK/dV and dQ, the decoding attention, its paged build and merge) at each
-target's default config and one-knob ablations of it, compiled offline and measured.
+"""``flashscope report --kernel bwd|sm90-bwd|decode|decode-rows``: the kernels of one family
+besides the forward (the backward's dK/dV and dQ, the decoding attention, its paged build
+and merge, decoding's wide rows on the Hopper forward) at each target's default config and
+one-knob ablations of it, compiled offline and measured.
 
 What differs between the families is data (:class:`FamilyKernels`: :data:`BWD`,
 :data:`DECODE`). Per target the base is the family's default at the report's head dim
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..families import Problem
-from ..families import sm90_bwd, triton_bwd, triton_decode
+from ..families import sm90_bwd, sm90_fwd, triton_bwd, triton_decode
 from ..errors import FlashscopeError
 from ..targets import parse_targets
 from . import ablations
@@ -88,6 +89,42 @@ DECODE = FamilyKernels(
     "each target's default for 8 sequences of 32 query heads over 8 kv heads, one token "
     "against 8192 keys (flashscope inspect --kernel triton-decode)")
 
+class _DecodeRows:
+    """Decoding's wide rows as the report reads a family: the sm_90 forward's config
+    record, its default for a decoding problem (:func:`flashscope.kvcache.forward_config`)
+    and its checks with a KV cache's (:func:`~flashscope.families.sm90_fwd.check_cache`)."""
+
+    @staticmethod
+    def select(problem):
+        from ..kvcache import forward_config
+
+        return forward_config(problem)
+
+    @staticmethod
+    def check(cfg, target, head_dim: int = 128, dtype: str = "bfloat16"):
+        sm90_fwd.check(cfg, target, head_dim, dtype)
+        sm90_fwd.check_cache(cfg, head_dim)
+        return cfg
+
+
+def _decode_rows_problem() -> dict:
+    from ..compile import DECODE_ROWS_PROBLEM
+
+    B, H, Hkv, Nq, Nk = DECODE_ROWS_PROBLEM
+    return dict(n_q=Nq, n_k=Nk, heads=B * H, group=H // Hkv)
+
+
+DECODE_ROWS = FamilyKernels(
+    "decode-rows", "decoding rows", _DecodeRows,
+    {"decode_rows": ("forward rows", "rows", ("BLOCK_N", "num_stages", "Q_IN_REGS"))},
+    (("BLOCK_N halved", "BLOCK_N", 0.5), ("num_stages doubled", "num_stages", 2),
+     ("Q_IN_REGS off", "Q_IN_REGS", 0)),
+    ("BLOCK_N", "num_stages", "Q_IN_REGS", "HEAD_DIM"), _decode_rows_problem(),
+    "the sm_90 forward as a decoding call runs it (flashscope inspect --kernel "
+    "decode_rows): 64 sequences of 64 query heads over 8 kv heads, 16 tokens against "
+    "8192 keys; head dims 64, 128 and 256 only",
+    only=("sm90",))
+
 SM90_BWD = FamilyKernels(
     "sm90-bwd", "Hopper backward", sm90_bwd,
     {"sm90-bwd": ("one pass", "one-pass", ("BLOCK_M", "num_stages", "DQ_SLOTS"))},
@@ -99,7 +136,7 @@ SM90_BWD = FamilyKernels(
     only=("sm90",))
 
 #: the reports of ``--kernel``, by name
-FAMILY_REPORTS = {f.name: f for f in (BWD, SM90_BWD, DECODE)}
+FAMILY_REPORTS = {f.name: f for f in (BWD, SM90_BWD, DECODE, DECODE_ROWS)}
 
 #: The two main backward kernels: name -> (label, short label, knobs it reads).
 BWD_KERNELS = BWD.kernels
