@@ -132,8 +132,7 @@ def test_report_builds_the_hopper_backward(tmp_path, capsys):
 def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
     """``--kernel decode_rows``: the sm_90 forward as a decoding call runs it (G = 8
     packed rows a position, a KV cache's lengths; MASKED_FIRST off in its default): no
-    spill at D = 128, a different binary from the packed forward's, the tail head dims
-    and --varlen refused in one line."""
+    spill at D = 128; the tail head dims and --varlen refused in one line."""
     import json as _json
 
     def kernel(name, *flags):
@@ -143,8 +142,6 @@ def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
 
     rows = kernel("decode_rows")
     assert rows["spill_stores"] == 0 and rows["config"]["MASKED_FIRST"] is False
-    assert rows["instructions"] != kernel("sm90-fwd", "--varlen", "--align",
-                                          "bottom_right")["instructions"]
     for flags in (["--varlen"], ["--head-dim", "96"]):
         assert main(["inspect", "--kernel", "decode_rows", "--target", "sm90", *flags]) == 2
         err = capsys.readouterr().err
