@@ -125,10 +125,16 @@ def parse_config(text, kernel: str, target, head_dim: int = 128, dtype: str = "b
     problem = variant_problem(target, dtype, head_dim, causal, **variant)
     spec = None if kernel in FORWARD_ALIASES else kernel_spec(kernel)
     if spec is not None and spec.problem is not None:
-        B, H, Hkv, Nq, Nk = spec.problem
-        problem = dataclasses.replace(problem, n_q=Nq, n_k=Nk, heads=B * H, group=H // Hkv)
+        problem = dataclasses.replace(problem, **problem_fields(spec.problem))
     base = spec.default(problem) if spec is not None and spec.default else None
     return config_from_text(text, problem, None if spec is None else spec.family, base=base)
+
+
+def problem_fields(shape: tuple) -> dict:
+    """The :class:`~flashscope.families.base.Problem` fields of a kernel's representative
+    problem (batch, heads, kv heads, query length, key length)."""
+    B, H, Hkv, Nq, Nk = shape
+    return dict(n_q=Nq, n_k=Nk, heads=B * H, group=H // Hkv)
 
 
 def _decode_call(kernel: str, paged: bool) -> Callable:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..compile import DECODE_PROBLEM, DECODE_ROWS_PROBLEM, problem_fields
 from ..families import Problem
 from ..families import sm90_bwd, sm90_fwd, triton_bwd, triton_decode
 from ..errors import FlashscopeError
@@ -69,13 +70,6 @@ BWD = FamilyKernels(
     "BLOCK_M2/BLOCK_N2: dQ)")
 
 
-def _decode_problem() -> dict:
-    from ..compile import DECODE_PROBLEM
-
-    B, H, Hkv, Nq, Nk = DECODE_PROBLEM
-    return dict(n_q=Nq, n_k=Nk, heads=B * H, group=H // Hkv)
-
-
 _DECODE_TILES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 DECODE = FamilyKernels(
     "decode", "decoding", triton_decode,
@@ -84,10 +78,11 @@ DECODE = FamilyKernels(
      "decode_merge": ("merge", "merge", ("BLOCK_M",))},
     _halved_doubled("BLOCK_N", "num_warps", "num_stages") + (("BLOCK_M doubled", "BLOCK_M",
                                                               2),),
-    ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "HEAD_DIM"), _decode_problem(),
+    ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "HEAD_DIM"), problem_fields(DECODE_PROBLEM),
     "the split merge reads BLOCK_M only (its warps and stages are fixed); the base is "
     "each target's default for 8 sequences of 32 query heads over 8 kv heads, one token "
     "against 8192 keys (flashscope inspect --kernel triton-decode)")
+
 
 class _DecodeRows:
     """Decoding's wide rows as the report reads a family: the sm_90 forward's config
@@ -107,19 +102,12 @@ class _DecodeRows:
         return cfg
 
 
-def _decode_rows_problem() -> dict:
-    from ..compile import DECODE_ROWS_PROBLEM
-
-    B, H, Hkv, Nq, Nk = DECODE_ROWS_PROBLEM
-    return dict(n_q=Nq, n_k=Nk, heads=B * H, group=H // Hkv)
-
-
 DECODE_ROWS = FamilyKernels(
     "decode-rows", "decoding rows", _DecodeRows,
     {"decode_rows": ("forward rows", "rows", ("BLOCK_N", "num_stages", "Q_IN_REGS"))},
     (("BLOCK_N halved", "BLOCK_N", 0.5), ("num_stages doubled", "num_stages", 2),
      ("Q_IN_REGS off", "Q_IN_REGS", 0)),
-    ("BLOCK_N", "num_stages", "Q_IN_REGS", "HEAD_DIM"), _decode_rows_problem(),
+    ("BLOCK_N", "num_stages", "Q_IN_REGS", "HEAD_DIM"), problem_fields(DECODE_ROWS_PROBLEM),
     "the sm_90 forward as a decoding call runs it (flashscope inspect --kernel "
     "decode_rows): 64 sequences of 64 query heads over 8 kv heads, 16 tokens against "
     "8192 keys; head dims 64, 128 and 256 only",
