@@ -65,23 +65,26 @@ def expected(lq, lk, H, block_m, n_m, P, causal, top_left=None, ck=None):
 
 
 def built(device, lq, lk, H, block_m, P, causal, block_b=4, block_e=16, longest=None,
-          top_left=None, used=None, added=0):
+          top_left=None, used=None, added=0, pieces=0):
     """The list the kernel writes (the interpreter on "cpu", else compiled for the
     GPU), on the CPU, and its slot count L; ``longest``: the max_seqlen_q the grid is
     sized for (default: the longest sequence); ``used``: each sequence's keys in use
-    (plus ``added``) out of the ``lk`` slots it has (a KV cache)."""
+    (plus ``added``) out of the ``lk`` slots it has (a KV cache); ``pieces`` > 0: each
+    row block cut into that many pieces (SPLIT, never folded)."""
     n_m = max(1, cdiv(longest or max(lq), block_m))
-    L = len(lq) * H * n_m
+    L = len(lq) * H * n_m * max(1, pieces)
     dev = "cuda" if device == "cuda" else "cpu"
     cu_q = torch.tensor([0, *itertools.accumulate(lq)], dtype=torch.int32, device=dev)
     cu_k = torch.tensor([0, *itertools.accumulate(lk)], dtype=torch.int32, device=dev)
     lens = cu_q if used is None else torch.tensor(used, dtype=torch.int32, device=dev)
-    sched = torch.full((P + 1 + 5 * L,), -7, dtype=torch.int32, device=dev)
+    sched = torch.full((P + 1 + (7 if pieces else 5) * L,), -7, dtype=torch.int32,
+                       device=dev)
     kernel = kernels.load("packed_worklist", interpret=dev == "cpu")._packed_list
     kernel[(max(1, cdiv(len(lq), block_b)), H)](
-        cu_q, cu_k, lens, added, sched, len(lq), H, n_m, P, L, BLOCK_M=block_m,
-        BLOCK_B=block_b, BLOCK_E=block_e, FOLD=causal,
-        TOP_LEFT=causal if top_left is None else top_left, USED=used is not None)
+        cu_q, cu_k, lens, added, sched, len(lq), H, n_m, P, L, max(1, pieces),
+        BLOCK_M=block_m, BLOCK_B=block_b, BLOCK_E=block_e, FOLD=causal and not pieces,
+        TOP_LEFT=causal if top_left is None else top_left, USED=used is not None,
+        SPLIT=pieces > 0)
     return sched.cpu(), L, n_m
 
 
@@ -126,6 +129,32 @@ def test_cache_lengths_give_each_sequence_its_keys_in_use(device, causal):
     assert sched[:6].tolist() == offsets
     body = sched[6:].view(5, L)
     assert [tuple(body[:, i].tolist()) for i in range(len(placed))] == placed
+
+
+@pytest.mark.parametrize("pieces,P", [(3, 5), (1, 4), (16, 7)])
+def test_split_list_cuts_each_row_block_into_pieces(device, pieces, P):
+    """SPLIT (a decoding call's under-filled grid): each row block is ``pieces``
+    consecutive entries, piece j naming (j, pieces) and workspace slot t pieces + j,
+    dealt one entry at a time, never folded, the seven fields T (the live entries)
+    apart; the sequences' order and fields are the unsplit list's."""
+    cap, lens, added = 40, [0, 39, 7, 12], 1
+    lq = (24, 24, 24, 24)
+    n_k = [min(max(n + added, 0), cap) for n in lens]
+    sched, L, n_m = built(device, lq, [cap] * 4, 2, 16, P, True, top_left=False,
+                          used=lens, added=added, pieces=pieces)
+    _, unsplit = expected(lq, n_k, 2, 16, n_m, 1, False, top_left=False,
+                          ck=[cap * b for b in range(5)])
+    entries = [(*e, j | pieces << 16, e[0] * pieces + j) for e in unsplit
+               for j in range(pieces)]
+    shares = [[] for _ in range(P)]
+    for entry, p in zip(entries, dealt(len(entries), P, False)):
+        shares[p].append(entry)
+    T = len(entries)
+    assert sched[:P + 1].tolist() == [0, *itertools.accumulate(len(x) for x in shares)]
+    body = sched[P + 1:P + 1 + 7 * T].view(7, T)
+    assert [tuple(body[:, i].tolist()) for i in range(T)] == [e for x in shares for e in x]
+    assert T == len(lq) * 2 * n_m * pieces == L
+    assert (sched[P + 1 + 7 * T:] == -7).all()
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -201,12 +201,18 @@ def forward_config(problem: Problem) -> Sm90FwdConfig:
     """The sm_90 forward's config for a decoding problem it runs: its rule's on the
     packed rows (n_q = the packed rows, heads = B x Hkv, a packed batch), fitted, with
     MASKED_FIRST off (the cache's last key tile must come last,
-    :func:`~flashscope.families.sm90_fwd.check_packed`)."""
+    :func:`~flashscope.families.sm90_fwd.check_packed`), and with SPLIT_KV where the
+    row blocks leave SMs enough to cut each one along its keys in two pieces or more
+    (:func:`~flashscope.families.sm90_fwd.packed_pieces`)."""
     rows = triton_decode.packed_rows(problem)
     fwd = dataclasses.replace(problem, n_q=rows, heads=problem.heads // problem.group,
                               group=1, varlen=True)
-    cfg = sm90_fwd.fit(sm90_fwd.select(fwd), fwd)
-    return cfg.replace(MASKED_FIRST=False)
+    cfg = sm90_fwd.fit(sm90_fwd.select(fwd), fwd).replace(MASKED_FIRST=False)
+    sms = getattr(problem.target_record(), "sm_count", 0) or 1
+    tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
+    if sm90_fwd.packed_pieces(triton_decode.forward_blocks(problem), tiles, sms) > 1:
+        cfg = cfg.replace(SPLIT_KV=True, BALANCE=False)
+    return cfg
 
 
 def forward_layout(q, cache: Cache, scale) -> Optional[str]:
@@ -244,8 +250,10 @@ class _ForwardRows:
     one sequence (a copy of q, (1, Hkv, B Nq G, D), row r of sequence b holding token
     r // G; ROW_GROUP = G), the cache as B slots of Ncache keys of which the first
     ``cache_seqlens[b] + n_new`` are used (the list's key counts, read on the device),
-    and the output and log-sum-exp copied back into the caller's layout. The launch is
-    bound on the first call (:func:`flashscope.families.sm90_fwd.bind`)."""
+    and the output and log-sum-exp copied back into the caller's layout; with SPLIT_KV
+    each row block cut into pieces along its keys, merged into the packed output before
+    the copy (:func:`flashscope.families.sm90_fwd.packed_pieces`). The launch is bound
+    on the first call (:func:`flashscope.families.sm90_fwd.bind`)."""
 
     __slots__ = ("go",)
 

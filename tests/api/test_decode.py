@@ -364,14 +364,16 @@ def test_gpu_torch_compile_without_graph_breaks(device):
 
 # -- wide rows on the sm_90 forward ---------------------------------------------------------
 
-def _forward_cfg(B, Nq, H, Hkv, D, capacity, causal=True):
+def _forward_cfg(B, Nq, H, Hkv, D, capacity, causal=True, split=None):
     """The sm_90 forward's config the default would pick for these rows (the default
-    itself routes only batches of a row block an SM: these tests pass it by hand)."""
+    itself routes only long caches: these tests pass it by hand); ``split``: SPLIT_KV
+    forced on or off (default: the rule's, on for fewer row blocks than SMs)."""
     from flashscope.families.base import Problem
     from flashscope.kvcache import forward_config
 
-    return forward_config(Problem("sm90", "bfloat16", D, causal, Nq, capacity, B * H,
-                                  group=H // Hkv))
+    cfg = forward_config(Problem("sm90", "bfloat16", D, causal, Nq, capacity, B * H,
+                                 group=H // Hkv))
+    return cfg if split is None else cfg.replace(SPLIT_KV=split, BALANCE=False)
 
 
 # (B, Nq, H, Hkv, D, capacity, lens, n_new, causal, window, softcap, dtype)
@@ -387,19 +389,28 @@ FORWARD_CASES = [
     (2, 16, 32, 4, 128, 2000, [1999, 64], 0, False, (100, 20), None, torch.float16),
     # not causal, no window: every tile whole but each sequence's last
     (4, 16, 64, 8, 128, 640, [639, 1, 300, 128], 1, False, None, None, torch.bfloat16),
+    # split into 8 pieces of 16 key tiles: a long sequence and one of a single tile
+    # (seven of its pieces hold no key), with the log-sum-exp
+    (2, 16, 64, 8, 128, 8192, [8000, 100], 1, True, None, None, torch.bfloat16),
+    # D = 256, 4 pieces, one sequence without keys
+    (3, 8, 32, 2, 256, 4096, [0, 4000, 2100], 0, True, None, None, torch.float16),
 ]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
 @pytest.mark.parametrize("case", FORWARD_CASES, ids=range(len(FORWARD_CASES)))
-def test_gpu_forward_rows_match_float64(device, case):
+def test_gpu_forward_rows_match_float64(device, case, split):
     """Decoding on the sm_90 forward (packed rows of G query heads a position, each
-    sequence's keys in use from the device) against the float64 reference."""
+    sequence's keys in use from the device) against the float64 reference, each row
+    block whole or cut along its keys (SPLIT_KV: pieces merged by a second kernel;
+    where a sequence has fewer key tiles than pieces, some pieces hold none)."""
     if device != "cuda":
         pytest.skip("the sm_90 forward runs on the GPU")
     B, Nq, H, Hkv, D, capacity, lens, n_new, causal, window, softcap, dtype = case
+    cfg = _forward_cfg(B, Nq, H, Hkv, D, capacity, causal, split)
     check_decode(device, B, Nq, H, Hkv, D, capacity, lens, 0, n_new, causal, window,
-                 softcap, dtype, _forward_cfg(B, Nq, H, Hkv, D, capacity, causal))
+                 softcap, dtype, cfg)
 
 
 @pytest.mark.gpu
@@ -417,7 +428,8 @@ def test_gpu_forward_rows_never_read_past_the_lengths(device, fill):
         inp.k_cache[b, n:] = fill
         inp.v_cache[b, n:] = fill
     ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens)
-    for cfg in (_forward_cfg(4, 16, 64, 8, 128, 1000), None):
+    for cfg in (_forward_cfg(4, 16, 64, 8, 128, 1000, split=False),
+                _forward_cfg(4, 16, 64, 8, 128, 1000, split=True), None):
         out = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache,
                                                 **inp.kwargs(), config=cfg)
         assert torch.isfinite(out).all() and rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
@@ -475,6 +487,31 @@ def test_gpu_wide_rows_default_to_the_forward(device):
     assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
 
 
+@pytest.mark.gpu
+def test_gpu_long_caches_of_few_sequences_default_to_the_cut_forward(device):
+    """Two sequences of GQA 8:1 at 16 tokens in 128k-key slots (16 row blocks, 8 pieces
+    each) default to the sm_90 forward cut along the keys; lengths long, short and
+    empty across two calls match the reference."""
+    from flashscope import kvcache
+    from flashscope.masks import Mask
+
+    if device != "cuda" or launch_target() != "sm90":
+        pytest.skip("an sm_90 GPU")
+    fresh_seed()
+    inp = make_kvcache(device, 2, 16, 64, 8, 128, 131072, lens=[131000, 70000],
+                       dtype=torch.bfloat16)
+    cache = kvcache.Cache.of(inp.k_cache, inp.v_cache, inp.cache_seqlens)
+    cfg = kvcache._default_config(inp.q, cache, Mask.of(True, None, "bottom_right", None),
+                                  0.1)
+    assert isinstance(cfg, kvcache.Sm90FwdConfig) and cfg.SPLIT_KV
+    for lens in ([131000, 70000], [0, 300]):
+        inp.cache_seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
+        ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens)
+        out = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache,
+                                                **inp.kwargs())
+        assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16], lens
+
+
 def launch_target():
     from flashscope.launch import device_target
 
@@ -483,20 +520,70 @@ def launch_target():
 
 def test_wide_rows_rule():
     """The rule sending decoding to the sm_90 forward: sm_90, dense, 8192 keys or more,
-    D = 128 or 256, 128 packed rows or more, a row block for each of the 132 SMs."""
+    D = 128 or 256, 128 packed rows or more, a row block for each of the 132 SMs or,
+    with fewer, each cut along its keys (SPLIT_KV) into the pieces the SMs leave each
+    block (4 key tiles at least), which hold 16k keys or more."""
     from flashscope.families.base import Problem
-    from flashscope.families.triton_decode import forward_rows
+    from flashscope.families.sm90_fwd import packed_pieces
+    from flashscope.families.triton_decode import forward_blocks, forward_rows
+    from flashscope.kvcache import forward_config
 
-    def wide(B, Nq=16, H=64, Hkv=8, D=128, paged=False, target="sm90", n_k=8192):
-        return forward_rows(Problem(target, "bfloat16", D, True, Nq, n_k, B * H,
-                                    group=H // Hkv, paged=paged))
+    def problem(B, Nq=16, H=64, Hkv=8, D=128, paged=False, target="sm90", n_k=8192):
+        return Problem(target, "bfloat16", D, True, Nq, n_k, B * H, group=H // Hkv,
+                       paged=paged)
+
+    def wide(*args, **kw):
+        return forward_rows(problem(*args, **kw))
 
     assert wide(64) and wide(17) and wide(64, D=256) and wide(64, n_k=8192)
-    assert not wide(16)  # 128 row blocks
+    # fewer row blocks than SMs: cut into pieces of 16k keys or more
+    assert wide(8, n_k=32768) and wide(2, n_k=131072) and wide(16, n_k=32768)
+    assert wide(1, n_k=262144) and wide(8, D=256, n_k=32768)
+    assert not wide(16) and not wide(8) and not wide(4, n_k=32768)
+    assert not wide(1, n_k=131072)  # 16 pieces of 8k keys
     assert not wide(64, Nq=8)  # 64 rows
     assert not wide(64, n_k=4096) and not wide(64, D=64)
     assert not wide(64, paged=True) and not wide(64, D=96) and not wide(64, target="sm80")
     assert wide(5, Nq=32, H=256, Hkv=32)  # 5 x 32 kv heads of 256 rows
+    assert forward_blocks(problem(5, Nq=32, H=256, Hkv=32)) == 5 * 32 * 2
+    assert [forward_config(problem(B)).SPLIT_KV for B in (1, 8, 16, 17, 64)] == [
+        True, True, False, False, False]
+    assert not forward_config(problem(1)).BALANCE
+    # SMs a block, at least 4 key tiles a piece
+    assert [packed_pieces(b, 64, 132) for b in (8, 16, 64, 128, 132, 200)] == [
+        16, 8, 2, 1, 1, 1]
+    assert packed_pieces(8, 20, 132) == 5 and packed_pieces(8, 3, 132) == 1
+
+
+def test_split_plan_sizes_its_list_merge_and_workspace():
+    """A decoding call's SPLIT_KV plan (meta tensors: nothing runs): 2 sequences x 8 kv
+    heads of 128 packed rows over 8192-key slots, 16 row blocks on 132 SMs: 8 pieces a
+    block, one program a piece, a list of 7 fields, a merge row per block naming its 8
+    slots, and BLOCK_M x (D + 2) floats a slot; without SPLIT_KV, none of it."""
+    from flashscope import launch
+    from flashscope.families import sm90_fwd
+    from flashscope.masks import Mask
+
+    B, Hkv, rows, D, cap = 2, 8, 128, 128, 8192
+    q = torch.empty(1, Hkv, B * rows, D, device="meta", dtype=torch.bfloat16)
+    kv = torch.empty(1, Hkv, B * cap, D, device="meta", dtype=torch.bfloat16)
+    cu = [torch.empty(B + 1, dtype=torch.int32, device="meta") for _ in range(2)]
+    packed = launch.Packed(*cu, rows, cap, seqused_k=torch.empty(B, dtype=torch.int32,
+                                                                  device="meta"),
+                           added_k=1, row_group=8)
+    cfg = _forward_cfg(B, 16, 64, Hkv, D, cap)
+    assert cfg.SPLIT_KV
+    mask = Mask.of(True, None, "bottom_right", None)
+    plan = sm90_fwd.plan(q, kv, kv, q, None, mask=mask, scale=0.1, cfg=cfg, packed=packed)
+    assert plan.consts["SPLIT"] and plan.consts["VARLEN"] and plan.consts["CACHE"]
+    assert plan.packed == (B, Hkv, 1, 16 * 8, 128, 8) and plan.grid == (128,)
+    assert plan.packed_list(packed).numel() == 129 + 7 * 128
+    assert plan.split.slots == 128 and plan.workspace(q).numel() == 128 * 128 * 130
+    assert plan.split.merges.shape == (16, 3)
+    whole = sm90_fwd.plan(q, kv, kv, q, None, mask=mask, scale=0.1,
+                          cfg=cfg.replace(SPLIT_KV=False), packed=packed)
+    assert whole.split is None and whole.packed == (B, Hkv, 1, 16, 16, 1)
+    assert whole.packed_list(packed).numel() == 17 + 5 * 16
 
 
 def test_forward_config_is_refused_where_it_cannot_run(device):

@@ -33,12 +33,14 @@ def _pieces(s, v, cuts, block_m):
     return out
 
 
+@pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("block_m,D", [(128, 64), (192, 128)])
-def test_merge_matches_float64(device, block_m, D):
+def test_merge_matches_float64(device, block_m, D, chunked):
     """Two cut blocks of a (B=2, H=3, Nq=200) output, 3 and 2 pieces with uneven ranges,
-    merged into a NaN-poisoned, non-contiguous output: the cut rows match the float64
-    softmax of all keys (and its log-sum-exp), rows past Nq are not written, and every
-    other row is left as it was."""
+    merged into a NaN-poisoned, non-contiguous output and log-sum-exp: the cut rows
+    match the float64 softmax of all keys (and its log-sum-exp), rows past Nq are not
+    written, and every other row is left as it was; ``chunked``: the decoding merge's
+    programs (16 rows, 32 columns, pieces two at a time)."""
     B, H, n_q, n_k = 2, 3, 200, 300
     n_m = math.ceil(n_q / block_m)
     gen = torch.Generator().manual_seed(torch.seed() % 2 ** 31)
@@ -56,11 +58,16 @@ def test_merge_matches_float64(device, block_m, D):
     table = torch.tensor(merges, dtype=torch.int32, device=device)
     out = torch.full((B, n_q, H, D), float("nan"), device=device,
                      dtype=torch.float16).transpose(1, 2)
-    lse = torch.full((B, H, n_q), float("nan"), device=device)
+    lse = torch.full((H, B, n_q), float("nan"), device=device).transpose(0, 1)
     merge = kernels.load("attention_merge", interpret=device == "cpu")._merge_parts
-    merge[(len(blocks), block_m // 64)](part, table, out, lse, H, n_q, n_m, D, *out.stride(),
-                                        HEAD_DIM=D, BLOCK_M=block_m, ROWS=64,
-                                        RETURN_LSE=True)
+    if chunked:  # a decoding call's merge: 16 rows and 32 columns a program
+        merge[(len(blocks), block_m // 16, D // 32)](
+            part, table, out, lse, H, n_q, n_m, D, *out.stride(), *lse.stride()[:2],
+            HEAD_DIM=D, BLOCK_M=block_m, ROWS=16, RETURN_LSE=True, COLS=32, CHUNK=2)
+    else:
+        merge[(len(blocks), block_m // 64)](
+            part, table, out, lse, H, n_q, n_m, D, *out.stride(), *lse.stride()[:2],
+            HEAD_DIM=D, BLOCK_M=block_m, ROWS=64, RETURN_LSE=True)
     written = torch.zeros(B, H, n_q, dtype=torch.bool)
     for t, rows, ref_o, ref_lse in refs:
         bh, m = divmod(t, n_m)

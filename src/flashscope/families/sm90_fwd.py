@@ -81,8 +81,9 @@ class Sm90FwdConfig(Knobs):
     its sum instead of dividing every value. BALANCE: the host's work list prices a head's
     partly padded last row block by the consumers that hold real rows and splits the heads
     into sections of nearly equal size (:mod:`flashscope.schedule`). SPLIT_KV: the work
-    list's ragged end is cut along the keys; the pieces write fp32 partials that a second
-    kernel merges (:mod:`flashscope.kernels.attention_merge`)."""
+    list's ragged end is cut along the keys (a decoding call's packed rows: every row
+    block, :func:`packed_pieces`); the pieces write fp32 partials that a second kernel
+    merges (:mod:`flashscope.kernels.attention_merge`)."""
 
     KERNEL: ClassVar[str] = KERNEL
 
@@ -168,13 +169,15 @@ STEPS = {"BLOCK_M": (64, 128, 192), "BLOCK_N": (64, 128), "num_stages": (2, 3, 4
 BAND_KNOBS = ("MASKED_FIRST", "BALANCE", "SPLIT_KV")
 
 
-def check_band(cfg: Sm90FwdConfig, mask, n_q: int, n_k: int) -> None:
+def check_band(cfg: Sm90FwdConfig, mask, n_q: int, n_k: int, cache: bool = False) -> None:
     """ConfigError naming the first of :data:`BAND_KNOBS` ``cfg`` sets when ``mask`` is a
-    band (:meth:`flashscope.masks.Mask.banded`)."""
+    band (:meth:`flashscope.masks.Mask.banded`). ``cache``: a decoding call's packed
+    batch, which cuts its blocks along the keys its own way (SPLIT_KV,
+    :func:`packed_pieces`)."""
     if not mask.banded(n_q, n_k):
         return
     for knob in BAND_KNOBS:
-        if getattr(cfg, knob):
+        if getattr(cfg, knob) and not (cache and knob == "SPLIT_KV"):
             raise ConfigError(f"{KERNEL}: {knob}=1 orders a causal or unmasked block's key "
                               "tiles; windows and bottom-right alignment run with "
                               f"{knob}=0")
@@ -182,7 +185,7 @@ def check_band(cfg: Sm90FwdConfig, mask, n_q: int, n_k: int) -> None:
 
 #: Switches that price or cut the host's work list: a packed batch's list is built on the
 #: device from its prefix sums (:mod:`flashscope.kernels.packed_worklist`), so it takes
-#: neither.
+#: neither; one that reads a KV cache takes SPLIT_KV (:func:`packed_pieces`).
 PACKED_KNOBS = ("BALANCE", "SPLIT_KV")
 
 
@@ -192,11 +195,12 @@ def check_packed(cfg: Sm90FwdConfig, packed, head_dim: int = 128) -> None:
     reads a KV cache what :func:`check_cache` refuses."""
     if packed is None:
         return
+    cache = isinstance(packed, tuple) and packed[3]
     for knob in PACKED_KNOBS:
-        if getattr(cfg, knob):
+        if getattr(cfg, knob) and not (cache and knob == "SPLIT_KV"):
             raise ConfigError(f"{KERNEL}: {knob}=1 shapes the host's work list; a packed "
                               f"batch's list is built on the device (run it with {knob}=0)")
-    if isinstance(packed, tuple) and packed[3]:
+    if cache:
         check_cache(cfg, head_dim)
 
 
@@ -325,6 +329,20 @@ def _padded(n: int, block: int) -> int:
 #: in both dtypes (H100, flashscope tune cells --suite models --neighbours; Flux.1 and the
 #: chunked prefill, cut lists without BALANCE, ran 0.5% slower with it).
 WAVE_LIMIT = 0.9
+
+
+#: Key tiles a piece of a decoding call's cut row block holds at least
+#: (:func:`packed_pieces`).
+PIECE_TILES = 4
+
+
+def packed_pieces(blocks: int, key_tiles: int, sms: int) -> int:
+    """Pieces each row block of a decoding call's packed batch is cut into along its
+    keys (SPLIT_KV): the SMs each of its ``blocks`` row blocks has to itself, but no
+    fewer than :data:`PIECE_TILES` of the cache's ``key_tiles`` a piece (the host knows
+    the cache's capacity, not its lengths; a piece of a shorter sequence may hold none,
+    :func:`~flashscope.kernels.sm90_worklist._range`)."""
+    return max(1, min(sms // max(1, blocks), key_tiles // PIECE_TILES))
 
 
 def wave_share(tiles: int, sms: int) -> float:
@@ -505,6 +523,17 @@ def _split_on_device(device, *args) -> SplitList:
     return SplitList(_on_device(sched, device), _on_device(merges, device), slots)
 
 
+@functools.lru_cache(maxsize=256)
+def _pieces_on_device(device, tiles: int, pieces: int) -> SplitList:
+    """A decoding call's SPLIT_KV (its list is built on the device): every one of the
+    ``tiles`` row blocks in ``pieces`` slots of its own, t pieces onward."""
+    import numpy as np
+
+    t = np.arange(tiles, dtype=np.int32)
+    merges = np.stack([t, t * pieces, np.full_like(t, pieces)], axis=1)
+    return SplitList(None, _on_device(merges, device), tiles * pieces)
+
+
 # -- the launch plan -----------------------------------------------------------------------
 
 class Sm90Plan(NamedTuple):
@@ -521,8 +550,9 @@ class Sm90Plan(NamedTuple):
     split: "SplitList | None" = None  #: SPLIT_KV: the merge table and workspace size
     merge_compiled: "dict | None" = None  #: the merge kernel's launch cache
     band: tuple = (0, 0, 0, 0.0, 0.0)  #: OFFSET, LEFT, RIGHT, cap_in, cap_out
-    #: a packed batch: (sequences, heads, row blocks a head, list slots L, programs),
-    #: the arguments of its device-built work list (:meth:`packed_list`)
+    #: a packed batch: (sequences, heads, row blocks a head, list slots L, programs,
+    #: pieces a row block), the arguments of its device-built work list
+    #: (:meth:`packed_list`)
     packed: "tuple | None" = None
 
     def packed_list(self, packed):
@@ -531,9 +561,11 @@ class Sm90Plan(NamedTuple):
         small launch, no host synchronization. On a meta device, an empty list."""
         import torch
 
-        B, H, n_m, L, P = self.packed
+        B, H, n_m, L, P, pieces = self.packed
+        split = self.consts["SPLIT"]
         cu = packed.cu_seqlens_q
-        sched = torch.empty(P + 1 + 5 * L, dtype=torch.int32, device=cu.device)
+        sched = torch.empty(P + 1 + (7 if split else 5) * L, dtype=torch.int32,
+                            device=cu.device)
         if cu.device.type == "meta":
             return sched
         from .. import kernels
@@ -542,12 +574,18 @@ class Sm90Plan(NamedTuple):
         kernel = kernels.load("packed_worklist")._packed_list
         grid = (max(1, triton_cdiv(B, LIST_BLOCK_B)), H)
         causal = self.consts["IS_CAUSAL"]
+        # a causal head's row blocks cost 1, 2, .. key tiles and pair up folded; a
+        # decoding call's see their whole sequence (bottom-right, few tokens), cost the
+        # same, and dealt in pairs would leave half the programs idle where they number
+        # fewer than two a program
+        fold = causal and not self.consts["CACHE"]
         used = packed.seqused_k
         consts = dict(BLOCK_M=self.consts["BLOCK_M"], BLOCK_B=LIST_BLOCK_B,
-                      BLOCK_E=LIST_BLOCK_E, FOLD=causal,
-                      TOP_LEFT=causal and not self.consts["SHIFTED"], USED=used is not None)
+                      BLOCK_E=LIST_BLOCK_E, FOLD=fold,
+                      TOP_LEFT=causal and not self.consts["SHIFTED"], USED=used is not None,
+                      SPLIT=split)
         launch_compiled(kernel, grid, (cu, packed.cu_seqlens_k, cu if used is None else used,
-                                       int(packed.added_k), sched, B, H, n_m, P, L),
+                                       int(packed.added_k), sched, B, H, n_m, P, L, pieces),
                         consts, {"num_warps": 4, **CODEGEN_OPTIONS})
         return sched
 
@@ -593,11 +631,24 @@ class Sm90Plan(NamedTuple):
         H, N_Q = self.scalars[0], self.scalars[2]
         block_m, d = self.consts["BLOCK_M"], self.record_width
         kernel = kernels.load("attention_merge")._merge_parts
-        grid = (self.split.merges.shape[0], block_m // 64)
+        blocks = self.split.merges.shape[0]
+        if self.packed is None:
+            strides = (*out.stride(), H * N_Q, N_Q)
+            grid = (blocks, block_m // 64)
+            consts = dict(ROWS=64)
+        else:  # a decoding call's rows: sequence b's are rows b N_Q.. of (1, H, B N_Q)
+            o, l_ = out.stride(), (lse if lse is not None else out).stride()
+            strides = (N_Q * o[2], o[1], o[2], o[3], N_Q * l_[2], l_[1])
+            grid = (blocks, block_m // MERGE_ROWS, d // MERGE_COLS)
+            chunk = min(MERGE_CHUNK, 1 << (self.packed[5] - 1).bit_length())
+            consts = dict(ROWS=MERGE_ROWS, COLS=MERGE_COLS, CHUNK=chunk)
         args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
-                triton_cdiv(N_Q, block_m), out.shape[3], *out.stride())
-        consts = dict(HEAD_DIM=d, BLOCK_M=block_m, ROWS=64, RETURN_LSE=lse is not None)
-        launch_compiled(kernel, grid, args, consts, {"num_warps": 4, **CODEGEN_OPTIONS},
+                triton_cdiv(N_Q, block_m), out.shape[3], *strides)
+        consts.update(HEAD_DIM=d, BLOCK_M=block_m, RETURN_LSE=lse is not None)
+        # one stage: a pipelined loop over the chunks would stage each chunk's loads in
+        # shared memory (38 us against 5 for 64 blocks of 2 pieces, H200)
+        launch_compiled(kernel, grid, args, consts,
+                        {"num_warps": 4, "num_stages": 1, **CODEGEN_OPTIONS},
                         cache=self.merge_compiled)
 
 
@@ -657,6 +708,10 @@ def plan(q, k, v, out, lse, *, scale: float, cfg: Sm90FwdConfig, causal: bool = 
 #: a packed batch's list kernel: sequences a program places (and ranks others by at
 #: once), and row blocks of a head it places at once
 LIST_BLOCK_B, LIST_BLOCK_E = 32, 64
+#: the merge of a decoding call's pieces: rows and columns a program, pieces a round of
+#: loads (:func:`flashscope.kernels.attention_merge.merge_chunks`; the decoding family's
+#: merge takes the same shape)
+MERGE_ROWS, MERGE_COLS, MERGE_CHUNK = 16, 32, 16
 
 
 def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -> Sm90Plan:
@@ -673,7 +728,7 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
     if packed:  # the grid's lengths are the longest; each sequence's, on the device (the
         B, Nq, Nk, cache, _, row_group = packed_shape  # mask's OFFSET too)
         lengths = (None, None)
-    check_band(cfg, mask, *lengths)
+    check_band(cfg, mask, *lengths, cache=cache)
     causal = mask.causal
     band = mask.banded(*lengths)
     n_m = triton_cdiv(Nq, cfg.BLOCK_M)
@@ -712,9 +767,16 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
                   CACHE=cache)
     grid = (programs,)
     band_args = (*mask.scalars(*lengths), cap_in, cap_out)
-    if packed:  # the list is built per call (:meth:`Sm90Plan.packed_list`)
-        return Sm90Plan(grid, fields, scalars, None, consts, {}, band=band_args,
-                        packed=(B, H, n_m, tiles, programs))
+    if packed:  # the list is built per call (:meth:`Sm90Plan.packed_list`); a decoding
+        pieces = 1  # call's with SPLIT_KV cuts each row block into pieces
+        lists = None
+        if split:
+            pieces = packed_pieces(tiles, triton_cdiv(Nk, cfg.BLOCK_N), sm_count(q.device))
+            programs = min(tiles * pieces, programs)
+            lists = _pieces_on_device(q.device, tiles, pieces)
+        return Sm90Plan((programs,), fields, scalars, None, consts, {}, lists,
+                        {} if split else None, band_args,
+                        (B, H, n_m, tiles * pieces, programs, pieces))
     if split:
         lists = split_tensors(q, Nk, cfg, programs, causal)
         return Sm90Plan(grid, fields, scalars, lists.sched, consts, {}, lists, {},

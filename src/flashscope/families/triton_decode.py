@@ -450,14 +450,19 @@ def accepts(problem: Problem) -> Optional[str]:
 FORWARD_ROWS = 128
 #: Keys a sequence's cache holds from which it does
 FORWARD_KEYS = 8192
+#: Keys each piece of a row block holds at least where the forward cuts its row blocks
+#: along the keys (fewer row blocks than SMs), from which it does
+FORWARD_PIECE_KEYS = 16384
 
 
 def forward_rows(problem: Problem) -> bool:
     """Whether a decoding problem runs on the sm_90 forward (``sm90-fwd``) rather than
     this family: on sm_90, a dense cache of at least :data:`FORWARD_KEYS` keys a
     sequence, D = 128 or 256, at least :data:`FORWARD_ROWS` packed rows
-    (:func:`packed_rows`), and a row block for every SM (the forward cuts no row block's
-    keys on a cache, so fewer would leave SMs idle for the whole read).
+    (:func:`packed_rows`), and a row block for every SM (:func:`forward_blocks`) or,
+    with fewer, pieces of at least :data:`FORWARD_PIECE_KEYS` keys when the forward cuts
+    each row block into the SMs it has to itself
+    (:func:`flashscope.families.sm90_fwd.packed_pieces`).
 
     Why: this family's wide tiles (GQA 8:1 at 16 query tokens, 128 rows: 128 FLOP a
     byte of K and V) are bound by the products, not the bytes: its Triton loop waits for
@@ -465,18 +470,27 @@ def forward_rows(problem: Problem) -> bool:
     warp-specialized pipeline overlaps one tile's exponentials with the other's product.
     A short cache pays the forward's fixed costs per row block (its Q, its output, the
     copies of both into and out of the packed layout) over too few key tiles, and at
-    D = 64 the two ran level (docs/decode.md has the measured times). The caller checks
+    D = 64 the two ran level. A cut grid adds the merge of its pieces, and on short
+    pieces that and the copies cost what the forward saves: on an H200 it ran 0.63-0.89x
+    the Triton kernel at 4k-8k keys a piece, level at 8k, and 1.06-1.30x from 16k
+    (docs/decode.md has the measured times). The caller checks
     that the cache's sequences lie one stride apart, as the forward's packed batch needs
     (:func:`flashscope.kvcache.forward_layout`)."""
     t = problem.target_record()
     if t.name != "sm90" or problem.paged or problem.head_dim not in (128, 256):
         return False
-    rows = packed_rows(problem)
-    if rows < FORWARD_ROWS or problem.n_k < FORWARD_KEYS:
+    if packed_rows(problem) < FORWARD_ROWS or problem.n_k < FORWARD_KEYS:
         return False
+    blocks = forward_blocks(problem)
+    sms = getattr(t, "sm_count", 0) or 1
+    return blocks >= sms or problem.n_k // (sms // blocks) >= FORWARD_PIECE_KEYS
+
+
+def forward_blocks(problem: Problem) -> int:
+    """Row blocks of a decoding problem on the sm_90 forward: one per kv head of each
+    sequence and :data:`FORWARD_ROWS` packed rows."""
     kv_heads = max(1, problem.heads // max(1, problem.group))
-    blocks = kv_heads * -(-rows // FORWARD_ROWS)
-    return blocks >= (getattr(t, "sm_count", 0) or 1)
+    return kv_heads * -(-packed_rows(problem) // FORWARD_ROWS)
 
 
 # -- launches ------------------------------------------------------------------------------

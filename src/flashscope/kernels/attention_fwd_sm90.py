@@ -321,7 +321,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from = _work(
             t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL,
             K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, K.VARLEN, K.ROW_GROUP)
-        lo, hi = _range(kr, n_tiles, K.SPLIT)
+        lo, hi, live = _range(kr, n_tiles, K.SPLIT, K.VARLEN)
         first = _key_tile(lo, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
         if BAND:
             first += t0
@@ -473,7 +473,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         pid_bh, off_b, off_h, _, start_m, t0, n_tiles, mask_from = _work(
             t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
             K.HAS_RIGHT, K.SHIFTED, K.VARLEN, K.ROW_GROUP)
-        lo, hi = _range(kr, n_tiles, K.SPLIT)
+        lo, hi, live = _range(kr, n_tiles, K.SPLIT, K.VARLEN)
         row0 = start_m + ROWS * C
         n_own, mask_own = _own_tiles(row0, n_q, n_k, n_tiles, mask_from, ROWS, K.BLOCK_N,
                                      K.IS_CAUSAL, K.LPT, BAND, K.VARLEN)
@@ -656,6 +656,11 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
                    K.VARLEN, out_tail)
         if K.SPLIT:
             if part >= 0:
+                if K.VARLEN:  # an empty piece ran another's tile: it weighs nothing
+                    keep = live.to(gl.float32)
+                    acc = acc * keep
+                    l_part = l_part * keep
+                    m_i = gl.where(live, m_i, float("-inf"))
                 _store_part(acc, l_part, m_i, Part, part, C, K.BLOCK_M, row_s, part_tail)
         _stamp(Trace, pid, C, r, 6, K.TRACE)
         k += hi - lo + 1  # wgmma turns: every consumer takes T + 1 per work tile
@@ -707,7 +712,9 @@ def _attn_fwd_sm90(
     (:func:`_store_out`). Q_REGS: each consumer's Q in registers, the A operand of its
     Q K^T (the module docstring). SPLIT (with LPT): the list's entries carry key ranges,
     and pieces of cut blocks write fp32 partials to ``Part`` (:func:`_store_part`; unread
-    otherwise), which a second kernel merges. TRACE = R > 0 stamps the clock (``Trace``;
+    otherwise), which a second kernel merges; with VARLEN (a KV cache's, CACHE) every
+    row block is cut, its entries naming piece j of S (:func:`~flashscope.kernels.
+    sm90_worklist._range`). TRACE = R > 0 stamps the clock (``Trace``;
     :func:`_stamp`). HAS_LEFT, HAS_RIGHT, SHIFTED: a window's bounds and bottom-right
     alignment, with OFFSET, LEFT and RIGHT as :meth:`flashscope.masks.Mask.scalars` gives
     them (a band: every work tile visits the key tiles its rows see, round robin, each
@@ -731,9 +738,9 @@ def _attn_fwd_sm90(
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
     gl.static_assert(ROW_GROUP == 1 or (VARLEN and (SHIFTED or not IS_CAUSAL)),
                      "ROW_GROUP > 1: a packed batch, causal only aligned bottom-right")
-    gl.static_assert(not CACHE or (VARLEN and not MASKED_FIRST and not SPLIT
-                                   and HEAD_TAIL == 0),
+    gl.static_assert(not CACHE or (VARLEN and not MASKED_FIRST and HEAD_TAIL == 0),
                      "CACHE: a packed batch, its last key tile last, no head-dim tail")
+    gl.static_assert(not (SPLIT and VARLEN) or CACHE, "SPLIT with VARLEN: a KV cache's")
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     n_m = gl.cdiv(N_Q, BLOCK_M)

@@ -87,13 +87,16 @@ def merge_chunks(Part, first, pieces, rows, cols, keep, BLOCK_M: tl.constexpr,
 
 @triton.jit
 def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
-                 stride_ob, stride_oh, stride_om, stride_od,
+                 stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr,
-                 RETURN_LSE: tl.constexpr):
-    """Grid (cut blocks, BLOCK_M / ROWS). Merge (int32 [M, 3]): per cut block (work tile
-    t = pid_bh * n_m + pid_m, first slot, pieces). Out (B, H, N_Q, D), any strides; Lse
-    (B, H, N_Q) fp32, contiguous; the workspace holds HEAD_DIM >= D columns (the padded
-    width). Rows at or past N_Q and columns at or past D are not written."""
+                 RETURN_LSE: tl.constexpr, COLS: tl.constexpr = 0, CHUNK: tl.constexpr = 0):
+    """Grid (cut blocks, BLOCK_M / ROWS[, HEAD_DIM / COLS]). Merge (int32 [M, 3]): per
+    cut block (work tile t = pid_bh * n_m + pid_m, first slot, pieces). Out (B, H, N_Q,
+    D), any strides; Lse (B, H, N_Q) fp32, rows one apart; the workspace holds HEAD_DIM
+    >= D columns (the padded width). Rows at or past N_Q and columns at or past D are not
+    written. CHUNK > 0 (a decoding call's blocks, cut into up to SMs / blocks pieces):
+    COLS columns a program and the pieces CHUNK at a time (:func:`merge_chunks`), so the
+    grid holds enough programs and each waits on one round of loads a chunk."""
     i = tl.program_id(0)
     c = tl.program_id(1)
     t = tl.load(Merge + 3 * i)
@@ -102,8 +105,14 @@ def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
     pid_bh = t // n_m
     pid_m = t % n_m
     rows = c * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, HEAD_DIM)
-    out, lse2 = merge_slots(Part, first, pieces, rows, cols, rows < BLOCK_M, BLOCK_M, HEAD_DIM)
+    if CHUNK > 0:
+        cols = tl.program_id(2) * COLS + tl.arange(0, COLS)
+        out, lse2 = merge_chunks(Part, first, pieces, rows, cols, rows < BLOCK_M, BLOCK_M,
+                                 HEAD_DIM, CHUNK)
+    else:
+        cols = tl.arange(0, HEAD_DIM)
+        out, lse2 = merge_slots(Part, first, pieces, rows, cols, rows < BLOCK_M, BLOCK_M,
+                                HEAD_DIM)
     q_rows = pid_m * BLOCK_M + rows
     keep = q_rows < N_Q
     b = pid_bh // H
@@ -112,4 +121,7 @@ def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
            + q_rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_od)
     tl.store(dst, out.to(Out.dtype.element_ty), mask=keep[:, None] & (cols[None, :] < D))
     if RETURN_LSE:
-        tl.store(Lse + pid_bh.to(tl.int64) * N_Q + q_rows, lse2 * LN2, mask=keep)
+        if CHUNK > 0:  # one program of a row range writes its log-sum-exp
+            keep = keep & (tl.program_id(2) == 0)
+        tl.store(Lse + b.to(tl.int64) * stride_lb + h.to(tl.int64) * stride_lh + q_rows,
+                 lse2 * LN2, mask=keep)

@@ -37,6 +37,8 @@ Layout (int32), the persistent kernel's work-list format
 n_m + m`` in the padded numbering the kernel decodes), then ``L`` slots each of the
 sequence's first query row, its query rows, its first key row and its keys. ``L`` is the
 padded count B H n_m; the live entries T <= L fill the first T slots of each field.
+A decoding call's list may cut each row block along its keys (SPLIT: two fields more,
+T slots apart, :func:`_packed_list`).
 
 Program (c, h) of the grid ranks sequences [c BLOCK_B, + BLOCK_B) among all B (BLOCK_B
 at a time) and places their head-h entries; program (0, 0) writes the offsets. This
@@ -108,12 +110,12 @@ def _lengths(CuQ, CuK, Used, ADD, b, ok, N_M, BLOCK_M: tl.constexpr, TOP_LEFT: t
 
 @triton.jit
 def _ranked(CuQ, CuK, Used, ADD, b, n_q, reach, B, H, N_M, BLOCK_M: tl.constexpr,
-            BLOCK_B: tl.constexpr, TOP_LEFT: tl.constexpr, USED: tl.constexpr):
+            BLOCK_B: tl.constexpr, TOP_LEFT: tl.constexpr, USED: tl.constexpr, PIECES=1):
     """(entries ahead of each sequence ``b``, entries of all B sequences) in a list
-    holding H entries per row block of each sequence (:func:`_lengths`, whose ``n_q`` and
-    ``reach`` for ``b`` these are), the sequences by reach, most first, then by query
-    rows, then in batch order: each sequence is ranked against all B at once, BLOCK_B at
-    a time."""
+    holding H x PIECES entries per row block of each sequence (:func:`_lengths`, whose
+    ``n_q`` and ``reach`` for ``b`` these are), the sequences by reach, most first, then
+    by query rows, then in batch order: each sequence is ranked against all B at once,
+    BLOCK_B at a time."""
     start = tl.zeros([BLOCK_B], tl.int32)
     T = 0
     for b0 in range(0, B, BLOCK_B):
@@ -125,7 +127,7 @@ def _ranked(CuQ, CuK, Used, ADD, b, n_q, reach, B, H, N_M, BLOCK_M: tl.constexpr
             (o_reach[None, :] == reach[:, None])
             & ((o_q[None, :] > n_q[:, None])
                | ((o_q[None, :] == n_q[:, None]) & (o[None, :] < b[:, None]))))
-        entries = tl.where(o_ok, o_blocks * H, 0)
+        entries = tl.where(o_ok, o_blocks * (H * PIECES), 0)
         start += tl.sum(tl.where(ahead, entries[None, :], 0), 1)
         T += tl.sum(entries, 0)
     return start, T
@@ -146,35 +148,56 @@ def _row_block(i, blocks, odd_start, FOLD: tl.constexpr):
 
 
 @triton.jit
-def _packed_list(CuQ, CuK, Used, ADD, Sched, B, H, N_M, P, L, BLOCK_M: tl.constexpr,
+def _packed_list(CuQ, CuK, Used, ADD, Sched, B, H, N_M, P, L, PIECES, BLOCK_M: tl.constexpr,
                  BLOCK_B: tl.constexpr, BLOCK_E: tl.constexpr, FOLD: tl.constexpr,
-                 TOP_LEFT: tl.constexpr, USED: tl.constexpr):
+                 TOP_LEFT: tl.constexpr, USED: tl.constexpr, SPLIT: tl.constexpr = False):
     """Grid (cdiv(B, BLOCK_B), H): program (c, h) places the head-h entries of sequences
     [c BLOCK_B, + BLOCK_B). FOLD: causal row blocks folded and dealt in pairs;
     TOP_LEFT: a top-left causal mask (rows see min(n_q, n_k) keys at most); USED: each
-    sequence's keys in use are Used[b] + ADD (:func:`_lengths`; unread otherwise)."""
+    sequence's keys in use are Used[b] + ADD (:func:`_lengths`; unread otherwise).
+
+    SPLIT (not with FOLD): each row block is PIECES consecutive entries, piece j of its
+    key tiles (``j | PIECES << 16``, which the kernel turns into positions,
+    :func:`flashscope.kernels.sm90_worklist._range`) writing workspace slot t PIECES + j,
+    the two fields after the sequence's four. The fields are then T slots apart (T: the
+    live entries, ``Sched[P]``, which the kernel reads as a host list's length), not L:
+    the host sizes the list by PIECES but not the live entries, which only the device
+    knows."""
     SPAN: tl.constexpr = 2 if FOLD else 1  # consecutive entries a program is dealt
+    tl.static_assert(not (SPLIT and FOLD), "SPLIT: row blocks are not folded")
     c = tl.program_id(0)
     h = tl.program_id(1)
     b = c * BLOCK_B + tl.arange(0, BLOCK_B)
     ok = b < B
     q0, n_q, k0, n_k, blocks, reach = _lengths(CuQ, CuK, Used, ADD, b, ok, N_M, BLOCK_M,
                                                TOP_LEFT, USED)
+    pieces = PIECES if SPLIT else 1
     start, T = _ranked(CuQ, CuK, Used, ADD, b, n_q, reach, B, H, N_M, BLOCK_M, BLOCK_B,
-                       TOP_LEFT, USED)
-    first = start + h * blocks  # this head's first entry, per sequence
-    for i0 in range(0, tl.max(blocks, 0), BLOCK_E):
+                       TOP_LEFT, USED, pieces)
+    if SPLIT:
+        L = T
+    per_head = blocks * pieces
+    first = start + h * per_head  # this head's first entry, per sequence
+    for i0 in range(0, tl.max(per_head, 0), BLOCK_E):
         i = i0 + tl.arange(0, BLOCK_E)[None, :]
-        live = ok[:, None] & (i < blocks[:, None])
+        live = ok[:, None] & (i < per_head[:, None])
         e = first[:, None] + i
-        m = _row_block(i, blocks[:, None], first[:, None] % 2 == 1, FOLD)
+        if SPLIT:
+            m = i // pieces
+        else:
+            m = _row_block(i, blocks[:, None], first[:, None] % 2 == 1, FOLD)
         p, r = _dealt_to(e // SPAN, P)
         at = P + 1 + _entry_start(p, T, P, SPAN) + SPAN * r + e % SPAN
-        tl.store(Sched + at, (b[:, None] * H + h) * N_M + m, mask=live)
+        t = (b[:, None] * H + h) * N_M + m
+        tl.store(Sched + at, t, mask=live)
         tl.store(Sched + at + L, q0[:, None], mask=live)
         tl.store(Sched + at + 2 * L, n_q[:, None], mask=live)
         tl.store(Sched + at + 3 * L, k0[:, None], mask=live)
         tl.store(Sched + at + 4 * L, n_k[:, None], mask=live)
+        if SPLIT:
+            j = i % pieces
+            tl.store(Sched + at + 5 * L, j | (pieces << 16), mask=live)
+            tl.store(Sched + at + 6 * L, t * pieces + j, mask=live)
     if (c == 0) & (h == 0):
         for p0 in range(0, P + 1, BLOCK_E):
             pp = p0 + tl.arange(0, BLOCK_E)

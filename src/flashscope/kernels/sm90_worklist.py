@@ -6,7 +6,8 @@ its share of the host's list (:mod:`flashscope.schedule`: int32, P + 1 offsets, 
 tiles, then with SPLIT each entry's key range and workspace slot). :func:`_share` and
 :func:`_tile` read that list, one tile ahead of the one running; :func:`_work` turns a
 tile into its head, rows and key tiles with the host's multipliers (:func:`_divmod`);
-:func:`_range` gives the positions of a SPLIT piece; :func:`_key_tile` maps a position
+:func:`_range` gives the positions of a SPLIT piece (a decoding call's: piece j of S);
+:func:`_key_tile` maps a position
 to the key tile loaded there (MASKED_FIRST: the masked tiles first), counted from the
 work tile's first key tile (a band's, else 0); :func:`_own_tiles` says which of them a
 consumer's 64 rows need, and :func:`_band_own` which of them a band's consumer computes
@@ -27,15 +28,16 @@ def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr,
     finds them: with LPT its share of the list (:mod:`flashscope.schedule`, or a packed
     batch's, :mod:`flashscope.kernels.packed_worklist`), else every nprog-th tile from
     pid; with SPLIT, L = the list's length (its key ranges and slots follow its tiles, L
-    entries each); with VARLEN, L = total, the packed list's slots per field."""
+    entries each); with VARLEN, L = total, the packed list's slots per field (with
+    SPLIT too, its live entries)."""
     L = 0
     if LPT:
         start = gl.load(Sched + pid)
         n = gl.load(Sched + pid + 1) - start
         base = start + nprog + 1
-        if SPLIT:
+        if SPLIT:  # a decoding call's packed list too (its live entries)
             L = gl.load(Sched + nprog)
-        if VARLEN:
+        elif VARLEN:
             L = total
     else:
         n = total // nprog + (pid < total % nprog).to(gl.int32)
@@ -62,8 +64,12 @@ def _tile(r, n, base, L, nprog, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr,
         at = Sched + base + gl.minimum(r, n - 1)
         t = gl.load(at)
         if SPLIT:
-            kr = gl.load(at + L)
-            slot = gl.load(at + 2 * L)
+            if VARLEN:  # after the sequence's four fields
+                kr = gl.load(at + 5 * L)
+                slot = gl.load(at + 6 * L)
+            else:
+                kr = gl.load(at + L)
+                slot = gl.load(at + 2 * L)
         if VARLEN:
             q0 = gl.load(at + L)
             n_q = gl.load(at + 2 * L)
@@ -75,18 +81,34 @@ def _tile(r, n, base, L, nprog, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr,
 
 
 @gluon.jit
-def _range(kr, n_tiles, SPLIT: gl.constexpr):
-    """(lo, hi): the positions of a work tile's order of key tiles (:func:`_key_tile`)
-    it runs: all of them, or with SPLIT those of its list entry (``lo | hi << 16``;
-    :func:`flashscope.schedule.split_schedule` cuts a block only where every consumer
-    keeps a tile of its own on each side)."""
+def _range(kr, n_tiles, SPLIT: gl.constexpr, VARLEN: gl.constexpr):
+    """(lo, hi, live): the positions of a work tile's order of key tiles
+    (:func:`_key_tile`) it runs: all of them, or with SPLIT those of its list entry
+    (``lo | hi << 16``; :func:`flashscope.schedule.split_schedule` cuts a block only
+    where every consumer keeps a tile of its own on each side).
+
+    With VARLEN the entry is piece j of S (``j | S << 16``, a decoding call's list,
+    :func:`flashscope.kernels.packed_worklist._packed_list`), whose host knows neither
+    the sequence's keys nor so its tiles: the piece is positions [j n / S, (j + 1) n /
+    S) of the block's n. Where n < S some pieces hold none: such a piece runs position
+    j n / S (another piece's) and is not ``live``, so its partial output weighs nothing
+    in the merge (every work tile runs at least one key tile)."""
+    live = True
     if SPLIT:
-        lo = kr & 0xFFFF
-        hi = kr >> 16
+        if VARLEN:
+            j = kr & 0xFFFF
+            pieces = kr >> 16
+            lo = j * n_tiles // pieces
+            hi = (j + 1) * n_tiles // pieces
+            live = hi > lo
+            hi = gl.maximum(hi, lo + 1)
+        else:
+            lo = kr & 0xFFFF
+            hi = kr >> 16
     else:
         lo = 0
         hi = n_tiles
-    return lo, hi
+    return lo, hi, live
 
 
 @gluon.jit
