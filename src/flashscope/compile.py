@@ -43,8 +43,8 @@ from .families import FAMILIES, Problem, family, family_of, forward_family
 from .families.base import DTYPE_BYTES
 from .masks import Mask
 from .targets import get_target
-from .variants import (VARIANT_OPTIONS, _meta_tensors, bwd_call, fwd_call, no_pages,
-                       sm90_bwd_call, variant_problem)
+from .variants import (VARIANT_OPTIONS, _meta_tensors, bwd_call, fwd_call, sm90_bwd_call,
+                       variant_problem)
 
 #: Representative problem a build binds: (batch, heads, kv heads, query length, key length).
 #: Every size a multiple of 16, as in the benchmark suite, so the integer arguments
@@ -198,9 +198,10 @@ def _decode_rows_call(cfg, problem, head_dim, dtype, causal, return_lse=False, w
                       align="top_left", softcap=None, varlen=False, page=None):
     """Call builder for a decoding call's rows on the sm_90 forward
     (:class:`flashscope.kvcache._ForwardRows`) on meta tensors: q packed as (1, Hkv, B Nq
-    G, D), a dense cache of Nk keys a sequence seen as (1, Hkv, B Nk, D), each
-    sequence's keys from its length plus Nq appended ones, G = H / Hkv rows a position,
-    the mask aligned bottom-right as a decoding call's."""
+    G, D), a dense cache of Nk keys a sequence seen as (1, Hkv, B Nk, D) (``page``: a
+    paged one, B x Nk / page pages and a block table), each sequence's keys from its
+    length plus Nq appended ones, G = H / Hkv rows a position, the mask aligned
+    bottom-right as a decoding call's."""
     import torch
 
     from . import launch
@@ -209,17 +210,29 @@ def _decode_rows_call(cfg, problem, head_dim, dtype, causal, return_lse=False, w
     if varlen:
         raise FlashscopeError("--varlen: decode_rows takes no packed batch (a decoding "
                               "step's sequences have lengths of their own)")
-    no_pages(page, "decode_rows")
     B, H, Hkv, Nq, Nk = problem
     G = H // Hkv
+    table = None
+    if page:
+        if not sm90_fwd.paged_ok(page):
+            raise FlashscopeError(f"--page {page}: decode_rows reads pages of a power of "
+                                  "two of 16 keys or more")
+        cols = -(-Nk // page)
+        slots, rows_a_slot = B * cols, page
+        table = torch.empty(B, cols, dtype=torch.int32, device="meta")
+        Nk = cols * page
+    else:
+        slots, rows_a_slot = B, Nk
     q, out, cache = _meta_tensors(problem, head_dim, dtype, (1, Hkv, B * Nq * G, head_dim),
-                                  (1, Hkv, B * Nq * G, head_dim), (B, Nk, Hkv, head_dim))
-    kv = cache.view(1, B * Nk, Hkv, head_dim).permute(0, 2, 1, 3)
+                                  (1, Hkv, B * Nq * G, head_dim),
+                                  (slots, rows_a_slot, Hkv, head_dim))
+    kv = cache.view(1, slots * rows_a_slot, Hkv, head_dim).permute(0, 2, 1, 3)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device="meta") \
         if return_lse else None
     cu = [torch.empty(B + 1, dtype=torch.int32, device="meta") for _ in range(2)]
     used = torch.empty(B, dtype=torch.int32, device="meta")
-    packed = launch.Packed(*cu, Nq * G, Nk, seqused_k=used, added_k=Nq, row_group=G)
+    packed = launch.Packed(*cu, Nq * G, Nk, seqused_k=used, added_k=Nq, row_group=G,
+                           block_table=table, page=page or 0)
     _, args, consts = sm90_fwd.call(q, kv, kv, out, lse,
                                     mask=Mask.of(causal, window, "bottom_right", softcap),
                                     scale=launch.default_scale(head_dim), cfg=cfg,

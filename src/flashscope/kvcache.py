@@ -217,12 +217,17 @@ def forward_config(problem: Problem) -> Sm90FwdConfig:
 
 def forward_layout(q, cache: Cache, scale) -> Optional[str]:
     """Why the sm_90 forward cannot run this call's layout, or None: it needs an sm_90
-    GPU, a dense cache whose sequences lie one stride apart (so that the cache is one
-    packed batch of B slots of Ncache keys each), TMA-aligned, and a positive scale."""
+    GPU, a cache whose sequences (or pages) lie one stride apart (so that the cache is
+    one packed batch of B slots of Ncache keys each, or of its pages), TMA-aligned,
+    pages of a power of two of 16 keys or more with a block table whose columns lie one
+    apart, and a positive scale."""
     if q.device.type != "cuda" or launch.interpreting() or device_target(q.device) != "sm90":
         return "it runs on an sm_90 GPU"
     if cache.table is not None:
-        return "a paged cache (it reads a dense one)"
+        if not sm90_fwd.paged_ok(cache.page):
+            return f"pages of {cache.page} keys (it takes a power of two of 16 or more)"
+        if cache.table.shape[1] > 1 and cache.table.stride(1) != 1:
+            return "block_table: its columns not one apart"
     if scale is not None and scale <= 0:
         return f"scale {scale} (it takes scale > 0)"
     if cache.capacity < 1:
@@ -239,7 +244,8 @@ def forward_layout(q, cache: Cache, scale) -> Optional[str]:
 
 def _packed_cache(t):
     """A dense cache (B, Ncache, Hkv, D) as the forward's packed keys (1, Hkv, B Ncache,
-    D): a view, never a copy."""
+    D), or a paged one's pages (P, page, Hkv, D) as (1, Hkv, P page, D): a view, never a
+    copy."""
     B, n, hkv, D = t.shape
     return t.view(1, B * n, hkv, D).permute(0, 2, 1, 3)
 
@@ -249,11 +255,12 @@ class _ForwardRows:
     ran first): each kv head's G query heads times the Nq tokens packed as the rows of
     one sequence (a copy of q, (1, Hkv, B Nq G, D), row r of sequence b holding token
     r // G; ROW_GROUP = G), the cache as B slots of Ncache keys of which the first
-    ``cache_seqlens[b] + n_new`` are used (the list's key counts, read on the device),
-    and the output and log-sum-exp copied back into the caller's layout; with SPLIT_KV
-    each row block cut into pieces along its keys, merged into the packed output before
-    the copy (:func:`flashscope.families.sm90_fwd.packed_pieces`). The launch is bound
-    on the first call (:func:`flashscope.families.sm90_fwd.bind`)."""
+    ``cache_seqlens[b] + n_new`` are used (the list's key counts, read on the device;
+    a paged cache's pages as one batch, read through its block table), and the output
+    and log-sum-exp copied back into the caller's layout; with SPLIT_KV each row block
+    cut into pieces along its keys, merged into the packed output before the copy
+    (:func:`flashscope.families.sm90_fwd.packed_pieces`). The launch is bound on the
+    first call (:func:`flashscope.families.sm90_fwd.bind`)."""
 
     __slots__ = ("go",)
 
@@ -273,7 +280,7 @@ class _ForwardRows:
         kp, vp = _packed_cache(cache.k), _packed_cache(cache.v)
         packed = launch.Packed(*_slots(q.device, B, rows, cache.capacity), rows,
                                cache.capacity, seqused_k=cache.seqlens, added_k=n_new,
-                               row_group=G)
+                               row_group=G, block_table=cache.table, page=cache.page)
         if self.go is None:
             self.go = sm90_fwd.bind(qp, kp, vp, op, lp, mask=mask, scale=scale, cfg=cfg,
                                     packed=packed)

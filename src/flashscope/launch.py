@@ -69,6 +69,11 @@ class Packed(NamedTuple):
     #: query rows a position: a decoding call packs the G query heads of a kv head
     #: token by token, row r holding token r // G (1: every row its own position)
     row_group: int = 1
+    #: a paged KV cache's (B, max pages) int32 block table (rows one apart) and keys a
+    #: page: key i of sequence b is row block_table[b, i // page] page + i % page of the
+    #: key tensors (None, 0: the keys lie where cu_seqlens_k says)
+    block_table: "torch.Tensor | None" = None
+    page: int = 0
 
     @property
     def batch(self) -> int:

@@ -413,6 +413,52 @@ def test_gpu_forward_rows_match_float64(device, case, split):
                  softcap, dtype, cfg)
 
 
+# (FORWARD_CASES index, keys a page): pages of 16 (8 a key tile) to 256 (2 tiles a page)
+PAGED_CASES = [(0, 16), (3, 32), (5, 64), (6, 128), (4, 256)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+@pytest.mark.parametrize("case,page", PAGED_CASES)
+def test_gpu_forward_rows_read_paged_caches(device, case, page, split):
+    """The sm_90 forward on a paged cache (pages handed out in random order, spare
+    pages, appends across page boundaries, the table's last column past a sequence's
+    last key tile) against the float64 reference, whole and cut."""
+    if device != "cuda":
+        pytest.skip("the sm_90 forward runs on the GPU")
+    B, Nq, H, Hkv, D, capacity, lens, n_new, causal, window, softcap, dtype = \
+        FORWARD_CASES[case]
+    cfg = _forward_cfg(B, Nq, H, Hkv, D, capacity, causal, split)
+    check_decode(device, B, Nq, H, Hkv, D, capacity, lens, page, n_new, causal, window,
+                 softcap, dtype, cfg)
+
+
+@pytest.mark.gpu
+def test_gpu_paged_forward_rows_read_only_their_pages(device):
+    """Every page slot a sequence does not use holding NaN (spare pages, the slots past
+    each length in its last page): the paged forward's output stays finite and matches
+    the reference, whole and cut."""
+    if device != "cuda":
+        pytest.skip("the sm_90 forward runs on the GPU")
+    fresh_seed()
+    lens, page = [0, 5, 200, 997], 16
+    inp = make_kvcache(device, 4, 16, 64, 8, 128, 1000, lens=lens, page=page,
+                       dtype=torch.bfloat16, spare_pages=3)
+    used = torch.zeros(inp.k_cache.shape[:2], dtype=torch.bool, device=device)
+    for b, n in enumerate(lens):
+        i = torch.arange(n, device=device)
+        used[inp.block_table[b, i // page].long(), i % page] = True
+    inp.k_cache[~used] = float("nan")
+    inp.v_cache[~used] = float("nan")
+    ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
+                               block_table=inp.block_table)
+    for split in (False, True):
+        out = flashscope.attention_with_kvcache(
+            inp.q, inp.k_cache, inp.v_cache, **inp.kwargs(),
+            config=_forward_cfg(4, 16, 64, 8, 128, 1000, split=split))
+        assert torch.isfinite(out).all() and rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fill", [float("nan"), float("inf")])
 def test_gpu_forward_rows_never_read_past_the_lengths(device, fill):
@@ -464,7 +510,9 @@ def test_gpu_forward_rows_replay_in_a_cuda_graph(device):
 def test_gpu_wide_rows_default_to_the_forward(device):
     """GQA 8:1 at 16 tokens on 17 sequences of 8192-key caches (136 row blocks: one an
     SM) defaults to the sm_90 forward on a dense cache, and to the decoding kernel when
-    the sequences do not lie one stride apart; both match the reference."""
+    the sequences do not lie one stride apart; both match the reference. A paged cache
+    of 64-key pages defaults to the forward, one of 24-key pages to the decoding
+    kernel."""
     from flashscope import kvcache
     from flashscope.masks import Mask
 
@@ -485,6 +533,14 @@ def test_gpu_wide_rows_default_to_the_forward(device):
     assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
     out = flashscope.attention_with_kvcache(inp.q, wide, inp.v_cache, **inp.kwargs())
     assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+    # the same keys in 64-key pages take the route too, and a 24-key page does not
+    for page, routed in ((64, True), (24, False)):
+        pages = inp.k_cache.new_empty(17 * -(-8192 // page) * page, 8, 128)
+        table = torch.arange(17 * -(-8192 // page), device=device, dtype=torch.int32)
+        pk = pages.view(-1, page, 8, 128)
+        paged = kvcache.Cache.of(pk, pk, inp.cache_seqlens, table.view(17, -1))
+        cfg = kvcache._default_config(inp.q, paged, mask, 0.1)
+        assert isinstance(cfg, kvcache.Sm90FwdConfig) == routed, page
 
 
 @pytest.mark.gpu
@@ -519,7 +575,7 @@ def launch_target():
 
 
 def test_wide_rows_rule():
-    """The rule sending decoding to the sm_90 forward: sm_90, dense, 8192 keys or more,
+    """The rule sending decoding to the sm_90 forward: sm_90, 8192 keys or more,
     D = 128 or 256, 128 packed rows or more, a row block for each of the 132 SMs or,
     with fewer, each cut along its keys (SPLIT_KV) into the pieces the SMs leave each
     block (4 key tiles at least), which hold 16k keys or more."""
@@ -543,7 +599,8 @@ def test_wide_rows_rule():
     assert not wide(1, n_k=131072)  # 16 pieces of 8k keys
     assert not wide(64, Nq=8)  # 64 rows
     assert not wide(64, n_k=4096) and not wide(64, D=64)
-    assert not wide(64, paged=True) and not wide(64, D=96) and not wide(64, target="sm80")
+    assert wide(64, paged=True)  # the page size is the layout's to check
+    assert not wide(64, D=96) and not wide(64, target="sm80")
     assert wide(5, Nq=32, H=256, Hkv=32)  # 5 x 32 kv heads of 256 rows
     assert forward_blocks(problem(5, Nq=32, H=256, Hkv=32)) == 5 * 32 * 2
     assert [forward_config(problem(B)).SPLIT_KV for B in (1, 8, 16, 17, 64)] == [
@@ -610,6 +667,11 @@ def test_forward_config_is_refused_where_it_cannot_run(device):
         check_cache(cfg.replace(MASKED_FIRST=True), 64)
     with pytest.raises(ConfigError, match="head dim 80 against a KV cache"):
         check_cache(cfg, 80)
+    check_cache(cfg, 64, 16)
+    check_cache(cfg, 64, 512)
+    for page in (8, 48, 100):
+        with pytest.raises(ConfigError, match=f"pages of {page} keys: expected a power"):
+            check_cache(cfg, 64, page)
 
 
 def test_equal_call_keys_mean_equal_checks(monkeypatch):

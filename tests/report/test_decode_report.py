@@ -132,7 +132,8 @@ def test_report_builds_the_hopper_backward(tmp_path, capsys):
 def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
     """``--kernel decode_rows``: the sm_90 forward as a decoding call runs it (G = 8
     packed rows a position, a KV cache's lengths; MASKED_FIRST off in its default): no
-    spill at D = 128; the tail head dims and --varlen refused in one line."""
+    spill at D = 128, dense or paged (--page); the tail head dims, --varlen and pages the
+    kernel cannot read refused in one line."""
     import json as _json
 
     def kernel(name, *flags):
@@ -142,12 +143,15 @@ def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
 
     rows = kernel("decode_rows")
     assert rows["spill_stores"] == 0 and rows["config"]["MASKED_FIRST"] is False
-    for flags in (["--varlen"], ["--head-dim", "96"]):
+    paged = kernel("decode_rows", "--page", "32")  # 4 copies of K (and V) a key tile
+    assert paged["spill_stores"] == 0 and paged["constants"]["PAGE"] == 32
+    for flags in (["--varlen"], ["--head-dim", "96"], ["--page", "24"]):
         assert main(["inspect", "--kernel", "decode_rows", "--target", "sm90", *flags]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1, err
         assert ("--varlen: decode_rows takes no packed batch" in err
-                or "head dim 96 against a KV cache" in err), err
+                or "head dim 96 against a KV cache" in err
+                or "--page 24: decode_rows reads pages of a power of two" in err), err
 
 
 def test_report_builds_the_wide_rows_on_the_hopper_forward(tmp_path, capsys):

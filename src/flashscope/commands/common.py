@@ -210,8 +210,8 @@ def add_variant(p, mask_only: bool = False, title: str = "kernel variant (with -
         g.add_argument("--varlen", action="store_true",
                        help="a packed batch of variable-length sequences (cu_seqlens)")
         g.add_argument("--page", type=integer(1), metavar="N",
-                       help="keys a page of the paged decoding kernel's cache (decode_paged; "
-                            "default 16)")
+                       help="keys a page of a paged KV cache: decode_paged's (default 16), "
+                            "decode_rows' (default: a dense cache)")
 
 
 def variant_kw(args) -> dict:

@@ -54,6 +54,11 @@ WARPS = 4
 #: One consumer runs in the default partition alone.
 CONSUMER_REGS = {1: 240, 2: 240, 3: 160}
 PRODUCER_REGS = 24
+#: two consumers' and the producer's budgets reading a paged cache of pages smaller than
+#: a key tile (a table read and a TMA copy each page): at 24 registers the producer kept
+#: five of its loop's values in local memory, reloaded every work tile; at 40 none
+#: ((2 x 232 + 40) x 128 = 64512)
+PAGED_REGS = (232, 40)
 #: base-2 threshold of LAZY_RESCALE: a row's maximum moves only when a key tile raises it
 #: by more than this (a factor of 256), which keeps P below 2^8 and every sum exact in fp32
 RESCALE_TAU = 8
@@ -201,21 +206,33 @@ def check_packed(cfg: Sm90FwdConfig, packed, head_dim: int = 128) -> None:
             raise ConfigError(f"{KERNEL}: {knob}=1 shapes the host's work list; a packed "
                               f"batch's list is built on the device (run it with {knob}=0)")
     if cache:
-        check_cache(cfg, head_dim)
+        check_cache(cfg, head_dim, packed[6])
 
 
-def check_cache(cfg: Sm90FwdConfig, head_dim: int) -> None:
+def check_cache(cfg: Sm90FwdConfig, head_dim: int, page: int = 0) -> None:
     """ConfigError for what a packed batch that reads a KV cache cannot take (the keys
     past each length are zeroed in its last key tile, :func:`~flashscope.kernels.
-    sm90_softmax._zero_past`): MASKED_FIRST (which takes that tile first) and a head
+    sm90_softmax._zero_past`): MASKED_FIRST (which takes that tile first), a head
     dim other than 64, 128 and 256 (a tail between two powers of two is not zeroed;
-    the zeroing's tiles are 64 columns wide at least)."""
+    the zeroing's tiles are 64 columns wide at least), and a paged cache's ``page``
+    size other than a power of two of 16 keys or more (a TMA copy a page or a key tile,
+    :func:`paged_ok`)."""
     if cfg.MASKED_FIRST:
         raise ConfigError(f"{KERNEL}: MASKED_FIRST=1 reads a sequence's last key tile "
                           "first; against a KV cache it runs with MASKED_FIRST=0")
     if head_dim not in (64, 128, 256):
         raise ConfigError(f"{KERNEL}: head dim {head_dim} against a KV cache: expected "
                           "64, 128 or 256")
+    if page and not paged_ok(page):
+        raise ConfigError(f"{KERNEL}: pages of {page} keys: expected a power of two of "
+                          "16 or more")
+
+
+def paged_ok(page: int) -> bool:
+    """Whether the kernel reads a paged cache of ``page`` keys a page: a power of two of
+    16 keys or more, so that a key tile holds whole pages or lies in one, and each TMA
+    copy fills whole 8-row groups of the tile's swizzled layout."""
+    return page >= 16 and page & (page - 1) == 0
 
 
 def check(cfg: Sm90FwdConfig, target="sm90", head_dim: int = 128,
@@ -605,11 +622,13 @@ class Sm90Plan(NamedTuple):
         return torch.empty(max(1, self.split.slots) * rec, dtype=torch.float32,
                            device=q.device)
 
-    def args(self, q, k, v, out, lse, part=None, trace=None, sched=None) -> tuple:
+    def args(self, q, k, v, out, lse, part=None, trace=None, sched=None,
+             table=None) -> tuple:
         """The positional arguments for these tensors (``lse=None``: ``out`` in its slot;
         ``part``: the workspace of :meth:`workspace`, unread without SPLIT_KV; ``trace``:
         the clock-stamp buffer of a TRACE build, unread otherwise; ``sched``: a packed
-        batch's list, :meth:`packed_list`)."""
+        batch's list, :meth:`packed_list`; ``table``: a paged cache's block table, unread
+        without PAGE)."""
         descs = [_descriptor(x, f) for x, f in zip((q, k, v, out) * 2, self.fields)]
         tails = descs[4:] or (None,) * 4
         lse_arg = lse if lse is not None else out
@@ -617,8 +636,10 @@ class Sm90Plan(NamedTuple):
             sched = self.sched if self.sched is not None else lse_arg
         if part is None:
             part = self.workspace(q) if self.split is not None else lse_arg
+        pages = (sched, 0, 0) if table is None else (table, table.stride(0),
+                                                       table.shape[1])
         return (*descs[:4], lse_arg, sched, part, *self.scalars,
-                trace if trace is not None else sched, *self.band, out, *tails)
+                trace if trace is not None else sched, *self.band, out, *tails, *pages)
 
     def merge(self, part, out, lse) -> None:
         """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
@@ -666,11 +687,15 @@ def _as_mask(mask):
 
 def _packed_key(packed) -> "tuple | None":
     """A packed batch's part of :func:`plan_key`: its sequences, longest lengths, whether
-    it reads a cache's lengths (the keys they add) and its query rows a position."""
+    it reads a cache's lengths (the keys they add), its query rows a position, and a
+    paged cache's page size and block table's geometry."""
     if packed is None:
         return None
+    table = packed.block_table
     return (packed.batch, int(packed.max_seqlen_q), int(packed.max_seqlen_k),
-            packed.seqused_k is not None, int(packed.added_k), int(packed.row_group))
+            packed.seqused_k is not None, int(packed.added_k), int(packed.row_group),
+            int(packed.page), None if table is None else (tuple(table.shape),
+                                                            tuple(table.stride())))
 
 
 def plan_key(q, k, v, out, lse, mask, scale: float, cfg: Sm90FwdConfig,
@@ -724,9 +749,9 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
     packed = packed_shape is not None
     check_packed(cfg, packed_shape, D)
     lengths = (Nq, Nk)
-    row_group, cache = 1, False
+    row_group, cache, page = 1, False, 0
     if packed:  # the grid's lengths are the longest; each sequence's, on the device (the
-        B, Nq, Nk, cache, _, row_group = packed_shape  # mask's OFFSET too)
+        B, Nq, Nk, cache, _, row_group, page = packed_shape[:7]  # mask's OFFSET too)
         lengths = (None, None)
     check_band(cfg, mask, *lengths, cache=cache)
     causal = mask.causal
@@ -741,11 +766,15 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
     split = bool(cfg.SPLIT_KV)
     programs = sm_count(q.device) if split else min(tiles, sm_count(q.device))
     main, tail = head_parts(D)
+    kv_rows = min(page, cfg.BLOCK_N) if page else cfg.BLOCK_N  # a TMA copy of K or V
+    regs = (CONSUMER_REGS[cfg.consumers], PRODUCER_REGS)
+    if kv_rows < cfg.BLOCK_N and cfg.consumers == 2:
+        regs = PAGED_REGS
     fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
                    for width in ((main, tail) if tail else (main,))
                    for d in (tma_desc4(q, "query", 64, width),
-                             tma_desc4(k, "key", cfg.BLOCK_N, width),
-                             tma_desc4(v, "value", cfg.BLOCK_N, width),
+                             tma_desc4(k, "key", kv_rows, width),
+                             tma_desc4(v, "value", kv_rows, width),
                              tma_desc4(out, "out", 64, width)))
     cap_in, cap_out = mask.cap_args(scale)
     scalars = (H, H // Hkv, Nq, Nk, B * H, 1.0 if mask.softcap else scale * LOG2E,
@@ -760,11 +789,11 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
                   RESCALE_TAU=RESCALE_TAU if cfg.LAZY_RESCALE else 0,
                   EARLY_Q=bool(cfg.EARLY_Q), MASKED_FIRST=bool(cfg.MASKED_FIRST),
                   TRACE=int(trace), OUT_RCP=bool(cfg.OUT_RCP), Q_REGS=bool(cfg.Q_IN_REGS),
-                  SPLIT=split, CONSUMER_REGS=CONSUMER_REGS[cfg.consumers],
-                  PRODUCER_REGS=PRODUCER_REGS, HAS_LEFT=switches["HAS_LEFT"],
+                  SPLIT=split, CONSUMER_REGS=regs[0], PRODUCER_REGS=regs[1],
+                  HAS_LEFT=switches["HAS_LEFT"],
                   HAS_RIGHT=switches["HAS_RIGHT"], SHIFTED=switches["SHIFTED"],
                   SOFTCAP=mask.softcap is not None, VARLEN=packed, ROW_GROUP=row_group,
-                  CACHE=cache)
+                  CACHE=cache, PAGE=page)
     grid = (programs,)
     band_args = (*mask.scalars(*lengths), cap_in, cap_out)
     if packed:  # the list is built per call (:meth:`Sm90Plan.packed_list`); a decoding
@@ -790,7 +819,8 @@ def call(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=No
     these on meta tensors; a packed batch's list is then an empty one of its size)."""
     p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
     sched = p.packed_list(packed) if packed is not None else None
-    return p.grid, p.args(q, k, v, out, lse, sched=sched), dict(p.consts)
+    table = packed.block_table if packed is not None else None
+    return p.grid, p.args(q, k, v, out, lse, sched=sched, table=table), dict(p.consts)
 
 
 # -- launches -------------------------------------------------------------------------------
@@ -813,7 +843,8 @@ def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=Non
     _check_run(q, scale)
     p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
     _launch(p, launch_options(cfg, q.device), q, k, v, out, lse,
-            p.packed_list(packed) if packed is not None else None)
+            p.packed_list(packed) if packed is not None else None,
+            packed.block_table if packed is not None else None)
 
 
 def bind(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None):
@@ -829,17 +860,20 @@ def bind(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=No
     options = launch_options(cfg, q.device)
     if packed is not None:
         return lambda q, k, v, out, lse, packed: _launch(p, options, q, k, v, out, lse,
-                                                         p.packed_list(packed))
+                                                         p.packed_list(packed),
+                                                         packed.block_table)
     return lambda q, k, v, out, lse: _launch(p, options, q, k, v, out, lse)
 
 
-def _launch(p: Sm90Plan, options: dict, q, k, v, out, lse, sched=None) -> None:
+def _launch(p: Sm90Plan, options: dict, q, k, v, out, lse, sched=None,
+            table=None) -> None:
     """Plan ``p``'s launch on these tensors (``sched``: a packed batch's list) and the
     merge of its cut blocks."""
     from ..launch import launch_compiled
 
     part = p.workspace(q)
-    launch_compiled(_kernel(), p.grid, p.args(q, k, v, out, lse, part, sched=sched),
+    launch_compiled(_kernel(), p.grid,
+                    p.args(q, k, v, out, lse, part, sched=sched, table=table),
                     p.consts, options, cache=p.compiled)
     p.merge(part, out, lse)
 

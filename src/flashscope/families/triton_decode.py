@@ -457,8 +457,8 @@ FORWARD_PIECE_KEYS = 16384
 
 def forward_rows(problem: Problem) -> bool:
     """Whether a decoding problem runs on the sm_90 forward (``sm90-fwd``) rather than
-    this family: on sm_90, a dense cache of at least :data:`FORWARD_KEYS` keys a
-    sequence, D = 128 or 256, at least :data:`FORWARD_ROWS` packed rows
+    this family: on sm_90, a cache (dense or paged) of at least :data:`FORWARD_KEYS`
+    keys a sequence, D = 128 or 256, at least :data:`FORWARD_ROWS` packed rows
     (:func:`packed_rows`), and a row block for every SM (:func:`forward_blocks`) or,
     with fewer, pieces of at least :data:`FORWARD_PIECE_KEYS` keys when the forward cuts
     each row block into the SMs it has to itself
@@ -472,12 +472,14 @@ def forward_rows(problem: Problem) -> bool:
     copies of both into and out of the packed layout) over too few key tiles, and at
     D = 64 the two ran level. A cut grid adds the merge of its pieces, and on short
     pieces that and the copies cost what the forward saves: on an H200 it ran 0.63-0.89x
-    the Triton kernel at 4k-8k keys a piece, level at 8k, and 1.06-1.30x from 16k
-    (docs/decode.md has the measured times). The caller checks
-    that the cache's sequences lie one stride apart, as the forward's packed batch needs
+    the Triton kernel at 4k-8k keys a piece, level at 8k, and 1.06-1.30x from 16k.
+    Paged (16 to 256 keys a page), it ran 1.07-1.25x this family's paged build and
+    0.93-0.99 of its own dense speed (docs/decode.md has the measured times). The
+    caller checks that the cache's sequences (or pages) lie one stride apart, as the
+    forward's packed batch needs, and the page size
     (:func:`flashscope.kvcache.forward_layout`)."""
     t = problem.target_record()
-    if t.name != "sm90" or problem.paged or problem.head_dim not in (128, 256):
+    if t.name != "sm90" or problem.head_dim not in (128, 256):
         return False
     if packed_rows(problem) < FORWARD_ROWS or problem.n_k < FORWARD_KEYS:
         return False

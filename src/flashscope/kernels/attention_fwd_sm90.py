@@ -149,6 +149,7 @@ from flashscope.kernels.sm90_sync import (
 )
 from flashscope.kernels.sm90_worklist import (
     _band_own,
+    _divmod,
     _key_tile,
     _own_tiles,
     _range,
@@ -191,6 +192,7 @@ class Knobs:
     VARLEN: gl.constexpr
     ROW_GROUP: gl.constexpr
     CACHE: gl.constexpr
+    PAGE: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, **knobs):
@@ -268,27 +270,52 @@ def _load_rows(desc, smem, ready, off_b, off_h, row, tail):
         tma_load(tail[0], [off_b, off_h, row, tail[2]], ready, tail[1])
 
 
+@gluon.constexpr_function
+def _page_rows(page, block_n):
+    """Rows one TMA copy of a paged cache brings: a page, or a key tile of a larger one."""
+    return min(int(page), int(block_n))
+
+
 @gluon.jit
 def _load_kv(desc, smem, ready, empty, off_b, off_hkv, k0, j, g,
-             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, tail):
+             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, tail, pages=(),
+             PAGE: gl.constexpr = 0):
     """Key (or value) tile j of this work tile (rows from k0: a packed sequence's first
     key, else 0) into slot g % STAGES of its ring (g counts every tile this program
     loaded). The slot's use number g // STAGES first waits for
     release number g // STAGES - 1 on ``empty``: the K ring's own barriers with K_EARLY
     (a K slot goes back when its Q K^T completes), else the V ring's (K and V together,
     when the P V completes; the V load's wait then passes at once). ``tail``: () or the
-    tail's (descriptor, ring, first column)."""
+    tail's (descriptor, ring, first column).
+
+    PAGE > 0 (a paged KV cache; ``pages``: the sequence's row of the block table and its
+    columns): the tile's keys come a page (or a tile of a larger page) at a time, each
+    copy to the rows of the slot it fills, from the row the table names. A column past
+    the table's reads its last one: its keys lie past the sequence's, masked and (their
+    values) zeroed like a dense cache's spare slots; a page index out of range reads as
+    zeros (TMA fills rows outside the tensor)."""
     s = g % STAGES
     _acquire(empty, s, (g // STAGES + 1) & 1, g >= STAGES)
-    if len(tail) > 0:
-        tail = (tail[0], tail[1].index(s), tail[2])
-    _load_rows(desc, smem.index(s), ready.index(s), off_b, off_hkv, k0 + j * BLOCK_N, tail)
+    if PAGE > 0:
+        SUB: gl.constexpr = _page_rows(PAGE, BLOCK_N)
+        slot = smem.index(s)
+        mbarrier.expect(ready.index(s), desc.block_type.nbytes * (BLOCK_N // SUB))
+        for i in gl.static_range(BLOCK_N // SUB):
+            key = j * BLOCK_N + i * SUB
+            page = gl.load(pages[0] + gl.minimum(key // PAGE, pages[1] - 1))
+            tma_load(desc, [off_b, off_hkv, page * PAGE + key % PAGE, 0], ready.index(s),
+                     slot.slice(i * SUB, SUB, dim=2))
+    else:
+        if len(tail) > 0:
+            tail = (tail[0], tail[1].index(s), tail[2])
+        _load_rows(desc, smem.index(s), ready.index(s), off_b, off_hkv, k0 + j * BLOCK_N,
+                   tail)
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_Q, N_K,
-              Div, Band, Trace, T, K):
+              Div, Band, Trace, T, Pages, K):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
@@ -297,7 +324,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     store. With SPLIT a work tile loads the positions of its key range only; with a band
     the key tiles from the band's first (:func:`_work`). With VARLEN the rows are a
     packed sequence's (:func:`_sequence`). With a head-dim tail every copy also brings its
-    tile's tail columns (:func:`_load_rows`)."""
+    tile's tail columns (:func:`_load_rows`). With PAGE, K and V come through the block
+    table (``Pages``: its address, row stride and columns; :func:`_load_kv`)."""
     BAND: gl.constexpr = K.HAS_LEFT or K.HAS_RIGHT or K.SHIFTED
     if K.HEAD_TAIL > 0:  # (descriptor, shared tiles, first column) of Q, K and V
         tk = (T.k_desc, T.k_smem, K.HEAD_DIM)
@@ -318,11 +346,16 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
         q0, n_q, k0, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED,
                                            K.ROW_GROUP)
-        _, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from = _work(
+        pid_bh, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from = _work(
             t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL,
             K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, K.VARLEN, K.ROW_GROUP)
         lo, hi, live = _range(kr, n_tiles, K.SPLIT, K.VARLEN)
         first = _key_tile(lo, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
+        if K.PAGE > 0:  # the sequence's row of the block table
+            seq, _h = _divmod(pid_bh, H, Div[2], Div[3])
+            pages = (Pages[0] + seq * Pages[1], Pages[2])
+        else:
+            pages = ()
         if BAND:
             first += t0
         _stamp(Trace, pid, 3, r, 0, K.TRACE)
@@ -330,7 +363,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _stamp(Trace, pid, 3, r, 6, K.TRACE, n_tiles)
         if i > 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, first, g,
-                     K.BLOCK_N, K.STAGES, tk)
+                     K.BLOCK_N, K.STAGES, tk, pages, K.PAGE)
             _stamp(Trace, pid, 3, r, 4, K.TRACE)
         for c in gl.static_range(K.CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i + 1) & 1, pred=i > 0)
@@ -343,18 +376,18 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _stamp(Trace, pid, 3, r, 1, K.TRACE)
         if i == 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, first, g,
-                     K.BLOCK_N, K.STAGES, tk)
+                     K.BLOCK_N, K.STAGES, tk, pages, K.PAGE)
         _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, k0, first, g, K.BLOCK_N,
-                 K.STAGES, tv)
+                 K.STAGES, tv, pages, K.PAGE)
         _stamp(Trace, pid, 3, r, 2, K.TRACE)
         for pos in range(lo + 1, hi):
             j = _key_tile(pos, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
             if BAND:
                 j += t0
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, j, g + pos - lo,
-                     K.BLOCK_N, K.STAGES, tk)
+                     K.BLOCK_N, K.STAGES, tk, pages, K.PAGE)
             _load_kv(v_desc, v_smem, v_ready, v_empty, off_b, off_hkv, k0, j, g + pos - lo,
-                     K.BLOCK_N, K.STAGES, tv)
+                     K.BLOCK_N, K.STAGES, tv, pages, K.PAGE)
         _stamp(Trace, pid, 3, r, 3, K.TRACE)
         g += hi - lo
         i += 1
@@ -679,15 +712,16 @@ def _attn_fwd_sm90(
     q_desc, k_desc, v_desc, o_desc, Lse, Sched, Part,
     H, GROUP, N_Q, N_K, BH, qk_scale, DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G, Trace,
     OFFSET, LEFT, RIGHT, cap_in, cap_out, Out, q_tail, k_tail, v_tail, o_tail,
-    HEAD_DIM: gl.constexpr, HEAD_TAIL: gl.constexpr, BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    RETURN_LSE: gl.constexpr, LPT: gl.constexpr, PINGPONG: gl.constexpr,
+    Table, TABLE_STRIDE, TABLE_COLS, HEAD_DIM: gl.constexpr, HEAD_TAIL: gl.constexpr,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr,
+    LPT: gl.constexpr, PINGPONG: gl.constexpr,
     RESCALE_TAU: gl.constexpr, EARLY_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, MASKED_FIRST: gl.constexpr, TRACE: gl.constexpr,
     OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, SPLIT: gl.constexpr,
     HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
     SOFTCAP: gl.constexpr, VARLEN: gl.constexpr, ROW_GROUP: gl.constexpr,
-    CACHE: gl.constexpr,
+    CACHE: gl.constexpr, PAGE: gl.constexpr = 0,
 ):
     """1-D grid of P programs (at most one per SM) over cdiv(N_Q, BLOCK_M) * BH work tiles
     (BH = B * H), each program looping over its tiles: round robin (program p takes tiles
@@ -732,7 +766,11 @@ def _attn_fwd_sm90(
     _positions`). CACHE (VARLEN): the keys are a KV cache's, each sequence's list entry
     giving its keys in use, the slots past them anyone's: each consumer zeroes those V
     rows of its last key tile before the product reads them
-    (:func:`~flashscope.kernels.sm90_softmax._zero_past`)."""
+    (:func:`~flashscope.kernels.sm90_softmax._zero_past`). PAGE > 0 (CACHE): a paged
+    cache, k and v its pages seen as one packed batch (1, Hkv, pages x PAGE, D), key i of
+    sequence b in page Table[b TABLE_STRIDE + i / PAGE] (TABLE_COLS columns a row;
+    unread otherwise; :func:`_load_kv`), the K and V descriptors' blocks min(PAGE,
+    BLOCK_N) rows."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -741,6 +779,9 @@ def _attn_fwd_sm90(
     gl.static_assert(not CACHE or (VARLEN and not MASKED_FIRST and HEAD_TAIL == 0),
                      "CACHE: a packed batch, its last key tile last, no head-dim tail")
     gl.static_assert(not (SPLIT and VARLEN) or CACHE, "SPLIT with VARLEN: a KV cache's")
+    gl.static_assert(PAGE == 0 or (CACHE and PAGE % 16 == 0
+                                   and (PAGE % BLOCK_N == 0 or BLOCK_N % PAGE == 0)),
+                     "PAGE: a KV cache's, 16 keys or more, a divisor or multiple of BLOCK_N")
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     n_m = gl.cdiv(N_Q, BLOCK_M)
@@ -806,14 +847,18 @@ def _attn_fwd_sm90(
               K_EARLY=K_EARLY, MASKED_FIRST=MASKED_FIRST, OUT_RCP=OUT_RCP, Q_REGS=Q_REGS,
               SPLIT=SPLIT, TRACE=TRACE, HAS_LEFT=HAS_LEFT, HAS_RIGHT=HAS_RIGHT,
               SHIFTED=SHIFTED, SOFTCAP=SOFTCAP, VARLEN=VARLEN, ROW_GROUP=ROW_GROUP,
-              CACHE=CACHE)
+              CACHE=CACHE, PAGE=PAGE)
+    if PAGE > 0:
+        Pages = (Table, TABLE_STRIDE, TABLE_COLS)
+    else:  # nothing to carry into the partitions
+        Pages = ()
     # One list, in partition order (_worker_warps): consumer c, or the producer where c is
     # -1. The arguments are spelled out in place: a tuple bound to a name first would turn
     # its constexprs into tensors (an aggregate such as K keeps them).
     gl.warp_specialize(
         [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                       k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
-                      GROUP, N_Q, N_K, Div, Band, Trace, T, K))
+                      GROUP, N_Q, N_K, Div, Band, Trace, T, Pages, K))
          if c < 0 else
          (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                       k_empty, v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog,
