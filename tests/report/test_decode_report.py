@@ -156,8 +156,8 @@ def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
 
 def test_report_builds_the_wide_rows_on_the_hopper_forward(tmp_path, capsys):
     """``--kernel decode-rows``: the route's kernel at its default (sm90 only, MASKED_FIRST
-    off) and its BLOCK_N step; another target, --varlen or --page refused in one line
-    with exit 2, nothing written."""
+    off) and its BLOCK_N step, dense and with --page 64; another target, --varlen or a
+    page size the kernel cannot read refused in one line with exit 2, nothing written."""
     from flashscope.families.base import Problem
     from flashscope.kvcache import forward_config
 
@@ -173,10 +173,19 @@ def test_report_builds_the_wide_rows_on_the_hopper_forward(tmp_path, capsys):
     assert len(rows) == 2 and all(r["error"] is None for r in rows)
     (step,) = data["ablations"]
     assert step["name"] == "BLOCK_N halved" and step["targets"]["sm90"]["config_after"]
+    assert main(["report", "--kernel", "decode-rows", "--page", "64", "--out",
+                 str(tmp_path / "p"), "--jobs", "1"]) == 0
+    paged = json.loads((tmp_path / "p" / "report.json").read_text())
+    rows = [r for r in paged["rows"] if r["kernel"] == "decode_rows"]
+    # at most the two values ptxas may store once at the entry for the partitions (the
+    # producer's loop values reloaded every work tile were seven and more)
+    assert rows and all(r["error"] is None and r["measured"]["spill_stores"] <= 2
+                        for r in rows), rows
     capsys.readouterr()
     for argv, needle in ((["--targets", "sm80"], "builds for sm90 only"),
                          (["--varlen"], "--varlen goes with --kernel fwd or bwd"),
-                         (["--page", "16"], "--page goes with --kernel decode")):
+                         (["--page", "24"], "--page 24: decode_rows reads pages of a "
+                          "power of two")):
         assert main(["report", "--kernel", "decode-rows", "--out", str(tmp_path / "o"),
                      *argv]) == 2
         err = capsys.readouterr().err

@@ -106,9 +106,15 @@ def run(args) -> int:
     from ..report import collect, make_spec, write_report
     from ..report.render_terminal import render
 
-    if args.page is not None and args.kernel != "decode":
-        raise FlashscopeError(f"--page goes with --kernel decode (the paged decoding "
-                              f"kernel's pages; the {args.kernel} kernels read none)")
+    if args.page is not None and args.kernel not in ("decode", "decode-rows"):
+        raise FlashscopeError(f"--page goes with --kernel decode or decode-rows (a paged "
+                              f"cache's pages; the {args.kernel} kernels read none)")
+    if args.page is not None and args.kernel == "decode-rows":
+        from ..families.sm90_fwd import paged_ok
+
+        if not paged_ok(args.page):
+            raise FlashscopeError(f"--page {args.page}: decode_rows reads pages of a power "
+                                  "of two of 16 keys or more")
     if args.varlen and args.kernel in ("decode", "decode-rows"):
         raise FlashscopeError("--varlen goes with --kernel fwd or bwd (a decoding step's "
                               "sequences have lengths of their own)")
