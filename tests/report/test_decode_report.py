@@ -173,8 +173,8 @@ def test_report_builds_the_wide_rows_on_the_hopper_forward(tmp_path, capsys):
     assert len(rows) == 2 and all(r["error"] is None for r in rows)
     (step,) = data["ablations"]
     assert step["name"] == "BLOCK_N halved" and step["targets"]["sm90"]["config_after"]
-    assert main(["report", "--kernel", "decode-rows", "--page", "64", "--out",
-                 str(tmp_path / "p"), "--jobs", "1"]) == 0
+    assert main(["report", "--kernel", "decode-rows", "--page", "64", "--ablate",
+                 "BLOCK_N", "--out", str(tmp_path / "p"), "--jobs", "1"]) == 0
     paged = json.loads((tmp_path / "p" / "report.json").read_text())
     rows = [r for r in paged["rows"] if r["kernel"] == "decode_rows"]
     # at most the two values ptxas may store once at the entry for the partitions (the
