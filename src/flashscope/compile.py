@@ -214,9 +214,7 @@ def _decode_rows_call(cfg, problem, head_dim, dtype, causal, return_lse=False, w
     G = H // Hkv
     table = None
     if page:
-        if not sm90_fwd.paged_ok(page):
-            raise FlashscopeError(f"--page {page}: decode_rows reads pages of a power of "
-                                  "two of 16 keys or more")
+        check_rows_page(page)
         cols = -(-Nk // page)
         slots, rows_a_slot = B * cols, page
         table = torch.empty(B, cols, dtype=torch.int32, device="meta")
@@ -238,6 +236,16 @@ def _decode_rows_call(cfg, problem, head_dim, dtype, causal, return_lse=False, w
                                     scale=launch.default_scale(head_dim), cfg=cfg,
                                     packed=packed)
     return args, consts
+
+
+def check_rows_page(page: int) -> None:
+    """FlashscopeError naming ``--page`` where decode_rows cannot read pages of ``page``
+    keys (:func:`flashscope.families.sm90_fwd.paged_ok`)."""
+    from .families import sm90_fwd
+
+    if not sm90_fwd.paged_ok(page):
+        raise FlashscopeError(f"--page {page}: decode_rows reads pages of a power of two "
+                              "of 16 keys or more")
 
 
 def _decode_rows_default(problem):

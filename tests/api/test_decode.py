@@ -535,10 +535,10 @@ def test_gpu_wide_rows_default_to_the_forward(device):
     assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
     # the same keys in 64-key pages take the route too, and a 24-key page does not
     for page, routed in ((64, True), (24, False)):
-        pages = inp.k_cache.new_empty(17 * -(-8192 // page) * page, 8, 128)
-        table = torch.arange(17 * -(-8192 // page), device=device, dtype=torch.int32)
-        pk = pages.view(-1, page, 8, 128)
-        paged = kvcache.Cache.of(pk, pk, inp.cache_seqlens, table.view(17, -1))
+        n_pages = 17 * -(-8192 // page)
+        pk = inp.k_cache.new_empty(n_pages, page, 8, 128)
+        table = torch.arange(n_pages, device=device, dtype=torch.int32).view(17, -1)
+        paged = kvcache.Cache.of(pk, pk, inp.cache_seqlens, table)
         cfg = kvcache._default_config(inp.q, paged, mask, 0.1)
         assert isinstance(cfg, kvcache.Sm90FwdConfig) == routed, page
 

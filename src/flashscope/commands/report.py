@@ -110,11 +110,9 @@ def run(args) -> int:
         raise FlashscopeError(f"--page goes with --kernel decode or decode-rows (a paged "
                               f"cache's pages; the {args.kernel} kernels read none)")
     if args.page is not None and args.kernel == "decode-rows":
-        from ..families.sm90_fwd import paged_ok
+        from ..compile import check_rows_page
 
-        if not paged_ok(args.page):
-            raise FlashscopeError(f"--page {args.page}: decode_rows reads pages of a power "
-                                  "of two of 16 keys or more")
+        check_rows_page(args.page)
     if args.varlen and args.kernel in ("decode", "decode-rows"):
         raise FlashscopeError("--varlen goes with --kernel fwd or bwd (a decoding step's "
                               "sequences have lengths of their own)")

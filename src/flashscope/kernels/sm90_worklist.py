@@ -7,12 +7,11 @@ tiles, then with SPLIT each entry's key range and workspace slot). :func:`_share
 :func:`_tile` read that list, one tile ahead of the one running; :func:`_work` turns a
 tile into its head, rows and key tiles with the host's multipliers (:func:`_divmod`);
 :func:`_range` gives the positions of a SPLIT piece (a decoding call's: piece j of S);
-:func:`_key_tile` maps a position
-to the key tile loaded there (MASKED_FIRST: the masked tiles first), counted from the
-work tile's first key tile (a band's, else 0); :func:`_own_tiles` says which of them a
-consumer's 64 rows need, and :func:`_band_own` which of them a band's consumer computes
-and masks. Producer and consumers call the same functions on the same list, so they
-agree on every tile without talking.
+:func:`_key_tile` maps a position to the key tile loaded there (MASKED_FIRST: the masked
+tiles first), counted from the work tile's first key tile (a band's, else 0);
+:func:`_own_tiles` says which of them a consumer's 64 rows need, and :func:`_band_own`
+which of them a band's consumer computes and masks. Producer and consumers call the
+same functions on the same list, so they agree on every tile without talking.
 """
 
 from triton.experimental import gluon
