@@ -197,7 +197,8 @@ DECODE_ROWS_PROBLEM = (64, 64, 8, 16, 8192)
 def _decode_rows_call(cfg, problem, head_dim, dtype, causal, return_lse=False, window=None,
                       align="top_left", softcap=None, varlen=False, page=None):
     """Call builder for a decoding call's rows on the sm_90 forward
-    (:class:`flashscope.kvcache._ForwardRows`) on meta tensors: q packed as (1, Hkv, B Nq
+    (:class:`flashscope.kvcache._ForwardRows`) on meta tensors: q and out in the caller's
+    layout (B, Nq, Hkv, G, D) where G divides 64 (GROUPED), else packed as (1, Hkv, B Nq
     G, D), a dense cache of Nk keys a sequence seen as (1, Hkv, B Nk, D) (``page``: a
     paged one, B x Nk / page pages and a block table), each sequence's keys from its
     length plus Nq appended ones, G = H / Hkv rows a position, the mask aligned
@@ -221,12 +222,15 @@ def _decode_rows_call(cfg, problem, head_dim, dtype, causal, return_lse=False, w
         Nk = cols * page
     else:
         slots, rows_a_slot = B, Nk
-    q, out, cache = _meta_tensors(problem, head_dim, dtype, (1, Hkv, B * Nq * G, head_dim),
-                                  (1, Hkv, B * Nq * G, head_dim),
+    grouped = 64 % G == 0
+    rows = (B, Nq, Hkv, G, head_dim) if grouped else (1, Hkv, B * Nq * G, head_dim)
+    q, out, cache = _meta_tensors(problem, head_dim, dtype, rows, rows,
                                   (slots, rows_a_slot, Hkv, head_dim))
     kv = cache.view(1, slots * rows_a_slot, Hkv, head_dim).permute(0, 2, 1, 3)
-    lse = torch.empty(q.shape[:3], dtype=torch.float32, device="meta") \
-        if return_lse else None
+    lse = None
+    if return_lse:
+        lse = torch.empty((B, H, Nq) if grouped else q.shape[:3], dtype=torch.float32,
+                          device="meta")
     cu = [torch.empty(B + 1, dtype=torch.int32, device="meta") for _ in range(2)]
     used = torch.empty(B, dtype=torch.int32, device="meta")
     packed = launch.Packed(*cu, Nq * G, Nk, seqused_k=used, added_k=Nq, row_group=G,

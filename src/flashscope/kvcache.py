@@ -236,7 +236,7 @@ def forward_layout(q, cache: Cache, scale) -> Optional[str]:
         if t.shape[0] > 1 and t.stride(0) != t.shape[1] * t.stride(1):
             return (f"{name}: its sequences {t.stride(0)} elements apart, expected "
                     f"Ncache x {t.stride(1)} (one packed batch)")
-        why = sm90_fwd._desc4_problem(_packed_cache(t))
+        why = sm90_fwd._desc_problem(_packed_cache(t))
         if why:
             return f"{name}: {why}"
     return None
@@ -253,19 +253,22 @@ def _packed_cache(t):
 class _ForwardRows:
     """Attention on the sm_90 forward for the calls of one geometry (the append, if any,
     ran first): each kv head's G query heads times the Nq tokens packed as the rows of
-    one sequence (a copy of q, (1, Hkv, B Nq G, D), row r of sequence b holding token
-    r // G; ROW_GROUP = G), the cache as B slots of Ncache keys of which the first
-    ``cache_seqlens[b] + n_new`` are used (the list's key counts, read on the device;
-    a paged cache's pages as one batch, read through its block table), and the output
-    and log-sum-exp copied back into the caller's layout; with SPLIT_KV each row block
-    cut into pieces along its keys, merged into the packed output before the copy
-    (:func:`flashscope.families.sm90_fwd.packed_pieces`). The launch is bound on the
-    first call (:func:`flashscope.families.sm90_fwd.bind`)."""
+    one sequence (row r of sequence b holding token r // G; ROW_GROUP = G), the cache as
+    B slots of Ncache keys of which the first ``cache_seqlens[b] + n_new`` are used (the
+    list's key counts, read on the device; a paged cache's pages as one batch, read
+    through its block table); with SPLIT_KV each row block cut into pieces along its
+    keys and merged (:func:`flashscope.families.sm90_fwd.packed_pieces`). Where G
+    divides 64 the kernel reads q and writes the output and log-sum-exp in the caller's
+    layout (:func:`_grouped`: GROUPED, 64 rows are 64 / G whole tokens); otherwise q is
+    copied packed, (1, Hkv, B Nq G, D), and the output and log-sum-exp copied back (at B
+    = 64, 8k keys, GQA 8:1 x 16 tokens the two copies took 8% of the step, H200). The
+    launch is bound on the first call (:func:`flashscope.families.sm90_fwd.bind`)."""
 
-    __slots__ = ("go",)
+    __slots__ = ("go", "grouped")
 
     def __init__(self):
         self.go = None
+        self.grouped = None
 
     def __call__(self, q, cache: Cache, out, lse, n_new: int, mask, scale: float,
                  cfg: Sm90FwdConfig) -> None:
@@ -273,14 +276,23 @@ class _ForwardRows:
         hkv = cache.k.shape[2]
         G = H // hkv
         rows = Nq * G
-        qp = q.unflatten(2, (hkv, G)).permute(2, 0, 1, 3, 4).reshape(1, hkv, B * rows, D)
-        op = torch.empty_like(qp)
-        lp = None if lse is None else torch.empty((1, hkv, B * rows), device=q.device,
-                                                  dtype=torch.float32)
+        if self.grouped is None:
+            self.grouped = _grouped(q, out, lse, hkv)
         kp, vp = _packed_cache(cache.k), _packed_cache(cache.v)
         packed = launch.Packed(*_slots(q.device, B, rows, cache.capacity), rows,
                                cache.capacity, seqused_k=cache.seqlens, added_k=n_new,
                                row_group=G, block_table=cache.table, page=cache.page)
+        if self.grouped:
+            qg, og = q.unflatten(2, (hkv, G)), out.unflatten(2, (hkv, G))
+            if self.go is None:
+                self.go = sm90_fwd.bind(qg, kp, vp, og, lse, mask=mask, scale=scale,
+                                        cfg=cfg, packed=packed)
+            self.go(qg, kp, vp, og, lse, packed)
+            return
+        qp = q.unflatten(2, (hkv, G)).permute(2, 0, 1, 3, 4).reshape(1, hkv, B * rows, D)
+        op = torch.empty_like(qp)
+        lp = None if lse is None else torch.empty((1, hkv, B * rows), device=q.device,
+                                                  dtype=torch.float32)
         if self.go is None:
             self.go = sm90_fwd.bind(qp, kp, vp, op, lp, mask=mask, scale=scale, cfg=cfg,
                                     packed=packed)
@@ -290,6 +302,18 @@ class _ForwardRows:
         if lse is not None:
             lse.view(B, hkv, G, Nq).copy_(
                 lp[0].unflatten(1, (B, Nq, G)).permute(1, 0, 3, 2))
+
+
+def _grouped(q, out, lse, hkv: int) -> bool:
+    """Whether the forward can read q (B, Nq, H, D) and write ``out`` and ``lse`` (B, H,
+    Nq) where they are: the group G = H / Hkv divides 64 (a 64-row block is 64 / G
+    whole tokens) and TMA addresses q and out as (B, Nq, Hkv, G, D)."""
+    G = q.shape[2] // hkv
+    if 64 % G:
+        return False
+    if lse is not None and lse.stride(2) != 1:
+        return False
+    return not any(sm90_fwd._desc_problem(x.unflatten(2, (hkv, G))) for x in (q, out))
 
 
 #: (cu_seqlens_q, cu_seqlens_k) of the forward's packed rows and cache slots, by device

@@ -1055,8 +1055,8 @@ def test_sm90_bwd_writes_grad_buffers_with_and_without_tma(device, offset, D):
     flats = [torch.full((t.numel() + 128,), float("nan"), device=t.device, dtype=t.dtype)
              for t in (q, k, v)]
     dq, dk, dv = (f[offset:offset + t.numel()].view(t.shape) for f, t in zip(flats, (q, k, v)))
-    from flashscope.families.sm90_fwd import _desc4_problem
-    assert (_desc4_problem(dk) is None) == (offset == 0)
+    from flashscope.families.sm90_fwd import _desc_problem
+    assert (_desc_problem(dk) is None) == (offset == 0)
     got = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(True), scale=scale,
                           cfg=_sm90_default(D), dq=dq, dk=dk, dv=dv)
     _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=scale)

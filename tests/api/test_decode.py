@@ -394,6 +394,8 @@ FORWARD_CASES = [
     (2, 16, 64, 8, 128, 8192, [8000, 100], 1, True, None, None, torch.bfloat16),
     # D = 256, 4 pieces, one sequence without keys
     (3, 8, 32, 2, 256, 4096, [0, 4000, 2100], 0, True, None, None, torch.float16),
+    # D = 64, GQA 4:1 at 32 tokens, a sequence shorter than its tokens
+    (3, 32, 16, 4, 64, 1500, [1400, 3, 640], 1, True, None, None, torch.float16),
 ]
 
 
@@ -506,6 +508,54 @@ def test_gpu_forward_rows_replay_in_a_cuda_graph(device):
         assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
 
 
+def test_forward_rows_read_q_in_place_where_the_group_divides_64():
+    """The route reads q and writes the output where they are (rank-5 descriptors over
+    (B, Nq, Hkv, G, D)) when G divides 64 and TMA can address both; a group of 12, an
+    output column stride of 2 or a log-sum-exp whose tokens are not adjacent take the
+    packed copies instead."""
+    from flashscope.kvcache import _grouped
+
+    q = torch.empty(2, 16, 64, 128, dtype=torch.bfloat16)
+    lse = torch.empty(2, 64, 16)
+    assert _grouped(q, torch.empty_like(q), lse, 8) and _grouped(q, q, None, 1)
+    assert _grouped(q.transpose(1, 2).contiguous().transpose(1, 2), q, lse, 4)
+    q12 = torch.empty(2, 16, 24, 64, dtype=torch.bfloat16)
+    assert not _grouped(q12, q12, None, 2)
+    wide = torch.empty(2, 16, 64, 256, dtype=torch.bfloat16)[..., ::2]
+    assert not _grouped(q, wide, None, 8)
+    assert not _grouped(q, q, lse.transpose(1, 2).contiguous().transpose(1, 2), 8)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+def test_gpu_forward_rows_in_place_on_strided_views(device, split):
+    """q a (B, H, Nq, D) tensor seen as (B, Nq, H, D), read in place by the rank-5
+    descriptors, and a group of 16 (4 tokens a 64-row block, 20 tokens: the last block
+    half past them), whole and cut: output (laid out like q, NaN until written) and
+    log-sum-exp against the float64 reference."""
+    from flashscope import kvcache
+
+    if device != "cuda" or launch_target() != "sm90":
+        pytest.skip("an sm_90 GPU")
+    fresh_seed()
+    B, Nq, H, Hkv, D = 3, 20, 32, 2, 128
+    inp = make_kvcache(device, B, Nq, H, Hkv, D, 2048, lens=[2000, 0, 700],
+                       dtype=torch.bfloat16)
+    q = inp.q.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not q.is_contiguous() and kvcache._grouped(q, q, None, Hkv)
+    ref, ref_lse = reference_kvcache(q, inp.k_cache, inp.v_cache, inp.cache_seqlens)
+    cfg = _forward_cfg(B, Nq, H, Hkv, D, 2048, split=split)
+    with nan_allocations():
+        out, lse = flashscope.attention_with_kvcache(q, inp.k_cache, inp.v_cache,
+                                                     **inp.kwargs(), return_lse=True,
+                                                     config=cfg)
+    assert out.stride() == q.stride() and not torch.isnan(out).any()
+    assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isneginf(lse.double()).cpu(), torch.isneginf(ref_lse).cpu())
+    assert (lse.double() - ref_lse.to(lse.device))[finite].abs().max() < 2e-3
+
+
 @pytest.mark.gpu
 def test_gpu_wide_rows_default_to_the_forward(device):
     """GQA 8:1 at 16 tokens on 17 sequences of 8192-key caches (136 row blocks: one an
@@ -575,10 +625,10 @@ def launch_target():
 
 
 def test_wide_rows_rule():
-    """The rule sending decoding to the sm_90 forward: sm_90, 8192 keys or more,
-    D = 128 or 256, 128 packed rows or more, a row block for each of the 132 SMs or,
-    with fewer, each cut along its keys (SPLIT_KV) into the pieces the SMs leave each
-    block (4 key tiles at least), which hold 16k keys or more."""
+    """The rule sending decoding to the sm_90 forward: sm_90, D = 64, 128 or 256, 128
+    packed rows or more, and 3072 keys or more for each of the 132 SMs to read across
+    the row blocks, whole or (fewer blocks than SMs) cut along their keys (SPLIT_KV)
+    into the pieces the SMs leave each block (4 key tiles at least)."""
     from flashscope.families.base import Problem
     from flashscope.families.sm90_fwd import packed_pieces
     from flashscope.families.triton_decode import forward_blocks, forward_rows
@@ -591,14 +641,14 @@ def test_wide_rows_rule():
     def wide(*args, **kw):
         return forward_rows(problem(*args, **kw))
 
-    assert wide(64) and wide(17) and wide(64, D=256) and wide(64, n_k=8192)
-    # fewer row blocks than SMs: cut into pieces of 16k keys or more
-    assert wide(8, n_k=32768) and wide(2, n_k=131072) and wide(16, n_k=32768)
-    assert wide(1, n_k=262144) and wide(8, D=256, n_k=32768)
-    assert not wide(16) and not wide(8) and not wide(4, n_k=32768)
-    assert not wide(1, n_k=131072)  # 16 pieces of 8k keys
+    # 8 row blocks a sequence: 64 x 8 x 1024 keys over 132 SMs is 3971 an SM
+    assert wide(64, n_k=1024) and wide(17) and wide(64, D=256) and wide(64, D=64)
+    assert wide(32, n_k=2048) and wide(16, n_k=4096) and not wide(16, n_k=2048)
+    assert not wide(32, n_k=1024) and not wide(64, n_k=512)
+    # fewer row blocks than SMs, cut into pieces: the same count of keys an SM
+    assert wide(8) and wide(2, n_k=32768) and wide(1, n_k=65536)
+    assert not wide(1, n_k=32768) and not wide(8, n_k=4096)
     assert not wide(64, Nq=8)  # 64 rows
-    assert not wide(64, n_k=4096) and not wide(64, D=64)
     assert wide(64, paged=True)  # the page size is the layout's to check
     assert not wide(64, D=96) and not wide(64, target="sm80")
     assert wide(5, Nq=32, H=256, Hkv=32)  # 5 x 32 kv heads of 256 rows

@@ -33,14 +33,17 @@ def _pieces(s, v, cuts, block_m):
     return out
 
 
-@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("mode", ["rows", "chunked", "grouped"])
 @pytest.mark.parametrize("block_m,D", [(128, 64), (192, 128)])
-def test_merge_matches_float64(device, block_m, D, chunked):
+def test_merge_matches_float64(device, block_m, D, mode):
     """Two cut blocks of a (B=2, H=3, Nq=200) output, 3 and 2 pieces with uneven ranges,
     merged into a NaN-poisoned, non-contiguous output and log-sum-exp: the cut rows
     match the float64 softmax of all keys (and its log-sum-exp), rows past Nq are not
     written, and every other row is left as it was; ``chunked``: the decoding merge's
-    programs (16 rows, 32 columns, pieces two at a time)."""
+    programs (16 rows, 32 columns, pieces two at a time); ``grouped``: those programs
+    writing a decoding call's rows in the caller's layout (GROUP = 4: row r is token
+    r / 4 of query head 4 h + r % 4 of an output (B, 50, 3, 4, D), log-sum-exp (B, 12,
+    50))."""
     B, H, n_q, n_k = 2, 3, 200, 300
     n_m = math.ceil(n_q / block_m)
     gen = torch.Generator().manual_seed(torch.seed() % 2 ** 31)
@@ -56,18 +59,30 @@ def test_merge_matches_float64(device, block_m, D, chunked):
         refs.append((t, rows, p @ v, torch.logsumexp(s * math.log(2), dim=1)))
     part = torch.cat(parts).float().to(device)
     table = torch.tensor(merges, dtype=torch.int32, device=device)
-    out = torch.full((B, n_q, H, D), float("nan"), device=device,
-                     dtype=torch.float16).transpose(1, 2)
-    lse = torch.full((H, B, n_q), float("nan"), device=device).transpose(0, 1)
     merge = kernels.load("attention_merge", interpret=device == "cpu")._merge_parts
-    if chunked:  # a decoding call's merge: 16 rows and 32 columns a program
+    chunked = dict(HEAD_DIM=D, BLOCK_M=block_m, ROWS=16, RETURN_LSE=True, COLS=32, CHUNK=2)
+    if mode == "grouped":
+        out5 = torch.full((B, n_q // 4, 4, H, D), float("nan"), device=device,
+                          dtype=torch.float16).transpose(2, 3)
+        lse5 = torch.full((B, H * 4, n_q // 4), float("nan"), device=device)
+        o, l_ = out5.stride(), lse5.stride()
         merge[(len(blocks), block_m // 16, D // 32)](
-            part, table, out, lse, H, n_q, n_m, D, *out.stride(), *lse.stride()[:2],
-            HEAD_DIM=D, BLOCK_M=block_m, ROWS=16, RETURN_LSE=True, COLS=32, CHUNK=2)
+            part, table, out5, lse5, H, n_q, n_m, D, o[0], o[2], o[1], o[4], l_[0],
+            4 * l_[1], o[3], l_[1], GROUP=4, **chunked)
+        # as (B, H, n_q, D) and (B, H, n_q): packed row r = 4 t + g
+        out = out5.permute(0, 2, 1, 3, 4).reshape(B, H, n_q, D)
+        lse = lse5.view(B, H, 4, n_q // 4).transpose(2, 3).reshape(B, H, n_q)
     else:
-        merge[(len(blocks), block_m // 64)](
-            part, table, out, lse, H, n_q, n_m, D, *out.stride(), *lse.stride()[:2],
-            HEAD_DIM=D, BLOCK_M=block_m, ROWS=64, RETURN_LSE=True)
+        out = torch.full((B, n_q, H, D), float("nan"), device=device,
+                         dtype=torch.float16).transpose(1, 2)
+        lse = torch.full((H, B, n_q), float("nan"), device=device).transpose(0, 1)
+        args = (part, table, out, lse, H, n_q, n_m, D, *out.stride(), *lse.stride()[:2],
+                0, 0)
+        if mode == "chunked":  # a decoding call's merge: 16 rows and 32 columns a program
+            merge[(len(blocks), block_m // 16, D // 32)](*args, **chunked)
+        else:
+            merge[(len(blocks), block_m // 64)](*args, HEAD_DIM=D, BLOCK_M=block_m, ROWS=64,
+                                                RETURN_LSE=True)
     written = torch.zeros(B, H, n_q, dtype=torch.bool)
     for t, rows, ref_o, ref_lse in refs:
         bh, m = divmod(t, n_m)

@@ -141,10 +141,12 @@ def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
                      "--causal", "yes", *flags]) == 0
         return _json.loads(capsys.readouterr().out)["kernels"][0]
 
-    rows = kernel("decode_rows")
+    rows = kernel("decode_rows")  # q and out in the caller's layout (G = 8 divides 64)
     assert rows["spill_stores"] == 0 and rows["config"]["MASKED_FIRST"] is False
+    assert rows["constants"]["GROUPED"] is True
     paged = kernel("decode_rows", "--page", "32")  # 4 copies of K (and V) a key tile
     assert paged["spill_stores"] == 0 and paged["constants"]["PAGE"] == 32
+    assert paged["constants"]["GROUPED"] is True
     for flags in (["--varlen"], ["--head-dim", "96"], ["--page", "24"]):
         assert main(["inspect", "--kernel", "decode_rows", "--target", "sm90", *flags]) == 2
         err = capsys.readouterr().err

@@ -334,7 +334,7 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     the preprocess fills (``lse_rows`` from ``lse``)."""
     from ..launch import LOG2E, triton_cdiv
     from . import triton_bwd
-    from .sm90_fwd import LIST_BLOCK_B, LIST_BLOCK_E, _desc4_problem, tma_desc4
+    from .sm90_fwd import LIST_BLOCK_B, LIST_BLOCK_E, _desc_problem, tma_desc4
     from .triton_fwd import packed_shape
 
     _, H, Nq, D = q.shape
@@ -350,7 +350,7 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     opts = {"num_warps": WARPS, "num_stages": cfg.num_stages, **CODEGEN_OPTIONS}
     # dK and dV by TMA where their buffers take a descriptor (else the key descriptors
     # stand in, unused)
-    kv_tma = not (_desc4_problem(dk) or _desc4_problem(dv))
+    kv_tma = not (_desc_problem(dk) or _desc_problem(dv))
 
     def part(cols: int) -> tuple:
         """The descriptors of a column part ``cols`` wide: Q, K, V, dO, dK, dV, the dQ
@@ -436,14 +436,14 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
     from .. import kernels
     from ..launch import launch_jit, remembered
     from . import triton_bwd
-    from .sm90_fwd import _desc4_problem, tensors_problem
+    from .sm90_fwd import _desc_problem, tensors_problem
 
     if q.device.type != "cuda":
         raise ConfigError(f"{KERNEL} runs on a GPU only (use triton-bwd)")
     why = tensors_problem(q, k, v)  # the forward's reads: a TMA descriptor for each
     if why:
         raise ConfigError(f"{KERNEL}: {why} (use triton-bwd)")
-    if _desc4_problem(dout):
+    if _desc_problem(dout):
         dout = dout.contiguous()
     if lse.data_ptr() % 16:  # the log-sum-exp's descriptor needs an aligned base
         lse = lse.clone()
@@ -528,10 +528,10 @@ def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: Sm90BwdConfig):
     first."""
     from .. import kernels
     from ..launch import interpreting, launch_compiled
-    from .sm90_fwd import _desc4_problem, tensors_problem
+    from .sm90_fwd import _desc_problem, tensors_problem
 
     if (q.device.type != "cuda" or interpreting() or tensors_problem(q, k, v)
-            or _desc4_problem(dout) or lse.data_ptr() % 16):
+            or _desc_problem(dout) or lse.data_ptr() % 16):
         return False
     # one distinct alias of each tensor (a call may pass one tensor as q, k and v), its
     # strides as they are (a view would renumber those of a dimension of size 1)

@@ -404,7 +404,7 @@ def tensors_problem(q, k, v, scale: "float | None" = None) -> Optional[str]:
     if scale is not None and scale <= 0:
         return f"scale {scale} (needs > 0)"
     for name, x in (("query", q), ("key", k), ("value", v)):
-        why = _desc4_problem(x)
+        why = _desc_problem(x)
         if why:
             return f"{name}: needs {why}"
     return None
@@ -412,10 +412,11 @@ def tensors_problem(q, k, v, scale: "float | None" = None) -> Optional[str]:
 
 # -- descriptors ---------------------------------------------------------------------------
 
-def _desc4_problem(x) -> Optional[str]:
-    """Why ``x`` (B, H, N, D) has no rank-4 TMA descriptor, or None."""
+def _desc_problem(x) -> Optional[str]:
+    """Why ``x`` (B, H, N, D), or any tensor of rank 5 or less, has no TMA descriptor, or
+    None."""
     strides = x.stride()
-    if strides[3] != 1:
+    if strides[-1] != 1:
         return f"a contiguous last dimension (stride 1), got strides {tuple(strides)}"
     if x.data_ptr() % 16 or not _strides_aligned(strides, x.shape, x.element_size()):
         return (f"a 16-byte aligned base and strides, got strides {tuple(strides)} at base "
@@ -425,8 +426,9 @@ def _desc4_problem(x) -> Optional[str]:
 
 @functools.lru_cache(maxsize=4096)
 def _strides_aligned(strides, shape, elt: int) -> bool:
-    """16-byte strides on every dimension longer than 1 (cached: asked on every call)."""
-    return not any(st * elt % 16 for st, n in zip(strides[:3], shape[:3]) if n > 1)
+    """16-byte strides on every dimension but the last longer than 1 (cached: asked on
+    every call)."""
+    return not any(st * elt % 16 for st, n in zip(strides[:-1], shape[:-1]) if n > 1)
 
 
 def tma_desc4(x, name: str, rows: int, width: "int | None" = None):
@@ -434,12 +436,26 @@ def tma_desc4(x, name: str, rows: int, width: "int | None" = None):
     (1, 1, rows, width) (default: D padded to a power of two). TMA zero-fills rows past N
     of each head and columns past D on loads and clips them on stores. Raises ConfigError
     (naming ``name``) when TMA's alignment rules fail."""
-    why = _desc4_problem(x)
+    why = _desc_problem(x)
     if why:
         raise ConfigError(f"{name}: {KERNEL} needs {why} (pass .contiguous())")
     width = head_dim_pad(x.shape[3]) if width is None else width
     return _descriptor(x, _desc4_fields(x.shape, x.stride(), x.element_size(),
                                         str(x.dtype).removeprefix("torch."), rows, width))
+
+
+def tma_desc_tokens(x, name: str, width: "int | None" = None):
+    """A rank-5 Gluon TMA descriptor over a decoding call's q or output in the caller's
+    layout, ``x`` (B, Nq, Hkv, G, D) with G dividing 64, block (1, 64 / G, 1, G, width):
+    64 packed rows, 64 / G tokens' G query heads of one kv head (the kernel's GROUPED).
+    TMA zero-fills tokens past Nq on loads and clips them on stores. Raises ConfigError
+    (naming ``name``) when TMA's alignment rules fail."""
+    why = _desc_problem(x)
+    if why:
+        raise ConfigError(f"{name}: {KERNEL} needs {why}")
+    width = head_dim_pad(x.shape[4]) if width is None else width
+    return _descriptor(x, _desc_tokens_fields(x.shape, x.stride(), x.element_size(),
+                                              str(x.dtype).removeprefix("torch."), width))
 
 
 def _descriptor(base, fields: dict):
@@ -464,10 +480,29 @@ def _desc4_fields(shape, strides, elt: int, dtype: str, rows: int, width: int) -
     """TensorDescriptor fields but the base, for :func:`tma_desc4` (read-only: shared by
     every descriptor of this geometry). Size-1 dimensions never move: they get an aligned
     stride TMA accepts."""
-    strides = [st if n > 1 else 16 // elt * max(1, shape[3]) for st, n in
-               zip(strides[:3], shape[:3])] + [1]
-    return dict(shape=list(shape), strides=strides, block_shape=[1, 1, rows, width],
+    return dict(shape=list(shape), strides=_aligned_strides(shape, strides, elt),
+                block_shape=[1, 1, rows, width],
                 layout=_nvmma_layout(rows, width, dtype), padding="zero")
+
+
+def _aligned_strides(shape, strides, elt: int) -> list:
+    """``strides`` with those of size-1 dimensions (which never move) replaced by an
+    aligned one TMA accepts."""
+    return [st if n > 1 else 16 // elt * max(1, shape[-1])
+            for st, n in zip(strides[:-1], shape[:-1])] + [1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _desc_tokens_fields(shape, strides, elt: int, dtype: str, width: int) -> dict:
+    """TensorDescriptor fields but the base, for :func:`tma_desc_tokens`."""
+    from triton.experimental.gluon import language as gl
+
+    G = shape[3]
+    block = [1, 64 // G, 1, G, width]
+    return dict(shape=list(shape), strides=_aligned_strides(shape, strides, elt),
+                block_shape=block,
+                layout=gl.NVMMASharedLayout.get_default_for(block, getattr(gl, dtype)),
+                padding="zero")
 
 
 @functools.lru_cache(maxsize=None)
@@ -654,17 +689,22 @@ class Sm90Plan(NamedTuple):
         kernel = kernels.load("attention_merge")._merge_parts
         blocks = self.split.merges.shape[0]
         if self.packed is None:
-            strides = (*out.stride(), H * N_Q, N_Q)
+            strides = (*out.stride(), H * N_Q, N_Q, 0, 0)
             grid = (blocks, block_m // 64)
             consts = dict(ROWS=64)
-        else:  # a decoding call's rows: sequence b's are rows b N_Q.. of (1, H, B N_Q)
+        else:
             o, l_ = out.stride(), (lse if lse is not None else out).stride()
-            strides = (N_Q * o[2], o[1], o[2], o[3], N_Q * l_[2], l_[1])
+            if self.consts["GROUPED"]:  # the caller's (B, Nq, Hkv, G, D), Lse (B, H, Nq)
+                G = out.shape[3]
+                strides = (o[0], o[2], o[1], o[4], l_[0], G * l_[1], o[3], l_[1])
+            else:  # sequence b's rows are rows b N_Q.. of (1, H, B N_Q)
+                G = 0
+                strides = (N_Q * o[2], o[1], o[2], o[3], N_Q * l_[2], l_[1], 0, 0)
             grid = (blocks, block_m // MERGE_ROWS, d // MERGE_COLS)
             chunk = min(MERGE_CHUNK, 1 << (self.packed[5] - 1).bit_length())
-            consts = dict(ROWS=MERGE_ROWS, COLS=MERGE_COLS, CHUNK=chunk)
+            consts = dict(ROWS=MERGE_ROWS, COLS=MERGE_COLS, CHUNK=chunk, GROUP=G)
         args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
-                triton_cdiv(N_Q, block_m), out.shape[3], *strides)
+                triton_cdiv(N_Q, block_m), out.shape[-1], *strides)
         consts.update(HEAD_DIM=d, BLOCK_M=block_m, RETURN_LSE=lse is not None)
         # one stage: a pipelined loop over the chunks would stage each chunk's loads in
         # shared memory (38 us against 5 for 64 blocks of 2 pieces, H200)
@@ -744,7 +784,11 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
     :func:`_packed_key`."""
     from ..launch import LOG2E, divider, sm_count, triton_cdiv
 
-    B, H, Nq, D = q.shape
+    grouped = q.dim() == 5  # a decoding call's q and out in the caller's layout
+    if grouped:  # (B, Nq, Hkv, G, D); B and Nq come with the packed batch
+        B, Nq, H, D = 1, 0, q.shape[2], q.shape[4]
+    else:
+        B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     packed = packed_shape is not None
     check_packed(cfg, packed_shape, D)
@@ -772,10 +816,10 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
         regs = PAGED_REGS
     fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
                    for width in ((main, tail) if tail else (main,))
-                   for d in (tma_desc4(q, "query", 64, width),
+                   for d in (_rows_desc(q, "query", width),
                              tma_desc4(k, "key", kv_rows, width),
                              tma_desc4(v, "value", kv_rows, width),
-                             tma_desc4(out, "out", 64, width)))
+                             _rows_desc(out, "out", width)))
     cap_in, cap_out = mask.cap_args(scale)
     scalars = (H, H // Hkv, Nq, Nk, B * H, 1.0 if mask.softcap else scale * LOG2E,
                *divider(n_m), *divider(H), *divider(H // Hkv))
@@ -793,7 +837,7 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
                   HAS_LEFT=switches["HAS_LEFT"],
                   HAS_RIGHT=switches["HAS_RIGHT"], SHIFTED=switches["SHIFTED"],
                   SOFTCAP=mask.softcap is not None, VARLEN=packed, ROW_GROUP=row_group,
-                  CACHE=cache, PAGE=page)
+                  CACHE=cache, PAGE=page, GROUPED=grouped)
     grid = (programs,)
     band_args = (*mask.scalars(*lengths), cap_in, cap_out)
     if packed:  # the list is built per call (:meth:`Sm90Plan.packed_list`); a decoding
@@ -812,6 +856,14 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
                         band_args)
     sched = lpt_tensor(q, Nk, cfg, programs, causal) if lpt else None
     return Sm90Plan(grid, fields, scalars, sched, consts, {}, band=band_args)
+
+
+def _rows_desc(x, name: str, width: int):
+    """Q's or the output's descriptor: rank 4 over (B, H, N, D) with 64-row blocks, or
+    rank 5 over a decoding call's (B, Nq, Hkv, G, D) (:func:`tma_desc_tokens`)."""
+    if x.dim() == 5:
+        return tma_desc_tokens(x, name, width)
+    return tma_desc4(x, name, 64, width)
 
 
 def call(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None):

@@ -448,44 +448,37 @@ def accepts(problem: Problem) -> Optional[str]:
 #: Packed rows from which a dense cache's decoding runs on the sm_90 forward
 #: (:func:`forward_rows`): a row block of its two-consumer tile
 FORWARD_ROWS = 128
-#: Keys a sequence's cache holds from which it does
-FORWARD_KEYS = 8192
-#: Keys each piece of a row block holds at least where the forward cuts its row blocks
-#: along the keys (fewer row blocks than SMs), from which it does
-FORWARD_PIECE_KEYS = 16384
+#: Keys each SM reads, at least (row blocks x keys a sequence / SMs), from which it does
+FORWARD_SM_KEYS = 3072
 
 
 def forward_rows(problem: Problem) -> bool:
     """Whether a decoding problem runs on the sm_90 forward (``sm90-fwd``) rather than
-    this family: on sm_90, a cache (dense or paged) of at least :data:`FORWARD_KEYS`
-    keys a sequence, D = 128 or 256, at least :data:`FORWARD_ROWS` packed rows
-    (:func:`packed_rows`), and a row block for every SM (:func:`forward_blocks`) or,
-    with fewer, pieces of at least :data:`FORWARD_PIECE_KEYS` keys when the forward cuts
-    each row block into the SMs it has to itself
-    (:func:`flashscope.families.sm90_fwd.packed_pieces`).
+    this family: on sm_90, D = 64, 128 or 256, at least :data:`FORWARD_ROWS` packed rows
+    (:func:`packed_rows`), and at least :data:`FORWARD_SM_KEYS` keys for each SM to read
+    across the row blocks (:func:`forward_blocks`), whether each SM runs whole blocks or
+    pieces of one (fewer blocks than SMs: the forward cuts each into the SMs it has to
+    itself, :func:`flashscope.families.sm90_fwd.packed_pieces`). Dense or paged.
 
     Why: this family's wide tiles (GQA 8:1 at 16 query tokens, 128 rows: 128 FLOP a
     byte of K and V) are bound by the products, not the bytes: its Triton loop waits for
     each tile's two products in turn, 370-470 TFLOP/s on an H200, where the forward's
     warp-specialized pipeline overlaps one tile's exponentials with the other's product.
-    A short cache pays the forward's fixed costs per row block (its Q, its output, the
-    copies of both into and out of the packed layout) over too few key tiles, and at
-    D = 64 the two ran level. A cut grid adds the merge of its pieces, and on short
-    pieces that and the copies cost what the forward saves: on an H200 it ran 0.63-0.89x
-    the Triton kernel at 4k-8k keys a piece, level at 8k, and 1.06-1.30x from 16k.
-    Paged (16 to 256 keys a page), it ran 1.07-1.25x this family's paged build and
-    0.93-0.99 of its own dense speed (docs/decode.md has the measured times). The
-    caller checks that the cache's sequences (or pages) lie one stride apart, as the
-    forward's packed batch needs, and the page size
-    (:func:`flashscope.kvcache.forward_layout`)."""
+    What the forward pays instead is fixed per program: its row blocks' Q and output, a
+    cut grid's merge, the work list's launch. On an H200 (bf16, GQA 8:1 x 16) it ran
+    1.01-1.14x the Triton kernel at about 4k keys an SM, whole grids or cut ones (B = 64
+    at 1k, B = 16 at 4k, B = 8 at 8k, B = 2 at 32k), 1.08-1.23x from 8k, and 0.93-0.94x at
+    2k (B = 16 at 2k, B = 1 at 32k in 16 pieces); D = 64 1.02-1.07x, paged builds
+    1.16-1.25x (docs/decode.md has the measured times). The caller checks that the
+    cache's sequences (or pages) lie one stride apart, as the forward's packed batch
+    needs, and the page size (:func:`flashscope.kvcache.forward_layout`)."""
     t = problem.target_record()
-    if t.name != "sm90" or problem.head_dim not in (128, 256):
+    if t.name != "sm90" or problem.head_dim not in (64, 128, 256):
         return False
-    if packed_rows(problem) < FORWARD_ROWS or problem.n_k < FORWARD_KEYS:
+    if packed_rows(problem) < FORWARD_ROWS:
         return False
-    blocks = forward_blocks(problem)
     sms = getattr(t, "sm_count", 0) or 1
-    return blocks >= sms or problem.n_k // (sms // blocks) >= FORWARD_PIECE_KEYS
+    return forward_blocks(problem) * problem.n_k >= FORWARD_SM_KEYS * sms
 
 
 def forward_blocks(problem: Problem) -> int:

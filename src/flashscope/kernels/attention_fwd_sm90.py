@@ -193,6 +193,7 @@ class Knobs:
     ROW_GROUP: gl.constexpr
     CACHE: gl.constexpr
     PAGE: gl.constexpr
+    GROUPED: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, **knobs):
@@ -268,6 +269,27 @@ def _load_rows(desc, smem, ready, off_b, off_h, row, tail):
     tma_load(desc, [off_b, off_h, row, 0], ready, smem)
     if len(tail) > 0:
         tma_load(tail[0], [off_b, off_h, row, tail[2]], ready, tail[1])
+
+
+@gluon.jit
+def _load_tokens(desc, smem, ready, b, h, token):
+    """GROUPED: 64 rows of kv head ``h`` of sequence ``b`` from the caller's q (B, Nq,
+    Hkv, G, D): tokens [token, token + 64 / G), their G query heads each (TMA zero-fills
+    the tokens past Nq)."""
+    mbarrier.expect(ready, desc.block_type.nbytes)
+    tma_load(desc, [b, token, h, 0, 0], ready, smem)
+
+
+@gluon.constexpr_function
+def _row_slots(n, width, grouped, group):
+    """The shape of ``n`` shared-memory slots of 64 rows x ``width`` as the Q and output
+    descriptors' blocks take them: (1, 1, 64, width), or with ``grouped`` (1, 64 / G, 1,
+    G, width), 64 / G query tokens of G heads in the caller's (B, Nq, Hkv, G, D). Both
+    are the same 64 x width tile in memory."""
+    n, width, group = int(n), int(width), int(group)
+    if grouped:
+        return [n, 1, 64 // group, 1, group, width]
+    return [n, 1, 1, 64, width]
 
 
 @gluon.constexpr_function
@@ -351,8 +373,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, K.VARLEN, K.ROW_GROUP)
         lo, hi, live = _range(kr, n_tiles, K.SPLIT, K.VARLEN)
         first = _key_tile(lo, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
-        if K.PAGE > 0:  # the sequence's row of the block table
+        if K.PAGE > 0 or K.GROUPED:  # the sequence (a KV cache's batch entry)
             seq, _h = _divmod(pid_bh, H, Div[2], Div[3])
+        if K.PAGE > 0:  # its row of the block table
             pages = (Pages[0] + seq * Pages[1], Pages[2])
         else:
             pages = ()
@@ -371,8 +394,12 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                 tq = (T.q_desc, T.q_smem.index(c), K.HEAD_DIM)
             else:
                 tq = ()
-            _load_rows(q_desc, q_smem.index(c), q_ready.index(c), off_b, off_h,
-                       q0 + start_m + 64 * c, tq)
+            if K.GROUPED:
+                _load_tokens(q_desc, q_smem.index(c), q_ready.index(c), seq, off_h,
+                             (start_m + 64 * c) // K.ROW_GROUP)
+            else:
+                _load_rows(q_desc, q_smem.index(c), q_ready.index(c), off_b, off_h,
+                           q0 + start_m + 64 * c, tq)
         _stamp(Trace, pid, 3, r, 1, K.TRACE)
         if i == 0:
             _load_kv(k_desc, k_smem, k_ready, k_empty, off_b, off_hkv, k0, first, g,
@@ -684,9 +711,11 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
         else:
             out_tail = ()
             part_tail = ()
+        if K.GROUPED:  # the sequence, the output's first coordinate
+            off_b, _h = _divmod(pid_bh, H, Div[2], Div[3])
         _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
                    pid_bh, n_q, K.RETURN_LSE, K.EARLY_Q, K.OUT_RCP, row_s, GUARD, q0, Out,
-                   K.VARLEN, out_tail)
+                   K.VARLEN, out_tail, K.ROW_GROUP, K.GROUPED)
         if K.SPLIT:
             if part >= 0:
                 if K.VARLEN:  # an empty piece ran another's tile: it weighs nothing
@@ -721,7 +750,7 @@ def _attn_fwd_sm90(
     OUT_RCP: gl.constexpr, Q_REGS: gl.constexpr, SPLIT: gl.constexpr,
     HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
     SOFTCAP: gl.constexpr, VARLEN: gl.constexpr, ROW_GROUP: gl.constexpr,
-    CACHE: gl.constexpr, PAGE: gl.constexpr = 0,
+    CACHE: gl.constexpr, PAGE: gl.constexpr = 0, GROUPED: gl.constexpr = False,
 ):
     """1-D grid of P programs (at most one per SM) over cdiv(N_Q, BLOCK_M) * BH work tiles
     (BH = B * H), each program looping over its tiles: round robin (program p takes tiles
@@ -770,7 +799,10 @@ def _attn_fwd_sm90(
     cache, k and v its pages seen as one packed batch (1, Hkv, pages x PAGE, D), key i of
     sequence b in page Table[b TABLE_STRIDE + i / PAGE] (TABLE_COLS columns a row;
     unread otherwise; :func:`_load_kv`), the K and V descriptors' blocks min(PAGE,
-    BLOCK_N) rows."""
+    BLOCK_N) rows. GROUPED (CACHE, G = ROW_GROUP dividing 64): q and out are the caller's
+    (B, Nq, Hkv, G, D), rank-5 descriptors with blocks (1, 64 / G, 1, G, D), the packed
+    row r of sequence b, kv head h being token r / G of query head h G + r % G: no copy
+    of either into the packed layout; Lse is the caller's (B, Hkv G, Nq)."""
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     gl.static_assert(CONSUMERS * 64 == BLOCK_M and CONSUMERS <= 3, "BLOCK_M: 64, 128 or 192")
     gl.static_assert(gl.num_warps() == 4, "num_warps must be 4 (one warpgroup)")
@@ -782,16 +814,19 @@ def _attn_fwd_sm90(
     gl.static_assert(PAGE == 0 or (CACHE and PAGE % 16 == 0
                                    and (PAGE % BLOCK_N == 0 or BLOCK_N % PAGE == 0)),
                      "PAGE: a KV cache's, 16 keys or more, a divisor or multiple of BLOCK_N")
+    gl.static_assert(not GROUPED or (CACHE and 64 % ROW_GROUP == 0),
+                     "GROUPED: a KV cache's rows, the group dividing 64")
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     n_m = gl.cdiv(N_Q, BLOCK_M)
     total = n_m * BH
 
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, 64, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(
+        dtype, _row_slots(CONSUMERS, HEAD_DIM, GROUPED, ROW_GROUP), q_desc.layout)
     if EARLY_Q:
-        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, 64, HEAD_DIM],
-                                           o_desc.layout)
+        o_smem = gl.allocate_shared_memory(
+            dtype, _row_slots(CONSUMERS, HEAD_DIM, GROUPED, ROW_GROUP), o_desc.layout)
     else:
         o_smem = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -847,7 +882,7 @@ def _attn_fwd_sm90(
               K_EARLY=K_EARLY, MASKED_FIRST=MASKED_FIRST, OUT_RCP=OUT_RCP, Q_REGS=Q_REGS,
               SPLIT=SPLIT, TRACE=TRACE, HAS_LEFT=HAS_LEFT, HAS_RIGHT=HAS_RIGHT,
               SHIFTED=SHIFTED, SOFTCAP=SOFTCAP, VARLEN=VARLEN, ROW_GROUP=ROW_GROUP,
-              CACHE=CACHE, PAGE=PAGE)
+              CACHE=CACHE, PAGE=PAGE, GROUPED=GROUPED)
     if PAGE > 0:
         Pages = (Table, TABLE_STRIDE, TABLE_COLS)
     else:  # nothing to carry into the partitions

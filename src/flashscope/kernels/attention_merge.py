@@ -88,15 +88,20 @@ def merge_chunks(Part, first, pieces, rows, cols, keep, BLOCK_M: tl.constexpr,
 @triton.jit
 def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
                  stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
+                 stride_og, stride_lg,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr,
-                 RETURN_LSE: tl.constexpr, COLS: tl.constexpr = 0, CHUNK: tl.constexpr = 0):
+                 RETURN_LSE: tl.constexpr, COLS: tl.constexpr = 0, CHUNK: tl.constexpr = 0,
+                 GROUP: tl.constexpr = 0):
     """Grid (cut blocks, BLOCK_M / ROWS[, HEAD_DIM / COLS]). Merge (int32 [M, 3]): per
     cut block (work tile t = pid_bh * n_m + pid_m, first slot, pieces). Out (B, H, N_Q,
     D), any strides; Lse (B, H, N_Q) fp32, rows one apart; the workspace holds HEAD_DIM
     >= D columns (the padded width). Rows at or past N_Q and columns at or past D are not
     written. CHUNK > 0 (a decoding call's blocks, cut into up to SMs / blocks pieces):
     COLS columns a program and the pieces CHUNK at a time (:func:`merge_chunks`), so the
-    grid holds enough programs and each waits on one round of loads a chunk."""
+    grid holds enough programs and each waits on one round of loads a chunk. GROUP = G
+    > 0 (a decoding call's rows in the caller's layout): row r is token r / G of group
+    member r % G, at r / G times stride_om plus r % G times stride_og in Out and r / G
+    plus r % G times stride_lg in Lse (unread otherwise)."""
     i = tl.program_id(0)
     c = tl.program_id(1)
     t = tl.load(Merge + 3 * i)
@@ -117,11 +122,17 @@ def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
     keep = q_rows < N_Q
     b = pid_bh // H
     h = pid_bh % H
+    if GROUP > 0:
+        o_rows = (q_rows // GROUP).to(tl.int64) * stride_om + (q_rows % GROUP) * stride_og
+        l_rows = q_rows // GROUP + (q_rows % GROUP) * stride_lg
+    else:
+        o_rows = q_rows.to(tl.int64) * stride_om
+        l_rows = q_rows
     dst = (Out + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
-           + q_rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_od)
+           + o_rows[:, None] + cols[None, :] * stride_od)
     tl.store(dst, out.to(Out.dtype.element_ty), mask=keep[:, None] & (cols[None, :] < D))
     if RETURN_LSE:
         if CHUNK > 0:  # one program of a row range writes its log-sum-exp
             keep = keep & (tl.program_id(2) == 0)
-        tl.store(Lse + b.to(tl.int64) * stride_lb + h.to(tl.int64) * stride_lh + q_rows,
+        tl.store(Lse + b.to(tl.int64) * stride_lb + h.to(tl.int64) * stride_lh + l_rows,
                  lse2 * LN2, mask=keep)

@@ -15,7 +15,8 @@ from flashscope.kernels.common import LN2
 def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, off_b,
                off_h, row0, pid_bh, N_Q, RETURN_LSE: gl.constexpr, EARLY_Q: gl.constexpr,
                OUT_RCP: gl.constexpr, row_s: gl.constexpr, GUARD: gl.constexpr, q0, Out,
-               VARLEN: gl.constexpr, tail):
+               VARLEN: gl.constexpr, tail, ROW_GROUP: gl.constexpr = 1,
+               GROUPED: gl.constexpr = False):
     """Consumer C's output rows [row0, row0 + 64) of head (off_b, off_h): O / l (acc
     [64, D] fp32, l_part its rows' quad shares of l, summed here once per work tile) and,
     with RETURN_LSE, (m + log2 l) ln 2. O / l divides each of a thread's D / 2 values,
@@ -34,7 +35,10 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
     head). The log-sum-exp is (H, total) there.
 
     ``tail``: () or a head-dim tail's (accumulator, shared slots, descriptor, first
-    column), stored the same way beside the main part."""
+    column), stored the same way beside the main part.
+
+    GROUPED: a decoding call's rows in the caller's layout, off_b the sequence
+    (:func:`_tma_tokens`), the log-sum-exp its (B, Hkv G, Nq)."""
     ROWS: gl.constexpr = acc.shape[0]
     l_i = gl.sum(l_part, 1)
     if GUARD:
@@ -45,7 +49,9 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
                  tail[2], tail[3])
     else:
         out_t = ()
-    if VARLEN:
+    if GROUPED:
+        _tma_tokens(out, o_smem.index(C), o_desc, off_b, off_h, row0 // ROW_GROUP, EARLY_Q)
+    elif VARLEN:
         if row0 + ROWS <= N_Q:
             _tma_out(out, o_smem.index(C), o_desc, off_b, off_h, q0 + row0, EARLY_Q, out_t)
         else:
@@ -57,7 +63,11 @@ def _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C: gl.constexpr, 
     if RETURN_LSE:
         rows = row0 + gl.arange(0, ROWS, layout=row_s)
         lse = (m_i + gl.log2(gl.convert_layout(l_i, row_s))) * LN2
-        if VARLEN:  # (H, total)
+        if GROUPED:  # (B, Hkv G, Nq): row r is token r / G of query head off_h G + r % G
+            head = off_b.to(gl.int64) * o_desc.shape[2] + off_h
+            at = (Lse + (head * ROW_GROUP + rows % ROW_GROUP) * o_desc.shape[1]
+                  + rows // ROW_GROUP)
+        elif VARLEN:  # (H, total)
             at = Lse + off_h.to(gl.int64) * o_desc.shape[2] + q0 + rows
         else:
             at = Lse + pid_bh.to(gl.int64) * N_Q + rows
@@ -96,6 +106,19 @@ def _tma_rows(out, o_slot, o_desc, off_b, off_h, row, col, WAIT: gl.constexpr):
     o_slot.store(gl.reshape(out, [1, 1, out.shape[0], out.shape[1]]))
     fence_async_shared()
     tma_store(o_desc, [off_b, off_h, row, col], o_slot)
+
+
+@gluon.jit
+def _tma_tokens(out, o_slot, o_desc, b, h, token, WAIT: gl.constexpr):
+    """GROUPED: ``out`` (16-bit [64, D]) to tokens [token, token + 64 / G) of kv head
+    ``h``'s G query heads in the caller's (B, Nq, Hkv, G, D) output, sequence ``b``,
+    through ``o_slot`` (1, 64 / G, 1, G, D) and a TMA store, which clips the tokens past
+    Nq; WAIT as :func:`_tma_rows`."""
+    if WAIT:
+        tma.store_wait(0)
+    o_slot.reshape([out.shape[0], out.shape[1]]).store(out)
+    fence_async_shared()
+    tma_store(o_desc, [b, token, h, 0, 0], o_slot)
 
 
 @gluon.jit
