@@ -508,6 +508,34 @@ def test_gpu_forward_rows_replay_in_a_cuda_graph(device):
         assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
 
 
+@pytest.mark.gpu
+def test_gpu_forward_rows_under_torch_compile(device):
+    """A shape the default sends to the sm_90 forward (64 sequences, GQA 8:1 at 16
+    tokens, 1024-key caches), one new key appended, through torch.compile without graph
+    breaks: the custom op's path takes the route too and matches the reference."""
+    from flashscope import kvcache
+    from flashscope.masks import Mask
+
+    if device != "cuda" or launch_target() != "sm90":
+        pytest.skip("an sm_90 GPU")
+    fresh_seed()
+    inp = make_kvcache(device, 64, 16, 64, 8, 128, 1024, lens=[1000] * 63 + [0], n_new=1,
+                       dtype=torch.bfloat16)
+    cache = kvcache.Cache.of(inp.k_cache, inp.v_cache, inp.cache_seqlens)
+    mask = Mask.of(True, None, "bottom_right", None)
+    assert isinstance(kvcache._default_config(inp.q, cache, mask, 0.1), kvcache.Sm90FwdConfig)
+    kc, vc = inp.k_cache.clone(), inp.v_cache.clone()
+    ref, _ = reference_kvcache(inp.q, kc, vc, inp.cache_seqlens, k=inp.k, v=inp.v)
+
+    def step(q, k_cache, v_cache, lens, k, v):
+        return flashscope.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
+                                                 k=k, v=v)
+
+    out = torch.compile(step, fullgraph=True)(inp.q, inp.k_cache, inp.v_cache,
+                                              inp.cache_seqlens, inp.k, inp.v)
+    assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+
+
 def test_forward_rows_read_q_in_place_where_the_group_divides_64():
     """The route reads q and writes the output where they are (rank-5 descriptors over
     (B, Nq, Hkv, G, D)) when G divides 64 and TMA can address both; a group of 12, an

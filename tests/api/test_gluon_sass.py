@@ -135,14 +135,19 @@ def test_sm90_binary(D, causal, bm, bn, knobs):
 
 @_builds_of("test_shared_bound_is_within_the_barriers_of_the_binary")
 def _bound_builds(D, bm, bn, knobs):
-    return {None: (G.replace(BLOCK_M=bm, BLOCK_N=bn, **knobs), dict(head_dim=D, causal=False))}
+    return {None: (G.replace(BLOCK_M=bm, BLOCK_N=bn, **knobs),
+                   dict(head_dim=D, causal=False, return_lse=True))}
 
 
+# four of these are other tests' builds (test_sm90_binary's, test_out_rcp's and
+# test_only_the_row_max's), compiled once for both
 @pytest.mark.parametrize("D,bm,bn,knobs", [
-    (64, 192, 128, {"num_stages": 3}), (128, 128, 128, {"EARLY_Q": True}),
+    (64, 192, 128, {"num_stages": 3}),
+    (128, 128, 128, {"EARLY_Q": True, "K_EARLY": True, "LAZY_RESCALE": True}),
     (128, 192, 64, {"num_stages": 3, "EARLY_Q": True, "Q_IN_REGS": True}),
-    (64, 64, 64, {}), (128, 128, 128, {"num_stages": 2, "K_EARLY": True}),
-    (96, 128, 128, {"num_stages": 3, "EARLY_Q": True}), (80, 128, 128, {"EARLY_Q": True})])
+    (64, 64, 64, {}), (128, 128, 128, {"PINGPONG": True, "LAZY_RESCALE": True}),
+    (96, 128, 128, {"num_stages": 3, "EARLY_Q": True}),
+    (80, 128, 128, {"Q_IN_REGS": True, "EARLY_Q": True, "K_EARLY": True})])
 def test_shared_bound_is_within_the_barriers_of_the_binary(D, bm, bn, knobs):
     """The rules' bound for the sm90 kernel (Q, O with EARLY_Q, the K/V ring, the 4 fp32
     a row that _pin stores) is what the binary allocates but its mbarriers (8 bytes each)

@@ -760,7 +760,8 @@ def plan(q, k, v, out, lse, *, scale: float, cfg: Sm90FwdConfig, causal: bool = 
     time. ``mask``: a :class:`~flashscope.masks.Mask` (a band refuses
     :data:`BAND_KNOBS`), else ``causal`` alone. ``trace``: TRACE = R rows of clock stamps
     per program (0: none). ``packed``: a :class:`~flashscope.launch.Packed` batch, q and
-    out (1, H, total_q, D), k and v (1, Hkv, total_k, D) (:data:`PACKED_KNOBS` refused)."""
+    out (1, H, total_q, D), or a decoding call's in its caller's layout (B, Nq, Hkv, G, D;
+    :func:`tma_desc_tokens`), k and v (1, Hkv, total_k, D) (:data:`PACKED_KNOBS` refused)."""
     from ..launch import remembered
 
     mask = _as_mask(causal if mask is None else mask)
