@@ -94,7 +94,9 @@ A decoding call runs here too (:mod:`flashscope.kvcache`, wide rows): each seque
 kv head's G query heads times its new tokens packed as rows (ROW_GROUP = G, G rows a
 position) against its cache's keys in use (CACHE: a list entry's key count is the
 sequence's length, not the room the cache keeps it; the V rows past it, which may hold
-anything, are zeroed before a product reads them).
+anything, are zeroed before a product reads them). Where G divides 64 (GROUPED) its q and
+output stay in the caller's (B, Nq, H, D): their descriptors are rank 5 over (B, Nq, Hkv,
+G, D), a 64-row block being 64 / G tokens' G heads, the same tile in shared memory.
 
 Each program reads its work list one tile ahead and divides tile indices by multipliers
 the host computed (``_divmod``): at N = 1024 the list's global loads and two integer
