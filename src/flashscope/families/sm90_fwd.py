@@ -431,14 +431,19 @@ def _strides_aligned(strides, shape, elt: int) -> bool:
     return not any(st * elt % 16 for st, n in zip(strides[:-1], shape[:-1]) if n > 1)
 
 
+def _check_tma(x, name: str) -> None:
+    """ConfigError naming ``name`` where ``x`` has no TMA descriptor."""
+    why = _desc_problem(x)
+    if why:
+        raise ConfigError(f"{name}: {KERNEL} needs {why} (pass .contiguous())")
+
+
 def tma_desc4(x, name: str, rows: int, width: "int | None" = None):
     """A rank-4 Gluon TMA descriptor over ``x`` (B, H, N, D) with its own strides, block
     (1, 1, rows, width) (default: D padded to a power of two). TMA zero-fills rows past N
     of each head and columns past D on loads and clips them on stores. Raises ConfigError
     (naming ``name``) when TMA's alignment rules fail."""
-    why = _desc_problem(x)
-    if why:
-        raise ConfigError(f"{name}: {KERNEL} needs {why} (pass .contiguous())")
+    _check_tma(x, name)
     width = head_dim_pad(x.shape[3]) if width is None else width
     return _descriptor(x, _desc4_fields(x.shape, x.stride(), x.element_size(),
                                         str(x.dtype).removeprefix("torch."), rows, width))
@@ -450,9 +455,7 @@ def tma_desc_tokens(x, name: str, width: "int | None" = None):
     64 packed rows, 64 / G tokens' G query heads of one kv head (the kernel's GROUPED).
     TMA zero-fills tokens past Nq on loads and clips them on stores. Raises ConfigError
     (naming ``name``) when TMA's alignment rules fail."""
-    why = _desc_problem(x)
-    if why:
-        raise ConfigError(f"{name}: {KERNEL} needs {why}")
+    _check_tma(x, name)
     width = head_dim_pad(x.shape[4]) if width is None else width
     return _descriptor(x, _desc_tokens_fields(x.shape, x.stride(), x.element_size(),
                                               str(x.dtype).removeprefix("torch."), width))
