@@ -222,7 +222,7 @@ def _decode_rows_call(cfg, problem, head_dim, dtype, causal, return_lse=False, w
         Nk = cols * page
     else:
         slots, rows_a_slot = B, Nk
-    grouped = 64 % G == 0
+    grouped = sm90_fwd.grouped_ok(G)
     rows = (B, Nq, Hkv, G, head_dim) if grouped else (1, Hkv, B * Nq * G, head_dim)
     q, out, cache = _meta_tensors(problem, head_dim, dtype, rows, rows,
                                   (slots, rows_a_slot, Hkv, head_dim))

@@ -282,26 +282,24 @@ class _ForwardRows:
         packed = launch.Packed(*_slots(q.device, B, rows, cache.capacity), rows,
                                cache.capacity, seqused_k=cache.seqlens, added_k=n_new,
                                row_group=G, block_table=cache.table, page=cache.page)
-        if self.grouped:
-            qg, og = q.unflatten(2, (hkv, G)), out.unflatten(2, (hkv, G))
-            if self.go is None:
-                self.go = sm90_fwd.bind(qg, kp, vp, og, lse, mask=mask, scale=scale,
-                                        cfg=cfg, packed=packed)
-            self.go(qg, kp, vp, og, lse, packed)
-            return
-        qp = q.unflatten(2, (hkv, G)).permute(2, 0, 1, 3, 4).reshape(1, hkv, B * rows, D)
-        op = torch.empty_like(qp)
-        lp = None if lse is None else torch.empty((1, hkv, B * rows), device=q.device,
-                                                  dtype=torch.float32)
+        if self.grouped:  # the caller's tensors, (B, Nq, Hkv, G, D)
+            qx, ox, lx = q.unflatten(2, (hkv, G)), out.unflatten(2, (hkv, G)), lse
+        else:
+            qx = q.unflatten(2, (hkv, G)).permute(2, 0, 1, 3, 4).reshape(1, hkv, B * rows, D)
+            ox = torch.empty_like(qx)
+            lx = None if lse is None else torch.empty((1, hkv, B * rows), device=q.device,
+                                                      dtype=torch.float32)
         if self.go is None:
-            self.go = sm90_fwd.bind(qp, kp, vp, op, lp, mask=mask, scale=scale, cfg=cfg,
+            self.go = sm90_fwd.bind(qx, kp, vp, ox, lx, mask=mask, scale=scale, cfg=cfg,
                                     packed=packed)
-        self.go(qp, kp, vp, op, lp, packed)
+        self.go(qx, kp, vp, ox, lx, packed)
+        if self.grouped:
+            return
         out.unflatten(2, (hkv, G)).copy_(
-            op[0].unflatten(1, (B, Nq, G)).permute(1, 2, 0, 3, 4))
+            ox[0].unflatten(1, (B, Nq, G)).permute(1, 2, 0, 3, 4))
         if lse is not None:
             lse.view(B, hkv, G, Nq).copy_(
-                lp[0].unflatten(1, (B, Nq, G)).permute(1, 0, 3, 2))
+                lx[0].unflatten(1, (B, Nq, G)).permute(1, 0, 3, 2))
 
 
 def _grouped(q, out, lse, hkv: int) -> bool:
@@ -309,7 +307,7 @@ def _grouped(q, out, lse, hkv: int) -> bool:
     Nq) where they are: the group G = H / Hkv divides 64 (a 64-row block is 64 / G
     whole tokens) and TMA addresses q and out as (B, Nq, Hkv, G, D)."""
     G = q.shape[2] // hkv
-    if 64 % G:
+    if not sm90_fwd.grouped_ok(G):
         return False
     if lse is not None and lse.stride(2) != 1:
         return False

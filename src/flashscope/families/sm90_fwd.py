@@ -235,6 +235,13 @@ def paged_ok(page: int) -> bool:
     return page >= 16 and page & (page - 1) == 0
 
 
+def grouped_ok(group: int) -> bool:
+    """Whether the kernel reads a decoding call's q and writes its output in the caller's
+    layout (GROUPED) for ``group`` query heads a kv head: the group divides 64, so that
+    a consumer's 64 rows are whole tokens (:func:`tma_desc_tokens`)."""
+    return 64 % group == 0
+
+
 def check(cfg: Sm90FwdConfig, target="sm90", head_dim: int = 128,
           dtype: str = "bfloat16") -> Sm90FwdConfig:
     """``cfg`` unchanged if it can be built for ``target``; else ConfigError naming the

@@ -151,7 +151,6 @@ from flashscope.kernels.sm90_sync import (
 )
 from flashscope.kernels.sm90_worklist import (
     _band_own,
-    _divmod,
     _key_tile,
     _own_tiles,
     _range,
@@ -370,15 +369,13 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
         q0, n_q, k0, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED,
                                            K.ROW_GROUP)
-        pid_bh, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from = _work(
+        pid_bh, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from, seq_id = _work(
             t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL,
             K.HAS_LEFT, K.HAS_RIGHT, K.SHIFTED, K.VARLEN, K.ROW_GROUP)
         lo, hi, live = _range(kr, n_tiles, K.SPLIT, K.VARLEN)
         first = _key_tile(lo, n_tiles, mask_from, K.BLOCK_N, K.MASKED_FIRST)
-        if K.PAGE > 0 or K.GROUPED:  # the sequence (a KV cache's batch entry)
-            seq, _h = _divmod(pid_bh, H, Div[2], Div[3])
-        if K.PAGE > 0:  # its row of the block table
-            pages = (Pages[0] + seq * Pages[1], Pages[2])
+        if K.PAGE > 0:  # the sequence's row of the block table
+            pages = (Pages[0] + seq_id * Pages[1], Pages[2])
         else:
             pages = ()
         if BAND:
@@ -397,7 +394,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             else:
                 tq = ()
             if K.GROUPED:
-                _load_tokens(q_desc, q_smem.index(c), q_ready.index(c), seq, off_h,
+                _load_tokens(q_desc, q_smem.index(c), q_ready.index(c), seq_id, off_h,
                              (start_m + 64 * c) // K.ROW_GROUP)
             else:
                 _load_rows(q_desc, q_smem.index(c), q_ready.index(c), off_b, off_h,
@@ -532,7 +529,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
         q0, n_q, _, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED,
                                           K.ROW_GROUP)
-        pid_bh, off_b, off_h, _, start_m, t0, n_tiles, mask_from = _work(
+        pid_bh, off_b, off_h, _, start_m, t0, n_tiles, mask_from, seq_id = _work(
             t, n_m, H, GROUP, n_k, Div, band, K.BLOCK_M, K.BLOCK_N, K.IS_CAUSAL, K.HAS_LEFT,
             K.HAS_RIGHT, K.SHIFTED, K.VARLEN, K.ROW_GROUP)
         lo, hi, live = _range(kr, n_tiles, K.SPLIT, K.VARLEN)
@@ -714,7 +711,7 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
             out_tail = ()
             part_tail = ()
         if K.GROUPED:  # the sequence, the output's first coordinate
-            off_b, _h = _divmod(pid_bh, H, Div[2], Div[3])
+            off_b = seq_id
         _store_out(acc, l_part, m_i, o_smem, q_empty, o_desc, Lse, C, off_b, off_h, row0,
                    pid_bh, n_q, K.RETURN_LSE, K.EARLY_Q, K.OUT_RCP, row_s, GUARD, q0, Out,
                    K.VARLEN, out_tail, K.ROW_GROUP, K.GROUPED)

@@ -179,9 +179,10 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
           IS_CAUSAL: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
           SHIFTED: gl.constexpr, VARLEN: gl.constexpr, ROW_GROUP: gl.constexpr):
     """Work tile t = pid_bh * n_m + pid_m -> (pid_bh, b, h, kv head, first row, first key
-    tile, key tiles, first masked key). Div: (m, k) of n_m, H and GROUP for
+    tile, key tiles, first masked key, sequence). Div: (m, k) of n_m, H and GROUP for
     :func:`_divmod`. b is the descriptors' batch coordinate: with VARLEN 0 (the packed
-    tensors are one batch; pid_bh still names the sequence).
+    tensors are one batch); the sequence is pid_bh // H either way (with VARLEN the
+    packed sequence, a KV cache's batch entry).
 
     Tiles run in index order on each program, so the order is the schedule. Round robin,
     the row blocks of one head are adjacent: programs running together share K and V in
@@ -197,8 +198,9 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
     is then the sequence's own). Without a band the first tile is 0. A band over packed
     rows (ROW_GROUP > 1) takes the keys of the rows' positions (:func:`_positions`)."""
     pid_bh, pid_m = _divmod(t, n_m, Div[0], Div[1])
-    off_b, off_h = _divmod(pid_bh, H, Div[2], Div[3])
+    seq, off_h = _divmod(pid_bh, H, Div[2], Div[3])
     off_hkv, _ = _divmod(off_h, GROUP, Div[4], Div[5])
+    off_b = seq
     if VARLEN:
         off_b = 0
     start_m = pid_m * BLOCK_M
@@ -217,7 +219,7 @@ def _work(t, n_m, H, GROUP, N_K, Div, Band, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
         n_tiles = gl.cdiv(hi, BLOCK_N)
         if VARLEN:  # a sequence without keys takes one tile too (fully masked)
             n_tiles = gl.maximum(n_tiles, 1)
-    return pid_bh, off_b, off_h, off_hkv, start_m, first, n_tiles, mask_from
+    return pid_bh, off_b, off_h, off_hkv, start_m, first, n_tiles, mask_from, seq
 
 
 @gluon.jit
