@@ -407,6 +407,16 @@ def sm_count(device) -> int:
     return _properties(device_index(device)).multi_processor_count
 
 
+def early_launch(device) -> bool:
+    """Whether kernels on ``device`` may be launched with programmatic stream
+    serialization (Triton's ``launch_pdl``; their EARLY builds wait for the kernel before
+    them in their first instruction): an NVIDIA GPU of compute capability 9.0 or more,
+    not the interpreter."""
+    if device.type != "cuda" or interpreting() or torch.version.hip:
+        return False
+    return _properties(device_index(device)).major >= 9
+
+
 def device_index(device) -> int:
     """The ordinal of a CUDA device (``cuda`` alone: the current one); the key of the
     per-device caches here and in :mod:`flashscope.api`."""

@@ -399,18 +399,38 @@ FORWARD_CASES = [
 ]
 
 
+#: how the forward's programs find their row blocks: whole blocks or pieces from the
+#: program index (as many programs as entries), or whole blocks through the
+#: device-built list, longest first, with three programs taking several each
+MODES = ["whole", "split", "listed"]
+
+
+def _mode_cfg(monkeypatch, mode, B, Nq, H, Hkv, D, capacity, causal):
+    """The config of ``mode`` (:data:`MODES`); "listed" runs on three SMs' worth of
+    programs, with the launch plans and bound calls of the default grid set aside."""
+    if mode == "listed":
+        from flashscope import kvcache, launch
+        from flashscope.families import sm90_fwd
+
+        monkeypatch.setattr(launch, "sm_count", lambda device: 3)
+        monkeypatch.setattr(sm90_fwd, "_PLANS", {})
+        monkeypatch.setattr(kvcache, "_BOUND", {})
+    return _forward_cfg(B, Nq, H, Hkv, D, capacity, causal, mode == "split")
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", FORWARD_CASES, ids=range(len(FORWARD_CASES)))
-def test_gpu_forward_rows_match_float64(device, case, split):
+def test_gpu_forward_rows_match_float64(device, case, mode, monkeypatch):
     """Decoding on the sm_90 forward (packed rows of G query heads a position, each
     sequence's keys in use from the device) against the float64 reference, each row
     block whole or cut along its keys (SPLIT_KV: pieces merged by a second kernel;
-    where a sequence has fewer key tiles than pieces, some pieces hold none)."""
+    where a sequence has fewer key tiles than pieces, some pieces hold none), found from
+    the program index or from the list (:data:`MODES`)."""
     if device != "cuda":
         pytest.skip("the sm_90 forward runs on the GPU")
     B, Nq, H, Hkv, D, capacity, lens, n_new, causal, window, softcap, dtype = case
-    cfg = _forward_cfg(B, Nq, H, Hkv, D, capacity, causal, split)
+    cfg = _mode_cfg(monkeypatch, mode, B, Nq, H, Hkv, D, capacity, causal)
     check_decode(device, B, Nq, H, Hkv, D, capacity, lens, 0, n_new, causal, window,
                  softcap, dtype, cfg)
 
@@ -420,17 +440,17 @@ PAGED_CASES = [(0, 16), (3, 32), (5, 64), (6, 128), (4, 256)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case,page", PAGED_CASES)
-def test_gpu_forward_rows_read_paged_caches(device, case, page, split):
+def test_gpu_forward_rows_read_paged_caches(device, case, page, mode, monkeypatch):
     """The sm_90 forward on a paged cache (pages handed out in random order, spare
     pages, appends across page boundaries, the table's last column past a sequence's
-    last key tile) against the float64 reference, whole and cut."""
+    last key tile) against the float64 reference, whole, cut and listed."""
     if device != "cuda":
         pytest.skip("the sm_90 forward runs on the GPU")
     B, Nq, H, Hkv, D, capacity, lens, n_new, causal, window, softcap, dtype = \
         FORWARD_CASES[case]
-    cfg = _forward_cfg(B, Nq, H, Hkv, D, capacity, causal, split)
+    cfg = _mode_cfg(monkeypatch, mode, B, Nq, H, Hkv, D, capacity, causal)
     check_decode(device, B, Nq, H, Hkv, D, capacity, lens, page, n_new, causal, window,
                  softcap, dtype, cfg)
 
@@ -690,35 +710,47 @@ def test_wide_rows_rule():
     assert packed_pieces(8, 20, 132) == 5 and packed_pieces(8, 3, 132) == 1
 
 
-def test_split_plan_sizes_its_list_merge_and_workspace():
+def test_split_plan_sizes_its_merge_and_workspace_and_lists_only_crowded_grids():
     """A decoding call's SPLIT_KV plan (meta tensors: nothing runs): 2 sequences x 8 kv
     heads of 128 packed rows over 8192-key slots, 16 row blocks on 132 SMs: 8 pieces a
-    block, one program a piece, a list of 7 fields, a merge row per block naming its 8
-    slots, and BLOCK_M x (D + 2) floats a slot; without SPLIT_KV, none of it."""
+    block, one program a piece, entries from the program index (no list: the kernel
+    reads the cache's lengths, LPT = 0, with the appended keys and the pieces as
+    arguments), a merge row per block naming its 8 slots, and BLOCK_M x (D + 2) floats
+    a slot; without SPLIT_KV, none of it. A batch of more row blocks than programs
+    (40 x 8 = 320 on 132) takes the device-built list of 5 fields, longest first."""
     from flashscope import launch
     from flashscope.families import sm90_fwd
     from flashscope.masks import Mask
 
+    def plan(B, cfg):
+        q = torch.empty(1, Hkv, B * rows, D, device="meta", dtype=torch.bfloat16)
+        kv = torch.empty(1, Hkv, B * cap, D, device="meta", dtype=torch.bfloat16)
+        cu = [torch.empty(B + 1, dtype=torch.int32, device="meta") for _ in range(2)]
+        used = torch.empty(B, dtype=torch.int32, device="meta")
+        packed = launch.Packed(*cu, rows, cap, seqused_k=used, added_k=1, row_group=8)
+        mask = Mask.of(True, None, "bottom_right", None)
+        p = sm90_fwd.plan(q, kv, kv, q, None, mask=mask, scale=0.1, cfg=cfg,
+                          packed=packed)
+        return p, packed, p.args(q, kv, kv, q, None, sched=p.packed_list(packed))
+
     B, Hkv, rows, D, cap = 2, 8, 128, 128, 8192
-    q = torch.empty(1, Hkv, B * rows, D, device="meta", dtype=torch.bfloat16)
-    kv = torch.empty(1, Hkv, B * cap, D, device="meta", dtype=torch.bfloat16)
-    cu = [torch.empty(B + 1, dtype=torch.int32, device="meta") for _ in range(2)]
-    packed = launch.Packed(*cu, rows, cap, seqused_k=torch.empty(B, dtype=torch.int32,
-                                                                  device="meta"),
-                           added_k=1, row_group=8)
     cfg = _forward_cfg(B, 16, 64, Hkv, D, cap)
     assert cfg.SPLIT_KV
-    mask = Mask.of(True, None, "bottom_right", None)
-    plan = sm90_fwd.plan(q, kv, kv, q, None, mask=mask, scale=0.1, cfg=cfg, packed=packed)
-    assert plan.consts["SPLIT"] and plan.consts["VARLEN"] and plan.consts["CACHE"]
-    assert plan.packed == (B, Hkv, 1, 16 * 8, 128, 8) and plan.grid == (128,)
-    assert plan.packed_list(packed).numel() == 129 + 7 * 128
-    assert plan.split.slots == 128 and plan.workspace(q).numel() == 128 * 128 * 130
-    assert plan.split.merges.shape == (16, 3)
-    whole = sm90_fwd.plan(q, kv, kv, q, None, mask=mask, scale=0.1,
-                          cfg=cfg.replace(SPLIT_KV=False), packed=packed)
+    split, packed, args = plan(B, cfg)
+    assert split.consts["SPLIT"] and split.consts["VARLEN"] and split.consts["CACHE"]
+    assert split.consts["LPT"] == 0 and split.cache == (1, 8) and args[-2:] == (1, 8)
+    assert split.packed == (B, Hkv, 1, 16 * 8, 128, 8) and split.grid == (128,)
+    assert split.packed_list(packed) is packed.seqused_k and args[5] is packed.seqused_k
+    assert split.split.slots == 128
+    assert split.workspace(torch.empty(0, device="meta")).numel() == 128 * 128 * 130
+    assert split.split.merges.shape == (16, 3)
+    whole, packed, args = plan(B, cfg.replace(SPLIT_KV=False))
     assert whole.split is None and whole.packed == (B, Hkv, 1, 16, 16, 1)
-    assert whole.packed_list(packed).numel() == 17 + 5 * 16
+    assert whole.consts["LPT"] == 0 and whole.cache == (1, 1) and whole.grid == (16,)
+    crowded, packed, args = plan(40, cfg.replace(SPLIT_KV=False))
+    assert crowded.consts["LPT"] == 2 and crowded.cache == (0, 1) and args[-2:] == (0, 1)
+    assert crowded.grid == (132,) and crowded.packed == (40, Hkv, 1, 320, 132, 1)
+    assert args[5].numel() == 133 + 5 * 320
 
 
 def test_forward_config_is_refused_where_it_cannot_run(device):

@@ -616,13 +616,21 @@ class Sm90Plan(NamedTuple):
     #: pieces a row block), the arguments of its device-built work list
     #: (:meth:`packed_list`)
     packed: "tuple | None" = None
+    #: (ADDED_K, PIECES) of a KV cache's grid without a list (LPT = 0: a program for
+    #: each entry, :meth:`packed_list`); (0, 1), unread, otherwise
+    cache: tuple = (0, 1)
 
     def packed_list(self, packed):
         """The work list of a packed batch (:class:`~flashscope.launch.Packed`), built on
         its device from the prefix sums (:mod:`flashscope.kernels.packed_worklist`): one
-        small launch, no host synchronization. On a meta device, an empty list."""
+        small launch, no host synchronization. On a meta device, an empty list. A KV
+        cache's grid with a program for each entry takes none (LPT = 0): the kernel
+        reads the cache's lengths instead (:func:`~flashscope.kernels.sm90_worklist.
+        _tile`)."""
         import torch
 
+        if not self.consts["LPT"]:
+            return packed.seqused_k
         B, H, n_m, L, P, pieces = self.packed
         split = self.consts["SPLIT"]
         cu = packed.cu_seqlens_q
@@ -645,7 +653,7 @@ class Sm90Plan(NamedTuple):
         consts = dict(BLOCK_M=self.consts["BLOCK_M"], BLOCK_B=LIST_BLOCK_B,
                       BLOCK_E=LIST_BLOCK_E, FOLD=fold,
                       TOP_LEFT=causal and not self.consts["SHIFTED"], USED=used is not None,
-                      SPLIT=split)
+                      SPLIT=split, EARLY=bool(self.consts["CACHE"]))
         launch_compiled(kernel, grid, (cu, packed.cu_seqlens_k, cu if used is None else used,
                                        int(packed.added_k), sched, B, H, n_m, P, L, pieces),
                         consts, {"num_warps": 4, **CODEGEN_OPTIONS})
@@ -684,7 +692,8 @@ class Sm90Plan(NamedTuple):
         pages = (sched, 0, 0) if table is None else (table, table.stride(0),
                                                        table.shape[1])
         return (*descs[:4], lse_arg, sched, part, *self.scalars,
-                trace if trace is not None else sched, *self.band, out, *tails, *pages)
+                trace if trace is not None else sched, *self.band, out, *tails, *pages,
+                *self.cache)
 
     def merge(self, part, out, lse) -> None:
         """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
@@ -804,9 +813,9 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
     packed = packed_shape is not None
     check_packed(cfg, packed_shape, D)
     lengths = (Nq, Nk)
-    row_group, cache, page = 1, False, 0
+    row_group, cache, page, added = 1, False, 0, 0
     if packed:  # the grid's lengths are the longest; each sequence's, on the device (the
-        B, Nq, Nk, cache, _, row_group, page = packed_shape[:7]  # mask's OFFSET too)
+        B, Nq, Nk, cache, added, row_group, page = packed_shape[:7]  # mask's OFFSET too)
         lengths = (None, None)
     check_band(cfg, mask, *lengths, cache=cache)
     causal = mask.causal
@@ -858,9 +867,15 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
             pieces = packed_pieces(tiles, triton_cdiv(Nk, cfg.BLOCK_N), sm_count(q.device))
             programs = min(tiles * pieces, programs)
             lists = _pieces_on_device(q.device, tiles, pieces)
+        direct = (0, 1)
+        if cache and tiles * pieces <= programs:
+            # a KV cache's entries run all at once, one a program: their order is moot,
+            # and the list's launch (about 3 us and its gap, H200) would be the cost
+            consts["LPT"] = 0
+            direct = (int(added), pieces)
         return Sm90Plan((programs,), fields, scalars, None, consts, {}, lists,
                         {} if split else None, band_args,
-                        (B, H, n_m, tiles * pieces, programs, pieces))
+                        (B, H, n_m, tiles * pieces, programs, pieces), direct)
     if split:
         lists = split_tensors(q, Nk, cfg, programs, causal)
         return Sm90Plan(grid, fields, scalars, lists.sched, consts, {}, lists, {},
@@ -899,13 +914,24 @@ def _check_run(q, scale: float) -> None:
                           f"maximum), got {scale} (use triton-fwd)")
 
 
-def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None) -> None:
-    """Launch the kernel (and the merge of a SPLIT_KV list) on an sm_90 GPU."""
+def _options(p: Sm90Plan, cfg: Sm90FwdConfig, device) -> dict:
+    """Plan ``p``'s launch keywords: a KV cache's forward is launched with programmatic
+    stream serialization (``launch_pdl``), so that it starts under the kernel before it
+    (its work list, the append, or the caller's) and waits for it only where it first
+    reads memory (:func:`~flashscope.kernels.sm90_sync._grid_wait`)."""
     from ..launch import launch_options
 
+    options = launch_options(cfg, device)
+    if p.consts["CACHE"]:
+        options["launch_pdl"] = True
+    return options
+
+
+def run(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=None) -> None:
+    """Launch the kernel (and the merge of a SPLIT_KV list) on an sm_90 GPU."""
     _check_run(q, scale)
     p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
-    _launch(p, launch_options(cfg, q.device), q, k, v, out, lse,
+    _launch(p, _options(p, cfg, q.device), q, k, v, out, lse,
             p.packed_list(packed) if packed is not None else None,
             packed.block_table if packed is not None else None)
 
@@ -916,11 +942,9 @@ def bind(q, k, v, out, lse, *, mask, scale: float, cfg: Sm90FwdConfig, packed=No
     v, out, lse), or with ``packed`` of (q, k, v, out, lse, packed) for packed batches of
     its sequences and longest lengths (:func:`_packed_key`), whose list each launch
     builds."""
-    from ..launch import launch_options
-
     _check_run(q, scale)
     p = plan(q, k, v, out, lse, mask=mask, scale=scale, cfg=cfg, packed=packed)
-    options = launch_options(cfg, q.device)
+    options = _options(p, cfg, q.device)
     if packed is not None:
         return lambda q, k, v, out, lse, packed: _launch(p, options, q, k, v, out, lse,
                                                          p.packed_list(packed),

@@ -656,27 +656,37 @@ def plan(q, cache: Cache, out, lse, k_new, v_new, *, mask, scale: float,
                                                        mask, scale, cfg, attend))
 
 
-def _launch(name: str, built, n_tensors: int, options: dict) -> Launch:
+def _launch(name: str, built, n_tensors: int, options: dict, early: bool) -> Launch:
+    """A :class:`Launch` of kernel ``name``; ``early``: its EARLY build, launched with
+    programmatic stream serialization (:func:`flashscope.launch.early_launch`)."""
     grid, args, consts = built
+    if early:
+        consts, options = {**consts, "EARLY": True}, {**options, "launch_pdl": True}
     return Launch(FUNCTIONS[name], grid, tuple(args[n_tensors:]), consts, options, {})
 
 
 def _build_plan(q, cache, out, lse, k_new, v_new, mask, scale, cfg, attend) -> DecodePlan:
-    from ..launch import launch_options
+    """A step's launches, each started under the one before it on GPUs that can
+    (``early``; :func:`flashscope.kernels.common.wait_previous`): a short step is a few
+    microseconds of work a kernel, and each kernel's launch and set-up would come between
+    them."""
+    from ..launch import early_launch, launch_options
 
+    early = early_launch(q.device)
     n_new = 0 if k_new is None else k_new.shape[1]
     append = attend_launch = merge = None
     if n_new:
-        append = _launch("decode_append", append_call(k_new, v_new, cache), 6, SMALL_OPTIONS)
+        append = _launch("decode_append", append_call(k_new, v_new, cache), 6, SMALL_OPTIONS,
+                         early)
     size = workspace_size(q.shape, cache, cfg) if attend else 0
     if attend:
         options = {**launch_options(cfg, q.device),
                    "num_stages": triton_stages(cfg, cache.table is not None)}
         attend_launch = _launch(KERNEL, call(q, cache, out, lse, None, n_new, mask=mask,
-                                             scale=scale, cfg=cfg), 8, options)
+                                             scale=scale, cfg=cfg), 8, options, early)
     if size:
         merge = _launch("decode_merge", merge_call(q, cache, out, lse, None, cfg), 3,
-                        SMALL_OPTIONS)
+                        SMALL_OPTIONS, early)
     return DecodePlan(append, attend_launch, merge, size)
 
 

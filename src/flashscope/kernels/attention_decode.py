@@ -34,7 +34,14 @@ import triton
 import triton.language as tl
 
 from flashscope.kernels.attention_merge import merge_chunks
-from flashscope.kernels.common import LN2, load_tile, scaled_scores, softmax_step
+from flashscope.kernels.common import (
+    LN2,
+    launch_next,
+    load_tile,
+    scaled_scores,
+    softmax_step,
+    wait_previous,
+)
 from flashscope.kernels.keyrange import key_range, segment, visible
 
 
@@ -175,14 +182,19 @@ def _decode_fwd(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, DOT: tl.constexpr,
     SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    EARLY: tl.constexpr = False,
 ):
     """Grid (B * Hkv * N_M, SPLITS): program (t, s) runs split s of work tile t (row block
     t % N_M of kv head (t // N_M) % Hkv of sequence t // (N_M Hkv)). With SPLIT it writes
     workspace slot t * SPLITS + s of Part for :func:`_decode_merge`; without, the output.
     qk_scale = scale * log2(e); LEFT, RIGHT, cap_in, cap_out and the mask switches as
-    :meth:`flashscope.masks.Mask.scalars`, ``cap_args`` and ``switches`` give them."""
+    :meth:`flashscope.masks.Mask.scalars`, ``cap_args`` and ``switches`` give them.
+    EARLY: launched early (the kernel before it may still run), and the merge after it
+    let in at once (:func:`~flashscope.kernels.common.wait_previous`)."""
     t = tl.program_id(0)
     split = tl.program_id(1)
+    launch_next(t, EARLY)
+    wait_previous(t, EARLY)
     b, hkv, m = _tile_of(t, N_M, HKV)
     rows = m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < GROUP * N_Q
@@ -244,13 +256,14 @@ def _decode_merge(
     stride_ob, stride_om, stride_oh, stride_od,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, CHUNK: tl.constexpr,
-    RETURN_LSE: tl.constexpr,
+    RETURN_LSE: tl.constexpr, EARLY: tl.constexpr = False,
 ):
     """Grid (B * Hkv * N_M, row chunks, HEAD_DIM_PAD / COLS): combine the SPLITS slots of
     work tile t (:func:`flashscope.kernels.attention_merge.merge_chunks`, CHUNK slots at a
     time) for ROWS of its rows and COLS of its columns; the log-sum-exp from the first
-    column chunk."""
+    column chunk. EARLY: launched while the splits' kernel runs, it waits for it first."""
     t = tl.program_id(0)
+    wait_previous(t, EARLY)
     c = tl.program_id(1)
     j = tl.program_id(2)
     b, hkv, m = _tile_of(t, N_M, HKV)
@@ -275,12 +288,16 @@ def _decode_append(
     stride_vb, stride_vn, stride_vh, stride_vd,
     stride_tb, HKV, CAPACITY, NUM_PAGES,
     HKV_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    PAGE: tl.constexpr,
+    PAGE: tl.constexpr, EARLY: tl.constexpr = False,
 ):
     """Grid (N_NEW, B): program (i, b) copies new token i of sequence b (every kv head of
     KNew and VNew, (B, N_NEW, Hkv, D)) to cache position SeqLens[b] + i, bit for bit. A
-    position outside [0, CAPACITY) or, paged, a page outside [0, NUM_PAGES) is skipped."""
+    position outside [0, CAPACITY) or, paged, a page outside [0, NUM_PAGES) is skipped.
+    EARLY: launched early, and the attention after it let in at once (it waits for the
+    cache's writes itself)."""
     i = tl.program_id(0)
+    launch_next(i, EARLY)
+    wait_previous(i, EARLY)
     b = tl.program_id(1).to(tl.int64)
     pos = tl.load(SeqLens + b) + i
     ok = (pos >= 0) & (pos < CAPACITY)

@@ -141,6 +141,7 @@ from flashscope.kernels.sm90_softmax import (
 )
 from flashscope.kernels.sm90_sync import (
     _acquire,
+    _grid_wait,
     _next_slot,
     _pass_tiles,
     _pass_turn,
@@ -338,7 +339,7 @@ def _load_kv(desc, smem, ready, empty, off_b, off_hkv, k0, j, g,
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
               v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H, GROUP, N_Q, N_K,
-              Div, Band, Trace, T, Pages, K):
+              Div, Band, Trace, T, Pages, Cache, K):
     """One warp; TMA copies land in issue order, so the order is what the consumers wait
     for: Q first (queued behind a ring of K/V tiles it took 30% at N = 1024), then K0, V0,
     K1, ... From the second work tile on, K0 goes before Q: it needs only a ring slot,
@@ -360,13 +361,13 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     i = 0
     n_work, base, L = _share(pid, nprog, total, Sched, K.LPT, K.SPLIT, K.VARLEN)
     t_next, kr_next, _, q0_next, nq_next, k0_next, nk_next = _tile(
-        0, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
+        0, n_work, base, L, nprog, Sched, Cache, K.LPT, K.SPLIT, K.VARLEN)
     for r in range(0, n_work):
         seq = (q0_next, nq_next, k0_next, nk_next)
         t = t_next
         kr = kr_next
         t_next, kr_next, _, q0_next, nq_next, k0_next, nk_next = _tile(
-            r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
+            r + 1, n_work, base, L, nprog, Sched, Cache, K.LPT, K.SPLIT, K.VARLEN)
         q0, n_q, k0, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED,
                                            K.ROW_GROUP)
         pid_bh, off_b, off_h, off_hkv, start_m, t0, n_tiles, mask_from, seq_id = _work(
@@ -457,7 +458,7 @@ def _scores(q, kt, s_zero, tail):
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog, total, n_m, H, GROUP, N_Q,
-              N_K, qk_scale, Div, Band, Cap, C: gl.constexpr, Trace, Out, T, K):
+              N_K, qk_scale, Div, Band, Cap, C: gl.constexpr, Trace, Out, T, Cache, K):
     """One warpgroup, query rows [start_m + 64 C, + 64) of each work tile: the
     software-pipelined loop of the module docstring. Each consumer is its own partition,
     so the barriers Gluon puts around shared-memory hand-offs (one thread arrives for the
@@ -519,14 +520,14 @@ def _consumer(q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready
     k = 0  # wgmma issue turns taken (counted always, waited on with PINGPONG)
     n_work, base, L = _share(pid, nprog, total, Sched, K.LPT, K.SPLIT, K.VARLEN)
     t_next, kr_next, slot_next, q0_next, nq_next, k0_next, nk_next = _tile(
-        0, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
+        0, n_work, base, L, nprog, Sched, Cache, K.LPT, K.SPLIT, K.VARLEN)
     for r in range(0, n_work):
         seq = (q0_next, nq_next, k0_next, nk_next)
         t = t_next
         kr = kr_next
         part = slot_next
         t_next, kr_next, slot_next, q0_next, nq_next, k0_next, nk_next = _tile(
-            r + 1, n_work, base, L, nprog, Sched, K.LPT, K.SPLIT, K.VARLEN)
+            r + 1, n_work, base, L, nprog, Sched, Cache, K.LPT, K.SPLIT, K.VARLEN)
         q0, n_q, _, n_k, band = _sequence(seq, N_Q, N_K, Band, K.VARLEN, K.SHIFTED,
                                           K.ROW_GROUP)
         pid_bh, off_b, off_h, _, start_m, t0, n_tiles, mask_from, seq_id = _work(
@@ -740,7 +741,8 @@ def _attn_fwd_sm90(
     q_desc, k_desc, v_desc, o_desc, Lse, Sched, Part,
     H, GROUP, N_Q, N_K, BH, qk_scale, DIV_M, SHIFT_M, DIV_H, SHIFT_H, DIV_G, SHIFT_G, Trace,
     OFFSET, LEFT, RIGHT, cap_in, cap_out, Out, q_tail, k_tail, v_tail, o_tail,
-    Table, TABLE_STRIDE, TABLE_COLS, HEAD_DIM: gl.constexpr, HEAD_TAIL: gl.constexpr,
+    Table, TABLE_STRIDE, TABLE_COLS, ADDED_K, PIECES, HEAD_DIM: gl.constexpr,
+    HEAD_TAIL: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     K_EARLY: gl.constexpr, IS_CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr,
     LPT: gl.constexpr, PINGPONG: gl.constexpr,
@@ -776,17 +778,22 @@ def _attn_fwd_sm90(
     and pieces of cut blocks write fp32 partials to ``Part`` (:func:`_store_part`; unread
     otherwise), which a second kernel merges; with VARLEN (a KV cache's, CACHE) every
     row block is cut, its entries naming piece j of S (:func:`~flashscope.kernels.
-    sm90_worklist._range`). TRACE = R > 0 stamps the clock (``Trace``;
-    :func:`_stamp`). HAS_LEFT, HAS_RIGHT, SHIFTED: a window's bounds and bottom-right
+    sm90_worklist._range`), with or without a list (below). TRACE = R > 0 stamps the
+    clock (``Trace``; :func:`_stamp`). HAS_LEFT, HAS_RIGHT, SHIFTED: a window's bounds and bottom-right
     alignment, with OFFSET, LEFT and RIGHT as :meth:`flashscope.masks.Mask.scalars` gives
     them (a band: every work tile visits the key tiles its rows see, round robin, each
     consumer masking its band's edges; unread otherwise). SOFTCAP: scores capped as
     c tanh(s / c), cap_in = scale / c, cap_out = c log2(e), qk_scale = 1 (unread
-    otherwise). VARLEN (with LPT): a packed batch, q and out (1, H, total_q, D), k and v
+    otherwise). VARLEN: a packed batch, q and out (1, H, total_q, D), k and v
     (1, Hkv, total_k, D), BH = B * H over its B sequences and N_Q, N_K its longest; the
     work list (:mod:`flashscope.kernels.packed_worklist`) holds the row blocks that hold
     rows, each with its sequence's place and lengths, and ``Out`` is the output's address
-    for the row blocks that cross a sequence's end (unread otherwise). HEAD_TAIL > 0: the
+    for the row blocks that cross a sequence's end (unread otherwise). A KV cache's
+    (CACHE) may run without a list (LPT = 0) where the grid has a program for every
+    entry: its entries then follow the program index, PIECES a row block (1 without
+    SPLIT), each sequence's keys its first ``Sched[b] + ADDED_K`` (``Sched`` is then the
+    cache's lengths; :func:`~flashscope.kernels.sm90_worklist._tile`; ADDED_K and PIECES
+    unread otherwise). HEAD_TAIL > 0: the
     head dim is HEAD_DIM + HEAD_TAIL, its last HEAD_TAIL columns read and written through
     q_tail, k_tail, v_tail and o_tail (blocks (1, 1, rows, HEAD_TAIL), None otherwise;
     the module docstring). ROW_GROUP = G > 1 (VARLEN): a decoding call's packed rows, G
@@ -810,6 +817,7 @@ def _attn_fwd_sm90(
     gl.static_assert(not CACHE or (VARLEN and not MASKED_FIRST and HEAD_TAIL == 0),
                      "CACHE: a packed batch, its last key tile last, no head-dim tail")
     gl.static_assert(not (SPLIT and VARLEN) or CACHE, "SPLIT with VARLEN: a KV cache's")
+    gl.static_assert(not VARLEN or LPT > 0 or CACHE, "VARLEN without a list: a KV cache's")
     gl.static_assert(PAGE == 0 or (CACHE and PAGE % 16 == 0
                                    and (PAGE % BLOCK_N == 0 or BLOCK_N % PAGE == 0)),
                      "PAGE: a KV cache's, 16 keys or more, a divisor or multiple of BLOCK_N")
@@ -819,6 +827,11 @@ def _attn_fwd_sm90(
     nprog = gl.num_programs(0)
     n_m = gl.cdiv(N_Q, BLOCK_M)
     total = n_m * BH
+    if VARLEN and LPT == 0:  # a KV cache's entries in index order (_tile), PIECES a block
+        total = total * PIECES
+        Cache = (ADDED_K, PIECES, n_m * H, N_Q, N_K)
+    else:  # nothing to carry into the partitions
+        Cache = ()
 
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(
@@ -886,17 +899,19 @@ def _attn_fwd_sm90(
         Pages = (Table, TABLE_STRIDE, TABLE_COLS)
     else:  # nothing to carry into the partitions
         Pages = ()
+    if CACHE:  # launched early (launch_pdl): the list or the append may still be running
+        _grid_wait(pid)
     # One list, in partition order (_worker_warps): consumer c, or the producer where c is
     # -1. The arguments are spelled out in place: a tuple bound to a name first would turn
     # its constexprs into tensors (an aggregate such as K keeps them).
     gl.warp_specialize(
         [(_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                       k_ready, v_ready, k_empty, v_empty, Sched, pid, nprog, total, n_m, H,
-                      GROUP, N_Q, N_K, Div, Band, Trace, T, Pages, K))
+                      GROUP, N_Q, N_K, Div, Band, Trace, T, Pages, Cache, K))
          if c < 0 else
          (_consumer, (q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, v_ready,
                       k_empty, v_empty, pin, o_desc, Lse, Sched, Part, pid, nprog,
                       total, n_m, H, GROUP, N_Q, N_K, qk_scale, Div, Band, Cap, c, Trace, Out,
-                      T, K))
+                      T, Cache, K))
          for c in ((0, -1), (0, 1, -1), (-1, 0, 1, 2))[CONSUMERS - 1]],
         _worker_warps(CONSUMERS), _worker_regs(CONSUMERS, CONSUMER_REGS, PRODUCER_REGS))

@@ -35,6 +35,28 @@ def load_tile(ptrs, idx_ok, d_ok, MASK_IDX: tl.constexpr, PAD_D: tl.constexpr):
 
 
 @triton.jit
+def launch_next(x, EARLY: tl.constexpr):
+    """With EARLY (an sm_90+ GPU's launch): let the kernel queued after this one start
+    now (``griddepcontrol.launch_dependents``); it was launched with programmatic stream
+    serialization and waits for this one's writes itself (:func:`wait_previous`). ``x``:
+    a dummy operand (inline asm takes and returns values)."""
+    if EARLY:
+        tl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r,r",
+                                  [x], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def wait_previous(x, EARLY: tl.constexpr):
+    """With EARLY: wait for the kernels queued before this one to finish and their
+    writes to be visible (``griddepcontrol.wait``), the first thing a kernel launched
+    with programmatic stream serialization (Triton's ``launch_pdl``) does before it
+    reads or writes memory; its launch then overlaps the kernel before it."""
+    if EARLY:
+        tl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, 0;", "=r,r", [x],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def tanh(x):
     """tanh(x) = 1 - 2 / (e^(2x) + 1), from exp2 (every target and the interpreter have it;
     it saturates to +-1 without overflow: e^(2x) = inf gives 1, 0 gives -1)."""

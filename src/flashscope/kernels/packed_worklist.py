@@ -42,11 +42,13 @@ T slots apart, :func:`_packed_list`).
 
 Program (c, h) of the grid ranks sequences [c BLOCK_B, + BLOCK_B) among all B (BLOCK_B
 at a time) and places their head-h entries; program (0, 0) writes the offsets. This
-module imports Triton only.
+module imports Triton and the kernels' common pieces only.
 """
 
 import triton
 import triton.language as tl
+
+from flashscope.kernels.common import launch_next
 
 
 @triton.jit
@@ -150,7 +152,8 @@ def _row_block(i, blocks, odd_start, FOLD: tl.constexpr):
 @triton.jit
 def _packed_list(CuQ, CuK, Used, ADD, Sched, B, H, N_M, P, L, PIECES, BLOCK_M: tl.constexpr,
                  BLOCK_B: tl.constexpr, BLOCK_E: tl.constexpr, FOLD: tl.constexpr,
-                 TOP_LEFT: tl.constexpr, USED: tl.constexpr, SPLIT: tl.constexpr = False):
+                 TOP_LEFT: tl.constexpr, USED: tl.constexpr, SPLIT: tl.constexpr = False,
+                 EARLY: tl.constexpr = False):
     """Grid (cdiv(B, BLOCK_B), H): program (c, h) places the head-h entries of sequences
     [c BLOCK_B, + BLOCK_B). FOLD: causal row blocks folded and dealt in pairs;
     TOP_LEFT: a top-left causal mask (rows see min(n_q, n_k) keys at most); USED: each
@@ -162,11 +165,17 @@ def _packed_list(CuQ, CuK, Used, ADD, Sched, B, H, N_M, P, L, PIECES, BLOCK_M: t
     the two fields after the sequence's four. The fields are then T slots apart (T: the
     live entries, ``Sched[P]``, which the kernel reads as a host list's length), not L:
     the host sizes the list by PIECES but not the live entries, which only the device
-    knows."""
+    knows.
+
+    EARLY (a GPU's launch): the kernel queued next, launched with programmatic stream
+    serialization (a KV cache's forward), may start at once: it waits for this one's
+    writes itself (``griddepcontrol.wait``), and starting it here hides its launch and
+    set-up under this kernel."""
     SPAN: tl.constexpr = 2 if FOLD else 1  # consecutive entries a program is dealt
     tl.static_assert(not (SPLIT and FOLD), "SPLIT: row blocks are not folded")
     c = tl.program_id(0)
     h = tl.program_id(1)
+    launch_next(c, EARLY)
     b = c * BLOCK_B + tl.arange(0, BLOCK_B)
     ok = b < B
     q0, n_q, k0, n_k, blocks, reach = _lengths(CuQ, CuK, Used, ADD, b, ok, N_M, BLOCK_M,

@@ -7,7 +7,8 @@ producer waits in :func:`_acquire`), on Gluon's mbarriers. With
 PINGPONG the consumers issue their wgmma in turn on hardware named barriers
 (:func:`_take_turn`, :func:`_pass_turn`). :func:`_pass_tiles` hands back, and passes the
 turns of, key tiles a consumer's rows do not need; :func:`_pin` orders the softmax
-around the P V wait.
+around the P V wait. :func:`_grid_wait` holds a decoding call's programs until the kernel
+before them (its work list's) has finished.
 """
 
 from triton.experimental import gluon
@@ -48,6 +49,19 @@ def _turn_asm(take, bar, first_open):
         return f"bar.sync {bar}, 256; mov.u32 $0, 0;"
     return ("{ .reg .pred p; setp.gt.s32 p, $1, 0; " + f"@p bar.sync {bar}, 256; "
             "mov.u32 $0, 0; }")
+
+
+@gluon.jit
+def _grid_wait(x):
+    """Wait for the kernels queued before this one to finish and their writes to be
+    visible (``griddepcontrol.wait``; ``x``: a dummy operand, inline asm must take and
+    return values). A launch with programmatic stream serialization (Triton's
+    ``launch_pdl``) may start while the kernel before it runs: what comes before this
+    wait (shared memory and barriers set up) overlaps that kernel's tail, and nothing
+    after it reads or writes memory too early. Without that launch attribute it returns
+    at once."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, 0;", "=r,r", [x],
+                              dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit

@@ -45,14 +45,21 @@ def _share(pid, nprog, total, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr,
 
 
 @gluon.jit
-def _tile(r, n, base, L, nprog, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr,
+def _tile(r, n, base, L, nprog, Sched, Cache, LPT: gl.constexpr, SPLIT: gl.constexpr,
           VARLEN: gl.constexpr):
     """(t, key range, slot, q0, n_q, k0, n_k) of the program's r-th work tile, t = pid_bh
     * n_m + pid_m (r past its last tile: the last one). Without SPLIT the range is 0 (the
     whole block, :func:`_range`) and the slot -1 (written out). With VARLEN its sequence's
     first query row, query rows, first key row and keys in the packed tensors, from the
     packed list; else 0 (unread). The loops read each tile one work tile ahead, so the
-    list's global loads are not waited for where the tile starts."""
+    list's global loads are not waited for where the tile starts.
+
+    VARLEN without LPT: a KV cache's entries in index order, no list (the host takes this
+    where every program runs one entry, so their order is moot): entry e is piece e % S of
+    row block e // S (S = 1 without SPLIT), written to workspace slot e, as the list would
+    hold them; ``Sched`` is then the cache's lengths, sequence b's keys its first
+    ``Sched[b] + added`` slots of ``capacity``, its rows ``rows`` (Cache = (added, S,
+    row blocks a sequence, rows, capacity))."""
     kr = 0
     slot = -1
     q0 = 0
@@ -74,6 +81,18 @@ def _tile(r, n, base, L, nprog, Sched, LPT: gl.constexpr, SPLIT: gl.constexpr,
             n_q = gl.load(at + 2 * L)
             k0 = gl.load(at + 3 * L)
             n_k = gl.load(at + 4 * L)
+    elif VARLEN:
+        added, pieces, per_seq, rows, capacity = Cache
+        e = gl.maximum(gl.minimum(r, n - 1), 0) * nprog + base
+        t = e // pieces
+        if SPLIT:
+            kr = (e - t * pieces) | (pieces << 16)
+            slot = e
+        b = t // per_seq
+        q0 = b * rows
+        n_q = rows
+        k0 = b * capacity
+        n_k = gl.minimum(gl.maximum(gl.load(Sched + b) + added, 0), capacity)
     else:
         t = r * nprog + base
     return t, kr, slot, q0, n_q, k0, n_k
