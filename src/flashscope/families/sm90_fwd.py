@@ -825,7 +825,8 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
     # a host work list for causal grids, and non-causal ones with BALANCE or SPLIT_KV
     # (whose pieces may outnumber the blocks: one program per SM); a band runs round
     # robin (its blocks cost about the same: the band's width); a packed batch runs the
-    # list its device builds (:meth:`Sm90Plan.packed_list`), whatever the mask
+    # list its device builds (:meth:`Sm90Plan.packed_list`), whatever the mask, but a KV
+    # cache's grid of a program an entry (below)
     lpt = packed or (bool(causal or cfg.BALANCE or cfg.SPLIT_KV) and not band)
     split = bool(cfg.SPLIT_KV)
     programs = sm_count(q.device) if split else min(tiles, sm_count(q.device))

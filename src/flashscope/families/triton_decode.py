@@ -465,11 +465,11 @@ def forward_rows(problem: Problem) -> bool:
     each tile's two products in turn, 370-470 TFLOP/s on an H200, where the forward's
     warp-specialized pipeline overlaps one tile's exponentials with the other's product.
     What the forward pays instead is fixed per program: its row blocks' Q and output, a
-    cut grid's merge, the work list's launch. On an H200 (bf16, GQA 8:1 x 16) it ran
-    1.01-1.14x the Triton kernel at about 4k keys an SM, whole grids or cut ones (B = 64
-    at 1k, B = 16 at 4k, B = 8 at 8k, B = 2 at 32k), 1.08-1.23x from 8k, and 0.93-0.94x at
-    2k (B = 16 at 2k, B = 1 at 32k in 16 pieces); D = 64 1.02-1.07x, paged builds
-    1.16-1.25x (docs/decode.md has the measured times). The caller checks that the
+    cut grid's merge, a crowded grid's work list. On an H200 (bf16, GQA 8:1 x 16) it ran
+    1.06-1.15x the Triton kernel at about 4k keys an SM, whole grids or cut ones (B = 64
+    at 1k, B = 16 at 4k, B = 8 at 8k, B = 2 at 32k), 1.08-1.23x from 8k, 0.98-1.03x at
+    2k and 0.97-1.00x at 1k (B = 16 whole, B = 1 to 8 cut); D = 64 1.02-1.34x, paged
+    builds 1.16-1.26x (docs/decode.md has the measured times). The caller checks that the
     cache's sequences (or pages) lie one stride apart, as the forward's packed batch
     needs, and the page size (:func:`flashscope.kvcache.forward_layout`)."""
     t = problem.target_record()
