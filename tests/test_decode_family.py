@@ -53,6 +53,24 @@ def test_merge_pays_only_on_long_reads_where_the_bytes_ask_for_no_split():
     assert merge_pays(LONG_READ_TILES, 2, 1) is True
     assert merge_pays(8, 8, 4) is True  # the byte target splits too: the merge is paid
     assert merge_pays(8, 1, 1) is True  # nothing to pay for
+    assert merge_pays(8, 2, 1, chained=True) is True  # a chain of products: any length
+
+
+@pytest.mark.parametrize("B,H,Nq,D,target,want", [
+    (8, 64, 4, 128, "sm90", 2),   # GQA 8:1 at 4 tokens: 32-row mma.sync tiles, 64 programs
+    (8, 32, 8, 256, "sm90", 2),   # GQA 4:1 at 8 tokens, D = 256 (64-key tiles)
+    (16, 64, 4, 128, "sm90", 1),  # 128 programs: a second each would pass one an SM
+    (8, 32, 1, 128, "sm90", 1),   # one token: 16-row tiles, bound by the bytes
+    (8, 32, 16, 128, "sm90", 1),  # 64 rows: wgmma
+    (8, 64, 4, 128, "sm80", 1),   # not measured off sm_90
+])
+def test_short_reads_split_only_chains_of_products(B, H, Nq, D, target, want):
+    """At 1k keys (8 key tiles of 128, below LONG_READ_TILES) the merge pays only for
+    sm_90's 32-row mma.sync tiles (triton_decode.CHAIN_ROWS), and only up to one program
+    an SM."""
+    cfg = select(decode_problem(B=B, Nq=Nq, H=H, Hkv=8, Nk=1024, D=D, target=target,
+                                device="NVIDIA H200" if target == "sm90" else ""))
+    assert cfg.SPLITS == want, cfg.text
 
 
 def test_the_interpreter_case_of_a_cut_tile_is_one():
@@ -178,9 +196,11 @@ def test_select_packs_the_group_and_splits_small_grids():
     assert select(decode_problem(B=8, Nq=4, H=64, Hkv=8)).SPLITS == 2
     assert select(decode_problem(B=8, Nq=16, H=32, Hkv=8)).SPLITS == 1
     assert select(decode_problem(B=8, Nq=1, H=64, Hkv=8)).SPLITS == 1
-    # at 1k keys the second program an SM does not pay for the merge's launch; 32-row
-    # tiles stay unsplit, 128-row wgmma tiles are cut into two 64-row blocks instead
-    assert select(decode_problem(B=8, Nq=4, H=64, Hkv=8, Nk=1024)).SPLITS == 1
+    # at 1k keys the second program an SM pays for the merge only where a program's tiles
+    # are a chain of products (32-row mma.sync tiles); 128-row wgmma tiles are cut into
+    # two 64-row blocks instead
+    assert select(decode_problem(B=8, Nq=4, H=64, Hkv=8, Nk=1024)).SPLITS == 2
+    assert select(decode_problem(B=8, Nq=1, H=64, Hkv=8, Nk=1024)).SPLITS == 1
     paged = [select(Problem("sm90", "bfloat16", 128, True, 1, n_k, 8 * 32, group=4,
                             paged=True)).SPLITS for n_k in (1024, 2048, 4096, 8192)]
     assert paged == [1, 1, 2, 2]  # from LONG_READ_TILES = 32 key tiles of 128

@@ -63,6 +63,10 @@ SHALLOW_PAGED_STAGES = 2
 #: 128, 16-key pages, B = 8 (64 programs unsplit, 128 at two splits): unsplit 10% faster
 #: at 8 key tiles, as fast at 16, 4% slower at 32
 LONG_READ_TILES = 32
+#: rows of an sm_90 tile below wgmma's (mma.sync) from which a short read's program is
+#: bound by its chain of products and softmax, one key tile after another, more than by
+#: its bytes, so that a second program a work tile pays for the merge (:func:`merge_pays`)
+CHAIN_ROWS = 32
 #: K and V bytes an SM keeps loading (:data:`IN_FLIGHT_PER_SM`) on GPUs whose memory
 #: needs more in flight than their target's example product (a word of the driver's
 #: device name: bytes), on reads of :data:`LONG_READ_TILES` key tiles and more
@@ -302,14 +306,28 @@ def split_count(tiles: int, key_tiles: int, readers: int, streams: Optional[int]
                       key_tiles // MIN_SPLIT_TILES, MAX_SPLITS))
 
 
-def merge_pays(key_tiles: int, splits: int, byte_splits: int) -> bool:
+def merge_pays(key_tiles: int, splits: int, byte_splits: int, chained: bool = False) -> bool:
     """Whether ``splits`` splits of a cache of ``key_tiles`` key tiles pay for their
     merge where the byte target alone would ask for ``byte_splits``: always where that
     count splits too (the merge is launched anyway, and a program with fewer tiles ends
     sooner: B = 2, one query, 16-key pages, 1k keys: 15.5 us at 8 splits against 17.1
-    at 4), and from :data:`LONG_READ_TILES` key tiles where it would not (the merge's
-    launch costs about what the second program an SM saves on a short read)."""
-    return splits <= 1 or byte_splits > 1 or key_tiles >= LONG_READ_TILES
+    at 4), from :data:`LONG_READ_TILES` key tiles where it would not (the merge's
+    launch costs about what the second program an SM saves on a short read), and at any
+    length where each program's tiles are a chain of products (``chained``,
+    :func:`_chained`): there the second program halves the chain. H200, 8 sequences x 8
+    kv heads (64 programs unsplit), 2 splits against none, the merge launched early:
+    32-row tiles (GQA 8:1 at 3 and 4 query tokens, 4:1 at 8; D = 128 and 256) at 1k keys
+    1.01-1.12x, at 2k 1.10-1.24x, dense and 16-key pages; 16-row tiles (one token) at 1k
+    0.94-0.99x, wgmma's 64 x 64 (GQA 4:1 at 16 tokens) 0.94-0.99x."""
+    return splits <= 1 or byte_splits > 1 or key_tiles >= LONG_READ_TILES or chained
+
+
+def _chained(cfg: TritonDecodeConfig, target) -> bool:
+    """Whether ``cfg``'s tile on ``target`` is an sm_90 mma.sync tile of
+    :data:`CHAIN_ROWS` rows or more (:func:`merge_pays`): twice the one-token tile's
+    products a key tile, issued by warps that wait for each."""
+    return (target is not None and getattr(target, "cc", 0) == 90 and bool(cfg.DOT)
+            and CHAIN_ROWS <= cfg.BLOCK_M < WGMMA_ROWS)
 
 
 def cut_rows(rows: int, block_m: int, kv_heads: int, units: int, wgmma: bool,
@@ -376,7 +394,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
     and the programs that read the cache at the memory's bandwidth on the target
     (:func:`readers`), the bytes in flight counted per kv head; a split past the byte
     target's grid that would add the merge launch to an unsplit one only on caches of
-    :data:`LONG_READ_TILES` key tiles and more (:func:`merge_pays`). The table's key
+    :data:`LONG_READ_TILES` key tiles and more, or for sm_90's 32-row mma.sync tiles
+    (:func:`merge_pays`). The table's key
     tiles are halved where the tile's shared memory would not fit a block (128 packed rows
     at D = 256 on sm_90), and wgmma tiles on short caches, or holding more than 64 scores
     a thread, take 64-key tiles once the splits are chosen (:func:`narrow_keys`). A paged
@@ -407,7 +426,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
     by_bytes = split_count(tiles, key_tiles, byte_readers(cfg, problem.head_dim,
                                                           problem.dtype, units, per_sm),
                            kv_heads, units)
-    cfg = cfg.replace(SPLITS=splits if merge_pays(key_tiles, splits, by_bytes) else 1)
+    cfg = cfg.replace(SPLITS=splits if merge_pays(key_tiles, splits, by_bytes,
+                                                  _chained(cfg, t)) else 1)
     block_n, stages = narrow_keys(cfg.BLOCK_N, cfg.num_stages, key_tiles,
                                   tiles * cfg.SPLITS, units, _wgmma(cfg, t),
                                   cfg.BLOCK_M * cfg.BLOCK_N // (warps * t.warp_size))
