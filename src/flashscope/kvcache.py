@@ -219,15 +219,13 @@ def forward_layout(q, cache: Cache, scale) -> Optional[str]:
     """Why the sm_90 forward cannot run this call's layout, or None: it needs an sm_90
     GPU, a cache whose sequences (or pages) lie one stride apart (so that the cache is
     one packed batch of B slots of Ncache keys each, or of its pages), TMA-aligned,
-    pages of a power of two of 16 keys or more with a block table whose columns lie one
-    apart, and a positive scale."""
+    pages of a power of two of 16 keys or more (the table's columns one apart, as
+    :meth:`~flashscope.families.triton_decode.Cache.of` lays them out), and a positive
+    scale."""
     if q.device.type != "cuda" or launch.interpreting() or device_target(q.device) != "sm90":
         return "it runs on an sm_90 GPU"
-    if cache.table is not None:
-        if not sm90_fwd.paged_ok(cache.page):
-            return f"pages of {cache.page} keys (it takes a power of two of 16 or more)"
-        if cache.table.shape[1] > 1 and cache.table.stride(1) != 1:
-            return "block_table: its columns not one apart"
+    if cache.table is not None and not sm90_fwd.paged_ok(cache.page):
+        return f"pages of {cache.page} keys (it takes a power of two of 16 or more)"
     if scale is not None and scale <= 0:
         return f"scale {scale} (it takes scale > 0)"
     if cache.capacity < 1:

@@ -150,6 +150,38 @@ def test_strided_views(device):
     assert rel_error(out, ref) <= ERROR_BOUND[torch.float16], f"seed={seed}"
 
 
+@pytest.mark.parametrize("page", [0, 16])
+def test_lengths_and_block_table_as_strided_views(device, page):
+    """cache_seqlens every other value of a wider tensor, and a block table whose columns
+    are every other one of a wider table (its rows a wider stride apart too), with an
+    append: the kernels read them as they are laid out, not as packed int32 vectors."""
+    seed = fresh_seed()
+    lens = [50, 7, 30]
+    inp = make_kvcache(device, 3, 2, 4, 2, 32, 64, lens=lens, page=page, n_new=2,
+                       dtype=torch.float16)
+    want_k, want_v = _expected_cache(inp, lens, 2)
+    ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
+                               block_table=inp.block_table, k=inp.k, v=inp.v)
+    kw = inp.kwargs()
+    wide = torch.full((3, 2), 63, dtype=torch.int32, device=inp.q.device)
+    wide[:, 0] = inp.cache_seqlens
+    kw["cache_seqlens"] = wide[:, 0]
+    if page:
+        table = inp.block_table
+        spread = torch.full((table.shape[0], 2 * table.shape[1] + 3), -1, dtype=torch.int32,
+                            device=table.device)
+        spread[:, 0:2 * table.shape[1]:2] = table
+        kw["block_table"] = spread[:, 0:2 * table.shape[1]:2]
+        assert kw["block_table"].stride() == (spread.shape[1], 2)
+    assert kw["cache_seqlens"].stride() == (2,)
+    with nan_allocations():
+        out = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **kw)
+    assert torch.equal(inp.k_cache, want_k) and torch.equal(inp.v_cache, want_v), \
+        f"seed={seed}"
+    assert not torch.isnan(out).any()
+    assert rel_error(out, ref) <= ERROR_BOUND[torch.float16], f"seed={seed}"
+
+
 def test_no_queries_still_appends(device):
     fresh_seed()
     inp = make_kvcache(device, 2, 0, 2, 1, 16, 32, lens=[3, 20], page=16, n_new=2)

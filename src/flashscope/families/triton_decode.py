@@ -523,8 +523,15 @@ class Cache(NamedTuple):
 
     @classmethod
     def of(cls, k, v, seqlens, table=None) -> "Cache":
+        """The kernels read the lengths, and each row of the block table, as int32 values
+        one after another: lengths or table columns laid out otherwise (every other one
+        of a wider tensor, say) are copied; a table's rows may lie any stride apart."""
+        if seqlens.dim() == 1 and seqlens.shape[0] > 1 and seqlens.stride(0) != 1:
+            seqlens = seqlens.contiguous()
         if table is None:
             return cls(k, v, seqlens, None, 0, k.shape[1], k.shape[0])
+        if table.dim() == 2 and table.shape[1] > 1 and table.stride(1) != 1:
+            table = table.contiguous()
         page = k.shape[1]
         return cls(k, v, seqlens, table, page, table.shape[1] * page, k.shape[0])
 
