@@ -92,9 +92,13 @@ its end reads the next sequence's rows (masked: keys past N_K are -inf), and the
 slab that crosses the end stores from registers with a row mask (:func:`_store_out`).
 A decoding call runs here too (:mod:`flashscope.kvcache`, wide rows): each sequence a
 kv head's G query heads times its new tokens packed as rows (ROW_GROUP = G, G rows a
-position) against its cache's keys in use (CACHE: a list entry's key count is the
+position) against its cache's keys in use (CACHE: a work tile's key count is the
 sequence's length, not the room the cache keeps it; the V rows past it, which may hold
-anything, are zeroed before a product reads them). Where G divides 64 (GROUPED) its q and
+anything, are zeroed before a product reads them). Where its grid has a program for each
+row block (or piece of one), a program finds its own from its index and the cache's
+lengths, with no list; the kernel starts under the one before it (launched with
+programmatic stream serialization) and waits for it before any partition reads memory.
+Where G divides 64 (GROUPED) its q and
 output stay in the caller's (B, Nq, H, D): their descriptors are rank 5 over (B, Nq, Hkv,
 G, D), a 64-row block being 64 / G tokens' G heads, the same tile in shared memory.
 
@@ -779,10 +783,11 @@ def _attn_fwd_sm90(
     otherwise), which a second kernel merges; with VARLEN (a KV cache's, CACHE) every
     row block is cut, its entries naming piece j of S (:func:`~flashscope.kernels.
     sm90_worklist._range`), with or without a list (below). TRACE = R > 0 stamps the
-    clock (``Trace``; :func:`_stamp`). HAS_LEFT, HAS_RIGHT, SHIFTED: a window's bounds and bottom-right
-    alignment, with OFFSET, LEFT and RIGHT as :meth:`flashscope.masks.Mask.scalars` gives
-    them (a band: every work tile visits the key tiles its rows see, round robin, each
-    consumer masking its band's edges; unread otherwise). SOFTCAP: scores capped as
+    clock (``Trace``; :func:`_stamp`). HAS_LEFT, HAS_RIGHT, SHIFTED: a window's bounds
+    and bottom-right alignment, with OFFSET, LEFT and RIGHT as
+    :meth:`flashscope.masks.Mask.scalars` gives them (a band: every work tile visits the
+    key tiles its rows see, round robin, each consumer masking its band's edges; unread
+    otherwise). SOFTCAP: scores capped as
     c tanh(s / c), cap_in = scale / c, cap_out = c log2(e), qk_scale = 1 (unread
     otherwise). VARLEN: a packed batch, q and out (1, H, total_q, D), k and v
     (1, Hkv, total_k, D), BH = B * H over its B sequences and N_Q, N_K its longest; the
@@ -793,8 +798,8 @@ def _attn_fwd_sm90(
     entry: its entries then follow the program index, PIECES a row block (1 without
     SPLIT), each sequence's keys its first ``Sched[b] + ADDED_K`` (``Sched`` is then the
     cache's lengths; :func:`~flashscope.kernels.sm90_worklist._tile`; ADDED_K and PIECES
-    unread otherwise). HEAD_TAIL > 0: the
-    head dim is HEAD_DIM + HEAD_TAIL, its last HEAD_TAIL columns read and written through
+    unread otherwise). HEAD_TAIL > 0: the head dim is HEAD_DIM + HEAD_TAIL, its last
+    HEAD_TAIL columns read and written through
     q_tail, k_tail, v_tail and o_tail (blocks (1, 1, rows, HEAD_TAIL), None otherwise;
     the module docstring). ROW_GROUP = G > 1 (VARLEN): a decoding call's packed rows, G
     consecutive rows a query position (:func:`~flashscope.kernels.sm90_worklist.

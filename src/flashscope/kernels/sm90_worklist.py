@@ -3,7 +3,9 @@
 A work tile is one row block of one head, t = pid_bh * n_m + pid_m (n_m = cdiv(N_Q,
 BLOCK_M)). A program takes every P-th tile from its own index (round robin), or with LPT
 its share of the host's list (:mod:`flashscope.schedule`: int32, P + 1 offsets, then the
-tiles, then with SPLIT each entry's key range and workspace slot). :func:`_share` and
+tiles, then with SPLIT each entry's key range and workspace slot), or a packed batch's
+built on the device; a KV cache's grid of a program an entry takes none (its entries in
+index order, each sequence's length read where the entry starts). :func:`_share` and
 :func:`_tile` read that list, one tile ahead of the one running; :func:`_work` turns a
 tile into its head, rows and key tiles with the host's multipliers (:func:`_divmod`);
 :func:`_range` gives the positions of a SPLIT piece (a decoding call's: piece j of S);
