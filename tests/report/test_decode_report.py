@@ -144,8 +144,8 @@ def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
     rows = kernel("decode_rows")  # q and out in the caller's layout (G = 8 divides 64)
     assert rows["spill_stores"] == 0 and rows["config"]["MASKED_FIRST"] is False
     assert rows["constants"]["GROUPED"] is True
-    paged = kernel("decode_rows", "--page", "32")  # 4 copies of K (and V) a key tile
-    assert paged["spill_stores"] == 0 and paged["constants"]["PAGE"] == 32
+    paged = kernel("decode_rows", "--page", "64")  # 2 copies of K (and V) a key tile
+    assert paged["spill_stores"] == 0 and paged["constants"]["PAGE"] == 64
     assert paged["constants"]["GROUPED"] is True
     for flags in (["--varlen"], ["--head-dim", "96"], ["--page", "24"]):
         assert main(["inspect", "--kernel", "decode_rows", "--target", "sm90", *flags]) == 2
@@ -163,20 +163,20 @@ def test_report_builds_the_wide_rows_on_the_hopper_forward(tmp_path, capsys):
     from flashscope.families.base import Problem
     from flashscope.kvcache import forward_config
 
-    out = tmp_path / "r"
-    assert main(["report", "--kernel", "decode-rows", "--ablate", "BLOCK_N", "--out",
-                 str(out), "--jobs", "1"]) == 0
+    out = tmp_path / "r"  # causal, as a decoding call runs (and the inspect test builds)
+    assert main(["report", "--kernel", "decode-rows", "--causal", "--ablate", "BLOCK_N",
+                 "--out", str(out), "--jobs", "1"]) == 0
     data = json.loads((out / "report.json").read_text())
     assert data["spec"]["targets"] == ["sm90"]
-    base = forward_config(Problem("sm90", "bfloat16", 128, False, 16, 8192, 64 * 64,
+    base = forward_config(Problem("sm90", "bfloat16", 128, True, 16, 8192, 64 * 64,
                                   group=8))
     assert data["spec"]["base"]["sm90"] == base.label and not base.MASKED_FIRST
     rows = [r for r in data["rows"] if r["kernel"] == "decode_rows"]
     assert len(rows) == 2 and all(r["error"] is None for r in rows)
     (step,) = data["ablations"]
     assert step["name"] == "BLOCK_N halved" and step["targets"]["sm90"]["config_after"]
-    assert main(["report", "--kernel", "decode-rows", "--page", "64", "--ablate",
-                 "BLOCK_N", "--out", str(tmp_path / "p"), "--jobs", "1"]) == 0
+    assert main(["report", "--kernel", "decode-rows", "--causal", "--page", "64",
+                 "--ablate", "BLOCK_N", "--out", str(tmp_path / "p"), "--jobs", "1"]) == 0
     paged = json.loads((tmp_path / "p" / "report.json").read_text())
     rows = [r for r in paged["rows"] if r["kernel"] == "decode_rows"]
     # at most the two values ptxas may store once at the entry for the partitions (the
