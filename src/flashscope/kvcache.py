@@ -252,10 +252,11 @@ class _ForwardRows:
     """Attention on the sm_90 forward for the calls of one geometry (the append, if any,
     ran first): each kv head's G query heads times the Nq tokens packed as the rows of
     one sequence (row r of sequence b holding token r // G; ROW_GROUP = G), the cache as
-    B slots of Ncache keys of which the first ``cache_seqlens[b] + n_new`` are used (the
-    list's key counts, read on the device; a paged cache's pages as one batch, read
-    through its block table); with SPLIT_KV each row block cut into pieces along its
-    keys and merged (:func:`flashscope.families.sm90_fwd.packed_pieces`). Where G
+    B slots of Ncache keys of which the first ``cache_seqlens[b] + n_new`` are used (read
+    on the device, by the work list or by each program where the grid has one an entry;
+    a paged cache's pages as one batch, read through its block table); with SPLIT_KV
+    each row block cut into pieces along its keys and merged
+    (:func:`flashscope.families.sm90_fwd.packed_pieces`). Where G
     divides 64 the kernel reads q and writes the output and log-sum-exp in the caller's
     layout (:func:`_grouped`: GROUPED, 64 rows are 64 / G whole tokens); otherwise q is
     copied packed, (1, Hkv, B Nq G, D), and the output and log-sum-exp copied back (at B

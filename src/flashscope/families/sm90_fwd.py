@@ -919,11 +919,12 @@ def _options(p: Sm90Plan, cfg: Sm90FwdConfig, device) -> dict:
     """Plan ``p``'s launch keywords: a KV cache's forward is launched with programmatic
     stream serialization (``launch_pdl``), so that it starts under the kernel before it
     (its work list, the append, or the caller's) and waits for it only where it first
-    reads memory (:func:`~flashscope.kernels.sm90_sync._grid_wait`)."""
-    from ..launch import launch_options
+    reads memory (:func:`~flashscope.kernels.sm90_sync._grid_wait`), on the devices that
+    launch the decoding family's kernels so (:func:`flashscope.launch.early_launch`)."""
+    from ..launch import early_launch, launch_options
 
     options = launch_options(cfg, device)
-    if p.consts["CACHE"]:
+    if p.consts["CACHE"] and early_launch(device):
         options["launch_pdl"] = True
     return options
 
