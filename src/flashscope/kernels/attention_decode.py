@@ -274,8 +274,10 @@ def _decode_merge(
     offs_d = j * COLS + tl.arange(0, COLS)
     out, lse2 = merge_chunks(Part, t.to(tl.int64) * SPLITS, SPLITS, local, offs_d, row_ok,
                              BLOCK_M, HEAD_DIM_PAD, CHUNK)
-    # each column chunk holds the whole log-sum-exp: the first stores it
-    _store_rows(Out, Lse, out, lse2, b, qi, h, row_ok, row_ok & (j == 0), offs_d, HKV * GROUP,
+    # each column chunk holds the whole log-sum-exp: the first stores it (the condition as
+    # a vector: Triton 3.9's interpreter refuses a mask that ands a vector with a scalar)
+    first = (local * 0 + j) == 0
+    _store_rows(Out, Lse, out, lse2, b, qi, h, row_ok, row_ok & first, offs_d, HKV * GROUP,
                 N_Q, stride_ob, stride_om, stride_oh, stride_od, HEAD_DIM, RETURN_LSE)
 
 
@@ -299,18 +301,21 @@ def _decode_append(
     launch_next(i, EARLY)
     wait_previous(i, EARLY)
     b = tl.program_id(1).to(tl.int64)
-    pos = tl.load(SeqLens + b) + i
-    ok = (pos >= 0) & (pos < CAPACITY)
     heads = tl.arange(0, HKV_PAD)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
+    # the position once a head, a vector: every test below is then on vectors, which
+    # Triton 3.9's interpreter needs (a comparison of scalars there gives no mask)
+    pos = tl.load(SeqLens + b) + i + heads * 0
+    ok = (pos >= 0) & (pos < CAPACITY)
     if PAGE > 0:
         page = _page_of(Table + b * stride_tb, pos, ok, PAGE)
         ok = ok & (page >= 0) & (page < NUM_PAGES)
-        seq = page
+        seq = page[:, None]
         pos = pos % PAGE
     else:
         seq = b
-    keep = ok & (heads[:, None] < HKV) & (offs_d[None, :] < HEAD_DIM)
+    keep = ok[:, None] & (heads[:, None] < HKV) & (offs_d[None, :] < HEAD_DIM)
+    pos = pos[:, None]
     heads = heads[:, None].to(tl.int64)
     offs_d = offs_d[None, :]
     _copy_row(KNew + b * stride_nb + i * stride_nn + heads * stride_nh + offs_d * stride_nd,

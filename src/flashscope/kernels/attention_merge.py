@@ -132,7 +132,8 @@ def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
            + o_rows[:, None] + cols[None, :] * stride_od)
     tl.store(dst, out.to(Out.dtype.element_ty), mask=keep[:, None] & (cols[None, :] < D))
     if RETURN_LSE:
-        if CHUNK > 0:  # one program of a row range writes its log-sum-exp
-            keep = keep & (tl.program_id(2) == 0)
+        if CHUNK > 0:  # one program of a row range writes its log-sum-exp (the test on
+            # a vector: Triton 3.9's interpreter gives no mask from a scalar comparison)
+            keep = keep & ((rows * 0 + tl.program_id(2)) == 0)
         tl.store(Lse + b.to(tl.int64) * stride_lb + h.to(tl.int64) * stride_lh + l_rows,
                  lse2 * LN2, mask=keep)
