@@ -697,11 +697,13 @@ class Sm90Plan(NamedTuple):
 
     def merge(self, part, out, lse) -> None:
         """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
-        second kernel of a SPLIT_KV forward (:mod:`flashscope.kernels.attention_merge`)."""
+        second kernel of a SPLIT_KV forward (:mod:`flashscope.kernels.attention_merge`).
+        After a KV cache's grid, which lets it in at its start, it is launched early
+        where the forward is (:func:`_options`) and waits for the grid itself."""
         if self.split is None or self.split.slots == 0:
             return
         from .. import kernels
-        from ..launch import launch_compiled, triton_cdiv
+        from ..launch import early_launch, launch_compiled, triton_cdiv
 
         H, N_Q = self.scalars[0], self.scalars[2]
         block_m, d = self.consts["BLOCK_M"], self.record_width
@@ -724,12 +726,14 @@ class Sm90Plan(NamedTuple):
             consts = dict(ROWS=MERGE_ROWS, COLS=MERGE_COLS, CHUNK=chunk, GROUP=G)
         args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
                 triton_cdiv(N_Q, block_m), out.shape[-1], *strides)
-        consts.update(HEAD_DIM=d, BLOCK_M=block_m, RETURN_LSE=lse is not None)
+        early = bool(self.consts["CACHE"]) and early_launch(out.device)
+        consts.update(HEAD_DIM=d, BLOCK_M=block_m, RETURN_LSE=lse is not None, EARLY=early)
         # one stage: a pipelined loop over the chunks would stage each chunk's loads in
         # shared memory (38 us against 5 for 64 blocks of 2 pieces, H200)
-        launch_compiled(kernel, grid, args, consts,
-                        {"num_warps": 4, "num_stages": 1, **CODEGEN_OPTIONS},
-                        cache=self.merge_compiled)
+        options = {"num_warps": 4, "num_stages": 1, **CODEGEN_OPTIONS}
+        if early:
+            options["launch_pdl"] = True
+        launch_compiled(kernel, grid, args, consts, options, cache=self.merge_compiled)
 
 
 #: plans by :func:`plan_key`; emptied when it reaches :data:`_PLANS_MAX`.

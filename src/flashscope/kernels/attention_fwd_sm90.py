@@ -145,6 +145,7 @@ from flashscope.kernels.sm90_softmax import (
 )
 from flashscope.kernels.sm90_sync import (
     _acquire,
+    _grid_launch_next,
     _grid_wait,
     _next_slot,
     _pass_tiles,
@@ -906,6 +907,8 @@ def _attn_fwd_sm90(
         Pages = ()
     if CACHE:  # launched early (launch_pdl): the list or the append may still be running
         _grid_wait(pid)
+        if SPLIT:  # the merge after this cut grid may start: it waits for the grid itself
+            _grid_launch_next(pid)
     # One list, in partition order (_worker_warps): consumer c, or the producer where c is
     # -1. The arguments are spelled out in place: a tuple bound to a name first would turn
     # its constexprs into tensors (an aggregate such as K keeps them).

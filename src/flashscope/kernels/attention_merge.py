@@ -23,7 +23,7 @@ block's pieces sit in consecutive slots. This module imports Triton only.
 import triton
 import triton.language as tl
 
-from flashscope.kernels.common import LN2
+from flashscope.kernels.common import LN2, wait_previous
 
 
 @triton.jit
@@ -91,7 +91,7 @@ def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
                  stride_og, stride_lg,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr,
                  RETURN_LSE: tl.constexpr, COLS: tl.constexpr = 0, CHUNK: tl.constexpr = 0,
-                 GROUP: tl.constexpr = 0):
+                 GROUP: tl.constexpr = 0, EARLY: tl.constexpr = False):
     """Grid (cut blocks, BLOCK_M / ROWS[, HEAD_DIM / COLS]). Merge (int32 [M, 3]): per
     cut block (work tile t = pid_bh * n_m + pid_m, first slot, pieces). Out (B, H, N_Q,
     D), any strides; Lse (B, H, N_Q) fp32, rows one apart; the workspace holds HEAD_DIM
@@ -101,8 +101,10 @@ def _merge_parts(Part, Merge, Out, Lse, H, N_Q, n_m, D,
     grid holds enough programs and each waits on one round of loads a chunk. GROUP = G
     > 0 (a decoding call's rows in the caller's layout): row r is token r / G of group
     member r % G, at r / G times stride_om plus r % G times stride_og in Out and r / G
-    plus r % G times stride_lg in Lse (unread otherwise)."""
+    plus r % G times stride_lg in Lse (unread otherwise). EARLY: launched while the cut
+    grid runs (a KV cache's), it waits for that grid first."""
     i = tl.program_id(0)
+    wait_previous(i, EARLY)
     c = tl.program_id(1)
     t = tl.load(Merge + 3 * i)
     first = tl.load(Merge + 3 * i + 1)

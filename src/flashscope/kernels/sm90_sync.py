@@ -8,7 +8,8 @@ PINGPONG the consumers issue their wgmma in turn on hardware named barriers
 (:func:`_take_turn`, :func:`_pass_turn`). :func:`_pass_tiles` hands back, and passes the
 turns of, key tiles a consumer's rows do not need; :func:`_pin` orders the softmax
 around the P V wait. :func:`_grid_wait` holds a decoding call's programs until the kernel
-before them (its work list's) has finished.
+before them (its work list's) has finished; :func:`_grid_launch_next` lets the merge
+after a cut grid start early.
 """
 
 from triton.experimental import gluon
@@ -62,6 +63,16 @@ def _grid_wait(x):
     at once."""
     gl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, 0;", "=r,r", [x],
                               dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _grid_launch_next(x):
+    """Let the kernel queued after this one start now (``griddepcontrol.launch_dependents``):
+    a cut grid's merge, launched with programmatic stream serialization, then takes each
+    SM this kernel's programs leave and waits there for the whole grid to finish
+    (:func:`flashscope.kernels.common.wait_previous`). ``x``: a dummy operand."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r,r",
+                              [x], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
