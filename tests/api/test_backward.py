@@ -25,6 +25,8 @@ from flashscope.testing.inputs import fresh_seed, make_qkv
 from flashscope.testing.reference import (ERROR_BOUND, reference_attention,
                                           reference_attention_grads)
 
+from .prebuild import Builds, prebuild
+
 
 SMALL_FWD = TritonFwdConfig(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
 # Resident tiles larger than streamed ones (as the defaults), several tiles per length.
@@ -506,17 +508,38 @@ def test_gpu_other_tiles(device, cfg, causal):
 
 # --- offline compilation (no GPU): what the launcher launches, built for sm90 -----------
 
+#: the sm_90 builds each offline test compiles (:func:`_prebuilt` compiles them ahead)
+BUILDS = Builds()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prebuilt(request):
+    """The selected offline tests' builds, compiled at once before any test runs
+    (:mod:`.prebuild`)."""
+    prebuild(request, BUILDS)
+
+
+def _record(builds, **kw):
+    """The record of a test's one build (``builds``: its entry of BUILDS)."""
+    from flashscope.isa import inspect_config
+
+    (cfg, build_kw), = builds.values()
+    return inspect_config(cfg, "sm90", **build_kw, **kw)
+
+
+@BUILDS.of("test_bwd_kernels_build_offline")
+def _kernel_builds(kernel, hkv):
+    return {None: (TritonBwdConfig(16, 32, 32, 16, 4, 1, PRE_BLOCK=16),
+                   dict(kernel=kernel, head_dim=80, causal=True, problem=(1, 4, hkv, 100, 70)))}
+
+
 @pytest.mark.parametrize("kernel,hkv", [
     ("bwd_preprocess", 2), ("bwd_dkdv", 2), ("bwd_dq", 2), ("bwd_dq", 4), ("bwd_sum", 2),
 ], ids=["preprocess", "dkdv", "dq", "dq-own-delta", "sum"])
 def test_bwd_kernels_build_offline(kernel, hkv):
     """Each launch builds for sm90 as a GPU runs it: under GQA the preprocess, the passes
     and the group sum; without GQA the dQ pass forming delta."""
-    from flashscope.isa import inspect_config
-
-    cfg = TritonBwdConfig(16, 32, 32, 16, 4, 1, PRE_BLOCK=16)
-    rec = inspect_config(cfg, "sm90", kernel=kernel, head_dim=80, causal=True,
-                         problem=(1, 4, hkv, 100, 70))
+    rec = _record(_kernel_builds(kernel, hkv))
     assert rec.registers > 0 and rec.threads == 128
     assert rec.kernel.startswith("_attn_bwd")
     if kernel in ("bwd_dkdv", "bwd_dq"):
@@ -534,6 +557,13 @@ def test_offline_dq_follows_the_schedule(hkv, causal, own):
     assert consts["OWN_DELTA"] is own
 
 
+@BUILDS.of("test_dkdv_keeps_its_wgmma_pipelined_under_a_mask")
+def _dkdv_builds(causal, extra):
+    return {None: (triton_bwd.select(Problem("sm90", "bfloat16", 64, causal)),
+                   dict(kernel="bwd_dkdv", head_dim=64, causal=causal,
+                        problem=(2, 8, 8, 1024, 1024), **extra))}
+
+
 @pytest.mark.parametrize("causal,extra", [
     (True, {}),
     (True, {"align": "bottom_right", "softcap": 30.0}),
@@ -544,11 +574,7 @@ def test_dkdv_keeps_its_wgmma_pipelined_under_a_mask(causal, extra):
     # Split into masked and whole segments, the dK/dV loop handed its accumulators from one
     # loop to the next with wgmma still in flight, and ptxas serialized every wgmma of the
     # kernel (the backward read 0.84x the pipelined one's speed, causal D = 128 on an H100)
-    from flashscope.isa import inspect_config
-
-    cfg = triton_bwd.select(Problem("sm90", "bfloat16", 64, causal))
-    rec = inspect_config(cfg, "sm90", kernel="bwd_dkdv", head_dim=64, causal=causal,
-                         problem=(2, 8, 8, 1024, 1024), occupancy=False, **extra)
+    rec = _record(_dkdv_builds(causal, extra), occupancy=False)
     assert "HGMMA" in rec.opcodes
     assert rec.wgmma_serialized == 0, rec.wgmma_serialized
 
@@ -596,6 +622,12 @@ def test_sm90_bwd_takes_128_query_rows_at_d64_without_band_or_cap():
                     for (d, w, c) in rows}
 
 
+@BUILDS.of("test_sm90_bwd_default_builds_keep_their_registers")
+def _default_builds(head_dim, causal, varlen, most):
+    return {None: (_sm90_default(head_dim), dict(kernel="sm90-bwd", head_dim=head_dim,
+                                                 causal=causal, varlen=varlen))}
+
+
 @pytest.mark.parametrize("head_dim,causal,varlen,most", [
     (64, False, False, 8), (64, True, False, 32), (128, False, False, 0),
     (128, True, False, 0), (64, False, True, 16), (64, True, True, 16)])
@@ -606,13 +638,19 @@ def test_sm90_bwd_default_builds_keep_their_registers(head_dim, causal, varlen, 
     packed batch's 128-row tiles also start S^T at -L / scale (``lse_in_acc``): 8/15 and
     8/16 (causal), most of them scalars kept for the epilogue, against 21/31 and 23/34
     with L live."""
-    from flashscope.isa import inspect_config
-
     assert sm90_bwd.lse_in_acc(_sm90_default(head_dim), varlen) == (varlen and head_dim == 64)
-    rec = inspect_config(_sm90_default(head_dim), "sm90", kernel="sm90-bwd",
-                         head_dim=head_dim, causal=causal, varlen=varlen)
+    rec = _record(_default_builds(head_dim, causal, varlen, most))
     assert rec.spill_stores <= most and rec.spill_loads <= most
     assert rec.wgmma_serialized == 0
+
+
+@BUILDS.of("test_sm90_bwd_builds_offline")
+def _offline_builds(head_dim, causal, varlen, window, align, softcap):
+    cfg = _sm90_default(head_dim, banded=bool(window) or align == "bottom_right",
+                        softcap=bool(softcap))
+    return {None: (cfg, dict(kernel="sm90-bwd", head_dim=head_dim, causal=causal,
+                             problem=(2, 8, 2, 300 + (head_dim == 64), 700), varlen=varlen,
+                             window=window, align=align, softcap=softcap))}
 
 
 @pytest.mark.parametrize("head_dim,causal,varlen,window,align,softcap", [
@@ -632,13 +670,7 @@ def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window, align, softca
     by TMA reductions (UTMAREDG), one program an SM's shared memory; dense, packed, bands,
     packed bands, logit caps and head dims between the built widths (72-96 with a tail
     of their own, other ones padded)."""
-    from flashscope.isa import inspect_config
-
-    cfg = _sm90_default(head_dim, banded=bool(window) or align == "bottom_right",
-                        softcap=bool(softcap))
-    rec = inspect_config(cfg, "sm90", kernel="sm90-bwd", head_dim=head_dim,
-                         causal=causal, problem=(2, 8, 2, 300 + (head_dim == 64), 700),
-                         varlen=varlen, window=window, align=align, softcap=softcap)
+    rec = _record(_offline_builds(head_dim, causal, varlen, window, align, softcap))
     assert rec.threads == 384
     assert rec.wgmma_serialized == 0
     assert {"HGMMA", "UTMALDG", "UTMAREDG"} <= set(rec.opcodes)
@@ -657,6 +689,12 @@ def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
     kw = {"target": "sm90", "head_dim": 128, "causal": True, **extra}
     with pytest.raises(error, match=pattern):
         build(Sm90BwdConfig(), kw.pop("target"), kernel="sm90-bwd", **kw)
+
+
+@BUILDS.of("test_sm90_bwd_runs_72_to_96_as_64_columns_and_a_tail")
+def _tail_builds():
+    return {D: (Sm90BwdConfig(), dict(kernel="sm90-bwd", head_dim=D, causal=True))
+            for D in (96, 128)}
 
 
 def test_sm90_bwd_runs_72_to_96_as_64_columns_and_a_tail():
@@ -682,8 +720,7 @@ def test_sm90_bwd_runs_72_to_96_as_64_columns_and_a_tail():
             assert launches["sm90-bwd"][2][4].block_shape == [256, 16]  # dQ's main part
         else:
             assert tails == (None,) * 7
-    recs = {D: inspect_config(Sm90BwdConfig(), "sm90", kernel="sm90-bwd", head_dim=D,
-                              causal=True) for D in (96, 128)}
+    recs = {D: inspect_config(cfg, "sm90", **kw) for D, (cfg, kw) in _tail_builds().items()}
     assert recs[96].spill_stores == recs[96].spill_loads == 0
     assert recs[96].shared_bytes < 0.8 * recs[128].shared_bytes
 

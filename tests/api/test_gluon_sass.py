@@ -8,14 +8,13 @@ Each test states the builds it compiles as a function of its parameters (``BUILD
 :func:`_prebuilt` compiles those of every selected test at once before they run.
 """
 
-import os
-
 import pytest
 
 from flashscope import compile as fcompile
 from flashscope.compat import triton_version
 from flashscope.isa.read import records_for
 
+from .prebuild import Builds, prebuild
 from .test_gluon import G
 
 #: What a Triton release's binary does not meet, measured by running this file under it:
@@ -49,16 +48,9 @@ def _release_differences(request):
         request.node.add_marker(pytest.mark.xfail(
             reason=f"Triton {release[0]}.{release[1]}: {why}", strict=True))
 
-#: offline test name -> its parameters -> {variant: (config, build keywords)}: the sm_90
-#: builds the test compiles, which :func:`_prebuilt` compiles ahead for all of them at once
-BUILDS = {}
-
-
-def _builds_of(test_name):
-    def register(fn):
-        BUILDS[test_name] = fn
-        return fn
-    return register
+#: the sm_90 builds each offline test compiles (:func:`_prebuilt` compiles them ahead)
+BUILDS = Builds()
+_builds_of = BUILDS.of
 
 
 def _build(spec):
@@ -68,21 +60,10 @@ def _build(spec):
 
 @pytest.fixture(scope="module", autouse=True)
 def _prebuilt(request):
-    """The selected offline tests' builds, compiled before any of them runs by one pool of
-    worker processes (one per core) into the session's cache, where the tests' own builds
-    then find them. Otherwise a process running the interpreter starts a clean compiler
-    process for every build, one after the other (imports included: 9.5 min for these
-    tests on 2 cores against 3 min). A build that fails here fails again, with its
-    message, in its test. Under pytest-xdist (``--dist loadfile``, as configured) this
-    module's tests all run on one worker, which prebuilds for them alone."""
-    specs = {}
-    for item in request.session.items:
-        fn = BUILDS.get(getattr(item, "originalname", None))
-        if item.module is request.module and fn is not None:
-            for cfg, kw in fn(**item.callspec.params).values():
-                specs[(cfg, tuple(sorted(kw.items())))] = (cfg, "sm90", kw)
-    if len(specs) > 1:
-        fcompile.run_clean(fcompile._build_task, list(specs.values()), jobs=os.cpu_count() or 1)
+    """The selected tests' builds, compiled at once before any of them runs
+    (:mod:`.prebuild`: 9.5 min for these tests on 2 cores one build after another, 3 min
+    this way)."""
+    prebuild(request, BUILDS)
 
 
 @_builds_of("test_sm90_binary")
