@@ -12,8 +12,8 @@ from flashscope.families.triton_decode import (CUT_MAX_TILES, IN_FLIGHT_PER_SM,
                                                TritonDecodeConfig, cut_rows,
                                                in_flight_bytes, in_flight_per_sm,
                                                merge_pays, narrow_keys,
-                                               readers, select, split_count,
-                                               triton_stages)
+                                               readers, select, short_read_keys,
+                                               split_count, triton_stages)
 from flashscope.targets import ALL_TARGETS, get_target
 
 
@@ -86,6 +86,26 @@ def test_narrow_keys_for_wgmma_tiles_on_short_caches():
     assert narrow_keys(128, 3, CUT_MAX_TILES + 1, 64, 132, True) == (128, 3)  # long read
     assert narrow_keys(128, 3, 8, 64, 132, False) == (128, 3)  # mma.sync tiles
     assert narrow_keys(64, 3, 8, 64, 132, True) == (64, 3)  # already narrow (D = 256)
+
+
+def test_short_dense_reads_of_many_16_row_programs_take_narrow_keys():
+    assert short_read_keys(128, 3, 8, 512, 132, 16, False, False) == (64, 4)
+    assert short_read_keys(128, 3, 8, 128, 132, 16, False, False) == (128, 3)  # <= an SM each
+    assert short_read_keys(128, 3, 16, 512, 132, 16, False, False) == (128, 3)  # 2k keys
+    assert short_read_keys(128, 2, 8, 512, 132, 16, False, True) == (128, 2)  # paged
+    assert short_read_keys(128, 3, 8, 512, 132, 32, False, False) == (128, 3)  # 32 rows
+    assert short_read_keys(128, 3, 8, 512, 132, 16, True, False) == (128, 3)  # wgmma
+    assert short_read_keys(64, 3, 8, 512, 132, 16, False, False) == (64, 3)  # D = 256
+    h200 = dict(device="NVIDIA H200")
+
+    def one_token(B, n_k, D=128, H=32, paged=False):
+        return select(Problem("sm90", "bfloat16", D, True, 1, n_k, B * H, group=H // 8,
+                              paged=paged, **h200))
+    for B, H, D in ((32, 32, 128), (64, 64, 128), (128, 32, 128), (64, 32, 64)):
+        cfg = one_token(B, 1024, D, H)
+        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_stages, cfg.SPLITS) == (16, 64, 4, 1), cfg
+    for cfg in (one_token(16, 1024), one_token(64, 2048), one_token(64, 1024, paged=True)):
+        assert cfg.BLOCK_N == 128, cfg
 
 
 def test_narrow_keys_where_a_thread_would_hold_more_than_64_scores():
