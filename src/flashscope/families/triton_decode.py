@@ -396,7 +396,9 @@ def short_read_keys(block_n: int, stages: int, key_tiles: int, programs: int, un
     D = 64 at B = 64 1.053x; at 2k keys (16 tiles) 1.003-1.012x and 4k 0.991-0.992x,
     which keep 128 keys; 128 programs (B = 16) 1.002-1.007x. The same tiles in 3 stages
     read 0.95-0.98x at B = 64 (1.04x at B = 32), and with 16-key pages 0.96-0.97x the
-    paged default (128 keys, 2 stages: :func:`shallow_paged`), which stays."""
+    paged default (128 keys, 2 stages: :func:`shallow_paged`), which stays. Against the
+    rule before, 5 rounds: 1, 2 and 4 query tokens at B = 48-64, 512-1k keys
+    1.025-1.038x; D = 64 at B = 128 0.995x."""
     if (wgmma or paged or rows > STREAM_ROWS or programs <= units
             or key_tiles > SHORT_READ_TILES or block_n <= NARROW_BLOCK_N):
         return block_n, stages
