@@ -429,9 +429,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
     at D = 256 on sm_90), and wgmma tiles on short caches, or holding more than 64 scores
     a thread, take 64-key tiles once the splits are chosen (:func:`narrow_keys`), as do
     16-row tiles of more programs than SMs on short dense caches (:func:`short_read_keys`).
-    A paged
-    launch of more programs than SMs, or of one key tile a split, takes two stages, but
-    for wgmma tiles (:func:`shallow_paged`)."""
+    A paged launch of more programs than SMs, or of one key tile a split, takes two
+    stages, but for wgmma tiles (:func:`shallow_paged`)."""
     t = problem.target_record()
     check_head_dim(problem.head_dim)
     base = table_select(DEFAULTS, KERNEL, problem)
