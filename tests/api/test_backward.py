@@ -25,7 +25,7 @@ from flashscope.testing.inputs import fresh_seed, make_qkv
 from flashscope.testing.reference import (ERROR_BOUND, reference_attention,
                                           reference_attention_grads)
 
-from .prebuild import Builds, prebuild
+from .prebuild import Builds, mark_release_difference, prebuild
 
 
 SMALL_FWD = TritonFwdConfig(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
@@ -510,6 +510,27 @@ def test_gpu_other_tiles(device, cfg, causal):
 
 #: the sm_90 builds each offline test compiles (:func:`_prebuilt` compiles them ahead)
 BUILDS = Builds()
+#: What a Triton release's binaries do not meet, measured by running this file under it
+#: (:func:`.prebuild.mark_release_difference`)
+RELEASE_DIFFERENCES = {
+    (3, 9): {  # ptxas 13.4 (ptxas-blackwell) builds sm_90
+        "test_sm90_bwd_default_builds_keep_their_registers[64-False-False-8]":
+            "4/9 spill stores/loads",
+        "test_sm90_bwd_default_builds_keep_their_registers[64-True-False-32]":
+            "34 spill stores",
+        "test_sm90_bwd_default_builds_keep_their_registers[128-True-False-0]":
+            "1 spill store",
+        "test_sm90_bwd_default_builds_keep_their_registers[64-False-True-16]":
+            "11/27 spill stores/loads",
+        "test_sm90_bwd_default_builds_keep_their_registers[64-True-True-16]":
+            "16/36 spill stores/loads",
+    },
+}
+
+
+@pytest.fixture(autouse=True)
+def _release_differences(request):
+    mark_release_difference(request, RELEASE_DIFFERENCES)
 
 
 @pytest.fixture(scope="module", autouse=True)

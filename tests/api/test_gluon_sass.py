@@ -11,10 +11,9 @@ Each test states the builds it compiles as a function of its parameters (``BUILD
 import pytest
 
 from flashscope import compile as fcompile
-from flashscope.compat import triton_version
 from flashscope.isa.read import records_for
 
-from .prebuild import Builds, prebuild
+from .prebuild import Builds, mark_release_difference, prebuild
 from .test_gluon import G
 
 #: What a Triton release's binary does not meet, measured by running this file under it:
@@ -42,11 +41,8 @@ RELEASE_DIFFERENCES = {
 
 @pytest.fixture(autouse=True)
 def _release_differences(request):
-    release = triton_version()
-    why = RELEASE_DIFFERENCES.get(release, {}).get(request.node.name)
-    if why:
-        request.node.add_marker(pytest.mark.xfail(
-            reason=f"Triton {release[0]}.{release[1]}: {why}", strict=True))
+    mark_release_difference(request, RELEASE_DIFFERENCES)
+
 
 #: the sm_90 builds each offline test compiles (:func:`_prebuilt` compiles them ahead)
 BUILDS = Builds()
