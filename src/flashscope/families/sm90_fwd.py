@@ -695,15 +695,16 @@ class Sm90Plan(NamedTuple):
                 trace if trace is not None else sched, *self.band, out, *tails, *pages,
                 *self.cache)
 
-    def merge(self, part, out, lse) -> None:
+    def merge(self, part, out, lse, early: bool = False) -> None:
         """Combine the cut blocks' pieces in ``part`` into ``out`` (and ``lse``): the
         second kernel of a SPLIT_KV forward (:mod:`flashscope.kernels.attention_merge`).
-        After a KV cache's grid, which lets it in at its start, it is launched early
-        where the forward is (:func:`_options`) and waits for the grid itself."""
+        ``early``: the forward was launched early (:func:`_options`: a KV cache's grid,
+        which lets the merge in at its start); the merge then is too, and waits for the
+        grid itself."""
         if self.split is None or self.split.slots == 0:
             return
         from .. import kernels
-        from ..launch import early_launch, launch_compiled, triton_cdiv
+        from ..launch import launch_compiled, triton_cdiv
 
         H, N_Q = self.scalars[0], self.scalars[2]
         block_m, d = self.consts["BLOCK_M"], self.record_width
@@ -726,7 +727,6 @@ class Sm90Plan(NamedTuple):
             consts = dict(ROWS=MERGE_ROWS, COLS=MERGE_COLS, CHUNK=chunk, GROUP=G)
         args = (part, self.split.merges, out, lse if lse is not None else part, H, N_Q,
                 triton_cdiv(N_Q, block_m), out.shape[-1], *strides)
-        early = bool(self.consts["CACHE"]) and early_launch(out.device)
         consts.update(HEAD_DIM=d, BLOCK_M=block_m, RETURN_LSE=lse is not None, EARLY=early)
         # one stage: a pipelined loop over the chunks would stage each chunk's loads in
         # shared memory (38 us against 5 for 64 blocks of 2 pieces, H200)
@@ -968,7 +968,7 @@ def _launch(p: Sm90Plan, options: dict, q, k, v, out, lse, sched=None,
     launch_compiled(_kernel(), p.grid,
                     p.args(q, k, v, out, lse, part, sched=sched, table=table),
                     p.consts, options, cache=p.compiled)
-    p.merge(part, out, lse)
+    p.merge(part, out, lse, options.get("launch_pdl", False))
 
 
 @functools.lru_cache(maxsize=None)

@@ -160,10 +160,14 @@ def min_shared_bytes(cfg: TritonDecodeConfig, head_dim: int, dtype: str = "bfloa
 WGMMA_ROWS = 64
 
 
+def _sm90_dot(cfg: TritonDecodeConfig, target) -> bool:
+    """Whether ``cfg``'s products run on ``target``'s tensor cores and it is sm_90."""
+    return target is not None and getattr(target, "cc", 0) == 90 and bool(cfg.DOT)
+
+
 def _wgmma(cfg: TritonDecodeConfig, target) -> bool:
     """Whether Triton builds ``cfg``'s products as sm_90 wgmma on ``target``."""
-    return (target is not None and getattr(target, "cc", 0) == 90 and cfg.DOT
-            and cfg.BLOCK_M >= WGMMA_ROWS)
+    return _sm90_dot(cfg, target) and cfg.BLOCK_M >= WGMMA_ROWS
 
 
 def _rows(cfg, ctx):
@@ -330,8 +334,7 @@ def _chained(cfg: TritonDecodeConfig, target) -> bool:
     """Whether ``cfg``'s tile on ``target`` is an sm_90 mma.sync tile of
     :data:`CHAIN_ROWS` rows or more (:func:`merge_pays`): twice the one-token tile's
     products a key tile, issued by warps that wait for each."""
-    return (target is not None and getattr(target, "cc", 0) == 90 and bool(cfg.DOT)
-            and CHAIN_ROWS <= cfg.BLOCK_M < WGMMA_ROWS)
+    return _sm90_dot(cfg, target) and CHAIN_ROWS <= cfg.BLOCK_M < WGMMA_ROWS
 
 
 def cut_rows(rows: int, block_m: int, kv_heads: int, units: int, wgmma: bool,
