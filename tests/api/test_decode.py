@@ -607,6 +607,23 @@ def test_forward_rows_read_q_in_place_where_the_group_divides_64():
     assert not _grouped(q, q, lse.transpose(1, 2).contiguous().transpose(1, 2), 8)
 
 
+@pytest.mark.parametrize("block_m,page,loaders",
+                         [(128, 0, 1), (128, 16, 2), (128, 64, 2), (128, 128, 1),
+                          (128, 256, 1), (64, 16, 1), (192, 16, 1)])
+def test_paged_forward_rows_bring_values_with_a_second_loader(block_m, page, loaders):
+    """Pages smaller than the route's 128-key tile take a TMA copy a page: beside two
+    consumers their builds load V from a second one-warp producer (LOADERS = 2, 40
+    registers each); dense caches, pages of a key tile or more and other consumer counts
+    keep one."""
+    from flashscope import compile as fc
+
+    cfg = flashscope.Sm90FwdConfig(BLOCK_M=block_m, BLOCK_N=128, MASKED_FIRST=False)
+    _, consts = fc._decode_rows_call(cfg, (8, 64, 8, 16, 8192), 128, "bfloat16", True,
+                                     page=page or None)
+    assert consts["LOADERS"] == loaders
+    assert consts["PRODUCER_REGS"] == (40 if loaders == 2 else 24)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
 def test_gpu_forward_rows_in_place_on_strided_views(device, split):

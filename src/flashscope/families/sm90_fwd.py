@@ -59,6 +59,11 @@ PRODUCER_REGS = 24
 #: five of its loop's values in local memory, reloaded every work tile; at 40 none
 #: ((2 x 232 + 40) x 128 = 64512)
 PAGED_REGS = (232, 40)
+#: loading warps of the same builds: each page is a TMA copy and a table read (16 copies a
+#: 128-key tile of K and of V at 16-key pages). One warp issuing every copy kept the route
+#: at 0.94-0.96 of the dense speed on the same memory (pages in order), two (Q and K in
+#: one, V in the other) at 0.99-1.00 (H200, B = 8-64, 8k-32k keys)
+PAGED_LOADERS = 2
 #: base-2 threshold of LAZY_RESCALE: a row's maximum moves only when a key tile raises it
 #: by more than this (a factor of 256), which keeps P below 2^8 and every sum exact in fp32
 RESCALE_TAU = 8
@@ -836,9 +841,9 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
     programs = sm_count(q.device) if split else min(tiles, sm_count(q.device))
     main, tail = head_parts(D)
     kv_rows = min(page, cfg.BLOCK_N) if page else cfg.BLOCK_N  # a TMA copy of K or V
-    regs = (CONSUMER_REGS[cfg.consumers], PRODUCER_REGS)
+    regs, loaders = (CONSUMER_REGS[cfg.consumers], PRODUCER_REGS), 1
     if kv_rows < cfg.BLOCK_N and cfg.consumers == 2:
-        regs = PAGED_REGS
+        regs, loaders = PAGED_REGS, PAGED_LOADERS
     fields = tuple({n: v for n, v in d.__dict__.items() if n != "base"}
                    for width in ((main, tail) if tail else (main,))
                    for d in (_rows_desc(q, "query", width),
@@ -862,7 +867,7 @@ def _build_plan(q, k, v, out, lse, mask, scale, cfg, trace, packed_shape=None) -
                   HAS_LEFT=switches["HAS_LEFT"],
                   HAS_RIGHT=switches["HAS_RIGHT"], SHIFTED=switches["SHIFTED"],
                   SOFTCAP=mask.softcap is not None, VARLEN=packed, ROW_GROUP=row_group,
-                  CACHE=cache, PAGE=page, GROUPED=grouped)
+                  CACHE=cache, PAGE=page, GROUPED=grouped, LOADERS=loaders)
     grid = (programs,)
     band_args = (*mask.scalars(*lengths), cap_in, cap_out)
     if packed:  # the list is built per call (:meth:`Sm90Plan.packed_list`); a decoding
