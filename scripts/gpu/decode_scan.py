@@ -2,9 +2,9 @@
 causal, no append) against a full cache, dense and paged, each problem's ``triton-decode``
 default first and then configs given as ``K=V,...`` of :class:`flashscope.TritonDecodeConfig`
 on top of that default, or as ``sm90-fwd:K=V,...`` (``sm90-fwd:`` alone: no change) on top of
-the sm_90 forward's config for the decoding rows (:func:`flashscope.kvcache.forward_config`,
-dense caches only; wide rows run there by default, docs/decode.md). Every config's output is
-checked against the float32 reference before it is timed.
+the sm_90 forward's config for the decoding rows (:func:`flashscope.kvcache.forward_config`;
+wide rows run there by default, docs/decode.md; a cache it cannot read is a failed row).
+Every config's output is checked against the float32 reference before it is timed.
 GPU time with the L2 flushed and the host hidden (the decode suite's timer,
 :func:`flashscope.bench.timing.gpu_time`). No command does this: ``flashscope bench --suite
 decode`` times the defaults against the peers. The decode rules' measured reasons
@@ -12,13 +12,16 @@ decode`` times the defaults against the peers. The decode rules' measured reason
 
 Shapes as ``flashscope bench --shape``: B,H,Nq,D,Nk,Hkv (Nq the query tokens, Nk the keys
 each sequence holds), ``;`` between shapes. Pages: 0 for the dense cache, else the page
-size (pages handed out in random order). ``--rounds R`` times the configs of a cache in
-turn R times, in alternating order, and keeps each one's median: an A/B of two configs
-then sees the same clock (a 12-15 us step read 13.3 and 14.9 us in one sweep without
-it). Writes OUTDIR/decode_scan.json; each row gives the time, the cache's GB/s and the
-speed over the dense cache's default. Each finished row is also kept in
-OUTDIR/decode_scan.partial.jsonl as it is timed, so a sweep stopped by a signal or a time
-limit keeps what it finished.
+size (pages handed out in random order; ``--page-order inorder,8,shuffled`` runs each
+paged cache with its pages in order, the dense cache's bytes, shuffled within groups of
+8, and shuffled: what a page layout costs apart from the kernel's page reads; each row's
+``of_dense_config`` is its speed over the same entry's on the dense cache). ``--rounds
+R`` times the configs of a cache in turn R times, in alternating order, and keeps each
+one's median: an A/B of two configs then sees the same clock (a 12-15 us step read 13.3
+and 14.9 us in one sweep without it). Writes OUTDIR/decode_scan.json; each row gives the
+time, the cache's GB/s and the speed over the dense cache's default. Each finished row
+is also kept in OUTDIR/decode_scan.partial.jsonl as it is timed, so a sweep stopped by a
+signal or a time limit keeps what it finished.
 
 ``--against REV`` (a git revision of this checkout, or a path to a ``triton_decode.py``)
 adds, after each default, the default that version of the rules chose for the same
@@ -32,6 +35,8 @@ Usage: PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR \\
        --shapes "8,64,16,128,1024,8" --rounds 3
        PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR --pages 0 --rounds 4 \\
        --shapes "64,64,16,128,8192,8;17,64,16,128,32768,8" --configs "sm90-fwd:"
+       PYTHONPATH=src python scripts/gpu/decode_scan.py OUTDIR --pages 0,16 --rounds 3 \\
+       --page-order inorder,8,shuffled --shapes "64,64,16,128,8192,8" --configs "sm90-fwd:"
 """
 
 import argparse
@@ -113,21 +118,25 @@ def load_rules(spec: str):
 
 
 def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
-         dtype=torch.bfloat16, rounds: int = 1, keep=None, against=None) -> list:
+         dtype=torch.bfloat16, rounds: int = 1, keep=None, against=None,
+         orders=("shuffled",)) -> list:
     """One row per (cache, config) of one shape, the default first: label, knobs off the
     default, relative error, and microseconds (the median over ``rounds``, each round
     timing every config of the cache once, in the opposite order to the round before),
-    GB/s and speed over the dense default (or why it was not timed). ``keep``: a
-    :class:`~flashscope.outfiles.PartialLines` each finished row is added to;
-    ``against``: another version's ``select`` (:func:`load_rules`), whose default comes
-    second where it differs."""
+    GB/s and speed over the dense default and over the same entry (the default, the
+    other rules' or a ``texts`` one) on the dense cache (or why it was not timed).
+    ``keep``: a :class:`~flashscope.outfiles.PartialLines` each finished row is added
+    to; ``against``: another version's ``select``
+    (:func:`load_rules`), whose default comes second where it differs; ``orders``: each
+    paged cache once per page order (:func:`~flashscope.testing.inputs.page_order`)."""
     B, H, Nq, D, Nk, Hkv = shape
     timer = Timer(device=device, hide_host=True)
     target = launch.device_target(torch.device(device)) or "sm90"
     dtype_name = "bfloat16" if dtype == torch.bfloat16 else "float16"
-    rows, dense_us = [], None
-    for page in pages:
-        inp = make_kvcache(device, B, Nq, H, Hkv, D, Nk, page=page, dtype=dtype)
+    rows, dense_us, dense_by_config = [], None, {}
+    for page, order in [(p, o) for p in pages for o in (orders if p else [None])]:
+        inp = make_kvcache(device, B, Nq, H, Hkv, D, Nk, page=page, dtype=dtype,
+                           order=order or "shuffled")
         cache = Cache.of(inp.k_cache, inp.v_cache, inp.cache_seqlens, inp.block_table)
         want, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
                                     block_table=inp.block_table,
@@ -136,42 +145,43 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
         default = select(problem)
         kv_bytes = 2 * B * Nk * Hkv * D * inp.k_cache.element_size()
         timed, first = [], len(rows)  # (row, step) of the configs that passed the checks
+        entry_of = {}  # a timed row's --configs entry ("": the default; "against")
         other = None
         if against is not None:
             other = flashscope.TritonDecodeConfig(**against(problem).as_dict())
             other = None if other == default else other
         for text in ["", *([other] if other else []), *texts]:
+            entry = "against" if isinstance(text, flashscope.TritonDecodeConfig) else text
             if isinstance(text, flashscope.TritonDecodeConfig):
                 cfg, text = text, text.text
             elif text.startswith(FORWARD):
-                if page:
-                    continue  # the forward reads dense caches
                 cfg = flashscope.Sm90FwdConfig.parse(text[len(FORWARD):],
                                                      base=forward_config(problem))
             else:
                 cfg = flashscope.TritonDecodeConfig.parse(text, base=default)
-            try:
-                family(cfg.KERNEL).check(cfg, target, D, dtype_name)
-            except FlashscopeError as e:  # the family's rules for this problem: a row
-                rows.append({"shape": list(shape), "page": page, "config": cfg.label,
-                             "default": not text, "against": cfg is other,
-                             "failed": str(e)})
-                continue
 
             def step(cfg=cfg):
                 return flashscope.attention_with_kvcache(
                     inp.q, inp.k_cache, inp.v_cache, cache_seqlens=inp.cache_seqlens,
                     block_table=inp.block_table, config=cfg)
 
-            err = rel_error(step(), want)
+            head = {"shape": list(shape), "page": page, "order": order, "config": cfg.label}
+            try:
+                family(cfg.KERNEL).check(cfg, target, D, dtype_name)
+                err = rel_error(step(), want)
+            except FlashscopeError as e:  # the family's rules, or the call's: a row
+                rows.append({**head, "default": not text, "against": cfg is other,
+                             "failed": str(e)})
+                continue
             off = {k: v for k, v in cfg.as_dict().items() if getattr(default, k, v) != v}
-            row = {"shape": list(shape), "page": page, "config": cfg.label, "knobs": off,
-                   "default": not text, "against": cfg is other, "error": err}
+            row = {**head, "knobs": off, "default": not text, "against": cfg is other,
+                   "error": err}
             if not err <= ERROR_BOUND[dtype]:
                 row["failed"] = f"relative error {err:.2e} > {ERROR_BOUND[dtype]}"
             else:
                 row["us_rounds"] = []
                 timed.append((row, step))
+                entry_of[id(row)] = entry
             rows.append(row)
         for r in range(rounds):
             for row, step in (timed if r % 2 == 0 else timed[::-1]):
@@ -180,7 +190,12 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
             if "us_rounds" in row:
                 us = statistics.median(row["us_rounds"])
                 dense_us = us if dense_us is None else dense_us
+                entry = entry_of[id(row)]
+                if not page:
+                    dense_by_config.setdefault(entry, us)
                 row.update(us=us, gbps=kv_bytes / us / 1e3, of_dense_default=dense_us / us)
+                if entry in dense_by_config:
+                    row["of_dense_config"] = dense_by_config[entry] / us
             print(json.dumps(row), flush=True)
             if keep is not None:
                 keep.add(row)
@@ -189,9 +204,9 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
 
 
 def _checked(args) -> tuple:
-    """(shapes, pages, config texts, the output folder, the other rules' select or None)
-    from the arguments, in the order given; a :class:`FlashscopeError` names the first
-    that is wrong, before anything is written."""
+    """(shapes, pages, page orders, config texts, the output folder, the other rules'
+    select or None) from the arguments, in the order given; a :class:`FlashscopeError`
+    names the first that is wrong, before anything is written."""
     try:
         shapes = [parse_shape(t.strip()) for t in args.shapes.split(";") if t.strip()]
     except FlashscopeError as e:  # the message names the shape
@@ -202,6 +217,12 @@ def _checked(args) -> tuple:
         pages = [-1]
     if any(p < 0 for p in pages):
         raise FlashscopeError(f"--pages {args.pages!r}: expected page sizes >= 0, e.g. 0,16")
+    orders = [o.strip() for o in args.page_order.split(",")]
+    orders = [int(o) if o.isdigit() else o for o in orders]
+    if any(o not in ("shuffled", "inorder") and not (isinstance(o, int) and o > 0)
+           for o in orders):
+        raise FlashscopeError(f"--page-order {args.page_order!r}: expected a comma list of "
+                              "shuffled, inorder or a group of pages > 0, e.g. inorder,8")
     if not (args.rounds.isdigit() and int(args.rounds) >= 1):
         raise FlashscopeError(f"--rounds {args.rounds!r}: expected a whole number >= 1")
     texts = [t.strip() for t in str(args.configs or "").split(";") if t.strip()]
@@ -215,7 +236,7 @@ def _checked(args) -> tuple:
         raise FlashscopeError(f"--configs {t!r}: {e}") from None
     out = check_out_dir(args.outdir, ("decode_scan.json", PARTIAL), args.force, "OUTDIR")
     against = None if args.against is None else load_rules(args.against)
-    return shapes, pages, texts, out, against
+    return shapes, pages, orders, texts, out, against
 
 
 def main(argv=None) -> int:
@@ -226,6 +247,11 @@ def main(argv=None) -> int:
     ap.add_argument("--pages", default="0,16",
                     help="page sizes, 0 for the dense cache (default 0,16; the dense one "
                          "first gives the speed column its base)")
+    ap.add_argument("--page-order", default="shuffled",
+                    help="how the block table hands out the pool's pages, comma list: "
+                         "shuffled (default), inorder (a dense cache's bytes), or G "
+                         "(shuffled within aligned groups of G pages); each paged cache "
+                         "once per order")
     ap.add_argument("--configs", default="",
                     help="K=V,... of TritonDecodeConfig on each default, or sm90-fwd:K=V,... "
                          "on the forward's decoding config, ';' between")
@@ -243,14 +269,15 @@ def main(argv=None) -> int:
                          "in alternating order; the median is kept (default 1)")
     args = ap.parse_args(argv)
     try:
-        shapes, pages, texts, out, against = _checked(args)
+        shapes, pages, orders, texts, out, against = _checked(args)
     except FlashscopeError as e:
         print(f"decode_scan: {e}")
         return 2
     keep = PartialLines(lambda: out.file(PARTIAL))
     rows = [row for shape in shapes
             for row in scan(shape, pages, texts, device=args.device,
-                            rounds=int(args.rounds), keep=keep, against=against)]
+                            rounds=int(args.rounds), keep=keep, against=against,
+                            orders=orders)]
     argv = sys.argv[1:] if argv is None else argv
     meta = {**stamp(args.device, timer=Timer(device=args.device, hide_host=True)),
             "command": shlex.join(["scripts/gpu/decode_scan.py", *argv])}

@@ -5,6 +5,7 @@ speed column its base, and bad arguments get one line and exit code 2."""
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from .test_help import _load
@@ -118,3 +119,38 @@ def test_against_that_cannot_load_is_one_line(capsys, tmp_path):
     assert "neither a file nor a git revision" in out[0] and "does not import" in out[1]
     assert "cannot be read" in out[2] and "[" not in out[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_page_orders_run_each_paged_cache_once_per_order(capsys, tmp_path):
+    """--page-order: the dense cache once, each paged one per order, every row checked and
+    timed with its speed over the same config on the dense cache; a bad order is one line
+    and nothing written."""
+    mod = _load(SCRIPT)
+    rows = mod.scan((2, 4, 1, 32, 48, 2), [0, 16], [], device="cpu", dtype=torch.float16,
+                    orders=["inorder", 2, "shuffled"])
+    assert [(r["page"], r["order"]) for r in rows] == [(0, None), (16, "inorder"), (16, 2),
+                                                       (16, "shuffled")]
+    assert all("failed" not in r and r["of_dense_config"] > 0 for r in rows)
+    assert rows[0]["of_dense_config"] == 1.0
+    for bad in ("sideways", "0", "inorder,"):
+        assert mod.main([str(tmp_path / "o"), "--shapes", "2,4,1,32,40,2", "--device",
+                         "cpu", "--page-order", bad]) == 2
+    out = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("{")]
+    assert len(out) == 3 and all(line.startswith("decode_scan: --page-order") for line in out)
+    assert not (tmp_path / "o").exists()
+
+
+def test_page_order_hands_out_every_page_once():
+    from flashscope.testing.inputs import page_order
+
+    assert page_order(6, "inorder").tolist() == list(range(6))
+    for order in ("shuffled", 4, 1, 10):
+        perm = page_order(10, order)
+        assert sorted(perm.tolist()) == list(range(10))
+    grouped = page_order(10, 4).tolist()
+    assert [sorted(grouped[s:s + 4]) for s in (0, 4, 8)] == [[0, 1, 2, 3], [4, 5, 6, 7],
+                                                             [8, 9]]
+    assert page_order(10, 1).tolist() == list(range(10))
+    for bad in ("sideways", 0, -2, 2.5):
+        with pytest.raises(ValueError, match="order"):
+            page_order(10, bad)

@@ -67,15 +67,31 @@ class KVCacheInputs(NamedTuple):
                     v=self.v)
 
 
+def page_order(pages: int, order="shuffled", device="cpu") -> torch.Tensor:
+    """The pool's ``pages`` indices in the order a block table hands them out: "shuffled"
+    (a random permutation of the pool), "inorder" (0, 1, ...: sequence b's pages follow
+    one another, the bytes of a dense cache), or G > 0 (shuffled within each aligned group
+    of G pages, the groups in order)."""
+    if order == "inorder":
+        return torch.arange(pages, device=device)
+    if order == "shuffled":
+        return torch.randperm(pages, device=device)
+    if not (isinstance(order, int) and order > 0):
+        raise ValueError(f"order {order!r}: expected 'shuffled', 'inorder' or pages > 0")
+    return torch.cat([torch.randperm(min(order, pages - s), device=device) + s
+                      for s in range(0, pages, order)])
+
+
 def make_kvcache(device, B, Nq, H, Hkv, D, capacity, *, lens=None, page: int = 0,
-                 n_new: int = 0, dtype=torch.float16, spare_pages: int = 0) -> KVCacheInputs:
+                 n_new: int = 0, dtype=torch.float16, spare_pages: int = 0,
+                 order="shuffled") -> KVCacheInputs:
     """Unit-normal inputs of a decoding call: q (B, Nq, H, D); a cache of ``capacity``
     keys a sequence, dense (B, capacity, Hkv, D), or (``page`` > 0) in pages of ``page``
     keys, (B capacity / page + ``spare_pages``, page, Hkv, D), handed out to the
-    sequences in random order by the block table (B, capacity / page) int32;
-    ``cache_seqlens`` (B,) int32 (``lens``, default capacity - n_new each); and
-    ``n_new`` new keys and values (B, n_new, Hkv, D), or None. Every cache entry past a
-    sequence's length holds random values too, which a kernel must not read."""
+    sequences by the block table (B, capacity / page) int32 in random order (``order``:
+    :func:`page_order`); ``cache_seqlens`` (B,) int32 (``lens``, default capacity - n_new
+    each); and ``n_new`` new keys and values (B, n_new, Hkv, D), or None. Every cache entry
+    past a sequence's length holds random values too, which a kernel must not read."""
     dev = "cuda" if device == "cuda" else "cpu"
 
     def randn(*shape):
@@ -87,7 +103,7 @@ def make_kvcache(device, B, Nq, H, Hkv, D, capacity, *, lens=None, page: int = 0
         per_seq = -(-capacity // page)
         pages = B * per_seq + spare_pages
         shape = (pages, page, Hkv, D)
-        table = torch.randperm(pages, device=dev)[:B * per_seq].view(B, per_seq)
+        table = page_order(pages, order, dev)[:B * per_seq].view(B, per_seq)
         table = table.to(torch.int32)
     else:
         shape = (B, capacity, Hkv, D)
