@@ -11,9 +11,10 @@ from flashscope.families.triton_decode import (CUT_MAX_TILES, IN_FLIGHT_PER_SM,
                                                SCORES_PER_THREAD,
                                                TritonDecodeConfig, cut_rows,
                                                in_flight_bytes, in_flight_per_sm,
-                                               merge_pays, narrow_keys,
-                                               readers, select, short_read_keys,
-                                               split_count, triton_stages)
+                                               merge_pays, narrow_head_stages,
+                                               narrow_keys, readers, select,
+                                               short_read_keys, split_count,
+                                               triton_stages)
 from flashscope.targets import ALL_TARGETS, get_target
 
 
@@ -86,6 +87,27 @@ def test_narrow_keys_for_wgmma_tiles_on_short_caches():
     assert narrow_keys(128, 3, CUT_MAX_TILES + 1, 64, 132, True) == (128, 3)  # long read
     assert narrow_keys(128, 3, 8, 64, 132, False) == (128, 3)  # mma.sync tiles
     assert narrow_keys(64, 3, 8, 64, 132, True) == (64, 3)  # already narrow (D = 256)
+
+
+def test_dense_16_row_tiles_at_d64_past_one_3_stage_wave_take_4_stages():
+    args = dict(units=132, wgmma=False, paged=False)
+    assert narrow_head_stages(3, 64, 128, 16, 512, **args) == 4  # B = 64, GQA 4:1
+    assert narrow_head_stages(3, 64, 128, 16, 264, **args) == 3  # one wave of two an SM
+    assert narrow_head_stages(3, 128, 128, 16, 512, **args) == 3  # D = 128
+    assert narrow_head_stages(3, 64, 128, 32, 512, **args) == 3  # 32 rows
+    assert narrow_head_stages(4, 64, 64, 16, 512, **args) == 4  # a short read's tiles
+    assert narrow_head_stages(3, 64, 128, 16, 512, 132, True, False) == 3  # wgmma
+    assert narrow_head_stages(2, 64, 128, 16, 512, 132, False, True) == 2  # paged
+    h200 = dict(device="NVIDIA H200")
+
+    def cfg(B, n_k, n_q=1, D=64, paged=False):
+        return select(Problem("sm90", "bfloat16", D, True, n_q, n_k, B * 32, group=4,
+                              paged=paged, **h200))
+    for c in (cfg(64, 8192), cfg(64, 32768), cfg(64, 8192, n_q=4), cfg(64, 8192, D=48)):
+        assert (c.BLOCK_M, c.BLOCK_N, c.num_stages, c.SPLITS) == (16, 128, 4, 1), c
+    for c in (cfg(32, 8192), cfg(8, 32768), cfg(64, 8192, D=128)):
+        assert (c.BLOCK_N, c.num_stages) == (128, 3), c
+    assert cfg(64, 8192, paged=True).num_stages == 2
 
 
 def test_short_dense_reads_of_many_16_row_programs_take_narrow_keys():

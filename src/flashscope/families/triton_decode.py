@@ -90,6 +90,9 @@ NARROW_STAGES = (4, 3)
 #: :data:`STREAM_ROWS` rows whose programs outnumber the SMs take
 #: :data:`NARROW_BLOCK_N`-key tiles in 4 stages (:func:`short_read_keys`)
 SHORT_READ_TILES = 8
+#: stages of 16-row mma.sync tiles of more than two programs an SM reading a dense cache
+#: at D = 64 (:func:`narrow_head_stages`)
+NARROW_HEAD_STAGES = 4
 #: most fp32 scores (BLOCK_M x BLOCK_N over the threads) a thread of a wgmma tile holds
 #: at any cache length: past it the key tiles are narrowed as on short caches
 #: (:func:`narrow_keys`)
@@ -408,6 +411,28 @@ def short_read_keys(block_n: int, stages: int, key_tiles: int, programs: int, un
     return NARROW_BLOCK_N, NARROW_STAGES[0]
 
 
+def narrow_head_stages(stages: int, head_pad: int, block_n: int, rows: int, programs: int,
+                       units: int, wgmma: bool, paged: bool) -> int:
+    """``num_stages`` of a launch of ``programs`` tiles of ``rows`` rows that the tensor
+    cores run as mma.sync (not ``wgmma``), reading a dense cache at a padded head dim of 64
+    in 128-key tiles of the table's 3 stages: :data:`NARROW_HEAD_STAGES` where the
+    programs outnumber two an SM of the ``units`` (the 3-stage grid's one wave) and the
+    tiles hold at most :data:`STREAM_ROWS` rows; otherwise unchanged.
+
+    Why: at D = 64 a 128-key stage is 32 KB of K and V, half of D = 128's, and the
+    table's 3 stages run two programs an SM, which read the cache 11-13% slower than one
+    program of 4 stages (or three of 2). H200, bf16, GQA 4:1 (16-row tiles), B = 64 (512
+    programs), GPU time against 3 stages, 3 rounds interleaved: 8k and 32k keys, one
+    query token, 1.124x and 1.148x; 4 tokens at 8k 1.119x. Grids of one 3-stage wave
+    were not timed but one: B = 8 at 32k (2 splits, 128 programs) 1.023x; they keep 3.
+    D = 128 keeps 3 stages (4: 0.979x at B = 64, 8k); paged caches keep theirs
+    (:func:`shallow_paged`; 4 stages read 0.96-0.98x there)."""
+    if (wgmma or paged or rows > STREAM_ROWS or programs <= 2 * units or head_pad != 64
+            or block_n != 128 or stages != 3):
+        return stages
+    return NARROW_HEAD_STAGES
+
+
 def select(problem: Problem) -> TritonDecodeConfig:
     """The default for a problem (``n_q`` query tokens, ``n_k`` the cache's keys per
     sequence, ``heads`` = B x H, ``group`` = H / Hkv): pure, tensor-free, deterministic.
@@ -466,6 +491,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
                                   cfg.BLOCK_M * cfg.BLOCK_N // (warps * t.warp_size))
     block_n, stages = short_read_keys(block_n, stages, key_tiles, tiles * cfg.SPLITS, units,
                                       cfg.BLOCK_M, _wgmma(cfg, t), problem.paged)
+    stages = narrow_head_stages(stages, pad, block_n, cfg.BLOCK_M, tiles * cfg.SPLITS,
+                                units, _wgmma(cfg, t), problem.paged)
     cfg = cfg.replace(BLOCK_N=block_n, num_stages=stages)
     if problem.paged and shallow_paged(tiles * cfg.SPLITS, key_tiles, cfg.SPLITS, units,
                                        _wgmma(cfg, t)):
