@@ -126,9 +126,9 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
     GB/s and speed over the dense default and over the same entry (the default, the
     other rules' or a ``texts`` one) on the dense cache (or why it was not timed).
     ``keep``: a :class:`~flashscope.outfiles.PartialLines` each finished row is added
-    to; ``against``: another version's ``select``
-    (:func:`load_rules`), whose default comes second where it differs; ``orders``: each
-    paged cache once per page order (:func:`~flashscope.testing.inputs.page_order`)."""
+    to; ``against``: another version's ``select`` (:func:`load_rules`), whose default
+    comes second where it differs; ``orders``: each paged cache once per page order
+    (:func:`~flashscope.testing.inputs.page_order`)."""
     B, H, Nq, D, Nk, Hkv = shape
     timer = Timer(device=device, hide_host=True)
     target = launch.device_target(torch.device(device)) or "sm90"

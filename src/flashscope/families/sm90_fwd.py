@@ -62,7 +62,8 @@ PAGED_REGS = (232, 40)
 #: loading warps of the same builds: each page is a TMA copy and a table read (16 copies a
 #: 128-key tile of K and of V at 16-key pages). One warp issuing every copy kept the route
 #: at 0.94-0.96 of the dense speed on the same memory (pages in order), two (Q and K in
-#: one, V in the other) at 0.99-1.00 (H200, B = 8-64, 8k-32k keys)
+#: one, V in the other) at 0.99-1.00 (H200, B = 8-64, 8k-32k keys). The two one-warp
+#: loaders share the producer's warpgroup and its PAGED_REGS budget
 PAGED_LOADERS = 2
 #: base-2 threshold of LAZY_RESCALE: a row's maximum moves only when a key tile raises it
 #: by more than this (a factor of 256), which keeps P below 2^8 and every sum exact in fp32

@@ -10,6 +10,8 @@ scores done, 4 key-tile loop done, 5 last P V done, 6 output issued, 7 the key t
 consumer computes (a count, not a clock: a band's consumer passes the work tile's others);
 producer: 0 tile start, 1 Q issued, 2 first K and V issued, 3 all issued, 4 first K
 issued (from the second tile on), 5 the work tile's index, 6 its key tiles (counts).
+A paged cache's build with two loaders (``LOADERS = 2``) stamps the Q and K loader's
+points only: slots 2 and 3 then mean K's, V's own warp records nothing.
 
 The phases of :data:`CONSUMER_PHASES` split each consumer's time between its first
 tile start and its last output into what it waited for and what it computed; the time
