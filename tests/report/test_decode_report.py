@@ -132,8 +132,8 @@ def test_report_builds_the_hopper_backward(tmp_path, capsys):
 def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
     """``--kernel decode_rows``: the sm_90 forward as a decoding call runs it (G = 8
     packed rows a position, a KV cache's lengths; MASKED_FIRST off in its default): no
-    spill at D = 128, dense or paged (--page); the tail head dims, --varlen and pages the
-    kernel cannot read refused in one line."""
+    spill at D = 128, dense or paged (--page, V from a second loading warp); the tail
+    head dims, --varlen and pages the kernel cannot read refused in one line."""
     import json as _json
 
     def kernel(name, *flags):
@@ -147,6 +147,7 @@ def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
     paged = kernel("decode_rows", "--page", "64")  # 2 copies of K (and V) a key tile
     assert paged["spill_stores"] == 0 and paged["constants"]["PAGE"] == 64
     assert paged["constants"]["GROUPED"] is True
+    assert paged["constants"]["LOADERS"] == 2 and rows["constants"]["LOADERS"] == 1
     for flags in (["--varlen"], ["--head-dim", "96"], ["--page", "24"]):
         assert main(["inspect", "--kernel", "decode_rows", "--target", "sm90", *flags]) == 2
         err = capsys.readouterr().err
