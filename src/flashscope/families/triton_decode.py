@@ -486,18 +486,18 @@ def select(problem: Problem) -> TritonDecodeConfig:
                            kv_heads, units)
     cfg = cfg.replace(SPLITS=splits if merge_pays(key_tiles, splits, by_bytes,
                                                   _chained(cfg, t)) else 1)
-    block_n, stages = narrow_keys(cfg.BLOCK_N, cfg.num_stages, key_tiles,
-                                  tiles * cfg.SPLITS, units, _wgmma(cfg, t),
-                                  cfg.BLOCK_M * cfg.BLOCK_N // (warps * t.warp_size))
-    block_n, stages = short_read_keys(block_n, stages, key_tiles, tiles * cfg.SPLITS, units,
-                                      cfg.BLOCK_M, _wgmma(cfg, t), problem.paged)
-    stages = narrow_head_stages(stages, pad, block_n, cfg.BLOCK_M, tiles * cfg.SPLITS,
-                                units, _wgmma(cfg, t), problem.paged)
-    cfg = cfg.replace(BLOCK_N=block_n, num_stages=stages)
-    if problem.paged and shallow_paged(tiles * cfg.SPLITS, key_tiles, cfg.SPLITS, units,
-                                       _wgmma(cfg, t)):
-        cfg = cfg.replace(num_stages=min(cfg.num_stages, SHALLOW_PAGED_STAGES))
-    return cfg
+    # the launch's programs and product kind, which the key-tile and stage rules below
+    # share (none of them changes the rows or the splits)
+    programs, wgmma = tiles * cfg.SPLITS, _wgmma(cfg, t)
+    block_n, stages = narrow_keys(cfg.BLOCK_N, cfg.num_stages, key_tiles, programs, units,
+                                  wgmma, cfg.BLOCK_M * cfg.BLOCK_N // (warps * t.warp_size))
+    block_n, stages = short_read_keys(block_n, stages, key_tiles, programs, units,
+                                      cfg.BLOCK_M, wgmma, problem.paged)
+    stages = narrow_head_stages(stages, pad, block_n, cfg.BLOCK_M, programs, units, wgmma,
+                                problem.paged)
+    if problem.paged and shallow_paged(programs, key_tiles, cfg.SPLITS, units, wgmma):
+        stages = min(stages, SHALLOW_PAGED_STAGES)
+    return cfg.replace(BLOCK_N=block_n, num_stages=stages)
 
 
 def shallow_paged(programs: int, key_tiles: int, splits: int, units: int,
