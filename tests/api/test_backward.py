@@ -699,9 +699,9 @@ def test_sm90_bwd_builds_offline(head_dim, causal, varlen, window, align, softca
 
 
 @pytest.mark.parametrize("extra,error,pattern", [
-    ({"head_dim": 32}, ConfigError, "multiples of 8 from 40 to 128"),
-    ({"head_dim": 100}, ConfigError, "multiples of 8 from 40 to 128"),
-    ({"head_dim": 160}, ConfigError, "multiples of 8 from 40 to 128"),
+    ({"head_dim": 32}, ConfigError, "multiples of 8 from 40 to 256"),
+    ({"head_dim": 100}, ConfigError, "multiples of 8 from 40 to 256"),
+    ({"head_dim": 250}, ConfigError, "multiples of 8 from 40 to 256"),
     ({"target": "sm80"}, ConfigError, "not sm_90"),
 ])
 def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
@@ -710,6 +710,46 @@ def test_sm90_bwd_builds_refuse_what_it_does_not_run(extra, error, pattern):
     kw = {"target": "sm90", "head_dim": 128, "causal": True, **extra}
     with pytest.raises(error, match=pattern):
         build(Sm90BwdConfig(), kw.pop("target"), kernel="sm90-bwd", **kw)
+
+
+@pytest.mark.parametrize("head_dim,cfg,pattern", [
+    (256, Sm90BwdConfig(), "BLOCK_N=128: expected 64 at head dim 256"),
+    (128, Sm90BwdConfig(BLOCK_N=64, DQ_SLOTS=0), "BLOCK_N=64: expected 128 at head dim 128"),
+    (256, Sm90BwdConfig(BLOCK_N=64, DQ_SLOTS=1), "needs at least"),
+])
+def test_sm90_bwd_key_rows_follow_the_width(head_dim, cfg, pattern):
+    """128 key rows up to D = 128, 64 above (the warpgroups split the head dim); at 256 a
+    64 KB dQ slot does not fit beside the rings."""
+    with pytest.raises(ConfigError, match=pattern):
+        sm90_bwd.check(cfg, "sm90", head_dim)
+
+
+@BUILDS.of("test_sm90_bwd_splits_the_head_dim_above_128")
+def _split_builds(causal, varlen, window, softcap, most):
+    cfg = _sm90_default(256, banded=bool(window), softcap=bool(softcap))
+    return {None: (cfg, dict(kernel="sm90-bwd", head_dim=256, causal=causal,
+                             problem=(2, 8, 2, 300, 700), varlen=varlen, window=window,
+                             softcap=softcap))}
+
+
+@pytest.mark.parametrize("causal,varlen,window,softcap,most", [
+    (False, False, None, None, 10), (True, False, None, None, 12),
+    (True, True, None, None, 16), (True, False, (4096, 0), 50.0, 12)])
+def test_sm90_bwd_splits_the_head_dim_above_128(causal, varlen, window, softcap, most):
+    """D = 256: 64-key programs whose warpgroups each take half the head dim (dK and dV
+    of 64 x 128 a warpgroup), P^T and dS^T through shared memory, dQ added by 16-byte
+    atomics (REDG, no TMA reduction, no dQ slot): every product on wgmma, none
+    serialized, one program an SM (225 KB: two slots each for P^T and dS^T); dense,
+    packed, a window with a logit cap; 6-12 spilled registers stored (9-15 loaded)."""
+    cfg = _sm90_default(256, banded=bool(window), softcap=bool(softcap))
+    assert (cfg.BLOCK_N, cfg.DQ_SLOTS) == (64, 0)
+    rec = _record(_split_builds(causal, varlen, window, softcap, most))
+    assert rec.threads == 384
+    assert rec.wgmma_serialized == 0
+    assert {"HGMMA", "UTMALDG", "REDG"} <= set(rec.opcodes)
+    assert "UTMAREDG" not in rec.opcodes
+    assert 0 < rec.shared_bytes <= 227 * 1024
+    assert rec.spill_stores <= most and rec.spill_loads <= most
 
 
 @BUILDS.of("test_sm90_bwd_runs_72_to_96_as_64_columns_and_a_tail")
@@ -725,8 +765,9 @@ def test_sm90_bwd_runs_72_to_96_as_64_columns_and_a_tail():
     nothing."""
     from flashscope.isa import inspect_config
 
-    assert [sm90_bwd.parts(d) for d in (48, 64, 72, 80, 88, 96, 104, 128)] == [
-        (64, 0), (64, 0), (64, 16), (64, 16), (64, 32), (64, 32), (128, 0), (128, 0)]
+    assert [sm90_bwd.parts(d) for d in (48, 64, 72, 80, 88, 96, 104, 128, 136, 192, 256)] == [
+        (64, 0), (64, 0), (64, 16), (64, 16), (64, 32), (64, 32), (128, 0), (128, 0),
+        (256, 0), (256, 0), (256, 0)]
     lse = torch.empty(1, 2, 40, dtype=torch.float32, device="meta")
     for D, tail in ((96, 32), (128, 0)):
         q = torch.empty(1, 2, 40, D, dtype=torch.bfloat16, device="meta")
@@ -949,7 +990,12 @@ def _problem(d=128, causal=False, n=4096, heads=64, group=1, **kw):
     (_problem(d=80), "sm90-bwd"),
     (_problem(d=48), "sm90-bwd"),                        # padded to 64
     (_problem(d=100), "triton-bwd"),                     # rows not 16-byte units
-    (_problem(d=256), "triton-bwd"),
+    (_problem(d=256), "sm90-bwd"),                       # 64-key programs, D split
+    (_problem(d=256, n=128, heads=1024, causal=True), "sm90-bwd"),  # 1 tile
+    (_problem(d=192), "sm90-bwd"),                       # padded to 256
+    (_problem(d=168), "sm90-bwd"),
+    (_problem(d=160), "triton-bwd"),                     # two passes: 128 and a tail
+    (_problem(d=136), "triton-bwd"),
     (_problem(window=True), "sm90-bwd"),                 # bottom-right: 64 tiles
     (_problem(n=32768, heads=32, causal=True, window=True, band_keys=512), "sm90-bwd"),
     (_problem(n=32768, heads=32, causal=True, window=True, band_keys=256), "sm90-bwd"),  # 6
@@ -1039,6 +1085,13 @@ SM90_CASES = [
     (2, 4, 2, 333, 129, 88, True, torch.float16, False),
     (2, 3, 3, 127, 127, 88, False, torch.bfloat16, False),
     (1, 4, 1, 200, 300, 112, False, torch.bfloat16, True),
+    # above 128: 64-key programs, the head dim split between the warpgroups, dQ by atomics
+    (2, 4, 2, 300, 700, 256, True, torch.bfloat16, True),
+    (1, 4, 4, 257, 513, 256, False, torch.float16, False),
+    (2, 6, 1, 129, 129, 256, True, torch.float16, False),
+    (1, 4, 2, 700, 300, 256, False, torch.bfloat16, True),
+    (2, 4, 2, 333, 200, 192, True, torch.bfloat16, False),
+    (1, 2, 2, 130, 300, 136, False, torch.float16, True),
 ]
 
 
@@ -1060,6 +1113,16 @@ def test_sm90_bwd_64_row_tiles_at_d64_match_float64(device, B, H, Hkv, Nq, Nk, D
     """D = 64 on the 64-row query tiles a config may still ask for (the default takes 128)."""
     run_case(device, B=B, H=H, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal, dtype=dtype,
              bnhd=bnhd, cfg=Sm90BwdConfig(BLOCK_M=64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sm90_bwd_dq_by_atomics_matches_float64(device, causal, D):
+    """DQ_SLOTS = 0 on the 128-key builds too: the consumer adds each dQ tile by 16-byte
+    atomics, in the order the TMA reduction puts it, no reducer work."""
+    run_case(device, B=2, H=4, Hkv=2, Nq=333, Nk=700, D=D, causal=causal,
+             dtype=torch.bfloat16, bnhd=True, cfg=Sm90BwdConfig(DQ_SLOTS=0))
 
 
 @pytest.mark.gpu

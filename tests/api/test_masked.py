@@ -135,6 +135,8 @@ SM90_BANDS = [
     (True, (3, -1), "top_left", 129, 129, 1, 128),
     (True, (100, None), "top_left", 300, 300, 2, 96),
     (False, (70, 30), "bottom_right", 257, 513, 2, 48),
+    (True, (100, None), "top_left", 300, 500, 2, 256),
+    (False, (70, 30), "bottom_right", 257, 513, 4, 256),
 ]
 
 
@@ -144,7 +146,7 @@ def test_sm90_bwd_band_matches_float64(device, causal, window, align, Nq, Nk, Hk
     """The Hopper backward under windows and bottom-right alignment (its masked edge
     loops and the band's whole tiles), NaN-poisoned gradients written in full."""
     from flashscope import launch
-    from flashscope.families.sm90_bwd import Sm90BwdConfig
+    from flashscope.families import Problem, sm90_bwd
     from flashscope.masks import Mask
 
     if launch.device_target(torch.device(device)) != "sm90":
@@ -156,9 +158,9 @@ def test_sm90_bwd_band_matches_float64(device, causal, window, align, Nq, Nk, Hk
     scale = D ** -0.5
     out, lse = launch.forward(q, k, v, mask=mask, scale=scale, cfg=CFG, return_lse=True)
     poisoned = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+    cfg = sm90_bwd.select(Problem("sm90", "bfloat16", D, window=True))
     dq, dk, dv = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale,
-                                 cfg=Sm90BwdConfig(), dq=poisoned[0], dk=poisoned[1],
-                                 dv=poisoned[2])
+                                 cfg=cfg, dq=poisoned[0], dk=poisoned[1], dv=poisoned[2])
     _, rdq, rdk, rdv = reference_attention_grads(q, k, v, dout, is_causal=causal,
                                                  window=window, align=align, scale=scale)
     for name, got, ref in (("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv)):
@@ -172,12 +174,12 @@ def test_sm90_bwd_band_matches_float64(device, causal, window, align, Nq, Nk, Hk
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal,window,Nq,Nk,Hkv,D", [
     (True, None, 300, 300, 2, 128), (False, (70, 30), 257, 513, 4, 64),
-    (False, None, 129, 700, 1, 128)])
+    (False, None, 129, 700, 1, 128), (True, (100, None), 300, 300, 2, 256)])
 def test_sm90_bwd_softcap_matches_float64(device, causal, window, Nq, Nk, Hkv, D):
     """The Hopper backward's SOFTCAP switch: scores c tanh(s / c), inputs large enough that
     the cap changes the gradients, NaN-poisoned gradients written in full."""
     from flashscope import launch
-    from flashscope.families.sm90_bwd import Sm90BwdConfig
+    from flashscope.families import Problem, sm90_bwd
     from flashscope.masks import Mask
 
     if launch.device_target(torch.device(device)) != "sm90":
@@ -190,9 +192,9 @@ def test_sm90_bwd_softcap_matches_float64(device, causal, window, Nq, Nk, Hkv, D
     mask = Mask.of(causal, window, "top_left", cap)
     out, lse = launch.forward(q, k, v, mask=mask, scale=scale, cfg=CFG, return_lse=True)
     poisoned = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+    cfg = sm90_bwd.select(Problem("sm90", "bfloat16", D, window=bool(window), softcap=True))
     grads = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale,
-                            cfg=Sm90BwdConfig(), dq=poisoned[0], dk=poisoned[1],
-                            dv=poisoned[2])
+                            cfg=cfg, dq=poisoned[0], dk=poisoned[1], dv=poisoned[2])
     ref = reference_attention_grads(q, k, v, dout, is_causal=causal, window=window,
                                     softcap=cap, scale=scale)
     plain = reference_attention_grads(q, k, v, dout, is_causal=causal, window=window,

@@ -390,6 +390,10 @@ SM90_PACKED = [
      None, "bottom_right", None),
     ((300, 1, 129, 700), (200, 64, 300, 500), 2, 1, 80, False, torch.float16,
      (70, 30), "top_left", None),
+    ((300, 0, 129, 700), (200, 64, 129, 500), 4, 2, 256, True, torch.bfloat16,
+     None, "bottom_right", None),
+    ((300, 64, 1, 700), (300, 64, 1, 700), 4, 4, 256, False, torch.bfloat16,
+     (100, 100), "top_left", 30.0),
 ]
 
 

@@ -1,13 +1,14 @@
 """The Hopper backward (``sm90-bwd``): one Gluon pass per key tile, 5 products a tile pair,
-dQ added in fp32 by TMA reductions (:mod:`flashscope.kernels.attention_bwd_sm90`).
+dQ added in fp32 by TMA reductions, or at D = 256 by the consumer's atomics
+(:mod:`flashscope.kernels.attention_bwd_sm90`).
 
 Its record (:class:`Sm90BwdConfig`), rules, the rule that runs it in place of the portable
 backward (:func:`prefers`) and its launches (:func:`calls`, :func:`run`). The portable
 two-pass backward (:mod:`.triton_bwd`) stays the reference, the deterministic path and the
-one for short rows and head dims outside 40-128 (:func:`prefers`). Packed batches run its
-VARLEN build; a window or bottom-right alignment its band (each key tile's masked edge
-tiles first, then the whole ones between them), packed or not; a logit cap its SOFTCAP
-switch.
+one for short rows and head dims outside 40-128 and 168-256 (:func:`prefers`). Packed
+batches run its VARLEN build; a window or bottom-right alignment its band (each key
+tile's masked edge tiles first, then the whole ones between them), packed or not; a
+logit cap its SOFTCAP switch.
 """
 
 from __future__ import annotations
@@ -27,24 +28,26 @@ MODULE, FUNCTION = "attention_bwd_sm90", "_attn_bwd_sm90"
 #: (:func:`width`), or from 72 to 96 as 64 columns and a tail (:func:`parts`): TMA
 #: zero-fills the columns past D on loads and clips them on the dK and dV stores, so the
 #: products pay for the padding but need no masks
-WIDTHS = (64, 128)
+WIDTHS = (64, 128, 256)
 #: head dims the kernel takes: rows of whole 16-byte units (TMA's stride rule), from 40
 #: (narrower heads would pay for twice their width or more)
-MIN_HEAD_DIM, MAX_HEAD_DIM = 40, 128
+MIN_HEAD_DIM, MAX_HEAD_DIM = 40, 256
 
 
 def width(head_dim: int) -> int:
-    """The width ``head_dim`` is built at, 64 or 128 (the rule's class, :data:`MIN_TILES`)."""
-    return WIDTHS[0] if head_dim <= WIDTHS[0] else WIDTHS[1]
+    """The width ``head_dim`` is built at, 64, 128 or 256 (the rule's class,
+    :data:`MIN_TILES`)."""
+    return next(w for w in WIDTHS if head_dim <= w)
 
 
 def parts(head_dim: int) -> tuple:
     """(HEAD_DIM, HEAD_TAIL): the column parts the kernel runs ``head_dim`` as. 72-96 as 64
     columns and a tail of 16 or 32 (:func:`~.base.head_parts`): D = 96 pays for 96 columns,
     not 128; the GPU time of the padded build over it (H200, bf16, ABBA medians) is in
-    docs/backward.md. Others at their :func:`width`, HEAD_TAIL 0."""
-    if head_dim <= WIDTHS[0]:
-        return WIDTHS[0], 0
+    docs/backward.md. Others at their :func:`width`, HEAD_TAIL 0 (above 128: 256, whose
+    build has no tail)."""
+    if head_dim <= WIDTHS[0] or head_dim > WIDTHS[1]:
+        return width(head_dim), 0
     return head_parts(head_dim)
 
 
@@ -61,8 +64,13 @@ def head_dim_problem(head_dim: int) -> Optional[str]:
     return None
 
 
-#: two consumer warpgroups (64 key rows each) in the default partition
+#: two consumer warpgroups in the default partition: 64 key rows each, or at the
+#: 256-column width (:data:`SPLIT_KEYS`) 64 keys for both, each half of the head dim
 WARPS = 8
+#: key rows of a program at the 256-column width, where the warpgroups split the head
+#: dim (the kernel's SPLIT_D): dK and dV of 64 keys take 128 of a thread's registers
+#: this way, 256 with a warpgroup per 64 keys
+SPLIT_KEYS = 64
 #: registers of the producer and reducer warps (setmaxnreg); the consumers get the rest
 WORKER_REGS = 24
 #: (batch, kv head) pairs per section of a causal grid's order, key tile by key tile
@@ -75,10 +83,12 @@ CAUSAL_SECTION = 8
 
 @dataclass(frozen=True)
 class Sm90BwdConfig(Knobs):
-    """Knobs of the Hopper backward. BLOCK_N key rows per program (its two warpgroups
-    take 64 each), BLOCK_M query rows per streamed tile, num_stages the depth of the
-    Q/dO ring, DQ_SLOTS the shared-memory slots the finished dQ tiles wait in for their
-    TMA reduction (two: the consumer fills one while the copy engine reads the other)."""
+    """Knobs of the Hopper backward. BLOCK_N key rows per program (128: its two
+    warpgroups take 64 each; 64 at D = 256: both take the 64, each half of the head dim),
+    BLOCK_M query rows per streamed tile, num_stages the depth of the Q/dO ring, DQ_SLOTS
+    the shared-memory slots the finished dQ tiles wait in for their TMA reduction (two:
+    the consumer fills one while the copy engine reads the other; 0: the consumer adds
+    dQ by 16-byte atomics, no slot, as D = 256 does for want of the 64 KB a slot takes)."""
 
     KERNEL: ClassVar[str] = KERNEL
 
@@ -93,7 +103,7 @@ class Sm90BwdConfig(Knobs):
 
     def _label_parts(self) -> list:
         return [f"{self.BLOCK_M}x{self.BLOCK_N}", f"s{self.num_stages}",
-                f"dq-slots {self.DQ_SLOTS}"]
+                f"dq-slots {self.DQ_SLOTS}" if self.DQ_SLOTS else "dq atomics"]
 
 
 Config = Sm90BwdConfig
@@ -101,14 +111,16 @@ Config = Sm90BwdConfig
 
 def min_shared_bytes(cfg: Sm90BwdConfig, head_dim: int, dtype: str = "bfloat16") -> int:
     """The kernel's shared memory but the allocator's alignment: the Q and dO ring with
-    its rows' log-sum-exp and delta, K and V, the dS^T tile, the fp32 dQ slots and 8 bytes
-    an mbarrier."""
+    its rows' log-sum-exp and delta, K and V, the dS^T tile (where the warpgroups split
+    the head dim, two slots each for P^T and dS^T), the fp32 dQ slots and 8 bytes an
+    mbarrier."""
     elt = DTYPE_BYTES[dtype]
     cols = columns(head_dim)
     tiles = (2 * cfg.num_stages * cfg.BLOCK_M + 2 * cfg.BLOCK_N) * cols * elt
     rows = 2 * cfg.num_stages * cfg.BLOCK_M * 4
-    barriers = 1 + 2 * cfg.num_stages + 2 * cfg.DQ_SLOTS
-    return (tiles + rows + cfg.BLOCK_N * cfg.BLOCK_M * elt
+    barriers = 1 + 2 * cfg.num_stages + 2 * max(1, cfg.DQ_SLOTS)
+    st_tiles = 4 if cfg.BLOCK_N == SPLIT_KEYS else 1
+    return (tiles + rows + st_tiles * cfg.BLOCK_N * cfg.BLOCK_M * elt
             + cfg.DQ_SLOTS * cfg.BLOCK_M * cols * 4 + 8 * barriers)
 
 
@@ -117,18 +129,28 @@ def _head_dim(cfg, ctx):
     return f"{KERNEL}: {why} (use triton-bwd)" if why else None
 
 
+def _key_rows(cfg, ctx):
+    want = SPLIT_KEYS if width(ctx.head_dim) > WIDTHS[1] else 128
+    if cfg.BLOCK_N != want:
+        return (f"{KERNEL}: BLOCK_N={cfg.BLOCK_N}: expected {want} at head dim "
+                f"{ctx.head_dim} (128: a warpgroup per 64 key rows, up to D = 128; 64: "
+                "both warpgroups on 64 keys, each half of the head dim, above 128)")
+    return None
+
+
 RULES = (
     sm90_only(KERNEL, "triton-bwd"),
     Rule("head dim", "the kernel is built for these head dims", _head_dim),
     allowed("BLOCK_M", (64, 128), "query rows of a streamed tile"),
-    allowed("BLOCK_N", (128,), "two consumer warpgroups of 64 key rows"),
+    Rule("BLOCK_N", "key rows of a program, by the head dim's width", _key_rows),
     allowed("num_stages", (2, 3), "the depth of the Q/dO ring"),
-    allowed("DQ_SLOTS", (1, 2), "dQ tiles awaiting their reduction"),
+    allowed("DQ_SLOTS", (0, 1, 2), "dQ tiles awaiting their reduction (0: atomics)"),
     shared_memory(min_shared_bytes, lambda c: f"BLOCK_M={c.BLOCK_M}, DQ_SLOTS={c.DQ_SLOTS}"),
 )
 
 #: the values a one-knob search steps along (:func:`~.base.neighbours`)
-STEPS = {"BLOCK_M": (64, 128), "BLOCK_N": (128,), "num_stages": (2, 3), "DQ_SLOTS": (1, 2)}
+STEPS = {"BLOCK_M": (64, 128), "BLOCK_N": (64, 128), "num_stages": (2, 3),
+         "DQ_SLOTS": (0, 1, 2)}
 
 
 def check(cfg: Sm90BwdConfig, target="sm90", head_dim: int = 128,
@@ -161,9 +183,13 @@ WIDE_ROWS = 128
 def select(problem: Problem) -> Sm90BwdConfig:
     """The default for a problem the family accepts: 64 x 128 tiles, a 2-stage ring, two
     dQ slots (214 KB of shared memory at D = 128: one program an SM); query tiles of
-    :data:`WIDE_ROWS` rows at D <= 64 without a band or softcap (199 KB)."""
+    :data:`WIDE_ROWS` rows at D <= 64 without a band or softcap (199 KB); above D = 128
+    64 x 64 tiles with the head dim split between the warpgroups and dQ added by atomics
+    (225 KB at D = 256: a dQ slot would take 64 KB more)."""
     if width(problem.head_dim) == WIDTHS[0] and not (problem.window or problem.softcap):
         return Sm90BwdConfig(BLOCK_M=WIDE_ROWS)
+    if width(problem.head_dim) > WIDTHS[1]:
+        return Sm90BwdConfig(BLOCK_N=SPLIT_KEYS, DQ_SLOTS=0)
     return Sm90BwdConfig()
 
 
@@ -178,14 +204,23 @@ def select(problem: Problem) -> Sm90BwdConfig:
 #: D = 64 (128-row tiles) at 4 tiles 0.89-0.90x, 6 0.96-0.99x, 7 1.00x, 8 (1k causal,
 #: 512) 1.03-1.06x, 10-16 1.11-1.19x; its band builds (64-row tiles) 0.98x at 8 (causal
 #: window 384 at 16k) and 1.03x at 10 (window 512).
-MIN_TILES = {64: 8, 128: 4}  # by the tiles' width (:func:`width`)
+#: D = 256 (64-key programs, the head dim split between the warpgroups) against the
+#: two passes: 1 tile (B = 128 at 128 causal) 1.07x, 2 1.23-1.26x, 3 1.40x, 4
+#: 1.48-1.49x, 6 1.59x, 8-16 1.74-1.95x (H200, bf16, 2026-11-29).
+MIN_TILES = {64: 8, 128: 4, 256: 1}  # by the tiles' width (:func:`width`)
 #: The same for packed batches (on their mean lengths), whose programs run the list of
 #: the batch's key tiles while the two passes launch one for every key tile of the
 #: longest sequence: 64k tokens of 64-1024 (172 sequences) and 128-2048 (90), one pass
 #: against two: D = 128 at 3 tiles (causal) 1.19x, 6 1.32-1.40x, 12 1.48x; D = 64 at 3
 #: 0.96x, 6 1.12-1.18x, 12 1.32x; causal windows on 64k tokens of 128-8192, D = 128 at 4
 #: and 6 tiles 1.16x and 1.22x, D = 64 at 6, 8 and 10 1.00x, 1.09x and 1.13x.
-PACKED_MIN_TILES = {64: 6, 128: 3}
+#: D = 256 packed: not measured; the dense bound (the packed one is never above it).
+PACKED_MIN_TILES = {64: 6, 128: 3, 256: 1}
+#: The narrowest head dim the 256-column build runs by default: it pays for 256 columns
+#: where the two passes run D as 128 and a tail. GPU time against them (H200, bf16):
+#: D = 160 0.78-0.83x (4k causal, 1k causal), 192 1.13x (4k) and 1.17x (4k causal),
+#: 256 1.07-1.95x.
+MIN_SPLIT_HEAD_DIM = 168
 #: Rows of the query tiles :data:`MIN_TILES` counts: those it was measured with, whatever
 #: BLOCK_M :func:`select` gives the problem
 RULE_ROWS = 64
@@ -216,6 +251,9 @@ def prefers(problem: Problem) -> Optional[str]:
         return why
     if problem.deterministic:
         return "deterministic algorithms are on (dQ's sum order varies)"
+    if WIDTHS[1] < problem.head_dim < MIN_SPLIT_HEAD_DIM:
+        return (f"head dim {problem.head_dim} (padded to 256 columns; the two passes run it "
+                f"as 128 and a tail)")
     cfg = select(problem)
     group = max(1, problem.group)
     least = (PACKED_MIN_TILES if problem.varlen else MIN_TILES)[width(problem.head_dim)]
@@ -388,8 +426,8 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
         KERNEL: (
             FUNCTION, grid,
             (q_d, k_d, v_d, do_d, acc_d, _rows_desc(rows_in, cfg.BLOCK_M, by_tma),
-             _rows_desc(delta, cfg.BLOCK_M, by_tma), dk_d, dv_d, rows_in, delta, dk, dv, *cu,
-             listed,
+             _rows_desc(delta, cfg.BLOCK_M, by_tma), dk_d, dv_d, rows_in, delta, dk, dv, acc,
+             *cu, listed,
              *dk.stride()[:3], *dv.stride()[:3], H, Hkv, Nq, keys, delta.shape[-1],
              float(scale * LOG2E), float(scale), *mask.scalars(*lengths),
              *mask.cap_args(scale), *tails),

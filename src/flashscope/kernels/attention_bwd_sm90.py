@@ -39,6 +39,13 @@ additions itself (per-element fp32 atomics, or a TMA reduction it then waited fo
 the one pass ran at 0.84-1.13x the two passes; with it, 0.95-1.32x (H200,
 docs/experiments.md).
 
+At D = 256 (BLOCK_N = 64, SPLIT_D) both warpgroups take the program's 64 keys, each half
+of the head dim for dK, dV and dQ and half of the query columns for S^T and dP^T, with
+P^T and dS^T exchanged through shared memory (:func:`_split_products`): dK and dV of
+[64, 256] take 128 registers a thread so, 256 with a warpgroup per 64 keys. No dQ slot
+fits there beside the rings (64 KB), so the consumer adds dQ itself by 16-byte atomics
+in the buffer's order (DQ_SLOTS = 0, :func:`_add_dq`) and the reducer has nothing to do.
+
 A GQA group is summed in the program: the query tiles of each of its GROUP heads in turn
 against the one kv head's K and V. Causal masks are top-left (query i sees keys <= i): a
 key tile starts at the query tile holding its first key, and only tiles that cross the
@@ -78,7 +85,7 @@ multiple of 4, where a head's row would not be 16-byte aligned) the consumer loa
 +inf past the end. A packed
 batch's vectors are padded so that each sequence starts on a tile (VARLEN, below).
 
-HEAD_DIM is the tiles' width (64 or 128), HEAD_COLS the head dim D (0: HEAD_DIM). A head
+HEAD_DIM is the tiles' width (64, 128 or 256), HEAD_COLS the head dim D (0: HEAD_DIM). A head
 narrower than its tiles runs padded: TMA zero-fills Q, K, V and dO past D (the scores
 and dP are those of the D columns, dK, dV and dQ come out zero there) and clips the dK
 and dV stores; the register stores and the dQ unpacking mask the columns.
@@ -226,23 +233,25 @@ def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo, 
              HEAD_TAIL: gl.constexpr):
     """Each finished dQ tile added into the fp32 buffer by the copy engine (a head-dim
     tail's part by a second reduction); its slot goes back once the engine has read it
-    (the ``.read`` wait), not when the sum lands."""
-    i = 0
-    for g in range(0, GROUP):
-        off_h = off_hkv * GROUP + g
-        for seg in gl.static_range(3):  # the consumer's order: both edges, then whole tiles
-            a, b = segment((2 * seg) % 3, lo, full_lo, full_hi, hi)
-            for start_m in range(a, b, BLOCK_M):
-                d = i % DQ_SLOTS
-                mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
-                tile = (tb * H + off_h) * gl.cdiv(N_ROWS, BLOCK_M) + (r0 + start_m) // BLOCK_M
-                tma_reduce_add(dq_desc, [tile * FRAG_ROWS, 0], dq_smem.index(d))
-                if HEAD_TAIL > 0:
-                    tma_reduce_add(T.dq_desc, [tile * FRAG_ROWS, dq_desc.block_type.shape[1]],
-                                   T.dq_smem.index(d))
-                store_wait(0)
-                mbarrier.arrive(dq_empty.index(d), count=1)
-                i += 1
+    (the ``.read`` wait), not when the sum lands. DQ_SLOTS = 0: the consumer adds dQ
+    itself; nothing to do."""
+    if DQ_SLOTS > 0:
+        i = 0
+        for g in range(0, GROUP):
+            off_h = off_hkv * GROUP + g
+            for seg in gl.static_range(3):  # the consumer's order: both edges, then whole tiles
+                a, b = segment((2 * seg) % 3, lo, full_lo, full_hi, hi)
+                for start_m in range(a, b, BLOCK_M):
+                    d = i % DQ_SLOTS
+                    mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
+                    tile = (tb * H + off_h) * gl.cdiv(N_ROWS, BLOCK_M) + (r0 + start_m) // BLOCK_M
+                    tma_reduce_add(dq_desc, [tile * FRAG_ROWS, 0], dq_smem.index(d))
+                    if HEAD_TAIL > 0:
+                        tma_reduce_add(T.dq_desc, [tile * FRAG_ROWS, dq_desc.block_type.shape[1]],
+                                       T.dq_smem.index(d))
+                    store_wait(0)
+                    mbarrier.arrive(dq_empty.index(d), count=1)
+                    i += 1
 
 
 @gluon.jit
@@ -337,8 +346,11 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
           HAS_LEFT: gl.constexpr = False, HAS_RIGHT: gl.constexpr = False,
           SHIFTED: gl.constexpr = False, cap_in=0.0, cap_out=0.0,
           SOFTCAP: gl.constexpr = False, T=(), dqt_zero=0.0, at_layout: gl.constexpr = None,
-          HEAD_TAIL: gl.constexpr = 0, LSE_ACC: gl.constexpr = False):
-    """One query tile's five products against the key tile; dQ handed to the reducer.
+          HEAD_TAIL: gl.constexpr = 0, LSE_ACC: gl.constexpr = False, p_smem=None,
+          acc_base=None, SPLIT_D: gl.constexpr = False):
+    """One query tile's five products against the key tile; dQ handed to the reducer,
+    or with DQ_SLOTS = 0 added into the buffer (``acc_base``: this head's first tile)
+    by the consumer's own atomics (:func:`_add_dq`).
     ``acc``: (dK, dV), with a head-dim tail (dK, dV, dK's tail, dV's tail); returns it
     and i + 1. CAUSAL: the tile crosses the causal diagonal; KEYS: the key tile runs past
     the sequence's n_k keys (a packed batch's next sequence follows them). SOFTCAP: scores
@@ -349,12 +361,17 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     (``at_layout``: P^T and dS^T as its operands; ``dqt_zero``: its dQ tile's zeros);
     every wait counts the products of a chain (``_chain``). LSE_ACC (not with SOFTCAP,
     whose cap takes the raw scores): S^T's accumulator starts at -L / scale, so P^T =
-    2^(S^T c) and no L vector stays live across the product."""
+    2^(S^T c) and no L vector stays live across the product.
+
+    SPLIT_D (64-key tiles, D = 256): the warpgroups share the key tile. Each forms S^T and
+    dP^T for half of the query columns, P^T and dS^T go through shared memory (``p_smem``,
+    ``ds_smem``) whole, and each warpgroup's dV, dK and dQ products take its half of the
+    head dim from there: dK and dV of 64 keys at D = 256 take 128 registers a thread
+    this way, 256 with a warpgroup per key row block."""
     dtype: gl.constexpr = q_smem.dtype
     TAILED: gl.constexpr = HEAD_TAIL > 0
     PAIR: gl.constexpr = _chain(HEAD_TAIL)
     s = i % STAGES
-    d = i % DQ_SLOTS
     col: gl.constexpr = gl.SliceLayout(0, s_zero.type.layout)
     if not ROWS_TMA:
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=col)
@@ -392,6 +409,7 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     if ROWS_TMA and not FOLD_L:
         lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
     st = warpgroup_mma_wait(PAIR, deps=(st,))
+    tt = 0.0
     if SOFTCAP:
         st, tt = softcapped(st, cap_in, cap_out)
         pt = gl.exp2(st - gl.expand_dims(lse2, 0))
@@ -410,48 +428,115 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
         keep = visible(gl.expand_dims(offs_m, 0), gl.expand_dims(offs_n, 1), OFFSET, LEFT,
                        RIGHT, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
         pt = gl.where(keep & gl.expand_dims(offs_m < n_q, 0), pt, 0.0)
-    p_op = _p_operand(pt, dtype, a_layout)
-    dv = warpgroup_mma(p_op, do, acc[1], is_async=True)
-    if TAILED:
-        dvt = warpgroup_mma(gl.convert_layout(p_op, at_layout), dot, acc[3], is_async=True)
-    if SOFTCAP:
-        pt = pt * (1.0 - tt * tt)  # d(c tanh(s / c)) / ds
-    dpt = warpgroup_mma_wait(PAIR, deps=(dpt,))
-    dst = pt * dpt
-    # one conversion for dK's register operand and dQ's shared one (1.02-1.04x the GPU
-    # time of converting twice under a causal mask, H200); the previous tile's dQ product
-    # read ds_smem: it was waited for below
-    ds_op = _p_operand(dst, dtype, a_layout)
-    ds_smem.store(ds_op)
-    fence_async_shared()
-    cta_barrier()
-    dq = warpgroup_mma(ds_smem.permute((1, 0)), k, dq_zero, use_acc=False, is_async=True)
-    if TAILED:
-        dqt = warpgroup_mma(ds_smem.permute((1, 0)), kt, dqt_zero, use_acc=False,
-                            is_async=True)
-    dk = warpgroup_mma(ds_op, q, acc[0], is_async=True)
-    if TAILED:
-        dkt = warpgroup_mma(gl.convert_layout(ds_op, at_layout), qt, acc[2], is_async=True)
-        dq, dqt = warpgroup_mma_wait(2, deps=(dq, dqt))
+    if SPLIT_D:
+        acc = _split_products(acc, s, i, pt, dpt, tt, q, do, k, p_smem, ds_smem, acc_base,
+                              start_m, BLOCK_M, HEAD_DIM, SOFTCAP, dq_zero)
     else:
-        dq = warpgroup_mma_wait(1, deps=(dq,))
-    mbarrier.wait(dq_empty.index(d), ((i // DQ_SLOTS) + 1) & 1, pred=i >= DQ_SLOTS)
-    frag = _fragments(dq, BLOCK_M, HEAD_DIM)
-    smem_reinterpret(dq_smem.index(d), gl.float32, frag.type.shape, CHUNKS).store(frag)
-    if TAILED:
-        frag = _fragments(dqt, BLOCK_M, HEAD_TAIL)
-        smem_reinterpret(T.dq_smem.index(d), gl.float32, frag.type.shape, CHUNKS).store(frag)
-    fence_async_shared()
-    cta_barrier()
-    mbarrier.arrive(dq_full.index(d), count=1)
-    if TAILED:
-        dk, dv, dkt, dvt = warpgroup_mma_wait(0, deps=(dk, dv, dkt, dvt))
-        acc = (dk, dv, dkt, dvt)
-    else:
-        dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
-        acc = (dk, dv)
+        p_op = _p_operand(pt, dtype, a_layout)
+        dv = warpgroup_mma(p_op, do, acc[1], is_async=True)
+        if TAILED:
+            dvt = warpgroup_mma(gl.convert_layout(p_op, at_layout), dot, acc[3],
+                                is_async=True)
+        if SOFTCAP:
+            pt = pt * (1.0 - tt * tt)  # d(c tanh(s / c)) / ds
+        dpt = warpgroup_mma_wait(PAIR, deps=(dpt,))
+        dst = pt * dpt
+        # one conversion for dK's register operand and dQ's shared one (1.02-1.04x the
+        # GPU time of converting twice under a causal mask, H200); the previous tile's dQ
+        # product read ds_smem: it was waited for below
+        ds_op = _p_operand(dst, dtype, a_layout)
+        ds_smem.store(ds_op)
+        fence_async_shared()
+        cta_barrier()
+        dq = warpgroup_mma(ds_smem.permute((1, 0)), k, dq_zero, use_acc=False,
+                           is_async=True)
+        if TAILED:
+            dqt = warpgroup_mma(ds_smem.permute((1, 0)), kt, dqt_zero, use_acc=False,
+                                is_async=True)
+        dk = warpgroup_mma(ds_op, q, acc[0], is_async=True)
+        if TAILED:
+            dkt = warpgroup_mma(gl.convert_layout(ds_op, at_layout), qt, acc[2],
+                                is_async=True)
+            dq, dqt = warpgroup_mma_wait(2, deps=(dq, dqt))
+        else:
+            dq = warpgroup_mma_wait(1, deps=(dq,))
+        if DQ_SLOTS == 0:
+            _add_dq(dq, acc_base, start_m, BLOCK_M, HEAD_DIM)
+        else:
+            d = i % DQ_SLOTS
+            mbarrier.wait(dq_empty.index(d), ((i // DQ_SLOTS) + 1) & 1, pred=i >= DQ_SLOTS)
+            frag = _fragments(dq, BLOCK_M, HEAD_DIM)
+            smem_reinterpret(dq_smem.index(d), gl.float32, frag.type.shape,
+                             CHUNKS).store(frag)
+            if TAILED:
+                frag = _fragments(dqt, BLOCK_M, HEAD_TAIL)
+                smem_reinterpret(T.dq_smem.index(d), gl.float32, frag.type.shape,
+                                 CHUNKS).store(frag)
+            fence_async_shared()
+            cta_barrier()
+            mbarrier.arrive(dq_full.index(d), count=1)
+        if TAILED:
+            dk, dv, dkt, dvt = warpgroup_mma_wait(0, deps=(dk, dv, dkt, dvt))
+            acc = (dk, dv, dkt, dvt)
+        else:
+            dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+            acc = (dk, dv)
     mbarrier.arrive(q_empty.index(s), count=1)
     return acc, i + 1
+
+
+@gluon.jit
+def _split_products(acc, s, i, pt, dpt, tt, q, do, k, p_smem, ds_smem, acc_base, start_m,
+                    BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, SOFTCAP: gl.constexpr,
+                    dq_zero):
+    """:func:`_tile`'s last three products where the warpgroups split the head dim
+    (SPLIT_D): P^T and dS^T (each warpgroup's query columns) into shared memory, then
+    dQ = dS K, dV += P^T dO and dK += dS^T Q from there, each over this warpgroup's half
+    of D, dQ added by atomics under dV's and dK's products. P^T and dS^T take one of two
+    slots by the tile's parity: the other warpgroup may still be reading the last tile's
+    (one barrier a tile fewer; 0.94-1.04x the GPU time of one slot, median 1.01x, H200).
+    dV waits for dS^T: issued as soon as P^T was stored, under dP^T's wait, it read
+    0.92-1.01x (median 0.96x)."""
+    dtype: gl.constexpr = q.dtype
+    pts = p_smem.index(i % 2)
+    dsts = ds_smem.index(i % 2)
+    if SOFTCAP:
+        pt_ds = pt * (1.0 - tt * tt)  # d(c tanh(s / c)) / ds
+    else:
+        pt_ds = pt
+    dpt = warpgroup_mma_wait(0, deps=(dpt,))
+    dst = pt_ds * dpt
+    pts.store(pt.to(dtype))
+    dsts.store(dst.to(dtype))
+    fence_async_shared()
+    cta_barrier()
+    dq = warpgroup_mma(dsts.permute((1, 0)), k, dq_zero, use_acc=False, is_async=True)
+    dv = warpgroup_mma(pts, do, acc[1], is_async=True)
+    dk = warpgroup_mma(dsts, q, acc[0], is_async=True)
+    dq = warpgroup_mma_wait(2, deps=(dq,))
+    _add_dq(dq, acc_base, start_m, BLOCK_M, HEAD_DIM)
+    dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+    return dk, dv
+
+
+@gluon.jit
+def _add_dq(dq, acc_base, start_m, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """dQ [BLOCK_M, HEAD_DIM] added into query tile start_m // BLOCK_M of the buffer at
+    ``acc_base`` (a head's tiles one after another) by 16-byte fp32 atomics, in
+    :func:`_fragments`' order, where the TMA reduction puts it: each thread adds its
+    registers 4 c .. 4 c + 3 at chunk c, a warp's 512 bytes side by side."""
+    W: gl.constexpr = gl.num_warps()
+    layout: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [1, W, 1], [2, 1, 0])
+    frag = gl.convert_layout(_fragments(dq, BLOCK_M, HEAD_DIM), layout)
+    CH: gl.constexpr = frag.shape[0]
+    c = gl.arange(0, CH, layout=gl.SliceLayout(1, gl.SliceLayout(2, layout)))
+    t = gl.arange(0, FRAG_ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(2, layout)))
+    j = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, layout)))
+    offs = ((gl.expand_dims(gl.expand_dims(c, 1), 2) * FRAG_ROWS
+             + gl.expand_dims(gl.expand_dims(t, 0), 2)) * 4
+            + gl.expand_dims(gl.expand_dims(j, 0), 1))
+    base = acc_base + (start_m // BLOCK_M).to(gl.int64) * (BLOCK_M * HEAD_DIM)
+    gl.atomic_add(base + offs, frag, sem="relaxed")
 
 
 @gluon.jit
@@ -466,7 +551,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
               cap_in, cap_out, SOFTCAP: gl.constexpr, KEY_TAIL: gl.constexpr,
               dk_desc, dv_desc, DKV_TMA: gl.constexpr, HEAD_COLS: gl.constexpr, T,
-              HEAD_TAIL: gl.constexpr, LSE_ACC: gl.constexpr):
+              HEAD_TAIL: gl.constexpr, LSE_ACC: gl.constexpr, p_smem, ACC):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV (and a head-dim tail's, ``T``) stored at the end. Under a causal mask the
     tiles that cross the diagonal (those above start_n + BLOCK_N) run masked, in a loop of
@@ -475,11 +560,17 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
     masked."""
     W: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = k_smem.dtype
-    # S^T and dP^T: [BLOCK_N, BLOCK_M], a warpgroup per 64 key rows; dK, dV: [BLOCK_N, D]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, BLOCK_M, 16])
-    kv_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, HEAD_DIM, 16])
+    SPLIT_D: gl.constexpr = BLOCK_N * 2 == 16 * W  # one 64-key tile for both warpgroups
+    if SPLIT_D:  # S^T and dP^T: each warpgroup half the query columns; dK, dV: half of D
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[W // 2, 2], instr_shape=[16, BLOCK_M // 2, 16])
+        kv_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[W // 2, 2], instr_shape=[16, HEAD_DIM // 2, 16])
+    else:  # S^T and dP^T: [BLOCK_N, BLOCK_M], a warpgroup per 64 key rows; dK, dV too
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, BLOCK_M, 16])
+        kv_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, HEAD_DIM, 16])
     # dQ: [BLOCK_M, D], the warpgroups side by side along D
     WM: gl.constexpr = BLOCK_M // 16 if BLOCK_M // 16 < W else W
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -523,6 +614,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
         bh = tb * H + off_hkv * GROUP + g
         lse_base = Lse + bh * N_ROWS + r0
         delta_base = Delta + bh * N_ROWS + r0
+        acc_base = ACC + (bh.to(gl.int64) * gl.cdiv(N_ROWS, BLOCK_M) + r0 // BLOCK_M) * (
+            BLOCK_M * HEAD_DIM)
         # the tiles that cross the diagonal, masked, then the whole ones: one loop body
         # each, so the whole tiles' carries no mask (13 spilled registers fewer in sm_90's
         # loop, 1.02-1.05x the GPU time of one loop masking where start_m < start_n +
@@ -541,7 +634,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                    IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in=cap_in,
                                    cap_out=cap_out, SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero,
                                    at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
-                                   LSE_ACC=LSE_ACC)
+                                   LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base,
+                                   SPLIT_D=SPLIT_D)
         else:
             for start_m in range(lo, whole, BLOCK_M):
                 acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
@@ -550,7 +644,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL,
                                KEY_TAIL, ROWS_TMA, cap_in=cap_in, cap_out=cap_out,
                                SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero, at_layout=at_layout,
-                               HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC)
+                               HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC, p_smem=p_smem,
+                               acc_base=acc_base, SPLIT_D=SPLIT_D)
             for start_m in range(whole, hi, BLOCK_M):
                 acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
@@ -558,7 +653,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False, False,
                                ROWS_TMA, cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP, T=T,
                                dqt_zero=dqt_zero, at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
-                               LSE_ACC=LSE_ACC)
+                               LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base,
+                               SPLIT_D=SPLIT_D)
 
     dk = (acc[0] * scale).to(dtype)
     dv = acc[1].to(dtype)
@@ -632,7 +728,7 @@ def _stage_store(x, ring, desc, b, h, row, col=0):
 
 @gluon.jit
 def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, dk_desc,
-                   dv_desc, Lse, Delta, DK, DV, CU_Q, CU_K, LIST,
+                   dv_desc, Lse, Delta, DK, DV, ACC, CU_Q, CU_K, LIST,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
                    H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT, cap_in,
                    cap_out, q_tail, k_tail, v_tail, do_tail, dk_tail, dv_tail, dq_tail,
@@ -735,11 +831,18 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                                         do_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
-    ds_smem = gl.allocate_shared_memory(
-        dtype, [BLOCK_N, BLOCK_M], gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M],
-                                                                         dtype))
-    dq_smem = gl.allocate_shared_memory(
-        gl.float32, [DQ_SLOTS, FRAG_ROWS, BLOCK_M * HEAD_DIM // FRAG_ROWS], dq_desc.layout)
+    st_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+    if BLOCK_N * 2 == 16 * gl.num_warps():  # the consumer's SPLIT_D: P^T and dS^T, 2 slots
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], st_layout)
+        p_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], st_layout)
+    else:
+        ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M], st_layout)
+        p_smem = ds_smem
+    if DQ_SLOTS > 0:
+        dq_smem = gl.allocate_shared_memory(
+            gl.float32, [DQ_SLOTS, FRAG_ROWS, BLOCK_M * HEAD_DIM // FRAG_ROWS], dq_desc.layout)
+    else:  # dQ by the consumer's atomics: a slot's handle, no slot
+        dq_smem = gl.allocate_shared_memory(gl.float32, [1, 1, 4], dq_desc.layout)
     if HEAD_TAIL > 0:  # the tail's columns of the Q and dO rings, K, V and the dQ slots
         ring_t: gl.constexpr = [STAGES, 1, 1, BLOCK_M, HEAD_TAIL]
         T = Tail(q_tail, k_tail, v_tail, do_tail, dk_tail, dv_tail, dq_tail,
@@ -757,13 +860,14 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    dq_full = gl.allocate_shared_memory(gl.int64, [DQ_SLOTS, 1], mbarrier.MBarrierLayout())
-    dq_empty = gl.allocate_shared_memory(gl.int64, [DQ_SLOTS, 1], mbarrier.MBarrierLayout())
+    SLOTS: gl.constexpr = DQ_SLOTS + (DQ_SLOTS == 0)  # barriers for at least one
+    dq_full = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+    dq_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_ready, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=1)
-    for i in gl.static_range(DQ_SLOTS):
+    for i in gl.static_range(SLOTS):
         mbarrier.init(dq_full.index(i), count=1)
         mbarrier.init(dq_empty.index(i), count=1)
     gl.warp_specialize(
@@ -775,7 +879,8 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       scale, shift, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
                       VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP,
-                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS, T, HEAD_TAIL, LSE_ACC)),
+                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS, T, HEAD_TAIL, LSE_ACC,
+                      p_smem, ACC)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
