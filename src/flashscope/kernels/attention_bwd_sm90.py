@@ -170,6 +170,13 @@ def _chain(head_tail):
     return 2 if head_tail else 1
 
 
+@gluon.constexpr_function
+def _split_d(block_n, warps):
+    """Whether the consumer's warpgroups (64 key rows each with a tile of their own) share
+    the key tile instead and split the head dim: BLOCK_N half their rows (D = 256)."""
+    return 2 * block_n == 16 * warps
+
+
 @gluon.jit
 def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
     """The first query row a key tile's program visits: under a top-left causal mask the
@@ -560,7 +567,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
     masked."""
     W: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = k_smem.dtype
-    SPLIT_D: gl.constexpr = BLOCK_N * 2 == 16 * W  # one 64-key tile for both warpgroups
+    SPLIT_D: gl.constexpr = _split_d(BLOCK_N, W)
     if SPLIT_D:  # S^T and dP^T: each warpgroup half the query columns; dK, dV: half of D
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[W // 2, 2], instr_shape=[16, BLOCK_M // 2, 16])
@@ -748,6 +755,9 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
     without a tail); in the dQ buffer a row of a tile holds its HEAD_DIM columns' chunks,
     then the tail's (``dq_tail``: block (FRAG_ROWS, the tail's), from the column after).
 
+    ACC: the fp32 dQ buffer ``dq_desc`` reads, which the consumer adds into by atomics
+    where DQ_SLOTS = 0.
+
     VARLEN: a packed batch. The tensors are (1, H, total, D) (N_Q = total_q), CU_Q and
     CU_K the (B + 1,) int32 prefix sums, N_K the longest sequence's keys; the grid (L,)
     runs LIST, the device-built order of the batch's key tiles
@@ -832,7 +842,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
     k_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
     st_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
-    if BLOCK_N * 2 == 16 * gl.num_warps():  # the consumer's SPLIT_D: P^T and dS^T, 2 slots
+    if _split_d(BLOCK_N, gl.num_warps()):  # P^T and dS^T through here, 2 slots each
         ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], st_layout)
         p_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], st_layout)
     else:
