@@ -129,6 +129,21 @@ def test_report_builds_the_hopper_backward(tmp_path, capsys):
         assert not (tmp_path / "o").exists()
 
 
+def test_report_builds_the_hopper_backward_at_d256(tmp_path):
+    """``--kernel sm90-bwd --head-dims 256``: the 64-key build whose warpgroups split the
+    head dim, dQ by atomics; DQ_SLOTS halved leaves it as it is (no slot to halve)."""
+    out = tmp_path / "r"
+    assert main(["report", "--kernel", "sm90-bwd", "--head-dims", "256", "--ablate",
+                 "DQ_SLOTS", "--out", str(out), "--jobs", "1"]) == 0
+    data = json.loads((out / "report.json").read_text())
+    assert data["spec"]["base"]["sm90"] == "sm90-bwd 64x64 s2 dq atomics"
+    (row,) = [r for r in data["rows"] if r["kernel"] == "sm90-bwd"]
+    assert row["error"] is None and row["head_dim"] == 256
+    assert 200 * 1024 < row["measured"]["shared_bytes"] <= 227 * 1024
+    (step,) = data["ablations"]
+    assert step["targets"]["sm90"]["d_registers"] == 0
+
+
 def test_inspect_builds_the_wide_rows_on_the_hopper_forward(capsys):
     """``--kernel decode_rows``: the sm_90 forward as a decoding call runs it (G = 8
     packed rows a position, a KV cache's lengths; MASKED_FIRST off in its default): no

@@ -120,7 +120,9 @@ SM90_BWD = FamilyKernels(
      ("DQ_SLOTS halved", "DQ_SLOTS", 0.5)),
     ("BLOCK_M", "num_stages", "DQ_SLOTS", "HEAD_DIM"), {},
     "one kernel (the producer, reducer and consumer partitions); it builds for sm_90 at "
-    "head dims 64 and 128, so HEAD_DIM 128 -> 256 is not buildable",
+    "head dims 64, 128 and 256, the last on 64-key programs with dQ by atomics (BLOCK_N "
+    "64, DQ_SLOTS 0): a HEAD_DIM step keeps its base config, so 128 -> 256 is not "
+    "buildable (--head-dims 256 reports that build)",
     only=("sm90",))
 
 #: the reports of ``--kernel``, by name
