@@ -740,7 +740,8 @@ def test_sm90_bwd_splits_the_head_dim_above_128(causal, varlen, window, softcap,
     of 64 x 128 a warpgroup), P^T and dS^T through shared memory, dQ added by 16-byte
     atomics (REDG, no TMA reduction, no dQ slot): every product on wgmma, none
     serialized, one program an SM (225 KB: two slots each for P^T and dS^T); dense,
-    packed, a window with a logit cap; 6-12 spilled registers stored (9-15 loaded)."""
+    packed, a window with a logit cap; Nk = 700 runs its last key tile masked: 5-12
+    spilled registers stored, 9-15 loaded (none at Nk = 1024 without a mask)."""
     cfg = _sm90_default(256, banded=bool(window), softcap=bool(softcap))
     assert (cfg.BLOCK_N, cfg.DQ_SLOTS) == (64, 0)
     rec = _record(_split_builds(causal, varlen, window, softcap, most))
