@@ -40,13 +40,19 @@ def width(head_dim: int) -> int:
     return next(w for w in WIDTHS if head_dim <= w)
 
 
+def split(head_dim: int) -> bool:
+    """Whether ``head_dim`` is built at the 256-column width, whose programs take
+    :data:`SPLIT_KEYS` keys and split the head dim between the warpgroups."""
+    return head_dim > WIDTHS[1]
+
+
 def parts(head_dim: int) -> tuple:
     """(HEAD_DIM, HEAD_TAIL): the column parts the kernel runs ``head_dim`` as. 72-96 as 64
     columns and a tail of 16 or 32 (:func:`~.base.head_parts`): D = 96 pays for 96 columns,
     not 128; the GPU time of the padded build over it (H200, bf16, ABBA medians) is in
     docs/backward.md. Others at their :func:`width`, HEAD_TAIL 0 (above 128: 256, whose
     build has no tail)."""
-    if head_dim <= WIDTHS[0] or head_dim > WIDTHS[1]:
+    if head_dim <= WIDTHS[0] or split(head_dim):
         return width(head_dim), 0
     return head_parts(head_dim)
 
@@ -130,7 +136,7 @@ def _head_dim(cfg, ctx):
 
 
 def _key_rows(cfg, ctx):
-    want = SPLIT_KEYS if width(ctx.head_dim) > WIDTHS[1] else 128
+    want = SPLIT_KEYS if split(ctx.head_dim) else Sm90BwdConfig.BLOCK_N
     if cfg.BLOCK_N != want:
         return (f"{KERNEL}: BLOCK_N={cfg.BLOCK_N}: expected {want} at head dim "
                 f"{ctx.head_dim} (128: a warpgroup per 64 key rows, up to D = 128; 64: "
@@ -188,7 +194,7 @@ def select(problem: Problem) -> Sm90BwdConfig:
     (225 KB at D = 256: a dQ slot would take 64 KB more)."""
     if width(problem.head_dim) == WIDTHS[0] and not (problem.window or problem.softcap):
         return Sm90BwdConfig(BLOCK_M=WIDE_ROWS)
-    if width(problem.head_dim) > WIDTHS[1]:
+    if split(problem.head_dim):
         return Sm90BwdConfig(BLOCK_N=SPLIT_KEYS, DQ_SLOTS=0)
     return Sm90BwdConfig()
 
@@ -251,7 +257,7 @@ def prefers(problem: Problem) -> Optional[str]:
         return why
     if problem.deterministic:
         return "deterministic algorithms are on (dQ's sum order varies)"
-    if WIDTHS[1] < problem.head_dim < MIN_SPLIT_HEAD_DIM:
+    if split(problem.head_dim) and problem.head_dim < MIN_SPLIT_HEAD_DIM:
         return (f"head dim {problem.head_dim} (padded to 256 columns; the two passes run it "
                 f"as 128 and a tail)")
     cfg = select(problem)

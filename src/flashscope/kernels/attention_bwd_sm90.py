@@ -99,11 +99,13 @@ columns' values, then the tail's). Against the 128 columns it was padded to (GPU
 H200, bf16, ABBA medians): D = 80 1.07x / 1.11x (causal), 72 1.09x, 88 1.03x, 96
 0.99x / 1.02x, GQA 32/8 D = 96 1.04x; 49 KB less shared memory at D = 96.
 
-The file reads top down: the tail's bundle (``Tail``, ``_chain``), the producer and the
-reducer, dQ's fragment order and its unpacking launch (``_fragments``, ``_dq_unpack``),
-one query tile's products (``_tile``), the consumer and its dK/dV stores (``_consumer``,
-``_store_rows``, ``_stage_store``), and the kernel, which allocates the shared memory and
-barriers and starts the partitions (``_attn_bwd_sm90``).
+The file reads top down: the tail's bundle (``Tail``, ``_chain``), the split test
+(``_split_d``), the producer and the reducer, dQ's fragment order and its unpacking
+launch (``_fragments``, ``_dq_unpack``), one query tile's products (``_tile``; with the
+head dim split, its last three in ``_split_products``; dQ by atomics in ``_add_dq``), the
+consumer and its dK/dV stores (``_consumer``, ``_store_rows``, ``_stage_store``), and the
+kernel, which allocates the shared memory and barriers and starts the partitions
+(``_attn_bwd_sm90``).
 
 Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
 (block (1, 1, rows, HEAD_DIM)); Lse, Delta fp32 contiguous (base e and plain), N_ROWS a head:
@@ -354,7 +356,7 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
           SHIFTED: gl.constexpr = False, cap_in=0.0, cap_out=0.0,
           SOFTCAP: gl.constexpr = False, T=(), dqt_zero=0.0, at_layout: gl.constexpr = None,
           HEAD_TAIL: gl.constexpr = 0, LSE_ACC: gl.constexpr = False, p_smem=None,
-          acc_base=None, SPLIT_D: gl.constexpr = False):
+          acc_base=None):
     """One query tile's five products against the key tile; dQ handed to the reducer,
     or with DQ_SLOTS = 0 added into the buffer (``acc_base``: this head's first tile)
     by the consumer's own atomics (:func:`_add_dq`).
@@ -370,7 +372,8 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     whose cap takes the raw scores): S^T's accumulator starts at -L / scale, so P^T =
     2^(S^T c) and no L vector stays live across the product.
 
-    SPLIT_D (64-key tiles, D = 256): the warpgroups share the key tile. Each forms S^T and
+    SPLIT_D (:func:`_split_d` of the key tile: 64 keys, D = 256): the warpgroups share
+    the key tile. Each forms S^T and
     dP^T for half of the query columns, P^T and dS^T go through shared memory (``p_smem``,
     ``ds_smem``) whole, and each warpgroup's dV, dK and dQ products take its half of the
     head dim from there: dK and dV of 64 keys at D = 256 take 128 registers a thread
@@ -378,6 +381,7 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     dtype: gl.constexpr = q_smem.dtype
     TAILED: gl.constexpr = HEAD_TAIL > 0
     PAIR: gl.constexpr = _chain(HEAD_TAIL)
+    SPLIT_D: gl.constexpr = _split_d(k.shape[0], gl.num_warps())
     s = i % STAGES
     col: gl.constexpr = gl.SliceLayout(0, s_zero.type.layout)
     if not ROWS_TMA:
@@ -641,8 +645,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                    IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in=cap_in,
                                    cap_out=cap_out, SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero,
                                    at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
-                                   LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base,
-                                   SPLIT_D=SPLIT_D)
+                                   LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base)
         else:
             for start_m in range(lo, whole, BLOCK_M):
                 acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
@@ -652,7 +655,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                KEY_TAIL, ROWS_TMA, cap_in=cap_in, cap_out=cap_out,
                                SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero, at_layout=at_layout,
                                HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC, p_smem=p_smem,
-                               acc_base=acc_base, SPLIT_D=SPLIT_D)
+                               acc_base=acc_base)
             for start_m in range(whole, hi, BLOCK_M):
                 acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
@@ -660,8 +663,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False, False,
                                ROWS_TMA, cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP, T=T,
                                dqt_zero=dqt_zero, at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
-                               LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base,
-                               SPLIT_D=SPLIT_D)
+                               LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base)
 
     dk = (acc[0] * scale).to(dtype)
     dv = acc[1].to(dtype)
