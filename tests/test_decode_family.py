@@ -13,7 +13,7 @@ from flashscope.families.triton_decode import (CUT_MAX_TILES, IN_FLIGHT_PER_SM,
                                                in_flight_bytes, in_flight_per_sm,
                                                merge_pays, narrow_head_stages,
                                                narrow_keys, readers, select,
-                                               short_read_keys, split_count,
+                                               paged_stages, short_read_keys, split_count,
                                                triton_stages)
 from flashscope.targets import ALL_TARGETS, get_target
 
@@ -351,3 +351,23 @@ def test_decoding_kernels_build_offline():
         assert art.kernel == "triton-decode" and art.target == target and art.binary
     assert wide.metadata["shared"] == triton_decode.min_shared_bytes(
         wgmma, 128, "bfloat16", get_target("sm90"))
+
+
+def test_paged_16_row_tiles_at_d64_of_one_to_two_programs_an_sm_take_4_stages():
+    args = dict(units=132, wgmma=False)
+    assert paged_stages(3, 64, 128, 16, 256, key_tiles=256, splits=1, **args) == 4  # B = 32
+    assert paged_stages(3, 64, 128, 16, 128, key_tiles=64, splits=16, **args) == 3  # B = 1
+    assert paged_stages(3, 64, 128, 16, 512, key_tiles=64, splits=1, **args) == 2  # B = 64
+    assert paged_stages(3, 64, 128, 16, 256, key_tiles=8, splits=8, **args) == 2  # a tile a split
+    assert paged_stages(3, 128, 128, 16, 256, key_tiles=64, splits=1, **args) == 2  # D = 128
+    assert paged_stages(3, 64, 128, 32, 256, key_tiles=64, splits=1, **args) == 2  # 32 rows
+    assert paged_stages(3, 64, 128, 16, 512, 132, 64, 1, True) == 3  # wgmma: never shallow
+    assert paged_stages(2, 64, 128, 16, 256, key_tiles=64, splits=1, **args) == 2  # AMD's 2
+
+
+def test_paged_d64_select_takes_the_deeper_pipeline_between_one_and_two_programs_an_sm():
+    for b, n_k, stages in ((1, 8192, 3), (8, 32768, 3), (32, 32768, 4), (64, 8192, 2)):
+        p = Problem("sm90", "bfloat16", 64, True, 1, n_k, b * 32, group=4, paged=True)
+        assert select(p).num_stages == stages, (b, n_k)
+        dense = select(Problem("sm90", "bfloat16", 64, True, 1, n_k, b * 32, group=4))
+        assert dense.num_stages == (4 if b == 64 else 3)

@@ -90,8 +90,8 @@ NARROW_STAGES = (4, 3)
 #: :data:`STREAM_ROWS` rows whose programs outnumber the SMs take
 #: :data:`NARROW_BLOCK_N`-key tiles in 4 stages (:func:`short_read_keys`)
 SHORT_READ_TILES = 8
-#: stages of 16-row mma.sync tiles of more than two programs an SM reading a dense cache
-#: at D = 64 (:func:`narrow_head_stages`)
+#: stages of D = 64's 16-row mma.sync tiles: of more than two programs an SM on a dense
+#: cache (:func:`narrow_head_stages`), of one to two on a paged one (:func:`paged_stages`)
 NARROW_HEAD_STAGES = 4
 #: most fp32 scores (BLOCK_M x BLOCK_N over the threads) a thread of a wgmma tile holds
 #: at any cache length: past it the key tiles are narrowed as on short caches
@@ -458,7 +458,8 @@ def select(problem: Problem) -> TritonDecodeConfig:
     a thread, take 64-key tiles once the splits are chosen (:func:`narrow_keys`), as do
     16-row tiles of more programs than SMs on short dense caches (:func:`short_read_keys`).
     A paged launch of more programs than SMs, or of one key tile a split, takes two
-    stages, but for wgmma tiles (:func:`shallow_paged`)."""
+    stages, but for wgmma tiles, and D = 64's 16-row tiles of up to two programs an SM,
+    which take four (:func:`paged_stages`)."""
     t = problem.target_record()
     check_head_dim(problem.head_dim)
     base = table_select(DEFAULTS, KERNEL, problem)
@@ -495,9 +496,34 @@ def select(problem: Problem) -> TritonDecodeConfig:
                                       cfg.BLOCK_M, wgmma, problem.paged)
     stages = narrow_head_stages(stages, pad, block_n, cfg.BLOCK_M, programs, units, wgmma,
                                 problem.paged)
-    if problem.paged and shallow_paged(programs, key_tiles, cfg.SPLITS, units, wgmma):
-        stages = min(stages, SHALLOW_PAGED_STAGES)
+    if problem.paged:
+        stages = paged_stages(stages, pad, block_n, cfg.BLOCK_M, programs, units, key_tiles,
+                              cfg.SPLITS, wgmma)
     return cfg.replace(BLOCK_N=block_n, num_stages=stages)
+
+
+def paged_stages(stages: int, head_pad: int, block_n: int, rows: int, programs: int,
+                 units: int, key_tiles: int, splits: int, wgmma: bool) -> int:
+    """``num_stages`` of a paged launch: :data:`NARROW_HEAD_STAGES` for 16-row mma.sync
+    tiles of 128 keys at a padded head dim of 64 in the table's 3 stages whose programs
+    outnumber the ``units`` SMs by at most two to one, each split holding more than one
+    key tile; else :data:`SHALLOW_PAGED_STAGES` where :func:`shallow_paged` says so;
+    else ``stages``.
+
+    Why: two programs of 2 stages an SM, the shallow rule's bet, pay at D = 128, where a
+    stage's K and V take 64 KB; at D = 64 they take 32 KB and one deep pipeline an SM
+    reads faster. H200, bf16, one query token, GQA 4:1, 16-key pages, B = 32 at 32k keys
+    (256 programs), GPU time against 2 stages, 3 rounds interleaved: 1.115x and 1.093x
+    (two runs; 0.97x the dense cache's time, from 0.87-0.88x). Against the 3 stages of
+    one program an SM or fewer (B = 1, 8 and 16, 1k-32k keys, 9 rows over two runs) 4
+    stages read 0.885-1.062x, no better; past two programs an SM (B = 64) 0.96-0.98x the
+    shallow rule's 2. Both keep theirs."""
+    if (not wgmma and rows <= STREAM_ROWS and head_pad == 64 and block_n == 128
+            and stages == 3 and units < programs <= 2 * units and key_tiles > splits):
+        return NARROW_HEAD_STAGES
+    if shallow_paged(programs, key_tiles, splits, units, wgmma):
+        return min(stages, SHALLOW_PAGED_STAGES)
+    return stages
 
 
 def shallow_paged(programs: int, key_tiles: int, splits: int, units: int,
