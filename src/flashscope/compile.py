@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .errors import ConfigError, FlashscopeError
+from .errors import ConfigError, FlashscopeError, LimitError
 from .families import FAMILIES, Problem, family, family_of, forward_family
 from .families.base import DTYPE_BYTES
 from .masks import Mask
@@ -672,19 +672,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
 # -- the public entry point --------------------------------------------------------------
 
 def check_limits(art: Artifact) -> Artifact:
-    """ConfigError when the binary needs more shared memory (static + Triton's dynamic) or
-    threads than one block may have on its target (Triton itself only fails at launch)."""
+    """LimitError (a ConfigError) when the binary needs more shared memory (static +
+    Triton's dynamic) or threads than one block may have on its target (Triton itself
+    only fails at launch)."""
     t = get_target(art.target)
     shared = int(art.metadata.get("shared") or 0)
     threads = int(art.metadata["num_warps"]) * t.warp_size
     label = art.config.get("label") or art.config.get("key", art.kernel)
     if shared > t.smem_per_block_optin:
         what = "shared memory" if t.vendor == "nvidia" else "LDS"
-        raise ConfigError(f"config {label}, head dim {art.head_dim}: the {art.kernel} kernel "
+        raise LimitError(f"config {label}, head dim {art.head_dim}: the {art.kernel} kernel "
                           f"needs {shared} bytes of {what} per block; {t.name} allows "
                           f"{t.smem_per_block_optin}")
     if threads > t.max_threads_per_block:
-        raise ConfigError(f"config {label}: {threads} threads per block; {t.name} allows "
+        raise LimitError(f"config {label}: {threads} threads per block; {t.name} allows "
                           f"{t.max_threads_per_block}")
     return art
 

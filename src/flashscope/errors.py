@@ -22,6 +22,13 @@ class ConfigError(FlashscopeError):
     """A config that cannot be compiled or launched for a target (with the limit named)."""
 
 
+class LimitError(ConfigError):
+    """A config its target cannot run: a rule of its family refuses it, or its binary
+    needs more than the target has (shared memory or LDS, threads), the limit named. The
+    compiler did not fail: a report or sweep shows such a config as one that does not
+    fit, not as a failed build."""
+
+
 class ArtifactError(FlashscopeError):
     """A binary or cache directory that cannot be read (truncated, corrupt, wrong kind)."""
 

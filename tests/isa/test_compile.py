@@ -7,7 +7,8 @@ import pytest
 
 from flashscope import compile as fcompile
 from flashscope import TritonFwdConfig
-from flashscope.errors import ConfigError, UnknownTargetError
+from flashscope.errors import ConfigError, LimitError, UnknownTargetError
+from flashscope.families import family
 from flashscope.targets import get_target
 
 from .golden import CASES, case_id
@@ -93,9 +94,18 @@ def test_unknown_kernel_and_dtype():
 
 def test_lds_limit_named_after_compile():
     """128x64 tiles, 3 stages, D=128 pass the pure lower bound on gfx942 but Triton's
-    allocation (80 KB) is over the 64 KB of LDS a workgroup may have."""
-    with pytest.raises(ConfigError, match=r"81920 bytes of LDS per block; gfx942 allows 65536"):
+    allocation (80 KB) is over the 64 KB of LDS a workgroup may have: a LimitError (the
+    target cannot run it), which reports show as NOT BUILT, not as a failed build."""
+    with pytest.raises(LimitError, match=r"81920 bytes of LDS per block; gfx942 allows 65536"):
         fcompile.build(TritonFwdConfig(128, 64, 8, 3), "gfx942", head_dim=128)
+
+
+def test_rules_refusal_is_a_limit_and_a_compiler_failure_is_not():
+    with pytest.raises(LimitError):  # a rule: at most 16 warps
+        family("triton-fwd").check(TritonFwdConfig(128, 64, 32, 2), "gfx942", 128, "bfloat16")
+    with pytest.raises(ConfigError) as failed:
+        fcompile.build(TritonFwdConfig(64, 32, 4, 1, maxnreg=16), "sm90", head_dim=32)
+    assert not isinstance(failed.value, LimitError)
 
 
 def test_ptxas_register_failure_names_the_cap():

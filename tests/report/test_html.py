@@ -5,6 +5,7 @@ window in headless Chromium (measured in the page, with a screenshot), headers s
 table, failed builds are said, the default-kernel sentence, shared memory's cap on the
 staircase, and plot labels that never overlap."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from flashscope.targets import parse_targets
 TARGETS = "sm80,sm90,sm100,gfx942,gfx950,gfx1100"
 FAILED_CFG = TritonFwdConfig(128, 128, 8, 2)
 FAILED = (FAILED_CFG.key, "gfx942")  # the made-up build that failed
+REFUSED = (FAILED_CFG.key, "gfx950")  # made up to need more LDS than a workgroup may have
 SHARED_BOUND = (TritonFwdConfig(64, 64, 8, 2).key, "sm90")  # made up to need 150 KB of smem
 
 
@@ -42,7 +44,7 @@ def _record(cfg, t, hd):
 
 @pytest.fixture(scope="module")
 def wide():
-    from flashscope.errors import FlashscopeError
+    from flashscope.errors import FlashscopeError, LimitError
 
     ts = tuple(parse_targets(TARGETS))
     base = TritonFwdConfig(128, 64, 8, 2)
@@ -56,6 +58,9 @@ def wide():
         for t in ts:
             rec = (FlashscopeError(f"config {c.label}: made-up failure for the test")
                    if (c.key, t.name) == FAILED else _record(c, t, hd))
+            if (c.key, t.name) == REFUSED:
+                rec = LimitError(f"config {c.label}: needs 98304 bytes of LDS per block; "
+                                 f"gfx950 allows 65536")
             rows.append(_row(c, hd, t, rec))
     rep = Report(spec, rows, [], [])
     rep.ablations = ablations.steps(steps, rep.by_key(), ts)
@@ -74,10 +79,25 @@ def page(wide, tmp_path_factory):
 def test_failed_build_is_said_not_missing(wide, page):
     out, _ = page
     text = (out / "report.html").read_text()
-    assert "1 of" in text and "builds failed" in text
+    assert re.search(r"\b1 of \d+ builds failed", text)  # the refused one is not counted
     assert f"build failed: config {FAILED_CFG.label}: made-up failure" in text
     assert '<td class="fail">FAILED</td>' in text  # its row in the budget table
     assert f"FAILED: config {FAILED_CFG.label}" in text  # its ablation cell (BLOCK_N doubled)
+
+
+def test_a_config_its_target_cannot_run_is_not_built_not_failed(wide, page):
+    """A LimitError (a rule, or more LDS than a workgroup may have) is a result of the
+    ablation, listed apart from the failed builds: NOT BUILT, "does not fit"."""
+    out, files = page
+    text = (out / "report.html").read_text()
+    assert re.search(r"\b1 of \d+ configs do not fit their target", text)
+    assert '<td class="fail">NOT BUILT</td>' in text
+    assert f"does not fit: config {FAILED_CFG.label}: needs 98304 bytes" in text
+    assert f"NOT BUILT: config {FAILED_CFG.label}" in text  # its ablation cell
+    doc = json.loads((out / "report.json").read_text())
+    rows = [r for r in doc["rows"] if (r["config_key"], r["target"]) in (FAILED, REFUSED)]
+    assert sorted((r["target"], r["refused"]) for r in rows) == [("gfx942", False),
+                                                                 ("gfx950", True)]
 
 
 def test_terminal_summary_fits_100_columns(wide, capsys, monkeypatch):
@@ -89,6 +109,7 @@ def test_terminal_summary_fits_100_columns(wide, capsys, monkeypatch):
     render(wide, console())
     out = capsys.readouterr().out
     assert "128x128 w8 s2" in out and "FAILED" in out and "build failed" in out
+    assert "NOT BUILT" in out and "does not fit" in out
     assert max(len(x.rstrip()) for x in out.splitlines()) <= 100
     assert "\u2026" not in out
 

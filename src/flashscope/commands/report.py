@@ -161,6 +161,7 @@ def _row(r) -> dict:
     rec, c = r.record, getattr(r, "comparison", None) or {}
     return {"kernel": getattr(r, "kernel", "fwd"), "config": common.label(r.config),
             "head_dim": r.head_dim, "target": r.target, "error": r.error,
+            "refused": r.refused if rec is None else None,
             "registers": rec.registers if rec else None,
             "spills": r.spills if rec else None,
             "shared_bytes": rec.shared_bytes if rec else None,

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, ClassVar, NamedTuple, Optional
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LimitError
 from ..targets import get_target
 
 #: Head dims the kernels accept; anything in between is padded inside the kernel.
@@ -235,7 +235,8 @@ class Rule:
 
 def check_rules(cfg, rules, target, head_dim: int, dtype: str):
     """Return ``cfg`` unchanged if every rule passes for (target, head dim, dtype); else raise
-    ConfigError with the first failing rule's message. Pure: no compiler, no GPU."""
+    :class:`~flashscope.errors.LimitError` (a ConfigError) with the first failing rule's
+    message. Pure: no compiler, no GPU."""
     check_head_dim(head_dim)
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"dtype {dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
@@ -243,7 +244,7 @@ def check_rules(cfg, rules, target, head_dim: int, dtype: str):
     for rule in rules:
         msg = rule.test(cfg, ctx)
         if msg:
-            raise ConfigError(msg)
+            raise LimitError(msg)
     return cfg
 
 

@@ -110,7 +110,8 @@ def needed(steps) -> set:
 
 def _side(row) -> dict:
     if row is None or row.record is None:
-        return {"ok": False, "error": None if row is None else row.error}
+        return {"ok": False, "error": None if row is None else row.error,
+                "refused": row is not None and row.refused}
     r, o = row.record, row.occ
     return {"ok": True, "registers": r.registers, "spills": row.spills,
             "occupancy": None if o is None else o.occupancy,

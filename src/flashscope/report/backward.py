@@ -333,8 +333,9 @@ def _ablation_entries(spec: BwdSpec, plans: dict, rows: list) -> list:
                 entry["knob"] = step.knob
                 if step.after is None:
                     entry["targets"][t.name] = {"before": {"ok": False, "error": None},
-                                                "after": {"ok": False, "error":
-                                                          "not buildable (config checks)"},
+                                                "after": {"ok": False, "refused": True,
+                                                          "error": "refused by the config "
+                                                          "checks"},
                                                 "config_before": step.before.label,
                                                 "config_after": None}
                     continue

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..terminal import label, pct, show, table
+from .collect import unbuilt
 from .render_terminal import ablation_cell
 
 def registers_file(family) -> str:
@@ -31,7 +32,8 @@ def _measured(report, r) -> list:
     """config, D, target, kernel, registers, spills, shared, occupancy, limiter."""
     head = [label(r.config), r.head_dim, r.target, _label(report, r.kernel)]
     if r.record is None:
-        return head + ["FAILED", "-", "-", "-", f"build failed: {r.error or 'no record'}"]
+        cell, reason = unbuilt(r.refused, r.error)
+        return head + [cell, "-", "-", "-", reason]
     return head + [r.record.registers, r.spill_cell, r.record.shared_bytes,
                    pct(r.occ.occupancy if r.occ else None),
                    ", ".join(r.occ.limiter) if r.occ else (r.error or "-")]

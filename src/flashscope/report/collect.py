@@ -27,7 +27,7 @@ from typing import Callable, Optional
 from .. import budget as fbudget
 from ..families.base import check_head_dim
 from ..families.triton_fwd import TritonFwdConfig
-from ..errors import ConfigError, FlashscopeError
+from ..errors import ConfigError, FlashscopeError, LimitError
 from ..targets import parse_targets
 from . import ablations
 from .cliffs import cliff_view
@@ -61,13 +61,16 @@ class ReportSpec:
 @dataclass
 class Row:
     """One compiled kernel: measured record (or the error that stopped it), occupancy, the
-    budget model and its comparison with the measurement."""
+    budget model and its comparison with the measurement. ``refused``: no record because
+    the target cannot run the config (a rule or a limit, :class:`~flashscope.errors.
+    LimitError`), not because its build failed."""
 
     config: object  # a family's config record
     head_dim: int
     target: str
     record: object = None
     error: Optional[str] = None
+    refused: bool = False
     occ: object = None
     budget: object = None
     comparison: Optional[dict] = None
@@ -94,6 +97,7 @@ class Row:
             "config": self.config.label, "config_key": self.config.key,
             "family": self.config.KERNEL, "config_fields": self.config.as_dict(),
             "head_dim": self.head_dim, "target": self.target, "error": self.error,
+            "refused": self.refused,
             "measured": None if r is None else {
                 k: getattr(r, k) for k in ("registers", "agprs", "sgprs", "spill_stores",
                                            "spill_loads", "vgpr_spills", "sgpr_spills",
@@ -241,6 +245,15 @@ def make_spec(targets: str = DEFAULT_TARGETS, configs_file=None, head_dims=None,
                       tuple(sorted((variant or {}).items())), neighbours)
 
 
+def unbuilt(refused: bool, error: Optional[str]) -> tuple:
+    """(cell, reason) of a kernel without a record: NOT BUILT, "does not fit: ..." for a
+    config its target cannot run (a rule or a limit: an ablation that crosses one is a
+    result, not a fault), FAILED, "build failed: ..." for a build that failed."""
+    if refused:
+        return "NOT BUILT", f"does not fit: {error or 'refused by the rules'}"
+    return "FAILED", f"build failed: {error or 'no record'}"
+
+
 def measure_row(row, rec):
     """Fill ``row.record`` and ``row.occ`` from an inspect record, or ``row.error`` from the
     error that stopped the build (or the occupancy). Returns whether a record is there."""
@@ -248,6 +261,7 @@ def measure_row(row, rec):
 
     if isinstance(rec, FlashscopeError):
         row.error = str(rec)
+        row.refused = isinstance(rec, LimitError)
         return False
     row.record = rec
     try:

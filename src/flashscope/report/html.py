@@ -5,7 +5,8 @@ The page is laid out for a 1400-pixel window without sideways scrolling: numeric
 on one line, text cells (configs, reasons, the per-target ablation cells) wrap, and the
 ablation table gives each target one cell instead of five columns. Every table sorts by
 the column whose header is clicked (numbers by value, text alphabetically; a second click
-reverses). A build that failed is a row saying FAILED with its reason, never a missing row.
+reverses). A build that failed is a row saying FAILED with its reason, a config its target
+cannot run (a rule or a limit) one saying NOT BUILT with the limit; never a missing row.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Mapping, Optional
 
 from ..budget import COMPONENT_LABELS, COMPONENTS, REST
 from ..terminal import label, pct
+from .collect import unbuilt
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:20px;
@@ -94,14 +96,23 @@ def default_kernel_sentence(targets, kernels: Mapping) -> str:
 
 
 def failed_note(rows) -> str:
-    """A line naming every build that failed, with its reason (the tables show them too)."""
-    bad = [r for r in rows if r.record is None]
-    if not bad:
-        return ""
-    items = "".join(f"<li><code>{escape(label(r.config))}</code> D{r.head_dim} on "
-                    f"{escape(r.target)}: {escape(r.error or 'no record')}</li>" for r in bad)
-    return (f'<p class="bad">{len(bad)} of {len(rows)} builds failed; they appear as FAILED '
-            f"in the tables and the plots:</p><ul>{items}</ul>")
+    """Lines naming every build that failed and every config its target cannot run, with
+    the reason (the tables show them too)."""
+    def items(bad):
+        return "".join(f"<li><code>{escape(label(r.config))}</code> D{r.head_dim} on "
+                       f"{escape(r.target)}: {escape(r.error or 'no record')}</li>"
+                       for r in bad)
+    failed = [r for r in rows if r.record is None and not r.refused]
+    refused = [r for r in rows if r.record is None and r.refused]
+    out = ""
+    if failed:
+        out += (f'<p class="bad">{len(failed)} of {len(rows)} builds failed; they appear as '
+                f"FAILED in the tables and the plots:</p><ul>{items(failed)}</ul>")
+    if refused:
+        out += (f"<p>{len(refused)} of {len(rows)} configs do not fit their target (a rule "
+                f"or a limit); they appear as NOT BUILT in the tables and the plots:</p>"
+                f"<ul>{items(refused)}</ul>")
+    return out
 
 
 def _defaults_section(report) -> str:
@@ -115,8 +126,8 @@ def _defaults_section(report) -> str:
     for r in report.defaults:
         rec, c = r.record, r.comparison
         if rec is None:
-            rows.append([r.target, r.head_dim, r.config.label, "FAILED", "-", "-", "-",
-                         (r.error or "")[:60], "-", "-"])
+            rows.append([r.target, r.head_dim, r.config.label, unbuilt(r.refused, r.error)[0],
+                         "-", "-", "-", (r.error or "")[:60], "-", "-"])
             classes.append("spill")
             continue
         rows.append([r.target, r.head_dim, r.config.label, rec.registers, r.spill_cell,
@@ -173,10 +184,11 @@ def _budget_section(report) -> str:
     rows, classes = [], []
     for r in report.main_rows():
         if r.comparison is None:
-            reason = (f"build failed: {r.error}" if r.record is None
-                      else f"no comparison: {r.error or 'no budget for this target'}")
-            rows.append([label(r.config), r.head_dim, r.target,
-                         ("FAILED" if r.record is None else r.record.registers, 'class="fail"'),
+            cell, reason = unbuilt(r.refused, r.error)
+            if r.record is not None:
+                cell = r.record.registers
+                reason = f"no comparison: {r.error or 'no budget for this target'}"
+            rows.append([label(r.config), r.head_dim, r.target, (cell, 'class="fail"'),
                          (reason, f'colspan="{span}" class="l"')])
             classes.append("fail")
             continue
@@ -217,7 +229,8 @@ def ablation_cell(e) -> object:
         return ""
     if "d_registers" not in e:
         bad = e["before"] if not e["before"]["ok"] else e["after"]
-        return ("FAILED" + (f": {bad['error']}" if bad.get("error") else " (not built)"),
+        cell = unbuilt(bad.get("refused", False), None)[0]
+        return (cell + (f": {bad['error']}" if bad.get("error") else " (not built)"),
                 'class="l fail"')
     return (f"{e['before']['registers']} -> {e['after']['registers']} regs "
             f"({e['d_registers']:+d}), spills {e['d_spills']:+d}, occupancy "

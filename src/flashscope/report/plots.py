@@ -3,7 +3,8 @@
 - ``budget.png``: per target, the analytic budget of each config as stacked bars (one colour
   per component) with the measured register count marked; a red marker when the kernel
   spills (the measured count is then what the allocator was allowed, not the demand). A
-  config whose build failed keeps its place, hatched and marked FAILED.
+  config whose build failed keeps its place, hatched and marked FAILED (NOT BUILT, "does
+  not fit", where its target cannot run it: a rule or a limit).
 - ``staircase.png``: per target, occupancy against registers (VGPRs) per thread for each
   block size in the report, the register limit alone (solid); each config is plotted at
   its measured registers and its actual occupancy. Where shared memory (LDS) is what holds
@@ -17,6 +18,7 @@ from __future__ import annotations
 from ..budget import COMPONENT_LABELS, COMPONENTS
 from ..plotting import place_labels, pyplot
 from ..terminal import label
+from .collect import unbuilt
 
 _COLOURS = ("#4c72b0", "#dd8452", "#f0b27a", "#55a868", "#8172b3", "#937860", "#b0b0b0")
 
@@ -44,7 +46,8 @@ def plot_budget(report, path) -> str:
         mine = [r for r in rows if r.target == name]
         budgets = [r.budget if r.budget is not None else _failed_budget(r) for r in mine]
         failed = [r.record is None for r in mine]
-        labels = [f"{label(r.config)}\nD{r.head_dim}" + ("\nFAILED" if f else "")
+        labels = [f"{label(r.config)}\nD{r.head_dim}"
+                  + (f"\n{unbuilt(r.refused, None)[0]}" if f else "")
                   for r, f in zip(mine, failed)]
         x = list(range(len(mine)))
         bottom = [0.0] * len(mine)
@@ -54,10 +57,11 @@ def plot_budget(report, path) -> str:
                    width=0.7, hatch=None)
             bottom = [b + v for b, v in zip(bottom, vals)]
         for i, f in enumerate(failed):
-            if f:  # the build failed: hatch the (analytic) bar and say so above it
+            if f:  # no binary: hatch the (analytic) bar and say why above it
                 ax.bar([i], [max(bottom[i], 1.0)], width=0.7, fill=False, hatch="///",
                        edgecolor="#a40000", linewidth=0)
-                ax.annotate("build failed", (i, bottom[i]), xytext=(0, 3),
+                why = "does not fit" if mine[i].refused else "build failed"
+                ax.annotate(why, (i, bottom[i]), xytext=(0, 3),
                             textcoords="offset points", ha="center", fontsize=7,
                             color="#a40000")
         meas = [(i, r.record.registers, r.spills > 0) for i, r in enumerate(mine)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..budget import COMPONENTS
 from ..terminal import label, pct, show, table
+from .collect import unbuilt
 
 
 
@@ -28,8 +29,8 @@ def budget_table(report):
     for r in rows:
         head = [label(r.config), *([str(r.head_dim)] if dims else []), r.target]
         if r.record is None or r.comparison is None:
-            tab.add_row(*head, "FAILED", "-", "-", "-", "-", "-",
-                        f"build failed: {r.error or 'no record'}")
+            tab.add_row(*head, *unbuilt(r.refused, r.error)[:1], "-", "-", "-", "-", "-",
+                        unbuilt(r.refused, r.error)[1])
             continue
         c, b = r.comparison, r.budget
         tab.add_row(*head, str(c["measured"]),
@@ -58,7 +59,8 @@ def ablation_cell(e) -> str:
         return ""
     if "d_registers" not in e:
         bad = e["before"] if not e["before"]["ok"] else e["after"]
-        return "FAILED" + (f": {bad['error']}" if bad.get("error") else "")
+        cell = unbuilt(bad.get("refused", False), None)[0]
+        return cell + (f": {bad['error']}" if bad.get("error") else "")
     return (f"{_signed(e['d_registers'])} regs, {_signed(e['d_spills'])} spills, "
             f"{pct(e['before']['occupancy'])} -> {pct(e['after']['occupancy'])}")
 
@@ -93,7 +95,7 @@ def defaults_table(report):
     for r in report.defaults:
         rec = r.record
         tab.add_row(r.target, str(r.head_dim), label(r.config),
-                    "FAILED" if rec is None else str(rec.registers),
+                    unbuilt(r.refused, r.error)[0] if rec is None else str(rec.registers),
                     "-" if rec is None else r.spill_cell,
                     pct(r.occ.occupancy if r.occ else None))
     return tab
