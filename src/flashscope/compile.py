@@ -682,11 +682,11 @@ def check_limits(art: Artifact) -> Artifact:
     if shared > t.smem_per_block_optin:
         what = "shared memory" if t.vendor == "nvidia" else "LDS"
         raise LimitError(f"config {label}, head dim {art.head_dim}: the {art.kernel} kernel "
-                          f"needs {shared} bytes of {what} per block; {t.name} allows "
-                          f"{t.smem_per_block_optin}")
+                         f"needs {shared} bytes of {what} per block; {t.name} allows "
+                         f"{t.smem_per_block_optin}")
     if threads > t.max_threads_per_block:
         raise LimitError(f"config {label}: {threads} threads per block; {t.name} allows "
-                          f"{t.max_threads_per_block}")
+                         f"{t.max_threads_per_block}")
     return art
 
 

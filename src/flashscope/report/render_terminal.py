@@ -29,8 +29,11 @@ def budget_table(report):
     for r in rows:
         head = [label(r.config), *([str(r.head_dim)] if dims else []), r.target]
         if r.record is None or r.comparison is None:
-            tab.add_row(*head, *unbuilt(r.refused, r.error)[:1], "-", "-", "-", "-", "-",
-                        unbuilt(r.refused, r.error)[1])
+            cell, reason = unbuilt(r.refused, r.error)
+            if r.record is not None:  # built, but no budget for this target
+                cell = str(r.record.registers)
+                reason = f"no comparison: {r.error or 'no budget for this target'}"
+            tab.add_row(*head, cell, "-", "-", "-", "-", "-", reason)
             continue
         c, b = r.comparison, r.budget
         tab.add_row(*head, str(c["measured"]),
