@@ -212,7 +212,76 @@ def test_inspect_lines_on_files_without_lines(capsys, tmp_path, artifacts):
     code, out, err = _run(capsys, str(cubin), "--lines")
     assert code == 2 and "115" in out and "no line table" in err
     code, out, err = _run(capsys, "--diff", str(cubin), str(cubin), "--lines")
-    assert code == 2 and "without --diff" in err
+    assert code == 2 and "registers" in out and "no line table" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_diff_by_loop_and_line(capsys, artifacts, tmp_path):
+    """Two sm80 builds (the second capped at 32 registers): loops matched by statement,
+    depth and rank, their counts as each view has them; the changed lines ranked by the
+    size of the change; the same through ``inspect --diff A B --lines``."""
+    a, b = (artifacts[case_id(CASES[i])] for i in (1, 2))
+    va, vb = _view(a), _view(b)
+    d = lines.diff_lines(va, vb, top=5)
+    assert d["instructions"] == {"a": va.instructions, "b": vb.instructions,
+                                 "delta": vb.instructions - va.instructions}
+    by_key = {}
+    for lp in va.loops:
+        by_key.setdefault((lp["file"], lp["line"], lp["depth"]), []).append(lp["count"])
+    for e in d["loops"]:
+        if e["a"] is not None:
+            assert e["a"]["count"] == by_key[(e["file"], e["line"], e["depth"])][e["rank"]]
+        if e["a"] is not None and e["b"] is not None:
+            assert e["delta"] == e["b"]["count"] - e["a"]["count"]
+    assert len(d["loops"]) >= max(len(va.loops), len(vb.loops))
+    assert 0 < len(d["lines"]) <= 5
+    ca = {(r.file, r.line): r.count for r in va.rows if r.count}
+    cb = {(r.file, r.line): r.count for r in vb.rows if r.count}
+    change = {k: abs(cb.get(k, 0) - ca.get(k, 0)) for k in set(ca) | set(cb)}
+    kept = {(e["file"], e["line"]) for e in d["lines"]}
+    assert min(change[k] for k in kept) >= max(
+        (change[k] for k in change if k not in kept), default=0)
+    pa, pb = tmp_path / "a.cubin", tmp_path / "b.cubin"
+    pa.write_bytes(a.binary)
+    pb.write_bytes(b.binary)
+    code, out, err = _run(capsys, "--diff", str(pa), str(pb), "--lines", "--json")
+    got = json.loads(out)
+    assert code == 0, err
+    assert got["by_line"]["instructions"]["delta"] == d["instructions"]["delta"]
+    assert len(got["by_line"]["lines"]) == min(20, len(got["by_line"]["lines"]))
+    code, out, _ = _run(capsys, "--diff", str(pa), str(pb), "--lines", "--top", "3")
+    assert code == 0 and "B - A by loops" in out and "changed most" in out
+    code, out, _ = _run(capsys, "--diff", str(pa), str(pb), "--lines", "--csv")
+    assert code == 0 and "loop " in out and "line " in out
+
+
+def test_diff_lines_on_made_up_views():
+    """A loop or line on one side only: None on the other and no delta; loops at one
+    statement matched by rank; B's extra loop listed after A's."""
+    def view(loops, rows):
+        return lines.KernelLines(kernel="k", target="sm90", vendor="nvidia", rows=rows,
+                                 instructions=sum(r.count for r in rows), unattributed=0,
+                                 line_table=True, call_sites=True, registers=None,
+                                 highest_register={}, reserved_registers=None,
+                                 live_peak=None, live_mean=None, gap=None, peak=None,
+                                 checks=[], loops=loops)
+
+    def loop(line, count, depth=0):
+        return {"file": "f.py", "line": line, "depth": depth, "source": None,
+                "count": count, "instructions": {}, "live_registers_max": 1,
+                "spill_stores": 0, "spill_loads": 0}
+
+    row = lines.LineRow
+    a = view([loop(10, 100), loop(10, 90), loop(20, 5)],
+             [row("f.py", 10, count=7), row("f.py", 11, count=3)])
+    b = view([loop(10, 110), loop(10, 80), loop(30, 4)],
+             [row("f.py", 10, count=9), row("f.py", 12, count=1)])
+    d = lines.diff_lines(a, b, top=0)
+    assert [(e["line"], e["rank"], e["delta"]) for e in d["loops"]] == [
+        (10, 0, 10), (10, 1, -10), (20, 0, None), (30, 0, None)]
+    assert d["loops"][2]["b"] is None and d["loops"][3]["a"] is None
+    assert [(e["line"], e["delta"]) for e in d["lines"]] == [(10, 2), (11, None), (12, None)]
+    assert [e["line"] for e in lines.diff_lines(a, b, top=1)["lines"]] == [11]
 
 
 def test_a_build_naming_a_removed_checkout_reads_the_installed_files(artifacts):

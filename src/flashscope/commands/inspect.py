@@ -53,7 +53,9 @@ def register(sub):
     p.add_argument("--jobs", type=common.integer(0), default=0,
                    help="parallel compile processes (default 0: one per CPU core)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"),
-                   help="compare two configs (K=V,... on the first --target) or two artifacts")
+                   help="compare two configs (K=V,... on the first --target) or two "
+                        "artifacts; with --lines also loop by loop and the source lines "
+                        "that changed most")
     p.add_argument("--opcodes", action="store_true", help="also print per-opcode counts")
     common.add_output(p)
     p.add_argument("--lines", action="store_true",
@@ -61,7 +63,8 @@ def register(sub):
                         "mean), spills, and what inlined helpers add at their call sites; "
                         "with the register checks of each kernel")
     p.add_argument("--top", type=common.integer(0), default=0, metavar="N",
-                   help="with --lines: the N lines with the most instructions (default all)")
+                   help="with --lines: the N lines with the most instructions (default all; "
+                        "with --diff the 20 that changed most)")
     user = p.add_argument_group("FILE.py:KERNEL (a kernel of your own)")
     user.add_argument("--signature", default="", metavar="NAME=TYPE,...",
                       help="types of the non-constexpr parameters, e.g. "
@@ -149,20 +152,32 @@ def _artifacts(items, results):
 
 
 def _resolve_side(text, args):
-    """A --diff operand: an existing path (its single kernel), else a config."""
+    """A --diff operand: an existing path (its single kernel), else a config. Returns its
+    record and, with --lines, its per-line view (:class:`~flashscope.isa.lines.
+    KernelLines`; else None)."""
+    from .. import compile as fcompile
     from ..errors import FlashscopeError
-    from ..isa import inspect_config, read_path
+    from ..isa import inspect_config, lines, read_path
 
     if Path(text).exists():
         recs = read_path(text)
         if len(recs) != 1:
             raise FlashscopeError(f"--diff {text}: holds {len(recs)} kernels; give one binary")
-        return recs[0]
+        if not args.lines:
+            return recs[0], None
+        (_, view), = lines.lines_for_path(text)
+        if isinstance(view, Exception):
+            raise view
+        return recs[0], view[0]
     if "=" not in text:
         raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a K=V config")
     d, dt, c = common.one(_variants(args), "--head-dim/--dtype/--causal", "variant")
     t = args.target[0]
-    return inspect_config(_parse(args, text, t, d, dt, c), t, **_build_kw(args, d, dt, c))
+    cfg, kw = _parse(args, text, t, d, dt, c), _build_kw(args, d, dt, c)
+    rec = inspect_config(cfg, t, **kw)
+    if not args.lines:
+        return rec, None
+    return rec, lines.lines_for_artifacts([fcompile.build(cfg, t, **kw)])[0]
 
 
 def _user_records(args):
@@ -200,14 +215,21 @@ def run(args):
     from ..isa import diff, read_path
 
     if args.diff:
-        if args.lines:
-            raise FlashscopeError("--lines reads kernels one by one; give them without --diff")
         if args.path or args.config or args.configs:
             raise FlashscopeError("--diff A B takes its two operands alone (no PATH/--config)")
         common.prepare(args)
-        d = diff(_resolve_side(args.diff[0], args), _resolve_side(args.diff[1], args))
+        (ra, va), (rb, vb) = (_resolve_side(x, args) for x in args.diff)
+        d = diff(ra, rb)
+        if args.lines:
+            from ..isa.lines import diff_lines
+
+            d["by_line"] = diff_lines(va, vb, args.top or 20)
         rows = [{"field": name, **e} for name, e in _diff_rows(d)]
         common.emit(args, d, rows=rows, render=lambda con: _diff_table(con, d))
+        missing = [f"{v.source or v.kernel}: {v.note}" for v in (va, vb)
+                   if v is not None and not v.line_table]
+        if missing:  # the totals are out; say once what the line view lacked
+            raise FlashscopeError(missing[0])
         return 0
     errors, arts = [], None
     if (args.signature or args.constexpr) and not _is_user_kernel(args.path):
@@ -347,18 +369,65 @@ def _table(con, records, errors, opcodes):
 
 
 def _diff_rows(d) -> list:
-    return list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]
+    """(field, {"a", "b", "delta"}) rows: the records' fields and mix, then with --lines
+    each loop's and each changed line's instruction count."""
+    rows = list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]
+    by = d.get("by_line")
+    if by:
+        def count(e):
+            return {k: None if e[k] is None else e[k]["count"] for k in ("a", "b")} | {
+                "delta": e["delta"]}
+        rows += [(f"loop {_at(e)} depth {e['depth']} #{e['rank']} instructions", count(e))
+                 for e in by["loops"]]
+        rows += [(f"line {_at(e)} instructions", count(e)) for e in by["lines"]]
+    return rows
+
+
+def _at(e) -> str:
+    return f"{Path(e['file']).name if e['file'] else '?'}:{e['line']}"
+
+
+def _signed(v) -> str:
+    return "-" if v is None else (f"{v:+d}" if isinstance(v, int) else f"{v:+}")
 
 
 def _diff_table(con, d):
     t = common.table("field", "A", "B", "B - A", title=f"B - A   A = {d['a']}   "
                                                       f"B = {d['b']}", left=("field",))
-    for name, e in _diff_rows(d):
-        delta = e["delta"]
-        t.add_row(name, _n(e["a"]), _n(e["b"]),
-                  "-" if delta is None else (f"{delta:+d}" if isinstance(delta, int)
-                                             else f"{delta:+}"))
+    for name, e in _diff_rows(d)[:len(d["fields"]) + len(d["mix"])]:
+        t.add_row(name, _n(e["a"]), _n(e["b"]), _signed(e["delta"]))
     common.show(con, t)
+    by = d.get("by_line")
+    if by:
+        from .lines_view import CLASS_COLUMNS, _cols
+
+        def cells(e):
+            a, b = e["a"], e["b"]
+            if a is None or b is None:
+                return ["-"] * len(CLASS_COLUMNS)
+            return [_signed(y - x) for x, y in zip(_cols(a["instructions"]),
+                                                   _cols(b["instructions"]))]
+
+        def pair(e, *keys):
+            return " -> ".join("-" if e[s] is None else "/".join(str(e[s][k]) for k in keys)
+                               for s in ("a", "b"))
+
+        for what, entries, first in (("loops, matched by statement, depth and rank",
+                                      by["loops"], "loop"),
+                                     ("source lines whose own instructions changed most",
+                                      by["lines"], "line")):
+            t = common.table(first, "source", "A", "B", "B - A",
+                             *[f"d {c}" for c, _ in CLASS_COLUMNS], "spills st/ld",
+                             "live max", title=f"B - A by {what}",
+                             left=(first, "source"))
+            for e in entries:
+                where = _at(e) + (f" d{e['depth']}" if first == "loop" else "")
+                t.add_row(where, (e["source"] or "").strip()[:48],
+                          *[_n(None if e[s] is None else e[s]["count"]) for s in ("a", "b")],
+                          _signed(e["delta"]), *cells(e),
+                          pair(e, "spill_stores", "spill_loads"),
+                          pair(e, "live_registers_max"))
+            common.show(con, t)
 
 
 if __name__ == "__main__":  # pragma: no cover

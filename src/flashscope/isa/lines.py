@@ -686,3 +686,67 @@ def lines_for_path(path) -> list:
         except FlashscopeError as e:
             out.append((str(f.binary), e))
     return out
+
+
+# -- two kernels side by side -----------------------------------------------------------
+
+#: what :func:`diff_lines` reads of a loop or a line on each side
+_SIDE_KEYS = ("count", "instructions", "live_registers_max", "spill_stores", "spill_loads")
+
+
+def _side(summary) -> Optional[dict]:
+    if summary is None:
+        return None
+    get = summary.get if isinstance(summary, dict) else lambda k: getattr(summary, k)
+    return {k: get(k) for k in _SIDE_KEYS}
+
+
+def _paired(a: Optional[dict], b: Optional[dict]) -> dict:
+    return {"a": a, "b": b,
+            "delta": None if a is None or b is None else b["count"] - a["count"]}
+
+
+def diff_lines(a: KernelLines, b: KernelLines, top: int = 20) -> dict:
+    """B - A by structure and by source line, for two builds of one kernel (two configs,
+    two head dims, a change and the tree before it): where instructions came or went.
+
+    ``loops``: the loops of both, matched by their statement (file and line of the back
+    edge), nesting depth and rank among the loops of that statement and depth (a helper
+    inlined three times closes three loops at one line), in A's program order and then
+    B's loops that A lacks; each side's instruction count, instructions by class, live
+    registers at most and spills (None where that side has no such loop). ``lines``: the
+    ``top`` source lines (0: all) whose own instruction count changed most, each side as
+    for a loop. ``delta``: B's count minus A's, None where a side lacks it."""
+    def keyed(loops):
+        seen, out = Counter(), {}
+        for lp in loops:
+            base = (lp.get("file"), lp.get("line"), lp.get("depth"))
+            out[base + (seen[base],)] = lp
+            seen[base] += 1
+        return out
+
+    la, lb = keyed(a.loops), keyed(b.loops)
+    loops = []
+    for key in list(la) + [k for k in lb if k not in la]:
+        lp = la.get(key) or lb[key]
+        loops.append({"file": key[0], "line": key[1], "depth": key[2], "rank": key[3],
+                      "source": lp.get("source"),
+                      **_paired(_side(la.get(key)), _side(lb.get(key)))})
+    ra = {(r.file, r.line): r for r in a.rows if r.count}
+    rb = {(r.file, r.line): r for r in b.rows if r.count}
+    lines = []
+    for key in sorted(set(ra) | set(rb), key=lambda k: row_order(*k)):
+        r = ra.get(key) or rb[key]
+        lines.append({"file": key[0], "line": key[1], "source": r.source,
+                      **_paired(_side(ra.get(key)), _side(rb.get(key)))})
+
+    def change(e):
+        return abs(e["delta"]) if e["delta"] is not None else (e["a"] or e["b"])["count"]
+    changed = sorted((e for e in lines if change(e)), key=lambda e: -change(e))
+    if top:
+        changed = changed[:top]
+    kept = {(e["file"], e["line"]) for e in changed}
+    return {"a": f"{a.kernel} @ {a.target}", "b": f"{b.kernel} @ {b.target}",
+            "instructions": {"a": a.instructions, "b": b.instructions,
+                             "delta": b.instructions - a.instructions},
+            "loops": loops, "lines": [e for e in lines if (e["file"], e["line"]) in kept]}
