@@ -399,7 +399,7 @@ def _diff_table(con, d):
     common.show(con, t)
     by = d.get("by_line")
     if by:
-        from .lines_view import CLASS_COLUMNS, _cols
+        from .lines_view import CLASS_COLUMNS, LOOP_SHOWN, _cols
 
         def cells(e):
             a, b = e["a"], e["b"]
@@ -420,7 +420,12 @@ def _diff_table(con, d):
                              *[f"d {c}" for c, _ in CLASS_COLUMNS], "spills st/ld",
                              "live max", title=f"B - A by {what}",
                              left=(first, "source"))
+            small = 0
             for e in entries:
+                if first == "loop" and all(e[s] is None or e[s]["count"] < LOOP_SHOWN
+                                           for s in ("a", "b")):
+                    small += 1
+                    continue
                 where = _at(e) + (f" d{e['depth']}" if first == "loop" else "")
                 t.add_row(where, (e["source"] or "").strip()[:48],
                           *[_n(None if e[s] is None else e[s]["count"]) for s in ("a", "b")],
@@ -428,6 +433,9 @@ def _diff_table(con, d):
                           pair(e, "spill_stores", "spill_loads"),
                           pair(e, "live_registers_max"))
             common.show(con, t)
+            if small:
+                con.print(f"  {small} loops of fewer than {LOOP_SHOWN} instructions (waits) "
+                          "on both sides left out here; --json lists them")
 
 
 if __name__ == "__main__":  # pragma: no cover
