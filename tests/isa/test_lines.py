@@ -253,6 +253,14 @@ def test_diff_by_loop_and_line(capsys, artifacts, tmp_path):
     assert code == 0 and "B - A by loops" in out and "changed most" in out
     code, out, _ = _run(capsys, "--diff", str(pa), str(pb), "--lines", "--csv")
     assert code == 0 and "loop " in out and "line " in out
+    # config operands build (or find) their kernels the way --config does
+    code, out, err = _run(capsys, "--target", "sm80", "--head-dim", "64", "--diff",
+                          "BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=2",
+                          "BLOCK_M=128,BLOCK_N=64,num_warps=4,num_stages=2,maxnreg=32",
+                          "--lines", "--json")
+    got = json.loads(out)
+    assert code == 0, err
+    assert got["fields"]["registers"]["b"] == 32 and got["by_line"]["loops"]
 
 
 def test_diff_lines_on_made_up_views():

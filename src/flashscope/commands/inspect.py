@@ -165,10 +165,10 @@ def _resolve_side(text, args):
             raise FlashscopeError(f"--diff {text}: holds {len(recs)} kernels; give one binary")
         if not args.lines:
             return recs[0], None
-        (_, view), = lines.lines_for_path(text)
-        if isinstance(view, Exception):
-            raise view
-        return recs[0], view[0]
+        (_, views), = lines.lines_for_path(text)
+        if isinstance(views, Exception):
+            raise views
+        return recs[0], views[0]
     if "=" not in text:
         raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a K=V config")
     d, dt, c = common.one(_variants(args), "--head-dim/--dtype/--causal", "variant")
@@ -177,7 +177,10 @@ def _resolve_side(text, args):
     rec = inspect_config(cfg, t, **kw)
     if not args.lines:
         return rec, None
-    return rec, lines.lines_for_artifacts([fcompile.build(cfg, t, **kw)])[0]
+    view, = lines.lines_for_artifacts([fcompile.build(cfg, t, **kw)])
+    if isinstance(view, Exception):
+        raise view
+    return rec, view
 
 
 def _user_records(args):
