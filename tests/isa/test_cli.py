@@ -80,6 +80,22 @@ def test_path_and_diff(capsys, artifacts, tmp_path):
     assert code == 0 and d["fields"]["registers"]["delta"] == regs_b - regs_a
 
 
+def test_diff_operands_name_their_own_build_settings(capsys, artifacts):
+    """An operand's head_dim, dtype, causal or varlen build its side alone: one config
+    causal against not, the labels saying which side is which; a bad setting is one
+    line naming it (exit 2)."""
+    cfg = "BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=2"
+    code, out, err = _run(capsys, "--target", "sm80", "--head-dim", "64", "--diff",
+                          f"{cfg},causal=1", f"{cfg},causal=0", "--json")
+    d = json.loads(out)
+    assert code == 0, err
+    assert d["a"].endswith("(causal=1)") and d["b"].endswith("(causal=0)")
+    assert d["fields"]["registers"]["a"] == _registers(artifacts, CASES[1])
+    assert d["fields"]["instructions"]["delta"] != 0
+    _bad(capsys, "--diff", "head_dim=x", "head_dim=64", match="head_dim")
+    _bad(capsys, "--diff", "causal=maybe", "head_dim=64", match="causal")
+
+
 def _bad(capsys, *argv, match):
     code, out, err = _run(capsys, *argv)
     assert code == 2, (out, err)

@@ -151,10 +151,52 @@ def _artifacts(items, results):
             if not isinstance(r, Exception)]
 
 
+#: build settings a --diff operand may name beside its knobs, for its side alone
+SIDE_SETTINGS = ("head_dim", "dtype", "causal", "varlen")
+
+
+def _side_settings(text, args) -> tuple:
+    """(config text, head dim, dtype, causal, build keywords, the settings named) of a
+    --diff operand: its knobs, and the command's variant but for the
+    :data:`SIDE_SETTINGS` it names (e.g. ``head_dim=96`` against ``head_dim=128``, or
+    ``varlen=1``: a packed build against the dense one)."""
+    from ..errors import FlashscopeError
+
+    d, dt, c = common.one(_variants(args), "--head-dim/--dtype/--causal", "variant")
+    kw = common.variant_kw(args)
+    prefix, sep, body = text.rpartition(":") if ":" in text.split("=", 1)[0] else ("", "", text)
+    knobs, named = [], []
+    for part in filter(None, (x.strip() for x in body.split(","))):
+        key, _, value = part.partition("=")
+        key = key.strip()
+        if key not in SIDE_SETTINGS:
+            knobs.append(part)
+            continue
+        named.append(part)
+        try:
+            if key == "head_dim":
+                d = common.one(common.parse_int_list(value), f"--diff {text!r}: head_dim")
+            elif key == "dtype":
+                dt = common.one(common.parse_dtypes(value), f"--diff {text!r}: dtype")
+            else:
+                word = {"1": "yes", "0": "no"}.get(value.strip(), value)
+                on = common.one(common.parse_causal(word), key)
+                if key == "causal":
+                    c = on
+                elif on:
+                    kw["varlen"] = True
+                else:
+                    kw.pop("varlen", None)
+        except FlashscopeError as e:
+            raise FlashscopeError(f"--diff {text!r}: {key}: {e}") from None
+    return prefix + sep + ",".join(knobs), d, dt, c, kw, ",".join(named)
+
+
 def _resolve_side(text, args):
-    """A --diff operand: an existing path (its single kernel), else a config. Returns its
-    record and, with --lines, its per-line view (:class:`~flashscope.isa.lines.
-    KernelLines`; else None)."""
+    """A --diff operand: an existing path (its single kernel), else a config, with the
+    build settings it names for its side (:func:`_side_settings`). Returns its record,
+    with --lines its per-line view (:class:`~flashscope.isa.lines.KernelLines`; else
+    None) and the settings it named ("" for a path)."""
     from .. import compile as fcompile
     from ..errors import FlashscopeError
     from ..isa import inspect_config, lines, read_path
@@ -164,23 +206,28 @@ def _resolve_side(text, args):
         if len(recs) != 1:
             raise FlashscopeError(f"--diff {text}: holds {len(recs)} kernels; give one binary")
         if not args.lines:
-            return recs[0], None
+            return recs[0], None, ""
         (_, views), = lines.lines_for_path(text)
         if isinstance(views, Exception):
             raise views
-        return recs[0], views[0]
+        return recs[0], views[0], ""
     if "=" not in text:
         raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a K=V config")
-    d, dt, c = common.one(_variants(args), "--head-dim/--dtype/--causal", "variant")
+    knobs, d, dt, c, variant, named = _side_settings(text, args)
     t = args.target[0]
-    cfg, kw = _parse(args, text, t, d, dt, c), _build_kw(args, d, dt, c)
+    cfg = common.config_from(
+        lambda x: fcompile.parse_config(x, args.kernel, t, d, dt, c, **variant), knobs,
+        f"--diff {text!r}")
+    kw = dict(head_dim=d, dtype=dt, causal=c, kernel=args.kernel, **variant)
+    if args.lse:
+        kw["return_lse"] = True
     rec = inspect_config(cfg, t, **kw)
     if not args.lines:
-        return rec, None
+        return rec, None, named
     view, = lines.lines_for_artifacts([fcompile.build(cfg, t, **kw)])
     if isinstance(view, Exception):
         raise view
-    return rec, view
+    return rec, view, named
 
 
 def _user_records(args):
@@ -221,8 +268,11 @@ def run(args):
         if args.path or args.config or args.configs:
             raise FlashscopeError("--diff A B takes its two operands alone (no PATH/--config)")
         common.prepare(args)
-        (ra, va), (rb, vb) = (_resolve_side(x, args) for x in args.diff)
+        (ra, va, na), (rb, vb, nb) = (_resolve_side(x, args) for x in args.diff)
         d = diff(ra, rb)
+        for side, named in (("a", na), ("b", nb)):  # what tells two builds of one config
+            if named:
+                d[side] += f" ({named})"
         if args.lines:
             from ..isa.lines import diff_lines
 
