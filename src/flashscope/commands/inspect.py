@@ -53,9 +53,10 @@ def register(sub):
     p.add_argument("--jobs", type=common.integer(0), default=0,
                    help="parallel compile processes (default 0: one per CPU core)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"),
-                   help="compare two configs (K=V,... on the first --target) or two "
-                        "artifacts; with --lines also loop by loop and the source lines "
-                        "that changed most")
+                   help="compare two configs (K=V,... on the first --target; head_dim=, "
+                        "dtype=, causal=, varlen= set that side's build) or two artifacts; "
+                        "with --lines also loop by loop and the source lines that changed "
+                        "most")
     p.add_argument("--opcodes", action="store_true", help="also print per-opcode counts")
     common.add_output(p)
     p.add_argument("--lines", action="store_true",
