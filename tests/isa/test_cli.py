@@ -92,6 +92,14 @@ def test_diff_operands_name_their_own_build_settings(capsys, artifacts):
     assert d["a"].endswith("(causal=1)") and d["b"].endswith("(causal=0)")
     assert d["fields"]["registers"]["a"] == _registers(artifacts, CASES[1])
     assert d["fields"]["instructions"]["delta"] != 0
+    code, out, err = _run(capsys, "--kernel", "triton-fwd", "--head-dim", "64", "--diff",
+                          "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3",
+                          f"{cfg},target=sm80,causal=1", "--json")
+    d = json.loads(out)
+    assert code == 0, err
+    assert (d["fields"]["registers"]["a"], d["fields"]["registers"]["b"]) == (
+        _registers(artifacts, CASES[0]), _registers(artifacts, CASES[1]))
+    _bad(capsys, "--diff", "target=sm99", "head_dim=64", match="unknown target")
     _bad(capsys, "--diff", "head_dim=x", "head_dim=64", match="head_dim")
     _bad(capsys, "--diff", "causal=maybe", "head_dim=64", match="causal")
 

@@ -53,8 +53,9 @@ def register(sub):
     p.add_argument("--jobs", type=common.integer(0), default=0,
                    help="parallel compile processes (default 0: one per CPU core)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"),
-                   help="compare two configs (K=V,... on the first --target; head_dim=, "
-                        "dtype=, causal=, varlen= set that side's build) or two artifacts; "
+                   help="compare two configs (K=V,... on the first --target; target=, "
+                        "head_dim=, dtype=, causal=, varlen= set that side's build) or two "
+                        "artifacts; "
                         "with --lines also loop by loop and the source lines that changed "
                         "most")
     p.add_argument("--opcodes", action="store_true", help="also print per-opcode counts")
@@ -153,17 +154,19 @@ def _artifacts(items, results):
 
 
 #: build settings a --diff operand may name beside its knobs, for its side alone
-SIDE_SETTINGS = ("head_dim", "dtype", "causal", "varlen")
+SIDE_SETTINGS = ("target", "head_dim", "dtype", "causal", "varlen")
 
 
 def _side_settings(text, args) -> tuple:
-    """(config text, head dim, dtype, causal, build keywords, the settings named) of a
-    --diff operand: its knobs, and the command's variant but for the
-    :data:`SIDE_SETTINGS` it names (e.g. ``head_dim=96`` against ``head_dim=128``, or
-    ``varlen=1``: a packed build against the dense one)."""
+    """(config text, target, head dim, dtype, causal, build keywords, the settings named)
+    of a --diff operand: its knobs, and the command's first target and variant but for
+    the :data:`SIDE_SETTINGS` it names (e.g. ``head_dim=96`` against ``head_dim=128``,
+    ``varlen=1``: a packed build against the dense one, ``target=gfx942``)."""
     from ..errors import FlashscopeError
+    from ..targets import parse_targets
 
     d, dt, c = common.one(_variants(args), "--head-dim/--dtype/--causal", "variant")
+    t = args.target[0]
     kw = common.variant_kw(args)
     prefix, sep, body = text.rpartition(":") if ":" in text.split("=", 1)[0] else ("", "", text)
     knobs, named = [], []
@@ -175,7 +178,9 @@ def _side_settings(text, args) -> tuple:
             continue
         named.append(part)
         try:
-            if key == "head_dim":
+            if key == "target":
+                t = common.one(parse_targets(value), f"--diff {text!r}: target", "target")
+            elif key == "head_dim":
                 d = common.one(common.parse_int_list(value), f"--diff {text!r}: head_dim")
             elif key == "dtype":
                 dt = common.one(common.parse_dtypes(value), f"--diff {text!r}: dtype")
@@ -190,7 +195,7 @@ def _side_settings(text, args) -> tuple:
                     kw.pop("varlen", None)
         except FlashscopeError as e:
             raise FlashscopeError(f"--diff {text!r}: {key}: {e}") from None
-    return prefix + sep + ",".join(knobs), d, dt, c, kw, ",".join(named)
+    return prefix + sep + ",".join(knobs), t, d, dt, c, kw, ",".join(named)
 
 
 def _resolve_side(text, args):
@@ -214,8 +219,7 @@ def _resolve_side(text, args):
         return recs[0], views[0], ""
     if "=" not in text:
         raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a K=V config")
-    knobs, d, dt, c, variant, named = _side_settings(text, args)
-    t = args.target[0]
+    knobs, t, d, dt, c, variant, named = _side_settings(text, args)
     cfg = common.config_from(
         lambda x: fcompile.parse_config(x, args.kernel, t, d, dt, c, **variant), knobs,
         f"--diff {text!r}")
