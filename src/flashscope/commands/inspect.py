@@ -98,15 +98,17 @@ def _config_items(args) -> list:
     return items
 
 
-def _parse(args, item, target, d, dt, c):
+def _parse(args, item, target, d, dt, c, variant=None):
+    """A config on top of ``target``'s default for the variant (``variant``: build
+    keywords instead of the command's, a --diff side's)."""
     from .. import compile as fcompile
 
     where = (f"--configs {args.configs}: entry {item[0]}" if isinstance(item, tuple)
              else f"--config {item!r}")  # a --diff operand is a --config alike
     text = item[1] if isinstance(item, tuple) else item
+    kw = common.variant_kw(args) if variant is None else variant
     return common.config_from(
-        lambda x: fcompile.parse_config(x, args.kernel, target, d, dt, c,
-                                        **common.variant_kw(args)), text, where)
+        lambda x: fcompile.parse_config(x, args.kernel, target, d, dt, c, **kw), text, where)
 
 
 def _variants(args) -> list:
@@ -114,9 +116,9 @@ def _variants(args) -> list:
     return [(d, t, c) for d in args.head_dim for t in args.dtype for c in args.causal]
 
 
-def _build_kw(args, head_dim, dtype, causal) -> dict:
+def _build_kw(args, head_dim, dtype, causal, variant=None) -> dict:
     kw = dict(head_dim=head_dim, dtype=dtype, causal=causal, kernel=args.kernel,
-              **common.variant_kw(args))
+              **(common.variant_kw(args) if variant is None else variant))
     if args.lse:
         kw["return_lse"] = True
     return kw
@@ -220,12 +222,8 @@ def _resolve_side(text, args):
     if "=" not in text:
         raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a K=V config")
     knobs, t, d, dt, c, variant, named = _side_settings(text, args)
-    cfg = common.config_from(
-        lambda x: fcompile.parse_config(x, args.kernel, t, d, dt, c, **variant), knobs,
-        f"--diff {text!r}")
-    kw = dict(head_dim=d, dtype=dt, causal=c, kernel=args.kernel, **variant)
-    if args.lse:
-        kw["return_lse"] = True
+    cfg = _parse(args, knobs, t, d, dt, c, variant)
+    kw = _build_kw(args, d, dt, c, variant)
     rec = inspect_config(cfg, t, **kw)
     if not args.lines:
         return rec, None, named
