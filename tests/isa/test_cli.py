@@ -78,6 +78,14 @@ def test_path_and_diff(capsys, artifacts, tmp_path):
     code, out, _ = _run(capsys, "--diff", str(pa), str(pb), "--json")
     d = json.loads(out)
     assert code == 0 and d["fields"]["registers"]["delta"] == regs_b - regs_a
+    assert "opcodes" not in d
+    code, out, _ = _run(capsys, "--diff", str(pa), str(pb), "--opcodes", "--json")
+    ops = json.loads(out)["opcodes"]
+    changes = [abs(e["delta"]) for e in ops.values()]
+    assert code == 0 and changes and all(changes) and changes == sorted(changes, reverse=True)
+    assert sum(e["delta"] for e in ops.values()) == d["fields"]["instructions"]["delta"]
+    code, out, _ = _run(capsys, "--diff", str(pa), str(pb), "--opcodes")
+    assert code == 0 and "opcode." in out
 
 
 def test_diff_operands_name_their_own_build_settings(capsys, artifacts):

@@ -58,7 +58,9 @@ def register(sub):
                         "artifacts; "
                         "with --lines also loop by loop and the source lines that changed "
                         "most")
-    p.add_argument("--opcodes", action="store_true", help="also print per-opcode counts")
+    p.add_argument("--opcodes", action="store_true",
+                   help="also print per-opcode counts (with --diff: the opcodes whose count "
+                        "differs)")
     common.add_output(p)
     p.add_argument("--lines", action="store_true",
                    help="per source line: instructions by class, live registers (peak and "
@@ -272,7 +274,7 @@ def run(args):
             raise FlashscopeError("--diff A B takes its two operands alone (no PATH/--config)")
         common.prepare(args)
         (ra, va, na), (rb, vb, nb) = (_resolve_side(x, args) for x in args.diff)
-        d = diff(ra, rb)
+        d = diff(ra, rb, opcodes=args.opcodes)
         for side, named in (("a", na), ("b", nb)):  # what tells two builds of one config
             if named:
                 d[side] += f" ({named})"
@@ -428,6 +430,7 @@ def _diff_rows(d) -> list:
     """(field, {"a", "b", "delta"}) rows: the records' fields and mix, then with --lines
     each loop's and each changed line's instruction count."""
     rows = list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]
+    rows += [(f"opcode.{k}", v) for k, v in d.get("opcodes", {}).items()]
     by = d.get("by_line")
     if by:
         def count(e):
@@ -450,7 +453,7 @@ def _signed(v) -> str:
 def _diff_table(con, d):
     t = common.table("field", "A", "B", "B - A", title=f"B - A   A = {d['a']}   "
                                                       f"B = {d['b']}", left=("field",))
-    for name, e in _diff_rows(d)[:len(d["fields"]) + len(d["mix"])]:
+    for name, e in _diff_rows(d)[:len(d["fields"]) + len(d["mix"]) + len(d.get("opcodes", {}))]:
         t.add_row(name, _n(e["a"]), _n(e["b"]), _signed(e["delta"]))
     common.show(con, t)
     by = d.get("by_line")

@@ -88,16 +88,25 @@ class KernelRecord:
         return f"{name} @ {self.target}" if name else f"{self.kernel} @ {self.target}"
 
 
-def diff(a: KernelRecord, b: KernelRecord) -> dict:
-    """b - a for every numeric field and every mix class present in either record.
+def diff(a: KernelRecord, b: KernelRecord, opcodes: bool = False) -> dict:
+    """b - a for every numeric field and every mix class present in either record, and
+    with ``opcodes`` every opcode whose count differs.
 
     A field missing (None) on one side gives None. Returns {"a": label, "b": label,
-    "fields": {name: {"a", "b", "delta"}}, "mix": {class: {"a", "b", "delta"}}}."""
+    "fields": {name: {"a", "b", "delta"}}, "mix": {class: {"a", "b", "delta"}}} and with
+    ``opcodes`` "opcodes": {opcode: {"a", "b", "delta"}}, the largest changes first."""
     def entry(x, y):
         return {"a": x, "b": y, "delta": None if x is None or y is None else y - x}
 
+    def counts(x, y):
+        return {k: entry((x or {}).get(k, 0) if x is not None else None,
+                         (y or {}).get(k, 0) if y is not None else None)
+                for k in sorted(set(x or {}) | set(y or {}))}
+
     fields = {k: entry(getattr(a, k), getattr(b, k)) for k in DIFF_FIELDS}
-    classes = sorted(set(a.mix or {}) | set(b.mix or {}))
-    mix = {c: entry((a.mix or {}).get(c, 0) if a.mix is not None else None,
-                    (b.mix or {}).get(c, 0) if b.mix is not None else None) for c in classes}
-    return {"a": a.label, "b": b.label, "fields": fields, "mix": mix}
+    out = {"a": a.label, "b": b.label, "fields": fields, "mix": counts(a.mix, b.mix)}
+    if opcodes:
+        ops = counts(a.opcodes, b.opcodes)
+        out["opcodes"] = dict(sorted(((k, e) for k, e in ops.items() if e["delta"] != 0),
+                                     key=lambda kv: -abs(kv[1]["delta"] or 0)))
+    return out
