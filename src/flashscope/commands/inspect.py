@@ -426,11 +426,17 @@ def _table(con, records, errors, opcodes):
                                               key=lambda kv: -kv[1])))
 
 
+def _field_rows(d) -> list:
+    """(field, {"a", "b", "delta"}) rows of the records: their fields, mix and, with
+    --opcodes, the opcodes whose count differs."""
+    return (list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]
+            + [(f"opcode.{k}", v) for k, v in d.get("opcodes", {}).items()])
+
+
 def _diff_rows(d) -> list:
-    """(field, {"a", "b", "delta"}) rows: the records' fields and mix, then with --lines
-    each loop's and each changed line's instruction count."""
-    rows = list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]
-    rows += [(f"opcode.{k}", v) for k, v in d.get("opcodes", {}).items()]
+    """:func:`_field_rows`, then with --lines each loop's and each changed line's
+    instruction count (the CSV)."""
+    rows = _field_rows(d)
     by = d.get("by_line")
     if by:
         def count(e):
@@ -453,7 +459,7 @@ def _signed(v) -> str:
 def _diff_table(con, d):
     t = common.table("field", "A", "B", "B - A", title=f"B - A   A = {d['a']}   "
                                                       f"B = {d['b']}", left=("field",))
-    for name, e in _diff_rows(d)[:len(d["fields"]) + len(d["mix"]) + len(d.get("opcodes", {}))]:
+    for name, e in _field_rows(d):
         t.add_row(name, _n(e["a"]), _n(e["b"]), _signed(e["delta"]))
     common.show(con, t)
     by = d.get("by_line")

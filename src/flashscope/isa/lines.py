@@ -694,11 +694,9 @@ def lines_for_path(path) -> list:
 _SIDE_KEYS = ("count", "instructions", "live_registers_max", "spill_stores", "spill_loads")
 
 
-def _side(summary) -> Optional[dict]:
-    if summary is None:
-        return None
-    get = summary.get if isinstance(summary, dict) else lambda k: getattr(summary, k)
-    return {k: get(k) for k in _SIDE_KEYS}
+def _side(summary: Optional[dict]) -> Optional[dict]:
+    """A loop's summary or a row's fields (``vars`` of a :class:`LineRow`), as a side."""
+    return None if summary is None else {k: summary[k] for k in _SIDE_KEYS}
 
 
 def _paired(a: Optional[dict], b: Optional[dict]) -> dict:
@@ -732,12 +730,12 @@ def diff_lines(a: KernelLines, b: KernelLines, top: int = 20) -> dict:
         loops.append({"file": key[0], "line": key[1], "depth": key[2], "rank": key[3],
                       "source": lp.get("source"),
                       **_paired(_side(la.get(key)), _side(lb.get(key)))})
-    ra = {(r.file, r.line): r for r in a.rows if r.count}
-    rb = {(r.file, r.line): r for r in b.rows if r.count}
+    ra = {(r.file, r.line): vars(r) for r in a.rows if r.count}
+    rb = {(r.file, r.line): vars(r) for r in b.rows if r.count}
     lines = []
     for key in sorted(set(ra) | set(rb), key=lambda k: row_order(*k)):
         r = ra.get(key) or rb[key]
-        lines.append({"file": key[0], "line": key[1], "source": r.source,
+        lines.append({"file": key[0], "line": key[1], "source": r["source"],
                       **_paired(_side(ra.get(key)), _side(rb.get(key)))})
 
     def change(e):

@@ -99,8 +99,8 @@ def diff(a: KernelRecord, b: KernelRecord, opcodes: bool = False) -> dict:
         return {"a": x, "b": y, "delta": None if x is None or y is None else y - x}
 
     def counts(x, y):
-        return {k: entry((x or {}).get(k, 0) if x is not None else None,
-                         (y or {}).get(k, 0) if y is not None else None)
+        return {k: entry(x.get(k, 0) if x is not None else None,
+                         y.get(k, 0) if y is not None else None)
                 for k in sorted(set(x or {}) | set(y or {}))}
 
     fields = {k: entry(getattr(a, k), getattr(b, k)) for k in DIFF_FIELDS}
