@@ -429,6 +429,8 @@ FORWARD_CASES = [
     (3, 8, 32, 2, 256, 4096, [0, 4000, 2100], 0, True, None, None, torch.float16),
     # D = 64, GQA 4:1 at 32 tokens, a sequence shorter than its tokens
     (3, 32, 16, 4, 64, 1500, [1400, 3, 640], 1, True, None, None, torch.float16),
+    # GQA 8:1 at 4 tokens: 32 rows, one consumer's 64-row tile (a paged cache's default)
+    (5, 4, 32, 4, 128, 3000, [2999, 0, 1, 1500, 17], 1, True, None, None, torch.bfloat16),
 ]
 
 
@@ -468,8 +470,9 @@ def test_gpu_forward_rows_match_float64(device, case, mode, monkeypatch):
                  softcap, dtype, cfg)
 
 
-# (FORWARD_CASES index, keys a page): pages of 16 (8 a key tile) to 256 (2 tiles a page)
-PAGED_CASES = [(0, 16), (3, 32), (5, 64), (6, 128), (4, 256)]
+# (FORWARD_CASES index, keys a page): pages of 16 (8 a key tile) to 256 (2 tiles a page);
+# 32 to 48 rows on 64-row tiles (1, 2, 8)
+PAGED_CASES = [(0, 16), (3, 32), (5, 64), (6, 128), (4, 256), (1, 16), (2, 32), (8, 16)]
 
 
 @pytest.mark.gpu
@@ -716,6 +719,32 @@ def test_gpu_long_caches_of_few_sequences_default_to_the_cut_forward(device):
         assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16], lens
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("H,routed", [(32, True), (16, False)])
+def test_gpu_paged_caches_of_more_than_16_rows_default_to_the_forward(device, H, routed):
+    """A paged cache (16-key pages in random order) of GQA 8:1 at 4 tokens, 32 rows,
+    defaults to the sm_90 forward on one consumer's 64-row tile, on a small grid too
+    (3 sequences, 2k keys); GQA 4:1 at 4 tokens (16 rows) to the decoding kernel. Both
+    match the reference on ragged lengths."""
+    from flashscope import kvcache
+    from flashscope.masks import Mask
+
+    if device != "cuda" or launch_target() != "sm90":
+        pytest.skip("an sm_90 GPU")
+    fresh_seed()
+    inp = make_kvcache(device, 3, 4, H, 4, 128, 2048, lens=[2047, 0, 700], page=16,
+                       dtype=torch.bfloat16)
+    cache = kvcache.Cache.of(inp.k_cache, inp.v_cache, inp.cache_seqlens, inp.block_table)
+    cfg = kvcache._default_config(inp.q, cache, Mask.of(True, None, "bottom_right", None),
+                                  0.1)
+    assert isinstance(cfg, kvcache.Sm90FwdConfig) == routed
+    assert not routed or (cfg.BLOCK_M == 64 and not cfg.PINGPONG)
+    ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
+                               block_table=inp.block_table)
+    out = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **inp.kwargs())
+    assert rel_error(out, ref) <= ERROR_BOUND[torch.bfloat16]
+
+
 def launch_target():
     from flashscope.launch import device_target
 
@@ -726,7 +755,8 @@ def test_wide_rows_rule():
     """The rule sending decoding to the sm_90 forward: sm_90, D = 64, 128 or 256, 128
     packed rows or more, and 3072 keys or more for each of the 132 SMs to read across
     the row blocks, whole or (fewer blocks than SMs) cut along their keys (SPLIT_KV)
-    into the pieces the SMs leave each block (4 key tiles at least)."""
+    into the pieces the SMs leave each block (4 key tiles at least); or a paged cache of
+    17-32 rows of a group dividing 64, on one consumer's 64-row tile."""
     from flashscope.families.base import Problem
     from flashscope.families.sm90_fwd import packed_pieces
     from flashscope.families.triton_decode import forward_blocks, forward_rows
@@ -748,6 +778,20 @@ def test_wide_rows_rule():
     assert not wide(1, n_k=32768) and not wide(8, n_k=4096)
     assert not wide(64, Nq=8)  # 64 rows
     assert wide(64, paged=True)  # the page size is the layout's to check
+    # a paged cache of 17-32 rows of a group dividing 64, at any length and batch
+    assert wide(64, Nq=4, paged=True) and wide(1, Nq=3, paged=True, n_k=1024)
+    assert wide(64, Nq=8, H=32, D=64, paged=True) and wide(8, Nq=4, paged=True, D=256)
+    assert wide(64, Nq=2, H=16, Hkv=1, paged=True)  # MQA of 16 heads at 2 tokens
+    assert not wide(64, Nq=2, paged=True)  # 16 rows
+    assert not wide(1, Nq=5, paged=True, n_k=1024)  # 40 rows: this family's wgmma tiles
+    assert not wide(64, Nq=2, H=96, paged=True)  # a group of 12: q copied
+    assert not wide(64, Nq=4) and not wide(64, Nq=4, paged=True, D=96)
+    # up to 64 rows on one consumer's tile, without the two consumers' ping-pong
+    for D in (64, 128, 256):
+        cfg = forward_config(problem(64, Nq=4, D=D, paged=True))
+        assert cfg.BLOCK_M == 64 and not cfg.PINGPONG, D
+    assert forward_config(problem(64, Nq=8, D=64)).BLOCK_M == 64
+    assert forward_config(problem(64, Nq=16, D=64)).BLOCK_M == 128
     assert not wide(64, D=96) and not wide(64, target="sm80")
     assert wide(5, Nq=32, H=256, Hkv=32)  # 5 x 32 kv heads of 256 rows
     assert forward_blocks(problem(5, Nq=32, H=256, Hkv=32)) == 5 * 32 * 2

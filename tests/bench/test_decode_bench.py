@@ -136,6 +136,26 @@ def test_cli_lists_the_decoding_providers_and_needs_a_gpu(capsys):
     assert "--suite needs a GPU" in capsys.readouterr().err
 
 
+def test_config_names_the_decoding_kernel_or_the_forward():
+    """``--config`` of a decoding run: the decoding kernel's knobs on its default, or
+    ``sm90-fwd:`` knobs on the sm_90 forward's config for the case's packed rows (GQA 8:1
+    at 4 tokens: one consumer's 64-row tile); a family that is not one is refused."""
+    from flashscope.errors import FlashscopeError
+    from flashscope.families.sm90_fwd import Sm90FwdConfig
+    from flashscope.families.triton_decode import TritonDecodeConfig
+
+    case = DecodeCase(64, 64, 4, 1024, 128, 8, True)
+    cfg = decode.decode_config("SPLITS=2", case, "cpu")
+    assert isinstance(cfg, TritonDecodeConfig) and cfg.SPLITS == 2
+    cfg = decode.decode_config("sm90-fwd:num_stages=3", case, "cpu")
+    assert isinstance(cfg, Sm90FwdConfig) and cfg.num_stages == 3
+    assert cfg.BLOCK_M == 64 and not cfg.PINGPONG and not cfg.MASKED_FIRST
+    with pytest.raises(FlashscopeError, match="not a kernel family"):
+        decode.decode_config("sm91-fwd:num_stages=3", case, "cpu")
+    with pytest.raises(FlashscopeError, match="BLOCK_Q"):
+        decode.decode_config("sm90-fwd:BLOCK_Q=3", case, "cpu")
+
+
 @pytest.mark.gpu
 def test_gpu_decode_bench_small(tmp_path, capsys):
     """A few decoding steps through the CLI with every provider this GPU has."""

@@ -307,14 +307,20 @@ def _flashscope(paged: bool):
 
 
 def decode_config(text: str, case: DecodeCase, device=None):
-    """``--config`` text on top of the decoding family's default for ``case``."""
+    """``--config`` text on top of the decoding family's default for ``case``, or, as
+    ``sm90-fwd:KEY=VALUE,...``, on top of the sm_90 forward's config for its packed rows
+    (:func:`flashscope.kvcache.forward_config`: the route the call then takes)."""
     from ..api import device_target
     from ..families import Problem, config_from_text
+    from ..families.sm90_fwd import KERNEL as FORWARD
+    from ..kvcache import forward_config
 
     target = device_target(torch.device(device or "cuda"))
     problem = Problem(target or "sm90", case.dtype, case.D, case.causal, case.Nq, case.Nk,
                       case.B * case.H, group=case.H // case.Hkv)
-    return config_from_text(text, problem, "triton-decode")
+    forward = str(text).partition(":")[0] == FORWARD
+    return config_from_text(text, problem, "triton-decode",
+                            base=forward_config(problem) if forward else None)
 
 
 provider("flashscope", description="flashscope.attention_with_kvcache, dense cache "

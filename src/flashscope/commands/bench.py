@@ -92,7 +92,10 @@ def register(sub):
     p.add_argument("--baseline", help="provider the speedup is measured against "
                                       "(default: sdpa-cudnn, else the first available)")
     p.add_argument("--config", help="flashscope forward config, KEY=VALUE,... "
-                                    "(e.g. BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=2)")
+                                    "(e.g. BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=2);"
+                                    " with --suite decode the decoding kernel's, or "
+                                    "sm90-fwd:KEY=VALUE,... to run the rows on the sm_90 "
+                                    "forward")
     p.add_argument("--cuda-graph", action="store_true", help="time with do_bench_cudagraph")
     p.add_argument("--hide-host", action=argparse.BooleanOptionalAction, default=None,
                    help="time the GPU only: it spins while the host queues each call "

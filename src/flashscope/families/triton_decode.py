@@ -556,14 +556,18 @@ def accepts(problem: Problem) -> Optional[str]:
 #: Packed rows from which a dense cache's decoding runs on the sm_90 forward
 #: (:func:`forward_rows`): a row block of its two-consumer tile
 FORWARD_ROWS = 128
+#: Packed rows up to which a paged cache's decoding runs on the sm_90 forward from
+#: :data:`STREAM_ROWS` + 1 (:func:`paged_rows`): this family's 32-row tiles
+PAGED_ROWS = 32
 #: Keys each SM reads, at least (row blocks x keys a sequence / SMs), from which it does
 FORWARD_SM_KEYS = 3072
 
 
 def forward_rows(problem: Problem) -> bool:
     """Whether a decoding problem runs on the sm_90 forward (``sm90-fwd``) rather than
-    this family: on sm_90, D = 64, 128 or 256, at least :data:`FORWARD_ROWS` packed rows
-    (:func:`packed_rows`), and at least :data:`FORWARD_SM_KEYS` keys for each SM to read
+    this family: on sm_90, D = 64, 128 or 256, and either a paged cache of
+    :func:`paged_rows`, or at least :data:`FORWARD_ROWS` packed rows
+    (:func:`packed_rows`) and at least :data:`FORWARD_SM_KEYS` keys for each SM to read
     across the row blocks (:func:`forward_blocks`), whether each SM runs whole blocks or
     pieces of one (fewer blocks than SMs: the forward cuts each into the SMs it has to
     itself, :func:`flashscope.families.sm90_fwd.packed_pieces`). Dense or paged.
@@ -583,10 +587,37 @@ def forward_rows(problem: Problem) -> bool:
     t = problem.target_record()
     if t.name != "sm90" or problem.head_dim not in (64, 128, 256):
         return False
+    if paged_rows(problem):
+        return True
     if packed_rows(problem) < FORWARD_ROWS:
         return False
     sms = getattr(t, "sm_count", 0) or 1
     return forward_blocks(problem) * problem.n_k >= FORWARD_SM_KEYS * sms
+
+
+def paged_rows(problem: Problem) -> bool:
+    """Whether a paged cache's packed rows run on the sm_90 forward whatever the batch and
+    the cache's length: more than :data:`STREAM_ROWS` and at most :data:`PAGED_ROWS` (the
+    rows this family gives a 32-row mma.sync tile), of a group that divides 64 (the
+    forward reads q and writes its output in place, ``sm90_fwd.grouped_ok``).
+
+    Why: this family's 32-row tiles read pages at 0.72-0.98 of the dense cache's speed,
+    where the forward's loading warps copy each page by TMA ahead of its consumer. H200,
+    bf16, 16-key pages, 3 rounds interleaved, GPU time of the forward (64-row tiles) over
+    this family's default, 18 shapes of 20-32 rows (GQA 8:1 at 3 and 4 tokens, 4:1 at 5
+    and 8, MQA of 16 heads at 2): D = 64 1.17-1.34x (B = 32-64, 1k-32k keys; 3 stages
+    instead of the shallow rule's 2 read 0.95-1.00x the forward's speed there, 4 no
+    faster), D = 128 1.03-1.12x (B = 16-64; 3 and 4 stages 0.87-0.95x the speed of 2),
+    cut grids (B = 1-8) 0.99-1.03x, D = 256 1.018x (B = 64) and 0.994x (B = 8); paged
+    over the dense cache's default 0.89-1.07, 17 of the 18 within 5% (9 before; B = 8
+    at 1k keys 0.89, from 0.88). Where it loses: a group of 12,
+    whose q and output the forward copies (0.93x and 0.985x), and 33-64 rows, which this
+    family runs on wgmma tiles that read pages at the dense speed (48 rows 0.90x, 64 rows
+    1.00-1.03x). Dense caches stay here: the forward read 0.93-1.08x this family's speed
+    on them (1.04-1.08x at B = 64 with 1k-2k keys, 0.93-0.97x on grids of B = 1-8)."""
+    rows = packed_rows(problem)
+    return (problem.paged and STREAM_ROWS < rows <= PAGED_ROWS
+            and 64 % max(1, problem.group) == 0)
 
 
 def forward_blocks(problem: Problem) -> int:
