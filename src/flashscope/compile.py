@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import ConfigError, FlashscopeError, LimitError
-from .families import FAMILIES, Problem, family, family_of, forward_family
+from .families import Problem, family, family_of, forward_family
 from .families.base import DTYPE_BYTES
 from .masks import Mask
 from .targets import get_target

@@ -34,7 +34,6 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 from .errors import ArtifactError, ConfigError, FlashscopeError
 from .families import FAMILIES, Problem, family

@@ -755,8 +755,9 @@ def test_wide_rows_rule():
     """The rule sending decoding to the sm_90 forward: sm_90, D = 64, 128 or 256, 128
     packed rows or more, and 3072 keys or more for each of the 132 SMs to read across
     the row blocks, whole or (fewer blocks than SMs) cut along their keys (SPLIT_KV)
-    into the pieces the SMs leave each block (4 key tiles at least); or a paged cache of
-    17-32 rows of a group dividing 64, on one consumer's 64-row tile."""
+    into the pieces the SMs leave each block (4 key tiles at least; a read under 32 key
+    tiles into 4 pieces or none); or a paged cache of 17-32 rows of a group dividing 64,
+    on one consumer's 64-row tile."""
     from flashscope.families.base import Problem
     from flashscope.families.sm90_fwd import packed_pieces
     from flashscope.families.triton_decode import forward_blocks, forward_rows
@@ -802,6 +803,9 @@ def test_wide_rows_rule():
     assert [packed_pieces(b, 64, 132) for b in (8, 16, 64, 128, 132, 200)] == [
         16, 8, 2, 1, 1, 1]
     assert packed_pieces(8, 20, 132) == 5 and packed_pieces(8, 3, 132) == 1
+    # a read of fewer than 32 key tiles in 4 pieces or more, or none
+    assert [packed_pieces(b, t, 132) for b, t in ((64, 8), (44, 12), (64, 24))] == [1] * 3
+    assert packed_pieces(32, 16, 132) == 4 and packed_pieces(64, 32, 132) == 2
 
 
 def test_split_plan_sizes_its_merge_and_workspace_and_lists_only_crowded_grids():

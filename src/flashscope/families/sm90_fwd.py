@@ -364,6 +364,10 @@ WAVE_LIMIT = 0.9
 #: Key tiles a piece of a decoding call's cut row block holds at least
 #: (:func:`packed_pieces`).
 PIECE_TILES = 4
+#: Pieces a row block of fewer than :data:`SHORT_CUT_TILES` key tiles is cut into at
+#: least, or none (:func:`packed_pieces`)
+SHORT_CUT_PIECES = 4
+SHORT_CUT_TILES = 32
 
 
 def packed_pieces(blocks: int, key_tiles: int, sms: int) -> int:
@@ -371,8 +375,20 @@ def packed_pieces(blocks: int, key_tiles: int, sms: int) -> int:
     keys (SPLIT_KV): the SMs each of its ``blocks`` row blocks has to itself, but no
     fewer than :data:`PIECE_TILES` of the cache's ``key_tiles`` a piece (the host knows
     the cache's capacity, not its lengths; a piece of a shorter sequence may hold none,
-    :func:`~flashscope.kernels.sm90_worklist._range`)."""
-    return max(1, min(sms // max(1, blocks), key_tiles // PIECE_TILES))
+    :func:`~flashscope.kernels.sm90_worklist._range`); a block of fewer than
+    :data:`SHORT_CUT_TILES` key tiles into :data:`SHORT_CUT_PIECES` or more, or none.
+
+    Why: two or three pieces take at most a half or two thirds of a short read's tiles
+    off each program, less than the merge kernel and its partials cost. H200, bf16, D =
+    128, GQA 8:1 at 4 and 16 tokens (32 and 128 rows), B = 4-11, 3 rounds interleaved,
+    GPU time uncut over cut: 2 pieces at 8 key tiles 1.03-1.17x (dense and 16-key
+    pages), at 16 and 24 tiles 1.03-1.08x, 3 pieces at 12 tiles 1.00-1.08x; 4 pieces at
+    16 tiles 0.95x dense and 0.81x paged (the cut faster), 8 and 16 pieces at 32-64
+    tiles 0.31-0.54x."""
+    pieces = max(1, min(sms // max(1, blocks), key_tiles // PIECE_TILES))
+    if pieces < SHORT_CUT_PIECES and key_tiles < SHORT_CUT_TILES:
+        return 1
+    return pieces
 
 
 def wave_share(tiles: int, sms: int) -> float:

@@ -610,10 +610,10 @@ def paged_rows(problem: Problem) -> bool:
     faster), D = 128 1.03-1.12x (B = 16-64; 3 and 4 stages 0.87-0.95x the speed of 2),
     cut grids (B = 1-8) 0.99-1.03x, D = 256 1.018x (B = 64) and 0.994x (B = 8); paged
     over the dense cache's default 0.89-1.07, 17 of the 18 within 5% (9 before; B = 8
-    at 1k keys 0.89, from 0.88). Where it loses: a group of 12,
-    whose q and output the forward copies (0.93x and 0.985x), and 33-64 rows, which this
-    family runs on wgmma tiles that read pages at the dense speed (48 rows 0.90x, 64 rows
-    1.00-1.03x). Dense caches stay here: the forward read 0.93-1.08x this family's speed
+    at 1k keys 0.89 cut in 2 pieces, 1.04 uncut, ``sm90_fwd.packed_pieces``). Where it
+    loses: a group of 12, whose q and output the forward copies (0.93x and 0.985x), and
+    33-64 rows, which this family runs on wgmma tiles that read pages at the dense speed
+    (48 rows 0.90x, 64 rows 1.00-1.03x). Dense caches stay here: the forward read 0.93-1.08x this family's speed
     on them (1.04-1.08x at B = 64 with 1k-2k keys, 0.93-0.97x on grids of B = 1-8)."""
     rows = packed_rows(problem)
     return (problem.paged and STREAM_ROWS < rows <= PAGED_ROWS
