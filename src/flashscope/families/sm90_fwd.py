@@ -364,8 +364,8 @@ WAVE_LIMIT = 0.9
 #: Key tiles a piece of a decoding call's cut row block holds at least
 #: (:func:`packed_pieces`).
 PIECE_TILES = 4
-#: Pieces a row block of fewer than :data:`SHORT_CUT_TILES` key tiles is cut into at
-#: least, or none (:func:`packed_pieces`)
+#: A row block of fewer than SHORT_CUT_TILES key tiles is cut into SHORT_CUT_PIECES
+#: pieces or more, or none (:func:`packed_pieces`)
 SHORT_CUT_PIECES = 4
 SHORT_CUT_TILES = 32
 

@@ -599,7 +599,7 @@ def paged_rows(problem: Problem) -> bool:
     """Whether a paged cache's packed rows run on the sm_90 forward whatever the batch and
     the cache's length: more than :data:`STREAM_ROWS` and at most :data:`PAGED_ROWS` (the
     rows this family gives a 32-row mma.sync tile), of a group that divides 64 (the
-    forward reads q and writes its output in place, ``sm90_fwd.grouped_ok``).
+    forward reads q and writes its output in place, :func:`~.sm90_fwd.grouped_ok`).
 
     Why: this family's 32-row tiles read pages at 0.72-0.98 of the dense cache's speed,
     where the forward's loading warps copy each page by TMA ahead of its consumer. H200,
@@ -613,11 +613,14 @@ def paged_rows(problem: Problem) -> bool:
     at 1k keys 0.89 cut in 2 pieces, 1.04 uncut, ``sm90_fwd.packed_pieces``). Where it
     loses: a group of 12, whose q and output the forward copies (0.93x and 0.985x), and
     33-64 rows, which this family runs on wgmma tiles that read pages at the dense speed
-    (48 rows 0.90x, 64 rows 1.00-1.03x). Dense caches stay here: the forward read 0.93-1.08x this family's speed
-    on them (1.04-1.08x at B = 64 with 1k-2k keys, 0.93-0.97x on grids of B = 1-8)."""
+    (48 rows 0.90x, 64 rows 1.00-1.03x). Dense caches stay here: the forward read
+    0.93-1.08x this family's speed on them (1.04-1.08x at B = 64 with 1k-2k keys,
+    0.93-0.97x on grids of B = 1-8)."""
+    from .sm90_fwd import grouped_ok
+
     rows = packed_rows(problem)
     return (problem.paged and STREAM_ROWS < rows <= PAGED_ROWS
-            and 64 % max(1, problem.group) == 0)
+            and grouped_ok(max(1, problem.group)))
 
 
 def forward_blocks(problem: Problem) -> int:
