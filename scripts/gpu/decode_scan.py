@@ -4,6 +4,8 @@ default first and then configs given as ``K=V,...`` of :class:`flashscope.Triton
 on top of that default, or as ``sm90-fwd:K=V,...`` (``sm90-fwd:`` alone: no change) on top of
 the sm_90 forward's config for the decoding rows (:func:`flashscope.kvcache.forward_config`;
 wide rows run there by default, docs/decode.md; a cache it cannot read is a failed row).
+Where the call itself runs the sm_90 forward (``api_default`` marks the row of the config
+:func:`flashscope.attention_with_kvcache` runs), its config is timed too, as ``sm90-fwd:``.
 Every config's output is checked against the float32 reference before it is timed.
 GPU time with the L2 flushed and the host hidden (the decode suite's timer,
 :func:`flashscope.bench.timing.gpu_time`). No command does this: ``flashscope bench --suite
@@ -61,7 +63,7 @@ from flashscope.commands.common import check_out_dir
 from flashscope.errors import FlashscopeError
 from flashscope.families import family
 from flashscope.families.triton_decode import Cache, select
-from flashscope.kvcache import forward_config, problem_of
+from flashscope.kvcache import _default_config, forward_config, problem_of
 from flashscope.masks import Mask
 from flashscope.outfiles import PartialLines, json_text, write_atomic
 from flashscope.testing.inputs import make_kvcache
@@ -143,6 +145,10 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
                                     compute_dtype=torch.float32)
         problem = problem_of(inp.q, cache, CAUSAL)
         default = select(problem)
+        # the config attention_with_kvcache runs for this cache: the family's default, or
+        # the sm_90 forward's where the rows go there (timed too if no entry names it)
+        api = _default_config(inp.q, cache, CAUSAL, launch.default_scale(D))
+        routed = isinstance(api, flashscope.Sm90FwdConfig)
         kv_bytes = 2 * B * Nk * Hkv * D * inp.k_cache.element_size()
         timed, first = [], len(rows)  # (row, step) of the configs that passed the checks
         entry_of = {}  # a timed row's --configs entry ("": the default; "against")
@@ -150,7 +156,8 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
         if against is not None:
             other = flashscope.TritonDecodeConfig(**against(problem).as_dict())
             other = None if other == default else other
-        for text in ["", *([other] if other else []), *texts]:
+        extra = [FORWARD] if routed and FORWARD not in texts else []
+        for text in ["", *([other] if other else []), *extra, *texts]:
             entry = "against" if isinstance(text, flashscope.TritonDecodeConfig) else text
             if isinstance(text, flashscope.TritonDecodeConfig):
                 cfg, text = text, text.text
@@ -165,7 +172,8 @@ def scan(shape: tuple, pages: list, texts: list, device: str = "cuda",
                     inp.q, inp.k_cache, inp.v_cache, cache_seqlens=inp.cache_seqlens,
                     block_table=inp.block_table, config=cfg)
 
-            head = {"shape": list(shape), "page": page, "order": order, "config": cfg.label}
+            head = {"shape": list(shape), "page": page, "order": order, "config": cfg.label,
+                    "api_default": cfg == api}
             try:
                 family(cfg.KERNEL).check(cfg, target, D, dtype_name)
                 err = rel_error(step(), want)

@@ -21,6 +21,22 @@ def test_scan_checks_then_times_each_config():
                                                          (16, False)]
     assert rows[0]["of_dense_default"] == 1.0 and rows[1]["knobs"] == {"SPLITS": 2}
     assert all("failed" not in r and r["us"] > 0 and r["gbps"] > 0 for r in rows)
+    assert [r["api_default"] for r in rows] == [True, False, True, False]
+
+
+def test_a_routed_call_times_the_forward_config_too(monkeypatch):
+    """Where attention_with_kvcache would run the sm_90 forward, its config gets a row of
+    its own (here one the forward cannot run, D = 32 on the CPU: a failed row saying why)."""
+    mod = _load(SCRIPT)
+    monkeypatch.setattr(mod, "_default_config",
+                        lambda q, cache, mask, scale: mod.forward_config(
+                            mod.problem_of(q, cache, mask)))
+    rows = mod.scan((2, 4, 1, 32, 40, 2), [0], ["SPLITS=2"], device="cpu",
+                    dtype=torch.float16)
+    assert [r["config"].split()[0] for r in rows] == ["triton-decode", "sm90-fwd",
+                                                      "triton-decode"]
+    assert [r["api_default"] for r in rows] == [False, True, False]
+    assert rows[1]["failed"] and "us" not in rows[1] and rows[0]["us"] > 0
 
 
 def test_a_config_the_rules_refuse_is_a_row_and_the_rest_run():
