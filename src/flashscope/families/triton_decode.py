@@ -615,7 +615,8 @@ def paged_rows(problem: Problem) -> bool:
     33-64 rows, which this family runs on wgmma tiles that read pages at the dense speed
     (48 rows 0.90x, 64 rows 1.00-1.03x). Dense caches stay here: the forward read
     0.93-1.08x this family's speed on them (1.04-1.08x at B = 64 with 1k-2k keys,
-    0.93-0.97x on grids of B = 1-8)."""
+    0.93-0.97x on grids of B = 1-8 cut in two; uncut, 1.06-1.13x at B = 4-8 with 1k-3k
+    keys but 0.95-0.97x at 1.5k)."""
     from .sm90_fwd import grouped_ok
 
     rows = packed_rows(problem)
