@@ -209,7 +209,7 @@ def _resolve_side(text, args):
     None) and the settings it named ("" for a path)."""
     from .. import compile as fcompile
     from ..errors import FlashscopeError
-    from ..isa import inspect_config, lines, read_path
+    from ..isa import attach_occupancy, lines, read_path, record_for
 
     if Path(text).exists():
         recs = read_path(text)
@@ -225,11 +225,11 @@ def _resolve_side(text, args):
         raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a K=V config")
     knobs, t, d, dt, c, variant, named = _side_settings(text, args)
     cfg = _parse(args, knobs, t, d, dt, c, variant)
-    kw = _build_kw(args, d, dt, c, variant)
-    rec = inspect_config(cfg, t, **kw)
+    art = fcompile.build(cfg, t, **_build_kw(args, d, dt, c, variant))
+    rec = attach_occupancy(record_for(art))  # inspect_config's record, of this one build
     if not args.lines:
         return rec, None, named
-    view, = lines.lines_for_artifacts([fcompile.build(cfg, t, **kw)])
+    view, = lines.lines_for_artifacts([art])
     if isinstance(view, Exception):
         raise view
     return rec, view, named

@@ -254,6 +254,14 @@ def unbuilt(refused: bool, error: Optional[str]) -> tuple:
     return "FAILED", f"build failed: {error or 'no record'}"
 
 
+def no_comparison(row) -> tuple:
+    """(cell, reason) of a row without a budget comparison: :func:`unbuilt`'s where it
+    has no record, else its measured registers and why there is nothing to compare."""
+    if row.record is None:
+        return unbuilt(row.refused, row.error)
+    return row.record.registers, f"no comparison: {row.error or 'no budget for this target'}"
+
+
 def measure_row(row, rec):
     """Fill ``row.record`` and ``row.occ`` from an inspect record, or ``row.error`` from the
     error that stopped the build (or the occupancy). Returns whether a record is there."""

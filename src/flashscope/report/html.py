@@ -18,7 +18,7 @@ from typing import Mapping, Optional
 
 from ..budget import COMPONENT_LABELS, COMPONENTS, REST
 from ..terminal import label, pct
-from .collect import unbuilt
+from .collect import no_comparison, unbuilt
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:20px;
@@ -184,10 +184,7 @@ def _budget_section(report) -> str:
     rows, classes = [], []
     for r in report.main_rows():
         if r.comparison is None:
-            cell, reason = unbuilt(r.refused, r.error)
-            if r.record is not None:
-                cell = r.record.registers
-                reason = f"no comparison: {r.error or 'no budget for this target'}"
+            cell, reason = no_comparison(r)
             rows.append([label(r.config), r.head_dim, r.target, (cell, 'class="fail"'),
                          (reason, f'colspan="{span}" class="l"')])
             classes.append("fail")

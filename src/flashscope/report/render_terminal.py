@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..budget import COMPONENTS
 from ..terminal import label, pct, show, table
-from .collect import unbuilt
+from .collect import no_comparison, unbuilt
 
 
 
@@ -29,11 +29,8 @@ def budget_table(report):
     for r in rows:
         head = [label(r.config), *([str(r.head_dim)] if dims else []), r.target]
         if r.record is None or r.comparison is None:
-            cell, reason = unbuilt(r.refused, r.error)
-            if r.record is not None:  # built, but no budget for this target
-                cell = str(r.record.registers)
-                reason = f"no comparison: {r.error or 'no budget for this target'}"
-            tab.add_row(*head, cell, "-", "-", "-", "-", "-", reason)
+            cell, reason = no_comparison(r)
+            tab.add_row(*head, str(cell), "-", "-", "-", "-", "-", reason)
             continue
         c, b = r.comparison, r.budget
         tab.add_row(*head, str(c["measured"]),
