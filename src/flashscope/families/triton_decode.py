@@ -6,7 +6,9 @@ rows of one tile and the keys split across programs when the grid would not fill
 Its record (:class:`TritonDecodeConfig`), rules (:data:`RULES`), defaults (:func:`select`,
 with the split rule :func:`split_count`) and the argument lists of its three launches:
 the append of new keys and values (:func:`append_call`), the attention (:func:`call`)
-and the merge of the splits (:func:`merge_call`); :func:`run` launches them.
+and the merge of the splits (:func:`merge_call`); :func:`run` launches them. Which calls
+run on the sm_90 forward instead is decided here too (:func:`forward_rows`: wide rows, and
+paged caches of 17-32 rows, :func:`paged_rows`); :mod:`flashscope.kvcache` launches them.
 """
 
 from __future__ import annotations
@@ -552,6 +554,8 @@ def accepts(problem: Problem) -> Optional[str]:
     """Why this family cannot run ``problem``, or None: it runs every decoding problem."""
     return None
 
+
+# -- rows for the sm_90 forward ------------------------------------------------------------
 
 #: Packed rows from which a dense cache's decoding runs on the sm_90 forward
 #: (:func:`forward_rows`): a row block of its two-consumer tile
