@@ -20,7 +20,6 @@ nothing. A refused call writes nothing to the cache: every check runs before the
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 import torch
@@ -29,7 +28,7 @@ from . import launch
 from .api import (_DTYPES, _bindable, _flag, _typed, call_key, check_device,
                   check_head_dim_of, check_mask_args, check_same_shape, check_scale,
                   device_target, resolve_config)
-from .errors import FlashscopeError
+from .errors import ConfigError, FlashscopeError
 from .families import Problem, sm90_fwd, triton_decode
 from .families.sm90_fwd import Sm90FwdConfig
 from .families.triton_decode import Cache, TritonDecodeConfig
@@ -166,6 +165,9 @@ def check_kvcache(q, k_cache, v_cache, *, cache_seqlens, k=None, v=None, block_t
 #: Packed rows a decoding call's row block holds on the sm_90 forward with one consumer
 #: warpgroup (:func:`forward_config`)
 ONE_CONSUMER_ROWS = 64
+#: Stages of K and V a one-consumer tile's program takes where it reads its row block
+#: whole on a grid of at most half the SMs (:func:`forward_config`)
+WHOLE_READ_STAGES = 3
 #: Default configs by what :func:`_default_config` reads; emptied at 256 keys.
 _DEFAULTS: dict = {}
 
@@ -202,25 +204,35 @@ def _select(q, cache: Cache, mask, scale: float):
 
 def forward_config(problem: Problem) -> Sm90FwdConfig:
     """The sm_90 forward's config for a decoding problem it runs: its rule's on the
-    packed rows (n_q = the packed rows, heads = B x Hkv, a packed batch), fitted, with
+    packed rows (:func:`~flashscope.families.triton_decode.forward_problem`), fitted, with
     MASKED_FIRST off (the cache's last key tile must come last,
     :func:`~flashscope.families.sm90_fwd.check_packed`), and with SPLIT_KV where the
     row blocks leave SMs enough to cut each one along its keys in two pieces or more
     (:func:`~flashscope.families.sm90_fwd.packed_pieces`). Rows that one consumer holds
-    (64 or fewer, a paged cache's GQA 8:1 at 4 tokens) take a 64-row tile, without the
-    ping-pong of two: 1.02-1.18x the speed of 128-row tiles at 32 and 64 rows, 0.99x at
-    B = 64 with 8k keys (H200, bf16, D = 128, B = 1-64, 1k-32k keys, dense and 16-key
-    pages, two runs)."""
+    (64 or fewer, GQA 8:1 at 4 tokens) take a 64-row tile, without the ping-pong of two:
+    1.02-1.18x the speed of 128-row tiles at 32 and 64 rows, 0.99x at B = 64 with 8k
+    keys (H200, bf16, D = 128, B = 1-64, 1k-32k keys, dense and 16-key pages, two runs);
+    read whole by no more programs than half the SMs, they take
+    :data:`WHOLE_READ_STAGES` stages where shared memory holds them: a program alone on
+    its SM waits on its loads (H200, bf16, 17-32 rows, 1k-3.5k keys, GPU time of 3 stages
+    over 2: dense B = 5-8 1.00-1.09x, paged B = 3-8 1.04-1.09x, D = 256 1.01-1.14x; past
+    half the SMs 0.94-1.00x, cut grids 0.93-1.08x)."""
     rows = triton_decode.packed_rows(problem)
-    fwd = dataclasses.replace(problem, n_q=rows, heads=problem.heads // problem.group,
-                              group=1, varlen=True)
+    fwd = triton_decode.forward_problem(problem)
     cfg = sm90_fwd.fit(sm90_fwd.select(fwd), fwd).replace(MASKED_FIRST=False)
     if rows <= ONE_CONSUMER_ROWS:
         cfg = cfg.replace(BLOCK_M=ONE_CONSUMER_ROWS, PINGPONG=False)
     sms = getattr(problem.target_record(), "sm_count", 0) or 1
+    blocks = triton_decode.forward_blocks(problem)
     tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
-    if sm90_fwd.packed_pieces(triton_decode.forward_blocks(problem), tiles, sms) > 1:
-        cfg = cfg.replace(SPLIT_KV=True, BALANCE=False)
+    if sm90_fwd.packed_pieces(blocks, tiles, sms) > 1:
+        return cfg.replace(SPLIT_KV=True, BALANCE=False)
+    if rows <= ONE_CONSUMER_ROWS and 2 * blocks <= sms and cfg.num_stages < WHOLE_READ_STAGES:
+        try:
+            return sm90_fwd.check(cfg.replace(num_stages=WHOLE_READ_STAGES), problem.target,
+                                  problem.head_dim, problem.dtype)
+        except ConfigError:
+            pass
     return cfg
 
 

@@ -720,25 +720,33 @@ def test_gpu_long_caches_of_few_sequences_default_to_the_cut_forward(device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("H,routed", [(32, True), (16, False)])
-def test_gpu_paged_caches_of_more_than_16_rows_default_to_the_forward(device, H, routed):
-    """A paged cache (16-key pages in random order) of GQA 8:1 at 4 tokens, 32 rows,
-    defaults to the sm_90 forward on one consumer's 64-row tile, on a small grid too
-    (3 sequences, 2k keys); GQA 4:1 at 4 tokens (16 rows) to the decoding kernel. Both
-    match the reference on ragged lengths."""
+@pytest.mark.parametrize("B,H,page,n,routed", [
+    (3, 32, 16, 2048, True),    # paged, each block cut in 4 pieces
+    (3, 16, 16, 2048, False),   # 16 rows
+    (2, 32, 16, 1024, False),   # paged, read whole with 16 SMs a block
+    (12, 32, 0, 1024, True),    # dense, read whole with 2 SMs a block, 3 stages
+    (3, 32, 0, 1024, False),    # dense, 11 SMs a block
+])
+def test_gpu_narrow_rows_default_to_the_forward(device, B, H, page, n, routed):
+    """GQA 8:1 at 4 tokens over 4 kv heads (32 rows) defaults to the sm_90 forward on
+    one consumer's 64-row tile where :func:`~flashscope.families.triton_decode.
+    narrow_rows` takes it, GQA 4:1 (16 rows) to the decoding kernel; each matches the
+    reference on ragged lengths (empty and full sequences among them)."""
     from flashscope import kvcache
     from flashscope.masks import Mask
 
     if device != "cuda" or launch_target() != "sm90":
         pytest.skip("an sm_90 GPU")
     fresh_seed()
-    inp = make_kvcache(device, 3, 4, H, 4, 128, 2048, lens=[2047, 0, 700], page=16,
+    lens = [(n - 1, 0, 700, n)[b % 4] for b in range(B)]
+    inp = make_kvcache(device, B, 4, H, 4, 128, n, lens=lens, page=page,
                        dtype=torch.bfloat16)
     cache = kvcache.Cache.of(inp.k_cache, inp.v_cache, inp.cache_seqlens, inp.block_table)
     cfg = kvcache._default_config(inp.q, cache, Mask.of(True, None, "bottom_right", None),
                                   0.1)
     assert isinstance(cfg, kvcache.Sm90FwdConfig) == routed
     assert not routed or (cfg.BLOCK_M == 64 and not cfg.PINGPONG)
+    assert not routed or page or cfg.num_stages == kvcache.WHOLE_READ_STAGES
     ref, _ = reference_kvcache(inp.q, inp.k_cache, inp.v_cache, inp.cache_seqlens,
                                block_table=inp.block_table)
     out = flashscope.attention_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **inp.kwargs())
@@ -756,8 +764,10 @@ def test_wide_rows_rule():
     packed rows or more, and 3072 keys or more for each of the 132 SMs to read across
     the row blocks, whole or (fewer blocks than SMs) cut along their keys (SPLIT_KV)
     into the pieces the SMs leave each block (4 key tiles at least; a read under 32 key
-    tiles into 4 pieces or none); or a paged cache of 17-32 rows of a group dividing 64,
-    on one consumer's 64-row tile."""
+    tiles into 4 pieces or none); or 17-32 rows of a group dividing 64 on one consumer's
+    64-row tile: dense where the forward reads each block whole with fewer than 3 SMs to
+    itself (D = 64: no more blocks than SMs), paged unless it reads each whole with 8 or
+    more; whole reads of grids of at most half the SMs in 3 stages."""
     from flashscope.families.base import Problem
     from flashscope.families.sm90_fwd import packed_pieces
     from flashscope.families.triton_decode import forward_blocks, forward_rows
@@ -779,14 +789,29 @@ def test_wide_rows_rule():
     assert not wide(1, n_k=32768) and not wide(8, n_k=4096)
     assert not wide(64, Nq=8)  # 64 rows
     assert wide(64, paged=True)  # the page size is the layout's to check
-    # a paged cache of 17-32 rows of a group dividing 64, at any length and batch
-    assert wide(64, Nq=4, paged=True) and wide(1, Nq=3, paged=True, n_k=1024)
+    # a paged cache of 17-32 rows of a group dividing 64, at any length and batch but
+    # read whole with 8 SMs or more a block
+    assert wide(64, Nq=4, paged=True) and wide(1, Nq=3, paged=True, n_k=2048)
+    assert not wide(1, Nq=3, paged=True, n_k=1024) and not wide(2, Nq=4, paged=True,
+                                                                n_k=1024)
+    assert wide(3, Nq=4, paged=True, n_k=1024) and wide(1, Nq=4, paged=True)
+    # a dense one where each block is read whole (under 32 key tiles, fewer than 4 SMs
+    # a block) with fewer than 3 SMs to itself
+    assert wide(6, Nq=4, n_k=3072) and wide(8, Nq=4, n_k=3968) and wide(128, Nq=4, n_k=768)
+    assert not wide(5, Nq=4, n_k=1024) and not wide(8, Nq=4, n_k=4096)
+    assert wide(16, Nq=4, D=64, n_k=2048) and not wide(17, Nq=4, D=64, n_k=1024)
+    assert wide(8, Nq=4, D=256, n_k=1024) and not wide(8, Nq=4, D=256, n_k=2048)
+    assert wide(8, Nq=8, H=32, n_k=1024) and wide(8, Nq=3, n_k=1024)
+    assert not wide(8, Nq=2, H=96, n_k=1024)  # a group of 12
+    stages = {B: forward_config(problem(B, Nq=4, n_k=1024)).num_stages for B in (6, 8, 9, 64)}
+    assert stages == {6: 3, 8: 3, 9: 2, 64: 2}  # 48 and 64 blocks of 132 SMs, 72, 512
+    assert forward_config(problem(1, Nq=4, paged=True)).num_stages == 2  # cut in 16
     assert wide(64, Nq=8, H=32, D=64, paged=True) and wide(8, Nq=4, paged=True, D=256)
     assert wide(64, Nq=2, H=16, Hkv=1, paged=True)  # MQA of 16 heads at 2 tokens
     assert not wide(64, Nq=2, paged=True)  # 16 rows
     assert not wide(1, Nq=5, paged=True, n_k=1024)  # 40 rows: this family's wgmma tiles
     assert not wide(64, Nq=2, H=96, paged=True)  # a group of 12: q copied
-    assert not wide(64, Nq=4) and not wide(64, Nq=4, paged=True, D=96)
+    assert not wide(64, Nq=4) and not wide(64, Nq=4, paged=True, D=96)  # 64 tiles
     # up to 64 rows on one consumer's tile, without the two consumers' ping-pong
     for D in (64, 128, 256):
         cfg = forward_config(problem(64, Nq=4, D=D, paged=True))

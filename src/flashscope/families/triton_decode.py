@@ -8,10 +8,12 @@ with the split rule :func:`split_count`) and the argument lists of its three lau
 the append of new keys and values (:func:`append_call`), the attention (:func:`call`)
 and the merge of the splits (:func:`merge_call`); :func:`run` launches them. Which calls
 run on the sm_90 forward instead is decided here too (:func:`forward_rows`: wide rows, and
-paged caches of 17-32 rows, :func:`paged_rows`); :mod:`flashscope.kvcache` launches them.
+17-32 rows, :func:`narrow_rows`); :mod:`flashscope.kvcache` launches them.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple, Optional
@@ -560,17 +562,21 @@ def accepts(problem: Problem) -> Optional[str]:
 #: Packed rows from which a dense cache's decoding runs on the sm_90 forward
 #: (:func:`forward_rows`): a row block of its two-consumer tile
 FORWARD_ROWS = 128
-#: Packed rows up to which a paged cache's decoding runs on the sm_90 forward from
-#: :data:`STREAM_ROWS` + 1 (:func:`paged_rows`): this family's 32-row tiles
-PAGED_ROWS = 32
+#: Packed rows up to which a decoding call may run on the sm_90 forward's one-consumer
+#: tile from :data:`STREAM_ROWS` + 1 (:func:`narrow_rows`): this family's 32-row tiles
+NARROW_ROWS = 32
+#: SMs a row block of :func:`narrow_rows` has to itself, from which it stays here where
+#: the forward would read each block whole: dense and paged caches
+DENSE_IDLE_SMS = 3
+PAGED_IDLE_SMS = 8
 #: Keys each SM reads, at least (row blocks x keys a sequence / SMs), from which it does
 FORWARD_SM_KEYS = 3072
 
 
 def forward_rows(problem: Problem) -> bool:
     """Whether a decoding problem runs on the sm_90 forward (``sm90-fwd``) rather than
-    this family: on sm_90, D = 64, 128 or 256, and either a paged cache of
-    :func:`paged_rows`, or at least :data:`FORWARD_ROWS` packed rows
+    this family: on sm_90, D = 64, 128 or 256, and either 17-32 packed rows of
+    :func:`narrow_rows`, or at least :data:`FORWARD_ROWS` packed rows
     (:func:`packed_rows`) and at least :data:`FORWARD_SM_KEYS` keys for each SM to read
     across the row blocks (:func:`forward_blocks`), whether each SM runs whole blocks or
     pieces of one (fewer blocks than SMs: the forward cuts each into the SMs it has to
@@ -591,41 +597,75 @@ def forward_rows(problem: Problem) -> bool:
     t = problem.target_record()
     if t.name != "sm90" or problem.head_dim not in (64, 128, 256):
         return False
-    if paged_rows(problem):
+    if narrow_rows(problem):
         return True
     if packed_rows(problem) < FORWARD_ROWS:
         return False
-    sms = getattr(t, "sm_count", 0) or 1
-    return forward_blocks(problem) * problem.n_k >= FORWARD_SM_KEYS * sms
+    return forward_blocks(problem) * problem.n_k >= FORWARD_SM_KEYS * _sms(problem)
 
 
-def paged_rows(problem: Problem) -> bool:
-    """Whether a paged cache's packed rows run on the sm_90 forward whatever the batch and
-    the cache's length: more than :data:`STREAM_ROWS` and at most :data:`PAGED_ROWS` (the
-    rows this family gives a 32-row mma.sync tile), of a group that divides 64 (the
-    forward reads q and writes its output in place, :func:`~.sm90_fwd.grouped_ok`).
+def narrow_rows(problem: Problem) -> bool:
+    """Whether a call's packed rows, more than :data:`STREAM_ROWS` and at most
+    :data:`NARROW_ROWS` (the rows this family gives a 32-row mma.sync tile) of a group
+    dividing 64 (the forward reads q and writes its output in place,
+    :func:`~.sm90_fwd.grouped_ok`), run on the sm_90 forward's 64-row tile: a dense
+    cache of fewer than ``sm90_fwd.SHORT_CUT_TILES`` key tiles (:func:`forward_key_tiles`)
+    on a grid that leaves each row block fewer than :data:`DENSE_IDLE_SMS` SMs, so that
+    the forward reads each block whole, at D = 64 no more blocks than SMs; a paged cache
+    unless the forward would read each block whole
+    (:func:`~.sm90_fwd.packed_pieces`) with :data:`PAGED_IDLE_SMS` SMs or more to
+    itself.
 
-    Why: this family's 32-row tiles read pages at 0.72-0.98 of the dense cache's speed,
-    where the forward's loading warps copy each page by TMA ahead of its consumer. H200,
-    bf16, 16-key pages, 3 rounds interleaved, GPU time of the forward (64-row tiles) over
-    this family's default, 18 shapes of 20-32 rows (GQA 8:1 at 3 and 4 tokens, 4:1 at 5
-    and 8, MQA of 16 heads at 2): D = 64 1.17-1.34x (B = 32-64, 1k-32k keys; 3 stages
-    instead of the shallow rule's 2 read 0.95-1.00x the forward's speed there, 4 no
-    faster), D = 128 1.03-1.12x (B = 16-64; 3 and 4 stages 0.87-0.95x the speed of 2),
-    cut grids (B = 1-8) 0.99-1.03x, D = 256 1.018x (B = 64) and 0.994x (B = 8); paged
-    over the dense cache's default 0.89-1.07, 17 of the 18 within 5% (9 before; B = 8
-    at 1k keys 0.89 cut in 2 pieces, 1.04 uncut, ``sm90_fwd.packed_pieces``). Where it
-    loses: a group of 12, whose q and output the forward copies (0.93x and 0.985x), and
-    33-64 rows, which this family runs on wgmma tiles that read pages at the dense speed
-    (48 rows 0.90x, 64 rows 1.00-1.03x). Dense caches stay here: the forward read
-    0.93-1.08x this family's speed on them (1.04-1.08x at B = 64 with 1k-2k keys,
-    0.93-0.97x on grids of B = 1-8 cut in two; uncut, 1.06-1.13x at B = 4-8 with 1k-3k
-    keys but 0.95-0.97x at 1.5k)."""
-    from .sm90_fwd import grouped_ok
+    Why: this family's 32-row tiles split a short read to fill the SMs and merge the
+    splits; the forward's one program a block reads it whole through its TMA pipeline,
+    about 1k keys (512 KB at D = 128) in 8 us a program, so a grid of fewer programs
+    than about a third of the SMs streams slower than the split one. H200, bf16,
+    causal, full caches, 3 rounds interleaved, GPU time of the forward over this
+    family's default, GQA 8:1 x 4 tokens unless named. Dense, 768-3584 keys (under 32
+    key tiles): B = 6-8 (48-64 blocks) 1.02-1.17x, B = 11-128 1.01-1.12x (4:1 x 5 and x
+    8, 8:1 x 3 1.04-1.15x), D = 64 at B = 8-16 1.01-1.22x, D = 256 1.00-1.16x; B = 5 (3
+    SMs a block) 1.15x at 1k keys but 0.93x at 3k, B = 3-4 0.92-1.09x, B = 1-2
+    0.79-1.01x; D = 64 past one block an SM 0.86-0.99x; at 4k-8k keys (the forward
+    cuts or reads 32 tiles) 0.98-1.03x. Paged (16-key pages), over this family's paged
+    default, which reads pages at 0.72-0.98 of the dense speed: 1.02-1.34x at B = 3-64
+    but 0.96x at B = 5 with 3k keys, cut grids 0.94-1.11x; whole blocks at B = 1-2 (8-16
+    SMs a block) 0.81-0.90x."""
+    from . import sm90_fwd
 
     rows = packed_rows(problem)
-    return (problem.paged and STREAM_ROWS < rows <= PAGED_ROWS
-            and grouped_ok(max(1, problem.group)))
+    if not (STREAM_ROWS < rows <= NARROW_ROWS and sm90_fwd.grouped_ok(max(1, problem.group))):
+        return False
+    sms = _sms(problem)
+    blocks = forward_blocks(problem)
+    idle = sms // blocks
+    tiles = forward_key_tiles(problem)
+    if problem.paged:
+        return idle < PAGED_IDLE_SMS or sm90_fwd.packed_pieces(blocks, tiles, sms) > 1
+    if problem.head_dim == 64 and blocks > sms:
+        return False
+    return idle < DENSE_IDLE_SMS and tiles < sm90_fwd.SHORT_CUT_TILES
+
+
+def forward_problem(problem: Problem) -> Problem:
+    """A decoding problem as the sm_90 forward's packed batch: a sequence per kv head of
+    each batch entry, its packed rows as the queries."""
+    return dataclasses.replace(problem, n_q=packed_rows(problem),
+                               heads=problem.heads // max(1, problem.group), group=1,
+                               varlen=True)
+
+
+def forward_key_tiles(problem: Problem) -> int:
+    """Key tiles of the cache's capacity under the sm_90 forward's config for the
+    decoding rows (its rule's key tile)."""
+    from . import sm90_fwd
+
+    fwd = forward_problem(problem)
+    tile = sm90_fwd.fit(sm90_fwd.select(fwd), fwd).BLOCK_N
+    return -(-max(1, problem.n_k) // tile)
+
+
+def _sms(problem: Problem) -> int:
+    return getattr(problem.target_record(), "sm_count", 0) or 1
 
 
 def forward_blocks(problem: Problem) -> int:
