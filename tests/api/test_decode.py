@@ -720,18 +720,22 @@ def test_gpu_long_caches_of_few_sequences_default_to_the_cut_forward(device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B,H,page,n,routed", [
-    (3, 32, 16, 2048, True),    # paged, each block cut in 4 pieces
-    (3, 16, 16, 2048, False),   # 16 rows
-    (2, 32, 16, 1024, False),   # paged, read whole with 16 SMs a block
-    (12, 32, 0, 1024, True),    # dense, read whole with 2 SMs a block, 3 stages
-    (3, 32, 0, 1024, False),    # dense, 11 SMs a block
+@pytest.mark.parametrize("B,Nq,H,page,n,routed", [
+    (3, 4, 32, 16, 2048, True),    # paged, each block cut in 4 pieces
+    (3, 4, 16, 16, 2048, False),   # 16 rows, 11 SMs a block
+    (2, 4, 32, 16, 1024, False),   # paged, read whole with 16 SMs a block
+    (12, 4, 32, 0, 1024, True),    # dense, read whole with 2 SMs a block, 3 stages
+    (3, 4, 32, 0, 1024, False),    # dense, 11 SMs a block
+    (12, 4, 16, 16, 1024, True),   # 16 rows, read whole with 2 SMs a block
+    (12, 1, 32, 0, 1024, True),    # one token, 8 rows
+    (12, 1, 4, 16, 1024, True),    # one token, one head a kv head
+    (34, 1, 32, 0, 1024, False),   # one token on more blocks than SMs
 ])
-def test_gpu_narrow_rows_default_to_the_forward(device, B, H, page, n, routed):
-    """GQA 8:1 at 4 tokens over 4 kv heads (32 rows) defaults to the sm_90 forward on
-    one consumer's 64-row tile where :func:`~flashscope.families.triton_decode.
-    narrow_rows` takes it, GQA 4:1 (16 rows) to the decoding kernel; each matches the
-    reference on ragged lengths (empty and full sequences among them)."""
+def test_gpu_narrow_rows_default_to_the_forward(device, B, Nq, H, page, n, routed):
+    """Up to 32 rows of 4 kv heads default to the sm_90 forward on one consumer's 64-row
+    tile where :func:`~flashscope.families.triton_decode.narrow_rows` takes them, else
+    to the decoding kernel; each matches the reference on ragged lengths (empty and full
+    sequences among them)."""
     from flashscope import kvcache
     from flashscope.masks import Mask
 
@@ -739,7 +743,7 @@ def test_gpu_narrow_rows_default_to_the_forward(device, B, H, page, n, routed):
         pytest.skip("an sm_90 GPU")
     fresh_seed()
     lens = [(n - 1, 0, 700, n)[b % 4] for b in range(B)]
-    inp = make_kvcache(device, B, 4, H, 4, 128, n, lens=lens, page=page,
+    inp = make_kvcache(device, B, Nq, H, 4, 128, n, lens=lens, page=page,
                        dtype=torch.bfloat16)
     cache = kvcache.Cache.of(inp.k_cache, inp.v_cache, inp.cache_seqlens, inp.block_table)
     cfg = kvcache._default_config(inp.q, cache, Mask.of(True, None, "bottom_right", None),
@@ -808,7 +812,12 @@ def test_wide_rows_rule():
     assert forward_config(problem(1, Nq=4, paged=True)).num_stages == 2  # cut in 16
     assert wide(64, Nq=8, H=32, D=64, paged=True) and wide(8, Nq=4, paged=True, D=256)
     assert wide(64, Nq=2, H=16, Hkv=1, paged=True)  # MQA of 16 heads at 2 tokens
-    assert not wide(64, Nq=2, paged=True)  # 16 rows
+    assert not wide(64, Nq=2, paged=True)  # 16 rows on more blocks than SMs
+    # up to 16 rows, dense or paged: read whole on more blocks than a third of the SMs,
+    # no more than the SMs
+    assert wide(6, Nq=1, H=32, n_k=1024) and wide(16, Nq=2, n_k=2048, paged=True)
+    assert not wide(5, Nq=1, H=32, n_k=1024) and not wide(17, Nq=1, H=32, n_k=1024)
+    assert not wide(8, Nq=1, H=32, n_k=4096) and wide(8, Nq=1, H=8, Hkv=8, n_k=1024)
     assert not wide(1, Nq=5, paged=True, n_k=1024)  # 40 rows: this family's wgmma tiles
     assert not wide(64, Nq=2, H=96, paged=True)  # a group of 12: q copied
     assert not wide(64, Nq=4) and not wide(64, Nq=4, paged=True, D=96)  # 64 tiles

@@ -8,7 +8,7 @@ with the split rule :func:`split_count`) and the argument lists of its three lau
 the append of new keys and values (:func:`append_call`), the attention (:func:`call`)
 and the merge of the splits (:func:`merge_call`); :func:`run` launches them. Which calls
 run on the sm_90 forward instead is decided here too (:func:`forward_rows`: wide rows, and
-17-32 rows, :func:`narrow_rows`); :mod:`flashscope.kvcache` launches them.
+up to 32 rows read whole, :func:`narrow_rows`); :mod:`flashscope.kvcache` launches them.
 """
 
 from __future__ import annotations
@@ -563,7 +563,7 @@ def accepts(problem: Problem) -> Optional[str]:
 #: (:func:`forward_rows`): a row block of its two-consumer tile
 FORWARD_ROWS = 128
 #: Packed rows up to which a decoding call may run on the sm_90 forward's one-consumer
-#: tile from :data:`STREAM_ROWS` + 1 (:func:`narrow_rows`): this family's 32-row tiles
+#: tile where it reads row blocks whole (:func:`narrow_rows`): this family's 32-row tiles
 NARROW_ROWS = 32
 #: SMs a row block of :func:`narrow_rows` has to itself, from which it stays here where
 #: the forward would read each block whole: dense and paged caches
@@ -575,7 +575,7 @@ FORWARD_SM_KEYS = 3072
 
 def forward_rows(problem: Problem) -> bool:
     """Whether a decoding problem runs on the sm_90 forward (``sm90-fwd``) rather than
-    this family: on sm_90, D = 64, 128 or 256, and either 17-32 packed rows of
+    this family: on sm_90, D = 64, 128 or 256, and either up to 32 packed rows of
     :func:`narrow_rows`, or at least :data:`FORWARD_ROWS` packed rows
     (:func:`packed_rows`) and at least :data:`FORWARD_SM_KEYS` keys for each SM to read
     across the row blocks (:func:`forward_blocks`), whether each SM runs whole blocks or
@@ -605,16 +605,16 @@ def forward_rows(problem: Problem) -> bool:
 
 
 def narrow_rows(problem: Problem) -> bool:
-    """Whether a call's packed rows, more than :data:`STREAM_ROWS` and at most
-    :data:`NARROW_ROWS` (the rows this family gives a 32-row mma.sync tile) of a group
-    dividing 64 (the forward reads q and writes its output in place,
-    :func:`~.sm90_fwd.grouped_ok`), run on the sm_90 forward's 64-row tile: a dense
-    cache of fewer than ``sm90_fwd.SHORT_CUT_TILES`` key tiles (:func:`forward_key_tiles`)
-    on a grid that leaves each row block fewer than :data:`DENSE_IDLE_SMS` SMs, so that
-    the forward reads each block whole, at D = 64 no more blocks than SMs; a paged cache
-    unless the forward would read each block whole
-    (:func:`~.sm90_fwd.packed_pieces`) with :data:`PAGED_IDLE_SMS` SMs or more to
-    itself.
+    """Whether a call's packed rows, at most :data:`NARROW_ROWS` of a group dividing 64
+    (the forward reads q and writes its output in place, :func:`~.sm90_fwd.grouped_ok`),
+    run on the sm_90 forward's 64-row tile where it reads each row block whole: a cache
+    of fewer than ``sm90_fwd.SHORT_CUT_TILES`` key tiles (:func:`forward_key_tiles`) on
+    a grid that leaves each block fewer than :data:`DENSE_IDLE_SMS` SMs. Up to
+    :data:`STREAM_ROWS` rows (this family's 16-row tiles), dense or paged, on no more
+    blocks than SMs. From there to :data:`NARROW_ROWS` (its 32-row mma.sync tiles): a
+    dense cache on any such grid but, at D = 64, no more blocks than SMs; a paged cache
+    unless the forward would read each block whole (:func:`~.sm90_fwd.packed_pieces`)
+    with :data:`PAGED_IDLE_SMS` SMs or more to itself.
 
     Why: this family's 32-row tiles split a short read to fill the SMs and merge the
     splits; the forward's one program a block reads it whole through its TMA pipeline,
@@ -629,21 +629,28 @@ def narrow_rows(problem: Problem) -> bool:
     cuts or reads 32 tiles) 0.98-1.03x. Paged (16-key pages), over this family's paged
     default, which reads pages at 0.72-0.98 of the dense speed: 1.02-1.34x at B = 3-64
     but 0.96x at B = 5 with 3k keys, cut grids 0.94-1.11x; whole blocks at B = 1-2 (8-16
-    SMs a block) 0.81-0.90x."""
+    SMs a block) 0.81-0.90x. Up to 16 rows at 1k-2k keys on 48-128 blocks: GQA 4:1 and
+    8:1 at one token and 4:1 at 4 (B = 6-16) dense 1.00-1.10x, paged 1.00-1.20x; one
+    head a kv head and two (B = 2-6) dense 1.01-1.09x, paged 1.03-1.11x; past the SMs
+    (B = 24-128) 0.92-1.01x, B = 4 0.94x and 0.99x; at 8k-32k keys 0.94-1.16x (D = 128
+    0.95-1.03x)."""
     from . import sm90_fwd
 
     rows = packed_rows(problem)
-    if not (STREAM_ROWS < rows <= NARROW_ROWS and sm90_fwd.grouped_ok(max(1, problem.group))):
+    if not (rows <= NARROW_ROWS and sm90_fwd.grouped_ok(max(1, problem.group))):
         return False
     sms = _sms(problem)
     blocks = forward_blocks(problem)
     idle = sms // blocks
     tiles = forward_key_tiles(problem)
+    whole = idle < DENSE_IDLE_SMS and tiles < sm90_fwd.SHORT_CUT_TILES
+    if rows <= STREAM_ROWS:
+        return whole and blocks <= sms
     if problem.paged:
         return idle < PAGED_IDLE_SMS or sm90_fwd.packed_pieces(blocks, tiles, sms) > 1
     if problem.head_dim == 64 and blocks > sms:
         return False
-    return idle < DENSE_IDLE_SMS and tiles < sm90_fwd.SHORT_CUT_TILES
+    return whole
 
 
 def forward_problem(problem: Problem) -> Problem:
