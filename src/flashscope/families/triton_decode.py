@@ -13,9 +13,7 @@ up to 32 rows read whole, :func:`narrow_rows`); :mod:`flashscope.kvcache` launch
 
 from __future__ import annotations
 
-import dataclasses
-
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, NamedTuple, Optional
 
 from ..compat import CODEGEN_OPTIONS
@@ -566,8 +564,8 @@ FORWARD_ROWS = 128
 #: tile where it reads row blocks whole (:func:`narrow_rows`): this family's 32-row tiles
 NARROW_ROWS = 32
 #: SMs a row block of :func:`narrow_rows` has to itself, from which it stays here where
-#: the forward would read each block whole: dense and paged caches
-DENSE_IDLE_SMS = 3
+#: the forward would read each block whole; and from which a paged cache's 17-32 rows do
+WHOLE_IDLE_SMS = 3
 PAGED_IDLE_SMS = 8
 #: Keys each SM reads, at least (row blocks x keys a sequence / SMs), from which it does
 FORWARD_SM_KEYS = 3072
@@ -609,7 +607,7 @@ def narrow_rows(problem: Problem) -> bool:
     (the forward reads q and writes its output in place, :func:`~.sm90_fwd.grouped_ok`),
     run on the sm_90 forward's 64-row tile where it reads each row block whole: a cache
     of fewer than ``sm90_fwd.SHORT_CUT_TILES`` key tiles (:func:`forward_key_tiles`) on
-    a grid that leaves each block fewer than :data:`DENSE_IDLE_SMS` SMs. Up to
+    a grid that leaves each block fewer than :data:`WHOLE_IDLE_SMS` SMs. Up to
     :data:`STREAM_ROWS` rows (this family's 16-row tiles), dense or paged, on no more
     blocks than SMs. From there to :data:`NARROW_ROWS` (its 32-row mma.sync tiles): a
     dense cache on any such grid but, at D = 64, no more blocks than SMs; a paged cache
@@ -643,7 +641,7 @@ def narrow_rows(problem: Problem) -> bool:
     blocks = forward_blocks(problem)
     idle = sms // blocks
     tiles = forward_key_tiles(problem)
-    whole = idle < DENSE_IDLE_SMS and tiles < sm90_fwd.SHORT_CUT_TILES
+    whole = idle < WHOLE_IDLE_SMS and tiles < sm90_fwd.SHORT_CUT_TILES
     if rows <= STREAM_ROWS:
         return whole and blocks <= sms
     if problem.paged:
@@ -656,9 +654,8 @@ def narrow_rows(problem: Problem) -> bool:
 def forward_problem(problem: Problem) -> Problem:
     """A decoding problem as the sm_90 forward's packed batch: a sequence per kv head of
     each batch entry, its packed rows as the queries."""
-    return dataclasses.replace(problem, n_q=packed_rows(problem),
-                               heads=problem.heads // max(1, problem.group), group=1,
-                               varlen=True)
+    return replace(problem, n_q=packed_rows(problem),
+                   heads=problem.heads // max(1, problem.group), group=1, varlen=True)
 
 
 def forward_key_tiles(problem: Problem) -> int:
