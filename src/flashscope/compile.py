@@ -98,7 +98,12 @@ def kernel_spec(name: str, target=None, cfg=None) -> KernelSpec:
 
     if name in FORWARD_ALIASES:
         if cfg is not None:
-            return KERNELS[family_of(cfg).KERNEL]
+            fam = family_of(cfg).KERNEL
+            if fam not in KERNELS:  # a family of several launches: which one to build
+                own = [k for k, s in KERNELS.items() if s.family == fam]
+                raise ConfigError(f"--config {fam}:...: a {fam} config builds one of its "
+                                  f"kernels; name it with --kernel ({', '.join(own)})")
+            return KERNELS[fam]
         t = get_target(target or "sm90")
         fam = forward_family(Problem(t.name, head_dim=128))
         return KERNELS[fam.KERNEL]

@@ -132,6 +132,8 @@ CASES = {
     "combinations": [
         (["inspect", "--diff", "BLOCK_M=64"], "expected 2 arguments"),
         (["inspect", "x.cubin", "--config", "BLOCK_M=64"], "exclude each other"),
+        (["inspect", "--config", "triton-bwd:BLOCK_M1=32"],
+         "a triton-bwd config builds one of its kernels; name it with --kernel (bwd_preprocess"),
         (["profile", "--ncu-csv", NCU, "--from-csv", "{tmp}"], "one or the other"),
         (["roofline", "--peak-tflops", "100"], "go together"),
         (["occupancy", "--target", "sm90,sm80", "--threads", "64", "--regs", "8", "--plot",
