@@ -335,3 +335,32 @@ def test_batched_records_equal_single_records(artifacts, records):
     fresh = [dataclasses.replace(artifacts[case_id(c)], path=None) for c in CASES]  # unstored
     for case, rec in zip(CASES, records_for(fresh)):
         assert rec.as_dict() == records[case_id(case)].as_dict() | {"source": None}
+
+
+def test_global_widths_from_sass_and_amdgcn():
+    """Global loads and stores by the bits a thread (lane) moves: SASS width modifiers (a
+    cache hint such as LTC128B is not a width; none means 32 bits; LDGSTS counts as a
+    load, shared and local accesses not at all), amdgcn mnemonics of both naming schemes
+    (a format access, whose width the mnemonic does not name, left out)."""
+    from collections import Counter
+
+    from flashscope.isa import amd, nvidia
+
+    sass = "\n".join(f"        /*{i * 16:04x}*/                   {ins} ;" for i, ins in enumerate((
+        "LDG.E.128 R4, desc[UR4][R2.64]", "@P0 LDG.E.U16 R8, desc[UR4][R6.64]",
+        "LDG.E.LTC128B.128 R12, desc[UR4][R10.64]", "LDG.E R9, desc[UR4][R2.64]",
+        "LDGSTS.E.BYPASS.128 [R3], desc[UR6][R4.64]", "STG.E.64 desc[UR4][R2.64], R4",
+        "STG.E.U16 desc[UR4][R2.64], R7", "LDS.128 R4, [R2]", "STL [R1], R4")))
+    lines = [(op, line) for line in sass.splitlines()
+             for op in [nvidia._opcode(line)] if op]
+    assert nvidia.global_widths(lines) == {"load.b16": 1, "load.b32": 1, "load.b128": 3,
+                                           "store.b16": 1, "store.b64": 1}
+    ops = Counter({"global_load_dwordx4": 3, "global_load_ushort": 2, "global_load_b128": 1,
+                   "buffer_store_short_d16_hi": 1, "global_store_b16": 4,
+                   "buffer_load_format_x": 2, "global_load_lds_dwordx4": 1, "ds_read_b128": 7})
+    assert amd.global_widths(ops) == {"load.b16": 2, "load.b128": 5, "store.b16": 5}
+    from flashscope.isa.record import KernelRecord
+
+    rec = KernelRecord("k", "sm90", "nvidia", global_widths={"load.b16": 30, "load.b128": 90,
+                                                             "store.b16": 50})
+    assert rec.narrow_loads == (30, 120)

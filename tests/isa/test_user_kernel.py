@@ -95,3 +95,29 @@ def test_a_moved_package_file_is_read_from_the_installed_package():
                         packages=True)
     assert source_lines("/gone/elsewhere/nothing_here.py", packages=True) is None
     assert source_lines("/gone/src/flashscope/kernels/common.py") is None
+
+
+SOFTMAX = str(KERNELS / "small.py") + ":softmax"
+
+
+def test_narrow_loads_are_counted_and_noted(capsys, compile_cache):
+    """A row softmax over fp16 rows (their length a multiple of 16) whose stride the
+    compiler may not take as a multiple of 16 elements reads them 16 bits a thread
+    (``global_widths``' ``load.b16``, the CSV's column, the note under the table); the
+    same kernel with ``stride=i32:16`` reads 128 bits at a time and gets no note."""
+    sig = ("--constexpr", "BLOCK=1024", "--target", "sm90")
+    code, out, err = _run(capsys, SOFTMAX, "--signature",
+                          "X=*fp16,Out=*fp16,stride=i32,N=i32:16", *sig)
+    assert code == 0, err
+    assert "narrow loads: softmax @ sm90" in out.replace("\n", " ")
+    code, out, err = _run(capsys, SOFTMAX, "--signature",
+                          "X=*fp16,Out=*fp16,stride=i32,N=i32:16", *sig, "--csv")
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert int(row["global.load.b16"]) >= 8 and not row.get("global.load.b128")
+    code, out, err = _run(capsys, SOFTMAX, "--signature",
+                          "X=*fp16,Out=*fp16,stride=i32:16,N=i32:16", *sig, "--json")
+    (k,) = json.loads(out)["kernels"]
+    assert k["global_widths"].get("load.b128", 0) > 0 and "load.b16" not in k["global_widths"]
+    code, out, err = _run(capsys, SOFTMAX, "--signature",
+                          "X=*fp16,Out=*fp16,stride=i32:16,N=i32:16", *sig)
+    assert code == 0 and "narrow loads" not in out

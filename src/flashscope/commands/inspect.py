@@ -340,6 +340,8 @@ def _flat(rec) -> dict:
         row[k] = v
     for c, n in (d.get("mix") or {}).items():
         row[f"mix.{c}"] = n
+    for c, n in (d.get("global_widths") or {}).items():
+        row[f"global.{c}"] = n
     return row
 
 
@@ -391,6 +393,27 @@ SERIAL_NOTE = ("serial: wgmma that ptxas made wait for the one before (too few r
                "time (docs/inspect.md, wgmma_serialized)")
 
 
+#: Global loads of 16 bits or fewer a thread, at least this many and a quarter of a
+#: kernel's global loads, get a note under the table (:func:`narrow_note`)
+NARROW_LOADS = 8
+
+
+def narrow_note(records) -> "str | None":
+    """The note for records whose global loads are mostly 16 bits a thread or narrower
+    (:attr:`~flashscope.isa.record.KernelRecord.narrow_loads`), or None."""
+    hits = []
+    for r in records:
+        narrow, loads = r.narrow_loads
+        if narrow >= NARROW_LOADS and 4 * narrow >= loads:
+            hits.append(f"{r.kernel} @ {r.target}{f' D={r.head_dim}' if r.head_dim else ''} "
+                        f"{narrow} of {loads}")
+    if not hits:
+        return None
+    return ("narrow loads: " + "; ".join(hits) + " global loads move 16 bits a thread or "
+            "fewer: rows read an element at a time, where the compiler cannot prove them "
+            "16 bytes apart (docs/inspect.md, global_widths)")
+
+
 #: constexpr switches of a kernel variant and how the mask column names them
 _VARIANT_SWITCHES = (("HAS_LEFT", "window"), ("HAS_RIGHT", "window"),
                      ("SHIFTED", "bottom-right"), ("SOFTCAP", "softcap"), ("VARLEN", "varlen"))
@@ -419,6 +442,9 @@ def _table(con, records, errors, opcodes):
     common.show(con, t)
     if any(r.wgmma_serialized for r in records):
         con.print(SERIAL_NOTE)
+    note = narrow_note(records)
+    if note:
+        con.print(note)
     if opcodes:
         for r in records:
             con.print(f"{r.label} (features: {', '.join(r.features) or '-'}) " + " ".join(
@@ -427,9 +453,10 @@ def _table(con, records, errors, opcodes):
 
 
 def _field_rows(d) -> list:
-    """(field, {"a", "b", "delta"}) rows of the records: their fields, mix and, with
-    --opcodes, the opcodes whose count differs."""
+    """(field, {"a", "b", "delta"}) rows of the records: their fields, mix, global
+    accesses by width and, with --opcodes, the opcodes whose count differs."""
     return (list(d["fields"].items()) + [(f"mix.{k}", v) for k, v in d["mix"].items()]
+            + [(f"global.{k}", v) for k, v in d.get("global", {}).items()]
             + [(f"opcode.{k}", v) for k, v in d.get("opcodes", {}).items()])
 
 

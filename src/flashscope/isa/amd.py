@@ -50,6 +50,13 @@ FEATURES = (
 _MNEMONIC = re.compile(r"^\s+([a-z][a-z0-9_]*)\b")
 _LABEL = re.compile(r"^([A-Za-z_][\w.$]*):")
 _DS_WIDTH = re.compile(r"^ds_(?:read|write|load|store)(2)?(?:st64)?_[bui](\d+)")
+#: A global or buffer access's width in its mnemonic: ``global_load_dwordx4`` (GCN/CDNA),
+#: ``global_load_b128`` (RDNA 3+), ``_ushort``/``_u16``/``_short_d16``, ``_ubyte``/``_u8``
+_GLOBAL_ACCESS = re.compile(r"^(?:global|buffer)_(load|store)_(?:lds_)?(\w+)$")
+_GLOBAL_BITS = {"byte": 8, "ubyte": 8, "sbyte": 8, "u8": 8, "i8": 8, "b8": 8, "short": 16,
+                "ushort": 16, "sshort": 16, "u16": 16, "i16": 16, "b16": 16, "dword": 32,
+                "b32": 32, "dwordx2": 64, "b64": 64, "dwordx3": 96, "b96": 96,
+                "dwordx4": 128, "b128": 128}
 
 
 def metadata(hsaco: bytes, what: str = "hsaco") -> dict:
@@ -149,6 +156,24 @@ def mix_of(ops: Counter) -> tuple:
     return mix, feats
 
 
+def global_widths(ops: Counter) -> dict:
+    """``{"load.b<bits>": n, "store.b<bits>": n}``: a kernel's global and buffer accesses
+    by the bits one lane moves (``_d16``, ``_d16_hi`` and ``_format_`` variants by their
+    element; an access whose width the mnemonic does not name is left out)."""
+    out = Counter()
+    for op, n in ops.items():
+        m = _GLOBAL_ACCESS.match(op)
+        if not m:
+            continue
+        kind, rest = m.groups()
+        width = next((w for w in rest.replace("d16_hi", "").replace("d16", "short").split("_")
+                      if w in _GLOBAL_BITS), None)
+        if width is not None:
+            out[f"{kind}.b{_GLOBAL_BITS[width]}"] += n
+    return dict(sorted(out.items(), key=lambda kv: (kv[0].split(".")[0],
+                                                      int(kv[0].split(".b")[1]))))
+
+
 def _int(meta: dict, key: str, kernel: str, what: str, default=None):
     v = meta.get(key, default)
     if v is None:
@@ -193,5 +218,6 @@ def read_hsaco(hsaco: bytes, what: str = "hsaco", text: "str | None" = None) -> 
             "instructions": sum(ops.values()) if ops is not None else None,
             "mix": mix, "opcodes": dict(sorted(ops.items())) if ops is not None else None,
             "features": feats,
+            "global_widths": global_widths(ops) if ops is not None else None,
         })
     return out

@@ -79,6 +79,13 @@ CLASSES = {
 }
 _CLASS_OF = {op: c for c, ops in CLASSES.items() for op in ops}
 
+#: Global memory accesses counted by width (:func:`global_widths`): loads (async copies
+#: into shared memory among them) and stores.
+GLOBAL_LOADS = ("LDG", "LDGSTS")
+GLOBAL_STORES = ("STG",)
+#: Bytes a global access moves, by its SASS width modifier (none: 32 bits).
+_WIDTH_BITS = {"U8": 8, "S8": 8, "U16": 16, "S16": 16, "64": 64, "128": 128}
+
 #: Hopper's warpgroup MMA opcodes (wgmma.mma_async in PTX).
 WGMMA_OPS = ("HGMMA", "QGMMA", "IGMMA", "BGMMA")
 
@@ -386,6 +393,24 @@ def serialized_wgmma(sass: str) -> dict:
     return {k: _serialized(lines) for k, lines in sass_lines(sass).items()}
 
 
+def global_widths(lines: list) -> dict:
+    """``{"load.b<bits>": n, "store.b<bits>": n}`` over a kernel's SASS lines
+    (:func:`sass_lines`): its global loads (``LDG``, ``LDGSTS``) and stores (``STG``) by
+    the bits one thread moves, from the width modifier (``LDG.E.128``: 128, ``LDG.E.U16``:
+    16, none: 32; cache hints such as ``LTC128B`` are not widths)."""
+    out = Counter()
+    for op, line in lines:
+        kind = "load" if op in GLOBAL_LOADS else "store" if op in GLOBAL_STORES else None
+        if kind is None:
+            continue
+        m = _SASS_LINE.match(line)
+        mods = m.group(2).split(".")[1:] if m else []
+        bits = next((_WIDTH_BITS[x] for x in mods if x in _WIDTH_BITS), 32)
+        out[f"{kind}.b{bits}"] += 1
+    return dict(sorted(out.items(), key=lambda kv: (kv[0].split(".")[0],
+                                                      int(kv[0].split(".b")[1]))))
+
+
 def mix_of(opcodes: Counter) -> tuple:
     """(class -> count, features) from opcode counts; every class present, zeros included."""
     mix = {c: 0 for c in CLASSES}
@@ -480,7 +505,8 @@ def indirect_branches(cubin: bytes, kernel: str, what: str = "cubin") -> dict:
 
 def with_mix(rows: list, sass: str) -> list:
     """``rows`` of :func:`cubin_parts` completed from the SASS text: spill stores/loads
-    (STL/LDL), instruction count, mix, opcodes, features, serialized wgmma."""
+    (STL/LDL), instruction count, mix, opcodes, features, serialized wgmma, global
+    accesses by width."""
     by_kernel = sass_lines(sass)
     for r in rows:
         lines = by_kernel.get(r["kernel"], [])
@@ -491,7 +517,8 @@ def with_mix(rows: list, sass: str) -> list:
             feats.append("wgmma_serialized")
         r.update(spill_stores=ops.get("STL", 0), spill_loads=ops.get("LDL", 0),
                  instructions=sum(ops.values()), mix=mix, opcodes=dict(sorted(ops.items())),
-                 features=feats, wgmma_serialized=n_serial)
+                 features=feats, wgmma_serialized=n_serial,
+                 global_widths=global_widths(lines))
     return rows
 
 

@@ -44,6 +44,7 @@ def _record(d: dict, vendor: str, target: str, meta: "dict | None") -> KernelRec
         else None,
         threads=threads, num_warps=num_warps, wave_size=wave, barriers=d.get("barriers"),
         instructions=d.get("instructions"), wgmma_serialized=d.get("wgmma_serialized"),
+        global_widths=d.get("global_widths"),
         mix=d.get("mix"), opcodes=d.get("opcodes"),
         features=list(d.get("features") or []), num_stages=meta.get("num_stages"))
     return rec

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 #: Bumped whenever a reader changes what it extracts, so cached records are re-read.
-READER_VERSION = 3
+READER_VERSION = 4
 
 #: Keys compared by ``inspect --diff`` (numeric fields; ``mix`` is compared per class).
 DIFF_FIELDS = ("registers", "agprs", "sgprs", "spill_stores", "spill_loads", "vgpr_spills",
@@ -37,6 +37,9 @@ class KernelRecord:
     spill_stores/spill_loads count STL/LDL instructions in SASS, not bytes.
     wgmma_serialized: wgmma that ptxas made wait for the one before them
     (:func:`flashscope.isa.nvidia.serialized_wgmma`; None on AMD).
+    global_widths: global loads and stores by the bits one thread (lane) moves,
+    ``{"load.b16": n, "load.b128": m, ...}`` (:func:`flashscope.isa.nvidia.global_widths`,
+    :func:`flashscope.isa.amd.global_widths`); :attr:`narrow_loads` reads it.
     """
 
     kernel: str
@@ -60,6 +63,7 @@ class KernelRecord:
     barriers: Optional[int] = None
     instructions: Optional[int] = None
     wgmma_serialized: Optional[int] = None
+    global_widths: Optional[dict] = None
     mix: Optional[dict] = None
     opcodes: Optional[dict] = None
     features: list = field(default_factory=list)
@@ -82,6 +86,15 @@ class KernelRecord:
         return cls(**{k: v for k, v in d.items() if k in names})
 
     @property
+    def narrow_loads(self) -> tuple:
+        """(loads of 16 bits or fewer, global loads): a tile read one 16-bit element a
+        thread at a time, which a compiler does where it cannot prove rows 16 bytes
+        apart (docs/inspect.md)."""
+        w = self.global_widths or {}
+        loads = {int(k.split(".b")[1]): n for k, n in w.items() if k.startswith("load.")}
+        return sum(n for b, n in loads.items() if b <= 16), sum(loads.values())
+
+    @property
     def label(self) -> str:
         cfg = self.config or {}
         name = (cfg.get("label") or cfg.get("key")) if isinstance(cfg, dict) else None
@@ -93,7 +106,8 @@ def diff(a: KernelRecord, b: KernelRecord, opcodes: bool = False) -> dict:
     with ``opcodes`` every opcode whose count differs.
 
     A field missing (None) on one side gives None. Returns {"a": label, "b": label,
-    "fields": {name: {"a", "b", "delta"}}, "mix": {class: {"a", "b", "delta"}}} and with
+    "fields": {name: {"a", "b", "delta"}}, "mix": {class: {"a", "b", "delta"}}, "global":
+    {width: {"a", "b", "delta"}}} (global loads and stores by width) and with
     ``opcodes`` "opcodes": {opcode: {"a", "b", "delta"}}, the largest changes first."""
     def entry(x, y):
         return {"a": x, "b": y, "delta": None if x is None or y is None else y - x}
@@ -104,7 +118,8 @@ def diff(a: KernelRecord, b: KernelRecord, opcodes: bool = False) -> dict:
                 for k in sorted(set(x or {}) | set(y or {}))}
 
     fields = {k: entry(getattr(a, k), getattr(b, k)) for k in DIFF_FIELDS}
-    out = {"a": a.label, "b": b.label, "fields": fields, "mix": counts(a.mix, b.mix)}
+    out = {"a": a.label, "b": b.label, "fields": fields, "mix": counts(a.mix, b.mix),
+           "global": counts(a.global_widths, b.global_widths)}
     if opcodes:
         ops = counts(a.opcodes, b.opcodes)
         out["opcodes"] = dict(sorted(((k, e) for k, e in ops.items() if e["delta"] != 0),
