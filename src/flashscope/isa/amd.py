@@ -20,6 +20,7 @@ from collections import Counter
 
 from ..errors import ArtifactError
 from . import elf as elfmod
+from .record import by_width
 
 NT_AMDGPU_METADATA = 32
 
@@ -170,8 +171,7 @@ def global_widths(ops: Counter) -> dict:
                       if w in _GLOBAL_BITS), None)
         if width is not None:
             out[f"{kind}.b{_GLOBAL_BITS[width]}"] += n
-    return dict(sorted(out.items(), key=lambda kv: (kv[0].split(".")[0],
-                                                      int(kv[0].split(".b")[1]))))
+    return by_width(out)
 
 
 def _int(meta: dict, key: str, kernel: str, what: str, default=None):

@@ -46,6 +46,7 @@ from collections import Counter
 
 from ..errors import ArtifactError
 from . import elf as elfmod
+from .record import by_width
 
 EIFMT_SVAL = 4
 EIATTR_FRAME_SIZE = 0x11
@@ -407,8 +408,7 @@ def global_widths(lines: list) -> dict:
         mods = m.group(2).split(".")[1:] if m else []
         bits = next((_WIDTH_BITS[x] for x in mods if x in _WIDTH_BITS), 32)
         out[f"{kind}.b{bits}"] += 1
-    return dict(sorted(out.items(), key=lambda kv: (kv[0].split(".")[0],
-                                                      int(kv[0].split(".b")[1]))))
+    return by_width(out)
 
 
 def mix_of(opcodes: Counter) -> tuple:

@@ -101,6 +101,13 @@ class KernelRecord:
         return f"{name} @ {self.target}" if name else f"{self.kernel} @ {self.target}"
 
 
+def by_width(counts) -> dict:
+    """``{"load.b<bits>": n, "store.b<bits>": n}`` counts in order: loads, then stores,
+    each by width (the readers' ``global_widths``)."""
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0].split(".")[0],
+                                                         int(kv[0].split(".b")[1]))))
+
+
 def diff(a: KernelRecord, b: KernelRecord, opcodes: bool = False) -> dict:
     """b - a for every numeric field and every mix class present in either record, and
     with ``opcodes`` every opcode whose count differs.
