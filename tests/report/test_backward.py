@@ -114,15 +114,22 @@ def test_spec_defaults():
     assert isinstance(select_bwd_config(128, "sm90"), TritonBwdConfig)
 
 
-def test_spill_cell_names_serialized_wgmma():
+def test_spill_cell_names_serialized_wgmma_and_narrow_loads():
+    """The spill cell adds the wgmma ptxas serialized and, for a kernel reading narrow
+    (8 or more 16-bit global loads, a quarter of its loads), their count."""
     from flashscope.isa.record import KernelRecord
     from flashscope.report.collect import Row
 
-    def row(serial, stores=0):
+    def row(serial, stores=0, widths=None):
         rec = KernelRecord("k", "sm90", "nvidia", spill_stores=stores, spill_loads=0,
-                           wgmma_serialized=serial)
+                           wgmma_serialized=serial, global_widths=widths)
         return Row(TritonBwdConfig(), 128, "sm90", rec)
 
     assert row(32).spill_cell == "0 (32 wgmma serial)"
     assert row(0, stores=3).spill_cell == "3" and row(None).spill_cell == "0"
     assert Row(TritonBwdConfig(), 128, "sm90").spill_cell == "0"
+    assert row(4, widths={"load.b16": 256, "store.b32": 1}).spill_cell == (
+        "0 (4 wgmma serial, 256 16-bit loads)")
+    assert row(0, widths={"load.b16": 8, "load.b128": 24}).spill_cell == "0 (8 16-bit loads)"
+    assert row(0, widths={"load.b16": 8, "load.b128": 25}).spill_cell == "0"
+    assert row(0, widths={"load.b16": 7}).spill_cell == "0"

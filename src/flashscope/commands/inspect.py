@@ -393,18 +393,13 @@ SERIAL_NOTE = ("serial: wgmma that ptxas made wait for the one before (too few r
                "time (docs/inspect.md, wgmma_serialized)")
 
 
-#: Global loads of 16 bits or fewer a thread, at least this many and a quarter of a
-#: kernel's global loads, get a note under the table (:func:`narrow_note`)
-NARROW_LOADS = 8
-
-
 def narrow_note(records) -> "str | None":
-    """The note for records whose global loads are mostly 16 bits a thread or narrower
-    (:attr:`~flashscope.isa.record.KernelRecord.narrow_loads`), or None."""
+    """The note for records that read narrow
+    (:attr:`~flashscope.isa.record.KernelRecord.reads_narrow`), or None."""
     hits = []
     for r in records:
-        narrow, loads = r.narrow_loads
-        if narrow >= NARROW_LOADS and 4 * narrow >= loads:
+        if r.reads_narrow:
+            narrow, loads = r.narrow_loads
             hits.append(f"{r.kernel} @ {r.target}{f' D={r.head_dim}' if r.head_dim else ''} "
                         f"{narrow} of {loads}")
     if not hits:

@@ -14,6 +14,10 @@ from typing import Optional
 #: Bumped whenever a reader changes what it extracts, so cached records are re-read.
 READER_VERSION = 4
 
+#: Global loads of 16 bits or fewer a thread, at least this many and a quarter of a
+#: kernel's global loads, mark it as reading narrow (:attr:`KernelRecord.reads_narrow`)
+NARROW_LOADS = 8
+
 #: Keys compared by ``inspect --diff`` (numeric fields; ``mix`` is compared per class).
 DIFF_FIELDS = ("registers", "agprs", "sgprs", "spill_stores", "spill_loads", "vgpr_spills",
                "sgpr_spills", "local_bytes", "shared_bytes", "static_shared_bytes",
@@ -93,6 +97,13 @@ class KernelRecord:
         w = self.global_widths or {}
         loads = {int(k.split(".b")[1]): n for k, n in w.items() if k.startswith("load.")}
         return sum(n for b, n in loads.items() if b <= 16), sum(loads.values())
+
+    @property
+    def reads_narrow(self) -> bool:
+        """At least :data:`NARROW_LOADS` global loads of 16 bits or fewer, a quarter of
+        the kernel's or more (:attr:`narrow_loads`)."""
+        narrow, loads = self.narrow_loads
+        return narrow >= NARROW_LOADS and 4 * narrow >= loads
 
     @property
     def label(self) -> str:

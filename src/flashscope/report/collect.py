@@ -86,10 +86,14 @@ class Row:
 
     @property
     def spill_cell(self) -> str:
-        """The spills as a table shows them, with the wgmma ptxas serialized, if any: a
-        cost the register count alone does not show."""
+        """The spills as a table shows them, with the wgmma ptxas serialized and the
+        16-bit global loads of a kernel that reads narrow, if any: costs the register
+        count alone does not show."""
         serial = getattr(self.record, "wgmma_serialized", None)
-        return f"{self.spills} ({serial} wgmma serial)" if serial else str(self.spills)
+        notes = [f"{serial} wgmma serial"] if serial else []
+        if self.record is not None and self.record.reads_narrow:
+            notes.append(f"{self.record.narrow_loads[0]} 16-bit loads")
+        return f"{self.spills} ({', '.join(notes)})" if notes else str(self.spills)
 
     def as_dict(self) -> dict:
         r = self.record
@@ -102,7 +106,8 @@ class Row:
                 k: getattr(r, k) for k in ("registers", "agprs", "sgprs", "spill_stores",
                                            "spill_loads", "vgpr_spills", "sgpr_spills",
                                            "local_bytes", "shared_bytes", "threads",
-                                           "wave_size", "wgmma_serialized", "features")},
+                                           "wave_size", "wgmma_serialized", "global_widths",
+                                           "features")},
             "spills": self.spills if r is not None else None,
             "occupancy": None if self.occ is None else self.occ.as_dict(),
             "budget": None if self.budget is None else self.budget.as_dict(),
