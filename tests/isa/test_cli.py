@@ -107,6 +107,12 @@ def test_diff_operands_name_their_own_build_settings(capsys, artifacts):
     assert code == 0, err
     assert (d["fields"]["registers"]["a"], d["fields"]["registers"]["b"]) == (
         _registers(artifacts, CASES[0]), _registers(artifacts, CASES[1]))
+    code, out, err = _run(capsys, "--target", "sm80", "--head-dim", "64", "--diff",
+                          "triton-fwd:", f"triton-fwd:{cfg}", "--json")
+    assert code == 0, err  # a family's default against a config of it
+    regs = json.loads(out)["fields"]["registers"]
+    assert regs["a"] > 0 and regs["b"] > 0
+    _bad(capsys, "--diff", "tritn-fwd:", "head_dim=64", match="tritn-fwd")
     _bad(capsys, "--diff", "target=sm99", "head_dim=64", match="unknown target")
     _bad(capsys, "--diff", "head_dim=x", "head_dim=64", match="head_dim")
     _bad(capsys, "--diff", "causal=maybe", "head_dim=64", match="causal")

@@ -221,8 +221,9 @@ def _resolve_side(text, args):
         if isinstance(views, Exception):
             raise views
         return recs[0], views[0], ""
-    if "=" not in text:
-        raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a K=V config")
+    if "=" not in text and not text.endswith(":"):  # "sm90-fwd:": a family's default
+        raise FlashscopeError(f"--diff {text!r}: neither an existing file nor a config "
+                              "(K=V,... or FAMILY:K=V,...)")
     knobs, t, d, dt, c, variant, named = _side_settings(text, args)
     cfg = _parse(args, knobs, t, d, dt, c, variant)
     art = fcompile.build(cfg, t, **_build_kw(args, d, dt, c, variant))
