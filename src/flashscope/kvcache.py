@@ -222,9 +222,7 @@ def forward_config(problem: Problem) -> Sm90FwdConfig:
     cfg = sm90_fwd.fit(sm90_fwd.select(fwd), fwd).replace(MASKED_FIRST=False)
     if rows <= ONE_CONSUMER_ROWS:
         cfg = cfg.replace(BLOCK_M=ONE_CONSUMER_ROWS, PINGPONG=False)
-    sms = getattr(problem.target_record(), "sm_count", 0) or 1
-    blocks = triton_decode.forward_blocks(problem)
-    tiles = -(-max(1, problem.n_k) // cfg.BLOCK_N)
+    blocks, tiles, sms = triton_decode.forward_grid(problem, cfg.BLOCK_N)
     if sm90_fwd.packed_pieces(blocks, tiles, sms) > 1:
         return cfg.replace(SPLIT_KV=True, BALANCE=False)
     if rows <= ONE_CONSUMER_ROWS and 2 * blocks <= sms and cfg.num_stages < WHOLE_READ_STAGES:

@@ -606,7 +606,7 @@ def narrow_rows(problem: Problem) -> bool:
     """Whether a call's packed rows, at most :data:`NARROW_ROWS` of a group dividing 64
     (the forward reads q and writes its output in place, :func:`~.sm90_fwd.grouped_ok`),
     run on the sm_90 forward's 64-row tile where it reads each row block whole: a cache
-    of fewer than ``sm90_fwd.SHORT_CUT_TILES`` key tiles (:func:`forward_key_tiles`) on
+    of fewer than ``sm90_fwd.SHORT_CUT_TILES`` key tiles (:func:`forward_grid`) on
     a grid that leaves each block fewer than :data:`WHOLE_IDLE_SMS` SMs. Up to
     :data:`STREAM_ROWS` rows (this family's 16-row tiles), dense or paged, on no more
     blocks than SMs. From there to :data:`NARROW_ROWS` (its 32-row mma.sync tiles): a
@@ -637,10 +637,8 @@ def narrow_rows(problem: Problem) -> bool:
     rows = packed_rows(problem)
     if not (rows <= NARROW_ROWS and sm90_fwd.grouped_ok(max(1, problem.group))):
         return False
-    sms = _sms(problem)
-    blocks = forward_blocks(problem)
+    blocks, tiles, sms = forward_grid(problem)
     idle = sms // blocks
-    tiles = forward_key_tiles(problem)
     whole = idle < WHOLE_IDLE_SMS and tiles < sm90_fwd.SHORT_CUT_TILES
     if rows <= STREAM_ROWS:
         return whole and blocks <= sms
@@ -658,14 +656,24 @@ def forward_problem(problem: Problem) -> Problem:
                    heads=problem.heads // max(1, problem.group), group=1, varlen=True)
 
 
-def forward_key_tiles(problem: Problem) -> int:
-    """Key tiles of the cache's capacity under the sm_90 forward's config for the
-    decoding rows (its rule's key tile)."""
+class ForwardGrid(NamedTuple):
+    """A decoding problem on the sm_90 forward: its row blocks (:func:`forward_blocks`),
+    the key tiles of the cache's capacity, and the SMs."""
+    blocks: int
+    tiles: int
+    sms: int
+
+
+def forward_grid(problem: Problem, key_tile: int = 0) -> ForwardGrid:
+    """:class:`ForwardGrid` with ``key_tile`` keys a tile (0: the forward's rule's for the
+    decoding rows)."""
     from . import sm90_fwd
 
-    fwd = forward_problem(problem)
-    tile = sm90_fwd.fit(sm90_fwd.select(fwd), fwd).BLOCK_N
-    return -(-max(1, problem.n_k) // tile)
+    if not key_tile:
+        fwd = forward_problem(problem)
+        key_tile = sm90_fwd.fit(sm90_fwd.select(fwd), fwd).BLOCK_N
+    return ForwardGrid(forward_blocks(problem), -(-max(1, problem.n_k) // key_tile),
+                       _sms(problem))
 
 
 def _sms(problem: Problem) -> int:
