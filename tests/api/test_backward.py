@@ -22,7 +22,7 @@ from flashscope.families.triton_fwd import TritonFwdConfig
 from flashscope.masks import Mask
 from flashscope.errors import ConfigError
 from flashscope.testing.inputs import fresh_seed, make_qkv
-from flashscope.testing.reference import (ERROR_BOUND, reference_attention,
+from flashscope.testing.reference import (ERROR_BOUND, reference_attention, rel_error,
                                           reference_attention_grads)
 
 from .prebuild import Builds, mark_release_difference, prebuild
@@ -106,6 +106,41 @@ CPU_CASES = [
 def test_fp16_grads_match_float64(device, causal, Nq, Nk, D, Hkv, bnhd):
     run_case(device, B=1, H=4, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, causal=causal,
              dtype=torch.float16, bnhd=bnhd)
+
+
+@pytest.mark.parametrize("D,extra,unit", [(40, 0, 8), (72, 0, 8), (40, 4, 1), (64, 0, 1)])
+def test_rows_in_16_byte_units(device, D, extra, unit):
+    """Rows a multiple of 16 bytes apart but not of 16 elements (D = 40, 72: the portable
+    kernels take ROW_UNIT = 8 and read them 16 bytes at a time), rows 8 bytes apart (a
+    view of 44-wide rows: no unit) and D = 64 (Triton knows its strides: no unit): the
+    forward and the gradients against the float64 reference, outputs poisoned, GQA,
+    ragged lengths, causal. With the group shared among 2 programs, fp32 partial sums
+    take a unit of 4 elements."""
+    from flashscope.families.base import row_unit
+
+    seed = fresh_seed()
+    dev = "cuda" if device == "cuda" else "cpu"
+
+    def tensor(h, n):
+        t = torch.randn(1, h, n, D + extra, device=dev).to(torch.float16)
+        return t[..., :D]
+
+    q, k, v = tensor(4, 45), tensor(2, 70), tensor(2, 70)
+    assert row_unit(q, k, v) == unit
+    if unit > 1:
+        assert row_unit(q, torch.empty(1, 2, 70, D, dtype=torch.float32)) == 4
+    scale = 1.0 / math.sqrt(D)
+    out = torch.full_like(q, float("nan"))
+    out, lse = launch.forward(q, k, v, mask=Mask.of(True), scale=scale, cfg=SMALL_FWD,
+                              return_lse=True, out=out)
+    ref = reference_attention(q, k, v, is_causal=True)
+    assert not torch.isnan(out).any() and rel_error(out, ref) <= ERROR_BOUND[q.dtype]
+    dout = torch.randn(q.shape, device=q.device).to(q.dtype)
+    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+    got = launch.backward(dout, q, k, v, out, lse, mask=Mask.of(True), scale=scale, cfg=SMALL,
+                          dq=dq, dk=dk, dv=dv)
+    _, *ref = reference_grads(q, k, v, dout, is_causal=True, scale=scale)
+    check_grads(f"seed={seed} D={D} rows {D + extra} apart", got, ref, q.dtype)
 
 
 @pytest.mark.parametrize("splits", [2, 3, 8])

@@ -42,6 +42,25 @@ def head_dim_pad(head_dim: int) -> int:
     return p
 
 
+def row_unit(*tensors) -> int:
+    """The kernels' ROW_UNIT for a launch on ``tensors`` (:func:`flashscope.kernels.common.
+    in_units`): 16 bytes in elements where each tensor's strides but its last are
+    multiples of that and not all of them multiples of 16 elements (which the compiler
+    learns without it), else 1."""
+    strides = [s for t in tensors for s in tuple(t.stride())[:-1]]
+    unit = max(1, 16 // max(t.element_size() for t in tensors))
+    if unit == 1 or all(s % 16 == 0 for s in strides) or any(s % unit for s in strides):
+        return 1
+    return unit
+
+
+def unit_consts(*tensors) -> dict:
+    """A launch's constexpr for :func:`row_unit` on ``tensors``: none where it is 1, so
+    the builds of head dims whose strides Triton already knows stay as they were."""
+    unit = row_unit(*tensors)
+    return {"ROW_UNIT": unit} if unit > 1 else {}
+
+
 def head_parts(d: int) -> tuple:
     """(main, tail): the column parts a kernel runs head dim ``d`` as. Tiles are powers of
     two wide; a D between two of them runs as the lower power and a tail of the next power

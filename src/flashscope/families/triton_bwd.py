@@ -17,7 +17,8 @@ from typing import ClassVar, Optional
 
 from ..compat import CODEGEN_OPTIONS
 from .base import (CAPS, DTYPE_BYTES, WARPS, Knobs, Problem, check_rules, head_dim_pad,
-                   head_parts, pow2_tiles, shared_memory, stages, table_select)
+                   head_parts, pow2_tiles, shared_memory, stages, table_select,
+                   unit_consts)
 
 KERNEL = "triton-bwd"
 MODULE = "attention_bwd"
@@ -194,7 +195,8 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
              H, Hkv, H // Hkv, splits, Nq, Nk, float(scale), float(scale * LOG2E), *scalars,
              *cu),
             {**built, "BLOCK_M1": cfg.BLOCK_M1, "BLOCK_N1": cfg.BLOCK_N1,
-             "EVEN_M": not varlen and Nq % cfg.BLOCK_M1 == 0, **switches}, opts),
+             "EVEN_M": not varlen and Nq % cfg.BLOCK_M1 == 0, **switches,
+             **unit_consts(q, k, v, dout, wk, wv)}, opts),
         "bwd_dq": (
             FUNCTIONS["bwd_dq"], (triton_cdiv(rows, cfg.BLOCK_M2), B * H),
             (q, k, v, dout, out, lse, delta, dq,
@@ -203,7 +205,8 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
              *cu),
             {**built, "BLOCK_M2": cfg.BLOCK_M2, "BLOCK_N2": cfg.BLOCK_N2,
              "EVEN_N": not varlen and Nk % cfg.BLOCK_N2 == 0,
-             "OWN_DELTA": not side_by_side, **switches}, opts),
+             "OWN_DELTA": not side_by_side, **switches,
+             **unit_consts(q, k, v, dout, out, dq)}, opts),
     }
     if side_by_side:
         launches = {"bwd_preprocess": preprocess_call(out, dout, delta, cfg.PRE_BLOCK, rows,
@@ -239,7 +242,7 @@ def preprocess_call(out, dout, delta, block: int, rows: int, cu_seqlens_q,
             (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu_seqlens_q, lse,
              lse_rows, lse_rows.shape[-1] if pad else 0),
             {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D), "BLOCK_M": block,
-             "VARLEN": varlen, "PAD_ROWS": pad}, dict(PRE_OPTIONS))
+             "VARLEN": varlen, "PAD_ROWS": pad, **unit_consts(out, dout)}, dict(PRE_OPTIONS))
 
 
 #: Compiled kernels of the launches per :func:`plan_key` and schedule (``{name: {device:

@@ -18,7 +18,8 @@ from typing import ClassVar, NamedTuple, Optional
 
 from ..compat import CODEGEN_OPTIONS
 from .base import (CAPS, DTYPE_BYTES, WARPS, Knobs, Problem, Rule, check_head_dim, check_rules,
-                   head_dim_pad, pow2, pow2_tiles, shared_memory, stages, table_select)
+                   head_dim_pad, pow2, pow2_tiles, shared_memory, stages, table_select,
+                   unit_consts)
 
 KERNEL = "triton-decode"
 MODULE = "attention_decode"
@@ -789,7 +790,8 @@ def call(q, cache: Cache, out, lse, part, n_new: int, *, mask, scale: float,
     consts = dict(GROUP=H // hkv, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
                   BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, PAGE=cache.page, DOT=bool(cfg.DOT),
                   SPLIT=cfg.SPLITS > 1, RETURN_LSE=lse is not None, CAUSAL=sw["CAUSAL"],
-                  HAS_LEFT=sw["HAS_LEFT"], HAS_RIGHT=sw["HAS_RIGHT"], SOFTCAP=sw["SOFTCAP"])
+                  HAS_LEFT=sw["HAS_LEFT"], HAS_RIGHT=sw["HAS_RIGHT"], SOFTCAP=sw["SOFTCAP"],
+                  **unit_consts(q, cache.k, cache.v, out))
     return grid, args, consts
 
 

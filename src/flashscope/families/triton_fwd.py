@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from .base import (CAPS, DTYPE_BYTES, WARPS, Knobs, Problem, check_rules, head_dim_pad,
-                   pow2_tiles, shared_memory, stages)
+                   pow2_tiles, shared_memory, stages, unit_consts)
 
 KERNEL = "triton-fwd"
 MODULE, FUNCTION = "attention_fwd", "_attn_fwd"
@@ -187,7 +187,7 @@ def call(q, k, v, out, lse, *, mask, scale: float, cfg: TritonFwdConfig, packed=
                   RETURN_LSE=lse is not None,
                   EVEN_N=packed is None and Nk % cfg.BLOCK_N == 0,
                   SCALE_POS=scale > 0, HEAVY_FIRST=mask.causal and not mask.left_bounded,
-                  **switches, VARLEN=packed is not None)
+                  **switches, VARLEN=packed is not None, **unit_consts(q, k, v, out))
     return grid, args, consts
 
 

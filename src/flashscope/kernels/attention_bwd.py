@@ -44,8 +44,8 @@ Triton only: compiles for any target without torch or a GPU.
 import triton
 import triton.language as tl
 
-from flashscope.kernels.common import (LOG2E, load_tile, row_start, seq_base, sequence,
-                                       sequences, softcapped)
+from flashscope.kernels.common import (LOG2E, in_units, load_tile, row_start, seq_base,
+                                       sequence, sequences, softcapped)
 from flashscope.kernels.keyrange import key_range, query_range, segment, visible
 
 
@@ -65,7 +65,7 @@ def _attn_bwd_preprocess(
     stride_dob, stride_doh, stride_dom, stride_dod,
     H, N_Q, CuSeqQ, Lse, LseRows, N_ROWS,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-    VARLEN: tl.constexpr, PAD_ROWS: tl.constexpr = 0,
+    VARLEN: tl.constexpr, PAD_ROWS: tl.constexpr = 0, ROW_UNIT: tl.constexpr = 1,
 ):
     """delta = rowsum(dO * O) in fp32. Grid: (cdiv(N_Q, BLOCK_M), B * H); with VARLEN
     N_Q is the packed total and the grid's first axis covers the longest sequence.
@@ -75,7 +75,10 @@ def _attn_bwd_preprocess(
     delta there and the log-sum-exp too (from Lse, +inf in the padding): a consumer can
     then read any PAD_ROWS-row tile of a sequence as one aligned block, its rows past the
     sequence giving P = 0 (the Hopper backward's rank-1 copies). The grid's first axis
-    covers the longest sequence rounded up to PAD_ROWS."""
+    covers the longest sequence rounded up to PAD_ROWS. ROW_UNIT: the strides' unit
+    (:func:`~flashscope.kernels.common.in_units`)."""
+    stride_ob, stride_oh, stride_om = in_units(stride_ob, stride_oh, stride_om, ROW_UNIT)
+    stride_dob, stride_doh, stride_dom = in_units(stride_dob, stride_doh, stride_dom, ROW_UNIT)
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)
@@ -199,13 +202,21 @@ def _attn_bwd_dkdv(
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, EVEN_M: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
     SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr,
+    ROW_UNIT: tl.constexpr = 1,
 ):
     """dK, dV for one key tile. Grid: (cdiv(N_K, BLOCK_N1), B * SPLITS * HKV) (VARLEN: the
     longest sequence's keys; N_Q, N_K the packed totals). scale = softmax scale,
     qk_scale = scale * log2(e). SPLITS > 1 (dense only): the GQA group's query heads are
     shared among SPLITS programs, program s taking heads [s G / S, (s + 1) G / S), each
     writing its partial sums to batch b * SPLITS + s of DK and DV (fp32 workspaces of B *
-    SPLITS batches, which the caller sums in order)."""
+    SPLITS batches, which the caller sums in order). ROW_UNIT: the strides' unit
+    (:func:`~flashscope.kernels.common.in_units`)."""
+    stride_qb, stride_qh, stride_qm = in_units(stride_qb, stride_qh, stride_qm, ROW_UNIT)
+    stride_kb, stride_kh, stride_kn = in_units(stride_kb, stride_kh, stride_kn, ROW_UNIT)
+    stride_vb, stride_vh, stride_vn = in_units(stride_vb, stride_vh, stride_vn, ROW_UNIT)
+    stride_dob, stride_doh, stride_dom = in_units(stride_dob, stride_doh, stride_dom, ROW_UNIT)
+    stride_dkb, stride_dkh, stride_dkn = in_units(stride_dkb, stride_dkh, stride_dkn, ROW_UNIT)
+    stride_dvb, stride_dvh, stride_dvn = in_units(stride_dvb, stride_dvh, stride_dvn, ROW_UNIT)
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_bs = (pid_bh // HKV).to(tl.int64)  # the store's batch: b * SPLITS + split
@@ -368,13 +379,20 @@ def _attn_bwd_dq(
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, EVEN_N: tl.constexpr,
     OWN_DELTA: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr, SOFTCAP: tl.constexpr,
-    VARLEN: tl.constexpr,
+    VARLEN: tl.constexpr, ROW_UNIT: tl.constexpr = 1,
 ):
     """dQ for one query tile. Grid: (cdiv(N_Q, BLOCK_M2), B * H) (VARLEN: the longest
     sequence's rows; N_Q, N_K the packed totals). Programs run last tile first: under a
     causal mask the last query tiles have the most keys to visit. OWN_DELTA: the program
     forms its rows' delta = rowsum(dO * O) from the dO it holds and O, and stores it for
-    the dK/dV pass launched after it (no preprocess launch); else it reads Delta."""
+    the dK/dV pass launched after it (no preprocess launch); else it reads Delta.
+    ROW_UNIT: the strides' unit (:func:`~flashscope.kernels.common.in_units`)."""
+    stride_qb, stride_qh, stride_qm = in_units(stride_qb, stride_qh, stride_qm, ROW_UNIT)
+    stride_kb, stride_kh, stride_kn = in_units(stride_kb, stride_kh, stride_kn, ROW_UNIT)
+    stride_vb, stride_vh, stride_vn = in_units(stride_vb, stride_vh, stride_vn, ROW_UNIT)
+    stride_dob, stride_doh, stride_dom = in_units(stride_dob, stride_doh, stride_dom, ROW_UNIT)
+    stride_ob, stride_oh, stride_om = in_units(stride_ob, stride_oh, stride_om, ROW_UNIT)
+    stride_dqb, stride_dqh, stride_dqm = in_units(stride_dqb, stride_dqh, stride_dqm, ROW_UNIT)
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)

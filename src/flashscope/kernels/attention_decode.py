@@ -36,6 +36,7 @@ import triton.language as tl
 from flashscope.kernels.attention_merge import merge_chunks
 from flashscope.kernels.common import (
     LN2,
+    in_units,
     launch_next,
     load_tile,
     scaled_scores,
@@ -182,7 +183,7 @@ def _decode_fwd(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, DOT: tl.constexpr,
     SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-    EARLY: tl.constexpr = False,
+    EARLY: tl.constexpr = False, ROW_UNIT: tl.constexpr = 1,
 ):
     """Grid (B * Hkv * N_M, SPLITS): program (t, s) runs split s of work tile t (row block
     t % N_M of kv head (t // N_M) % Hkv of sequence t // (N_M Hkv)). With SPLIT it writes
@@ -190,7 +191,12 @@ def _decode_fwd(
     qk_scale = scale * log2(e); LEFT, RIGHT, cap_in, cap_out and the mask switches as
     :meth:`flashscope.masks.Mask.scalars`, ``cap_args`` and ``switches`` give them.
     EARLY: launched early (the kernel before it may still run), and the merge after it
-    let in at once (:func:`~flashscope.kernels.common.wait_previous`)."""
+    let in at once (:func:`~flashscope.kernels.common.wait_previous`). ROW_UNIT: the
+    strides' unit (:func:`~flashscope.kernels.common.in_units`)."""
+    stride_qb, stride_qh, stride_qm = in_units(stride_qb, stride_qh, stride_qm, ROW_UNIT)
+    stride_kb, stride_kh, stride_kn = in_units(stride_kb, stride_kh, stride_kn, ROW_UNIT)
+    stride_vb, stride_vh, stride_vn = in_units(stride_vb, stride_vh, stride_vn, ROW_UNIT)
+    stride_ob, stride_oh, stride_om = in_units(stride_ob, stride_oh, stride_om, ROW_UNIT)
     t = tl.program_id(0)
     split = tl.program_id(1)
     launch_next(t, EARLY)

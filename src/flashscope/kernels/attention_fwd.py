@@ -38,7 +38,8 @@ This module imports Triton only, so it compiles for any target without torch or 
 import triton
 import triton.language as tl
 
-from flashscope.kernels.common import LN2, load_tile, row_start, seq_base, sequences, softcapped
+from flashscope.kernels.common import (LN2, in_units, load_tile, row_start, seq_base, sequences,
+                                       softcapped)
 from flashscope.kernels.keyrange import key_range, segment, visible
 
 
@@ -113,7 +114,7 @@ def _attn_fwd(
     RETURN_LSE: tl.constexpr, EVEN_N: tl.constexpr, SCALE_POS: tl.constexpr,
     HEAVY_FIRST: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr, GUARD: tl.constexpr,
-    SOFTCAP: tl.constexpr, VARLEN: tl.constexpr,
+    SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, ROW_UNIT: tl.constexpr = 1,
 ):
     """Grid: (cdiv(N_Q, BLOCK_M), B * H), with VARLEN (cdiv(longest sequence, BLOCK_M),
     B * H), N_Q and N_K then the packed totals (N_Q the row stride of Lse, (H, total))
@@ -124,7 +125,12 @@ def _attn_fwd(
     (:func:`~flashscope.kernels.common.softcapped`). HEAVY_FIRST (causal) hands the first
     programs of each head the last row blocks, which have the most key tiles: the GPU
     starts blocks in program order, so the grid ends on short blocks instead of leaving
-    SMs idle behind long ones (longest-processing-time first)."""
+    SMs idle behind long ones (longest-processing-time first). ROW_UNIT: the strides'
+    unit (:func:`~flashscope.kernels.common.in_units`)."""
+    stride_qb, stride_qh, stride_qm = in_units(stride_qb, stride_qh, stride_qm, ROW_UNIT)
+    stride_kb, stride_kh, stride_kn = in_units(stride_kb, stride_kh, stride_kn, ROW_UNIT)
+    stride_vb, stride_vh, stride_vn = in_units(stride_vb, stride_vh, stride_vn, ROW_UNIT)
+    stride_ob, stride_oh, stride_om = in_units(stride_ob, stride_oh, stride_om, ROW_UNIT)
     pid_m = tl.program_id(0)
     if HEAVY_FIRST:
         pid_m = tl.num_programs(0) - 1 - pid_m

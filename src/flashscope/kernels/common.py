@@ -138,6 +138,21 @@ def seq_base(Ptr, off_b, off_h, start, stride_b, stride_h, stride_n, VARLEN: tl.
 
 
 @triton.jit
+def in_units(stride_b, stride_h, stride_n, UNIT: tl.constexpr):
+    """A tensor's batch, head and row strides as multiples of UNIT elements, which the
+    host found them to be (:func:`flashscope.families.base.row_unit`; UNIT = 1: as they
+    are). Triton's binder tells the compiler only whether an integer is a multiple of 16:
+    a row of 72 or 136 two-byte elements, 16 bytes a multiple, then reads as single
+    elements (sm_90, the backward's delta launch at D = 136: 256 two-byte loads a thread
+    where D = 144 takes 32 of 16 bytes; the portable forward 105 registers spilled on
+    sm_80). ``(s // UNIT) * UNIT`` is ``s`` and carries the divisibility."""
+    if UNIT > 1:
+        return (stride_b // UNIT) * UNIT, (stride_h // UNIT) * UNIT, (stride_n // UNIT) * UNIT
+    else:
+        return stride_b, stride_h, stride_n
+
+
+@triton.jit
 def row_start(pid_bh, off_h, start, N, VARLEN: tl.constexpr):
     """The offset of row 0 of (batch, head) ``pid_bh`` in a per-row fp32 vector
     (log-sum-exp, delta): contiguous (B, H, N) dense, (H, total) packed (N = total
