@@ -23,7 +23,7 @@ def test_constants_mirror_the_launch(artifacts):
         "HEAD_DIM": 64, "HEAD_DIM_PAD": 64, "BLOCK_M": 128, "BLOCK_N": 64,
         "Q_IN_REGS": True, "RETURN_LSE": False, "EVEN_N": True, "SCALE_POS": True,
         "HEAVY_FIRST": False, "CAUSAL": False, "HAS_LEFT": False, "HAS_RIGHT": False,
-        "SHIFTED": False, "GUARD": False, "SOFTCAP": False, "VARLEN": False}
+        "SHIFTED": False, "GUARD": False, "SOFTCAP": False, "VARLEN": False, "ROW_UNIT": 1}
     assert art.metadata["num_warps"] == 8 and art.metadata["num_stages"] == 3
     assert art.metadata["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}
     assert art.binary[:4] == b"\x7fELF" and ".target sm_90a" in art.asm
