@@ -20,7 +20,7 @@ from typing import ClassVar, Optional
 from ..compat import CODEGEN_OPTIONS
 from ..errors import ConfigError
 from .base import (DTYPE_BYTES, Knobs, Problem, Rule, allowed, check_rules, head_parts,
-                   not_sm90, shared_memory, sm90_only)
+                   not_sm90, shared_memory, sm90_only, unit_consts)
 
 KERNEL = "sm90-bwd"
 MODULE, FUNCTION = "attention_bwd_sm90", "_attn_bwd_sm90"
@@ -451,7 +451,7 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
             "_dq_unpack", (triton_cdiv(rows, cfg.BLOCK_M), B * H),
             (acc, dq, cu[0], *dq.stride(), H, Nq, delta.shape[-1], float(scale)),
             {"HEAD_DIM": W, "HEAD_COLS": D, "HEAD_TAIL": tail, "BLOCK_M": cfg.BLOCK_M,
-             "WARPS": WARPS, "VARLEN": varlen},
+             "WARPS": WARPS, "VARLEN": varlen, **unit_consts(dq)},
             {"num_warps": 4, "num_stages": 1})}),
     }
 

@@ -218,7 +218,8 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
         launches["bwd_sum"] = (
             FUNCTIONS["bwd_sum"], (triton_cdiv(Nk, block), B * Hkv),
             (wk, wv, dk, dv, *dk.stride(), *dv.stride(), Hkv, Nk),
-            {**common, "BLOCK_N": block, "SPLITS": splits}, dict(PRE_OPTIONS))
+            {**common, "BLOCK_N": block, "SPLITS": splits, **unit_consts(dk, dv)},
+            dict(PRE_OPTIONS))
     return launches
 
 

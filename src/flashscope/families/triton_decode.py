@@ -766,7 +766,7 @@ def append_call(k_new, v_new, cache: Cache):
             *cache.k.stride(), *cache.v.stride(), cache.table_stride, hkv, cache.capacity,
             cache.pages)
     consts = dict(HKV_PAD=_next_pow2(hkv), HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D),
-                  PAGE=cache.page)
+                  PAGE=cache.page, **unit_consts(k_new, v_new, cache.k, cache.v))
     return grid, args, consts
 
 

@@ -475,13 +475,16 @@ def _attn_bwd_sum_splits(
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     HKV, N_K,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPLITS: tl.constexpr,
+    SPLITS: tl.constexpr, ROW_UNIT: tl.constexpr = 1,
 ):
     """dK, dV of a dK/dV pass whose GQA groups were shared among SPLITS programs: the
     partial sums in the fp32 workspaces WK, WV (contiguous (B * SPLITS, HKV, N_K,
     HEAD_DIM), share s of batch b at b * SPLITS + s) added in share order, so the result
     is deterministic, and cast to DK's and DV's dtype. Grid: (cdiv(N_K, BLOCK_N), B * HKV).
-    The shares unroll, so every load of a program is in flight at once."""
+    The shares unroll, so every load of a program is in flight at once. ROW_UNIT: the
+    strides' unit (:func:`~flashscope.kernels.common.in_units`)."""
+    stride_dkb, stride_dkh, stride_dkn = in_units(stride_dkb, stride_dkh, stride_dkn, ROW_UNIT)
+    stride_dvb, stride_dvh, stride_dvn = in_units(stride_dvb, stride_dvh, stride_dvn, ROW_UNIT)
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // HKV).to(tl.int64)

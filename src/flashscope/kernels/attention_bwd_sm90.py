@@ -126,7 +126,7 @@ from triton.experimental.gluon.language.nvidia.hopper.tma import store_wait, ten
 from flashscope.compat import (aggregate, cta_barrier, smem_reinterpret, tma_load,
                                tma_reduce_add, tma_store)
 from flashscope.kernels.attention_bwd import padded_start
-from flashscope.kernels.common import softcapped
+from flashscope.kernels.common import in_units, softcapped
 from flashscope.kernels.sm90_softmax import _p_operand
 from flashscope.kernels.keyrange import query_range, segment, visible
 
@@ -309,13 +309,16 @@ def _unpack_part(src, dst, keep, stride_d, scale, HEAD_COLS: tl.constexpr,
 @triton.jit
 def _dq_unpack(Acc, DQ, CU_Q, stride_b, stride_h, stride_n, stride_d, H, N_Q, N_ROWS, scale,
                HEAD_DIM: tl.constexpr, HEAD_COLS: tl.constexpr, BLOCK_M: tl.constexpr,
-               WARPS: tl.constexpr, VARLEN: tl.constexpr, HEAD_TAIL: tl.constexpr = 0):
+               WARPS: tl.constexpr, VARLEN: tl.constexpr, HEAD_TAIL: tl.constexpr = 0,
+               ROW_UNIT: tl.constexpr = 1):
     """Grid (query tiles, B * H): tile t of head (b, h) of the fp32 buffer the one pass
     added dQ into, in :func:`_fragments`' order (the tiles of a head one after another,
     cdiv(N_ROWS, BLOCK_M) of them, FRAG_ROWS rows each), scaled and cast into DQ (B, H,
     Nq, D), any strides (a row of a tile: the HEAD_DIM columns' chunks, then the tail's).
     VARLEN: DQ is (1, H, total, D) and tile t of sequence b sits from its
-    padded start (the row vectors' placement), its rows written from CU_Q[b]."""
+    padded start (the row vectors' placement), its rows written from CU_Q[b]. ROW_UNIT:
+    the strides' unit (:func:`~flashscope.kernels.common.in_units`)."""
+    stride_b, stride_h, stride_n = in_units(stride_b, stride_h, stride_n, ROW_UNIT)
     t = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H

@@ -296,13 +296,18 @@ def _decode_append(
     stride_vb, stride_vn, stride_vh, stride_vd,
     stride_tb, HKV, CAPACITY, NUM_PAGES,
     HKV_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    PAGE: tl.constexpr, EARLY: tl.constexpr = False,
+    PAGE: tl.constexpr, EARLY: tl.constexpr = False, ROW_UNIT: tl.constexpr = 1,
 ):
     """Grid (N_NEW, B): program (i, b) copies new token i of sequence b (every kv head of
     KNew and VNew, (B, N_NEW, Hkv, D)) to cache position SeqLens[b] + i, bit for bit. A
     position outside [0, CAPACITY) or, paged, a page outside [0, NUM_PAGES) is skipped.
     EARLY: launched early, and the attention after it let in at once (it waits for the
-    cache's writes itself)."""
+    cache's writes itself). ROW_UNIT: the strides' unit
+    (:func:`~flashscope.kernels.common.in_units`)."""
+    stride_nb, stride_nh, stride_nn = in_units(stride_nb, stride_nh, stride_nn, ROW_UNIT)
+    stride_wb, stride_wh, stride_wn = in_units(stride_wb, stride_wh, stride_wn, ROW_UNIT)
+    stride_kb, stride_kh, stride_kn = in_units(stride_kb, stride_kh, stride_kn, ROW_UNIT)
+    stride_vb, stride_vh, stride_vn = in_units(stride_vb, stride_vh, stride_vn, ROW_UNIT)
     i = tl.program_id(0)
     launch_next(i, EARLY)
     wait_previous(i, EARLY)
