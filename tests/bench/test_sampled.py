@@ -1,7 +1,9 @@
 """Very long forward cases are checked against sampled row blocks of the reference
 (flashscope.bench.validate.SAMPLE_WORK): the sample's rows sit where the masks change
 (first and last rows, starts off the tiles), every output element is still checked finite,
-and a fault in a sampled block is caught as on a whole reference."""
+and a fault in a sampled block is caught as on a whole reference. Very long backward
+cases are checked against the reference of some (batch, kv head) pairs, the last always
+among them, under the same rules."""
 
 import pytest
 import torch
@@ -84,3 +86,84 @@ def test_a_sampled_case_still_catches_faults(monkeypatch, where, fault):
 
     with pytest.raises(validate.ValidationFailure, match=fault):
         _check(fn)
+
+
+# -- backward cases: (batch, kv head) pairs ---------------------------------------------------
+
+@pytest.mark.parametrize("batch,kv,keep", [(1, 8, 1), (1, 8, 2), (2, 8, 3), (4, 2, 8),
+                                           (3, 1, 5), (2, 3, 100)])
+def test_sample_pairs_spread_over_the_batch_with_the_last_pair(batch, kv, keep):
+    pairs = validate.sample_pairs(batch, kv, keep)
+    flat = [b * kv + h for b, h in pairs]
+    assert flat == sorted(set(flat)) and len(flat) == min(keep, batch * kv)
+    assert all(0 <= b < batch and 0 <= h < kv for b, h in pairs)
+    assert flat[-1] == batch * kv - 1
+    if keep > 1:
+        assert flat[0] == 0
+
+
+BWD = Case(2, 4, 36, 40, 16, 2, causal=True, dtype="float16", mode="bwd",
+           align="bottom_right")
+
+
+def _sampled_bwd(monkeypatch, keep: int):
+    """SAMPLE_WORK set so that ``keep`` of BWD's four (batch, kv head) pairs are kept."""
+    work = BWD.B * BWD.H * BWD.Nq * BWD.Nk * BWD.D
+    monkeypatch.setattr(validate, "SAMPLE_WORK", work * keep // (BWD.B * BWD.Hkv))
+
+
+def _honest_bwd(q, k, v):
+    k2, v2 = (t.repeat_interleave(BWD.H // BWD.Hkv, dim=1) for t in (k, v))
+    bias = torch.ones(BWD.Nq, BWD.Nk, dtype=torch.bool).tril(BWD.Nk - BWD.Nq)
+    return F.scaled_dot_product_attention(q.float(), k2.float(), v2.float(),
+                                          attn_mask=bias).to(q.dtype)
+
+
+def _check_bwd(fn):
+    return validate.check_step(lambda inp: validate.make_step(fn, BWD, inp), BWD,
+                               "bhnd", "cpu")
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+def test_a_sampled_backward_is_the_whole_reference_at_its_pairs(monkeypatch, keep):
+    whole_inp = validate.make_inputs(BWD, "bhnd", "cpu")
+    whole = validate.reference_for(BWD, whole_inp)
+    _sampled_bwd(monkeypatch, keep)
+    sample = validate.reference_for(BWD, whole_inp)
+    assert all(isinstance(s, validate.GroupSample) for s in sample)
+    assert sample[0].pairs == validate.sample_pairs(BWD.B, BWD.Hkv, keep)
+    for name, s, w in zip(validate.OUTPUT_NAMES, sample, whole):
+        assert s.shape == tuple(w.shape), name
+        assert s.values.shape[0] == keep * (BWD.H // BWD.Hkv if name in ("out", "dq") else 1)
+        torch.testing.assert_close(s.values, s.pick(w), rtol=0, atol=1e-9)
+
+
+def test_a_sampled_backward_passes_an_honest_provider(monkeypatch):
+    _sampled_bwd(monkeypatch, 1)
+    *_, err = _check_bwd(_honest_bwd)
+    assert 0 < err < 1e-2
+
+
+@pytest.mark.parametrize("where,fault", [
+    ("sampled", "dk: relative error"),  # the last pair is always in the sample
+    ("unsampled", "dv: 1 of"),          # every element is checked finite, sampled or not
+])
+def test_a_sampled_backward_still_catches_faults(monkeypatch, where, fault):
+    _sampled_bwd(monkeypatch, 1)
+
+    class Faulty(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, k, v):
+            return k.view_as(k), v.view_as(v)
+
+        @staticmethod
+        def backward(ctx, dk, dv):
+            dk, dv = dk.clone(), dv.clone()
+            if where == "sampled":
+                dk[-1, -1] += 1.0
+            else:
+                dv[0, 0, 0, 0] = float("nan")
+            return dk, dv
+
+    with pytest.raises(validate.ValidationFailure, match=fault):
+        _check_bwd(lambda q, k, v: _honest_bwd(q, *Faulty.apply(k, v)))

@@ -13,7 +13,8 @@ validated by :func:`check_step`:
    of the right shape and dtype, and within the dtype's relative-error bound of the
    reference (:mod:`flashscope.testing.reference`; float64, or float32 when
    B H Nq Nk D exceeds :data:`FLOAT64_WORK`; a forward beyond :data:`SAMPLE_WORK`, such
-   as 128k tokens, against the reference of sampled row blocks, :class:`RowSample`);
+   as 128k tokens, against the reference of sampled row blocks, :class:`RowSample`, a
+   backward against that of sampled (batch, kv head) pairs, :class:`GroupSample`);
 4. the inputs must be bit-identical to saved copies afterwards;
 5. after the reference has run, the step runs again on NEW inputs and is checked again; a
    failure there whose output equals the first call's is reported as a stale (cached)
@@ -57,6 +58,14 @@ FLOAT64_WORK = MappingProxyType({"cpu": 1 << 30, "cuda": 1 << 36})
 #: H100; the sample is 1/32 of that work.
 SAMPLE_WORK = 1 << 43
 SAMPLE_BLOCKS, SAMPLE_ROWS = 8, 512
+#: A backward case (``bwd``, ``fwd+bwd``) over :data:`SAMPLE_WORK` is checked against the
+#: reference of some (batch, kv head) pairs, each with its group's query heads
+#: (:class:`GroupSample`), as many as keep the reference's work under SAMPLE_WORK; every
+#: element is still checked finite. A backward cannot be sampled by query rows as a
+#: forward is: dK and dV of one key row take every query row. With whole references
+#: (two input sets a provider) ``bench --suite models --mode bwd`` validated and timed its
+#: first three rows (Llama-3-8B at 2k, 8k and 32k) for three providers, then had not
+#: finished validating the 128k row when its 270 s ran out (H200, 2026-11-29).
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,35 @@ class RowSample:
 
     def pick(self, got: torch.Tensor) -> torch.Tensor:
         return got.index_select(2, self.rows.to(got.device))
+
+
+@dataclass(frozen=True)
+class GroupSample:
+    """A reference of some (batch, kv head) pairs of a (B, H, N, D) output: ``pairs`` ((b,
+    kv head), in order), ``heads`` heads of the tensor a pair holds (the GQA group for a
+    tensor shaped like q, 1 for one shaped like k), and their values (len(pairs) * heads,
+    N, D), pair by pair."""
+
+    pairs: tuple
+    heads: int
+    values: torch.Tensor
+    shape: tuple  #: the whole output's shape
+
+    def pick(self, got: torch.Tensor) -> torch.Tensor:
+        h = self.heads
+        return torch.cat([got[b, kv * h:(kv + 1) * h] for b, kv in self.pairs])
+
+
+def sample_pairs(batch: int, kv_heads: int, keep: int) -> tuple:
+    """``keep`` of the batch's (b, kv head) pairs spread evenly over them in order, the
+    last pair always among them and the first too where two or more are kept."""
+    total = batch * kv_heads
+    keep = max(1, min(total, keep))
+    if keep == 1:
+        picks = [total - 1]
+    else:
+        picks = sorted({round(i * (total - 1) / (keep - 1)) for i in range(keep)})
+    return tuple(divmod(i, kv_heads) for i in picks)
 
 
 def sample_starts(n: int) -> list:
@@ -173,6 +211,9 @@ def reference_for(case: Case, inp: Inputs) -> tuple:
             return _sampled_reference(q, k, v, mask), None, None, None
         if case.mode == "fwd":
             return reference_attention(q, k, v, **mask), None, None, None
+        pairs = case.B * case.Hkv
+        if work > SAMPLE_WORK and pairs > 1:
+            return _grouped_reference(q, k, v, dout, mask, -(-pairs * SAMPLE_WORK // work))
         return reference_attention_grads(q, k, v, dout, **mask)
 
 
@@ -184,6 +225,22 @@ def _sampled_reference(q, k, v, mask: dict) -> RowSample:
         parts.append(reference_attention(q, k, v, row_range=(a, a + SAMPLE_ROWS), **mask))
         rows.append(torch.arange(a, a + SAMPLE_ROWS))
     return RowSample(torch.cat(rows), torch.cat(parts, dim=2), tuple(q.shape))
+
+
+def _grouped_reference(q, k, v, dout, mask: dict, keep: int) -> tuple:
+    """:func:`reference_for` of a backward case over :data:`SAMPLE_WORK`: (out, dq, dk, dv)
+    of ``keep`` (batch, kv head) pairs (:func:`sample_pairs`) as :class:`GroupSample`."""
+    group = q.shape[1] // k.shape[1]
+    pairs = sample_pairs(q.shape[0], k.shape[1], keep)
+    parts = ([], [], [], [])
+    for b, kv in pairs:
+        heads = slice(kv * group, (kv + 1) * group)
+        one = reference_attention_grads(q[b:b + 1, heads], k[b:b + 1, kv:kv + 1],
+                                        v[b:b + 1, kv:kv + 1], dout[b:b + 1, heads], **mask)
+        for whole, part in zip(parts, one):
+            whole.append(part[0])
+    return tuple(GroupSample(pairs, h, torch.cat(p), tuple(t.shape))
+                 for p, h, t in zip(parts, (group, group, 1, 1), (q, q, k, v)))
 
 
 def _packed_reference(case: Case, q, k, v, dout, cdt) -> tuple:
@@ -268,7 +325,7 @@ def check_result(result: tuple, ref: tuple, case: Case, inp: Inputs) -> float:
         if bad:
             raise ValidationFailure(f"{name}: {bad} of {got.numel()} elements NaN/inf "
                                     "(unwritten output or non-finite result)")
-        if isinstance(want, RowSample):  # every element checked finite above
+        if isinstance(want, (RowSample, GroupSample)):  # every element checked finite
             got, want = want.pick(got), want.values
         if got.numel() and not bool(got.any()) and bool(want.any()):
             raise ValidationFailure(f"{name}: all zeros")
