@@ -63,9 +63,9 @@ SAMPLE_BLOCKS, SAMPLE_ROWS = 8, 512
 #: (:class:`GroupSample`), as many as keep the reference's work under SAMPLE_WORK; every
 #: element is still checked finite. A backward cannot be sampled by query rows as a
 #: forward is: dK and dV of one key row take every query row. With whole references
-#: (two input sets a provider) ``bench --suite models --mode bwd`` validated and timed its
-#: first three rows (Llama-3-8B at 2k, 8k and 32k) for three providers, then had not
-#: finished validating the 128k row when its 270 s ran out (H200, 2026-11-29).
+#: ``bench --suite models --mode bwd`` ran its first three rows (Llama-3-8B at 2k, 8k and
+#: 32k) for three providers and had not finished the 128k row when its 270 s ran out
+#: (H200, 2026-11-29): a whole reference there is 16 times the 32k row's, two a provider.
 
 
 @dataclass(frozen=True)
