@@ -402,8 +402,7 @@ def sm_count(device) -> int:
     """Streaming multiprocessors (CUs on AMD) of a device: the persistent grid's size. For
     meta tensors, which only compile, the target table's product (an H100 SXM for sm90)."""
     if device.type != "cuda":
-        t = get_target(DEFAULT_TARGET)
-        return getattr(t, "sm_count", None) or t.cu_count
+        return get_target(DEFAULT_TARGET).units
     return _properties(device_index(device)).multi_processor_count
 
 

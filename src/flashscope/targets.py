@@ -58,6 +58,11 @@ class NvidiaArch:
         return self.max_warps_per_sm * self.warp_size
 
     @property
+    def units(self) -> int:
+        """The example product's SMs: how many programs a grid fills at one apiece."""
+        return self.sm_count
+
+    @property
     def triton_arch(self) -> int:
         return self.cc
 
@@ -103,6 +108,11 @@ class AmdArch:
     @property
     def warp_size(self) -> int:
         return self.wave_size
+
+    @property
+    def units(self) -> int:
+        """The example product's CUs: how many programs a grid fills at one apiece."""
+        return self.cu_count
 
     @property
     def triton_arch(self) -> str:

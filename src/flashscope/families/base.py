@@ -444,6 +444,14 @@ class Problem:
     def target_record(self):
         return get_target(self.target)
 
+    @property
+    def units(self) -> int:
+        """SMs (CUs on AMD) of the target's example product, which the rules size grids
+        against (an H100 SXM's 132 for sm90; the H200 has as many): a rule stays a pure
+        function of the problem. A launch sizes a persistent grid by the device's own
+        count (:func:`flashscope.launch.sm_count`)."""
+        return self.target_record().units
+
 
 def describe(cfg: Optional[Knobs]) -> str:
     return "defaults" if cfg is None else cfg.label

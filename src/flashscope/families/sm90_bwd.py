@@ -269,7 +269,7 @@ def prefers(problem: Problem) -> Optional[str]:
                 f"D = {problem.head_dim})")
     if problem.heads:
         programs = -(-problem.n_k // cfg.BLOCK_N) * max(1, problem.heads // group)
-        sms = problem.target_record().sm_count
+        sms = problem.units
         if programs < MIN_WAVES * sms:
             return f"{programs} programs (fewer than {MIN_WAVES} an SM)"
     return None

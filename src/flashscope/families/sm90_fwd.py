@@ -412,10 +412,9 @@ def fit(cfg: Sm90FwdConfig, problem: Problem) -> Sm90FwdConfig:
     n = max(1, int(problem.n_q))
     if out.BLOCK_M == 192 and _padded(n, 192) > ROW_PAD_LIMIT * _padded(n, 128):
         out = out.replace(BLOCK_M=128)
-    sms = getattr(problem.target_record(), "sm_count", 0)
     if (not problem.causal and not problem.window and not problem.varlen and not out.SPLIT_KV
-            and problem.heads > 0 and sms
-            and wave_share(-(-n // out.BLOCK_M) * problem.heads, sms) < WAVE_LIMIT):
+            and problem.heads > 0
+            and wave_share(-(-n // out.BLOCK_M) * problem.heads, problem.units) < WAVE_LIMIT):
         out = out.replace(SPLIT_KV=True, BALANCE=False)
     if out is cfg:
         return cfg

@@ -468,7 +468,7 @@ def select(problem: Problem) -> TritonDecodeConfig:
     base = table_select(DEFAULTS, KERNEL, problem)
     rows = packed_rows(problem)
     kv_heads = max(1, problem.heads // max(1, problem.group))
-    units = getattr(t, "sm_count", None) or t.cu_count
+    units = t.units
     block_m = min(128, max(16, _next_pow2(rows)))
     block_m = cut_rows(rows, block_m, kv_heads, units,
                        _wgmma(base.replace(BLOCK_M=block_m), t),
@@ -600,7 +600,7 @@ def forward_rows(problem: Problem) -> bool:
         return True
     if packed_rows(problem) < FORWARD_ROWS:
         return False
-    return forward_blocks(problem) * problem.n_k >= FORWARD_SM_KEYS * _sms(problem)
+    return forward_blocks(problem) * problem.n_k >= FORWARD_SM_KEYS * problem.units
 
 
 def narrow_rows(problem: Problem) -> bool:
@@ -674,11 +674,7 @@ def forward_grid(problem: Problem, key_tile: int = 0) -> ForwardGrid:
         fwd = forward_problem(problem)
         key_tile = sm90_fwd.fit(sm90_fwd.select(fwd), fwd).BLOCK_N
     return ForwardGrid(forward_blocks(problem), -(-max(1, problem.n_k) // key_tile),
-                       _sms(problem))
-
-
-def _sms(problem: Problem) -> int:
-    return getattr(problem.target_record(), "sm_count", 0) or 1
+                       problem.units)
 
 
 def forward_blocks(problem: Problem) -> int:
