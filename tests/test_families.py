@@ -264,3 +264,11 @@ def test_backward_record():
     assert cfg.label == "triton-bwd dkdv 16x128 dq 128x32 w4 s3"
     with pytest.raises(ConfigError, match="unknown kernel family"):
         family("fwd-but-wrong")
+
+
+@pytest.mark.parametrize("target,units", [("sm80", 108), ("sm90", 132), ("gfx942", 304),
+                                          ("gfx1100", 96)])
+def test_rules_size_grids_by_the_target_tables_units(target, units):
+    """Problem.units: the SMs (CUs on AMD) of the target table's example product, one
+    count for every rule (an A100 SXM4, H100 SXM5, MI300X, RX 7900 XTX)."""
+    assert Problem(target).units == units
