@@ -56,8 +56,9 @@ class Result:
     gbps: Optional[float] = None  #: bytes read per second, decoding (:mod:`.decode`)
     peak_mib: Optional[float] = None
     host_us: Optional[float] = None
-    #: the host took as long to queue a call as the events measured (None: not known, or
-    #: a timer that keeps the host out): the time may be the host's
+    #: the host took at least half as long to queue a call as the events measured (None:
+    #: not known, or a timer that keeps the host out): part of the time may be the host's
+    #: (:func:`.timing.host_bound`)
     host_bound: Optional[bool] = None
     max_rel_error: Optional[float] = None
     validated_shapes: list = field(default_factory=list)

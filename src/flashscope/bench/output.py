@@ -223,9 +223,9 @@ def markdown(results, meta: dict, subject: str = "flashscope", metric: str = "tf
             row.append(f"{rr[0]:.3f} ({rr[1]:.3f}-{rr[2]:.3f})" if rr else "")
         lines.append("| " + " | ".join(row) + " |")
     if any(r.host_bound for r in results):
-        lines += ["", "\\* host-bound: the host took as long to queue a call as the events "
-                  "measured, so the time may be the host's (`--hide-host` or `--cuda-graph` "
-                  "time the GPU alone)."]
+        lines += ["", "\\* host-bound: the host took at least half as long to queue a call "
+                  "as the events measured, so part of the time may be the host's "
+                  "(`--hide-host` or `--cuda-graph` time the GPU alone)."]
     bad = [r for r in results if r.status in ("failed", "error")]
     if bad:
         lines += ["", "Failed or errored:", ""]
