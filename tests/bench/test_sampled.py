@@ -119,9 +119,9 @@ def _honest_bwd(q, k, v):
                                           attn_mask=bias).to(q.dtype)
 
 
-def _check_bwd(fn):
+def _check_bwd(fn, layout="bhnd"):
     return validate.check_step(lambda inp: validate.make_step(fn, BWD, inp), BWD,
-                               "bhnd", "cpu")
+                               layout, "cpu")
 
 
 @pytest.mark.parametrize("keep", [1, 2])
@@ -138,9 +138,16 @@ def test_a_sampled_backward_is_the_whole_reference_at_its_pairs(monkeypatch, kee
         torch.testing.assert_close(s.values, s.pick(w), rtol=0, atol=1e-9)
 
 
-def test_a_sampled_backward_passes_an_honest_provider(monkeypatch):
-    _sampled_bwd(monkeypatch, 1)
-    *_, err = _check_bwd(_honest_bwd)
+@pytest.mark.parametrize("keep", [1, 3])
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+def test_a_sampled_backward_passes_an_honest_provider(monkeypatch, keep, layout):
+    _sampled_bwd(monkeypatch, keep)
+    if layout == "bnhd":  # (B, N, H, D) in the provider's hands, as FlashAttention's
+        def fn(q, k, v):
+            return _honest_bwd(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+    else:
+        fn = _honest_bwd
+    *_, err = _check_bwd(fn, layout)
     assert 0 < err < 1e-2
 
 
