@@ -36,7 +36,7 @@ import torch
 import flashscope
 from flashscope import api, launch
 from flashscope.bench.output import stamp
-from flashscope.bench.suite import Case, case_flops, parse_shape
+from flashscope.bench.suite import SUITE_TOKENS, SUITE_WIDTH, Case, case_flops, parse_shape
 from flashscope.bench.timing import gpu_time
 from flashscope.bench.validate import GRAD_BOUND
 from flashscope.commands.common import check_out_dir
@@ -85,7 +85,7 @@ def parse_configs(text: str) -> list:
 def suite_shape(head_dim: int, n: int) -> tuple:
     """The standard suite's shape at ``head_dim`` and ``n``, as :func:`parse_shape` gives
     one."""
-    B, H = 16384 // n, 2048 // head_dim
+    B, H = SUITE_TOKENS // n, SUITE_WIDTH // head_dim
     return B, H, n, head_dim, n, H
 
 
