@@ -404,8 +404,9 @@ def test_packed_backward_runs_its_list_and_the_dense_one_its_grid(causal):
     assert grid == (slots, 1) and args[names.index("LIST")] is listed
     assert args[names.index("N_K")] == 1000  # the list's key tiles: the longest sequence's
     assert consts["VARLEN"] and consts["SECTION"] == 0
-    launches = sm90_bwd.calls(q, q, k, k, q, lse, rows, acc, k, k, mask=Mask.of(causal),
-                              scale=0.1, cfg=cfg)
+    dense = torch.empty(sm90_bwd.row_shape(q, None, cfg), **f32)  # 1005 rows: lse copied
+    launches = sm90_bwd.calls(q, q, k, k, q, lse, dense, acc, k, k, mask=Mask.of(causal),
+                              scale=0.1, cfg=cfg, lse_rows=dense)
     assert "key_list" not in launches
     _, grid, _, consts, _ = launches[sm90_bwd.KERNEL]
     assert grid == (cdiv(sum(lk), cfg.BLOCK_N), Hkv)  # the tensors as one dense sequence

@@ -894,20 +894,54 @@ def test_dq_unpack_reads_the_fragment_order(device, D, block_m, packed):
 
 # --- the launch's switches ------------------------------------------------------------------
 
-def test_sm90_bwd_rows_by_tma_where_aligned():
-    """The log-sum-exp and delta come by TMA only where each head's row vector is a whole
-    number of 16-byte units (a misaligned copy stopped the GPU with an illegal
-    instruction); else the consumer loads them."""
+@pytest.mark.parametrize("n_q", [300, 2048, 513, 1, 129, 130])
+def test_sm90_bwd_row_vectors_start_each_head_16_byte_aligned(n_q):
+    """The log-sum-exp and delta come by TMA copies of (B H, Nq) views whose heads start
+    16-byte aligned (a misaligned copy stopped the GPU with an illegal instruction):
+    delta's heads Nq rounded up to 4 apart, and where Nq is not a multiple of 4 the
+    log-sum-exp copied by the delta launch into a vector laid out so; else the copy reads
+    the forward's own. Rows past Nq come zero-filled, not the next head's."""
+    from flashscope.families import sm90_bwd
     from flashscope.variants import sm90_bwd_call
 
-    for n_q, by_tma in ((300, True), (2048, True), (513, False), (1, False), (129, False)):
-        _, consts = sm90_bwd_call(Sm90BwdConfig(), (1, 8, 8, n_q, 700), 128, "bfloat16", True)
-        assert consts["ROWS_TMA"] is by_tma, n_q
-    # a packed batch's sequences start anywhere: its rows are copied to padded vectors
-    # with each sequence on a tile (sm90_bwd.row_shape), so they always come by TMA
-    _, consts = sm90_bwd_call(Sm90BwdConfig(), (3, 8, 8, 255, 255), 128, "bfloat16", True,
-                              varlen=True)
-    assert consts["ROWS_TMA"] is True and consts["VARLEN"] is True
+    B, H = 2, 8
+    args, consts = sm90_bwd_call(Sm90BwdConfig(), (B, H, H, n_q, 700), 128, "bfloat16", True)
+    lse_d, delta_d = args[5], args[6]
+    pad = -(-n_q // 4) * 4
+    for d in (lse_d, delta_d):
+        assert d.shape == [B * H, n_q] and d.strides == [pad, 1] and d.padding == "zero"
+        assert tuple(d.base.shape) == (B, H, pad if d is delta_d or n_q % 4 else n_q)
+    q = torch.empty(B, H, n_q, 128, device="meta")
+    assert sm90_bwd.row_shape(q, None, Sm90BwdConfig()) == (B, H, pad)
+    assert sm90_bwd.copies_lse(q, None) is (n_q % 4 != 0)
+    assert "ROWS_TMA" not in consts
+
+
+@pytest.mark.parametrize("n_q", [37, 129, 64])
+def test_delta_launch_copies_the_lse_into_aligned_heads(device, n_q):
+    """Dense, with heads 4-row aligned (the Hopper backward's row vectors): delta =
+    rowsum(dO O) and the log-sum-exp copied exactly, each head's Nq rows from a multiple
+    of 4, the rows between untouched; and the dQ buffer (any length, here not a multiple of
+    the programs' chunks) zeroed whole, nothing past it written."""
+    from flashscope import kernels
+    from flashscope.launch import launch_jit
+
+    fresh_seed()
+    B, H, D = 2, 3, 40
+    out, dout = (torch.randn(B, H, n_q, D, device=device).half() for _ in range(2))
+    lse = torch.randn(B, H, n_q, device=device)
+    pad = -(-n_q // 4) * 4
+    delta, rows = (torch.full((B, H, pad), -7.0, device=device) for _ in range(2))
+    acc = torch.full((12345 + n_q,), float("nan"), device=device)
+    fn, grid, args, consts, opts = triton_bwd.preprocess_call(
+        out, dout, delta, 16, n_q, lse, False, (lse, rows, 0), zero=acc[:-7])
+    mod = kernels.load(triton_bwd.MODULE, interpret=device == "cpu")
+    launch_jit(getattr(mod, fn), grid, args, consts, opts, out.device)
+    want = (out.double() * dout.double()).sum(-1)
+    assert torch.allclose(delta[..., :n_q].double(), want, atol=1e-2)
+    assert torch.equal(rows[..., :n_q], lse)
+    assert (delta[..., n_q:] == -7).all() and (rows[..., n_q:] == -7).all()
+    assert (acc[:-7] == 0).all() and acc[-7:].isnan().all()
 
 
 def test_sm90_bwd_stores_dk_dv_by_tma_where_aligned():
@@ -1165,10 +1199,13 @@ def test_sm90_bwd_dq_by_atomics_matches_float64(device, causal, D):
 @pytest.mark.parametrize("rows", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, dtype, rows):
-    """Each head's last query tile runs past Nq = 300 (rows 300-319 of a 64-row tile,
-    300-383 of a 128-row one), whose log-sum-exp and delta come by TMA, and its last key
-    tile past Nk = 300. Head 1's queries point away from every key (scores -400, L about
+@pytest.mark.parametrize("n", [300, 297])
+def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, dtype, rows,
+                                                                n):
+    """Each head's last query tile runs past Nq = n (rows 300-319 of a 64-row tile,
+    300-383 of a 128-row one, at n = 300), whose log-sum-exp and delta come by TMA (at
+    297 from the copies whose heads start 300 rows apart), and its last key tile past
+    Nk = n. Head 1's queries point away from every key (scores -400, L about
     -394): had head 0's tail rows read head 1's first rows, as a copy over the flattened
     vectors does, P = 2^(0 - L) would be inf on those zero rows (dK and dV NaN, causal);
     had head 1's rows scored the zero-filled keys past Nk unmasked, P = inf there (dQ NaN,
@@ -1177,7 +1214,7 @@ def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, d
     if launch.device_target(torch.device(device)) != "sm90":
         pytest.skip("needs an sm_90 GPU")
     seed = fresh_seed()
-    q, k, v = make_qkv(device, 1, 2, 300, 300, 64, dtype=dtype)
+    q, k, v = make_qkv(device, 1, 2, n, n, 64, dtype=dtype)
     q[:, 1], k[:, 1] = -50.0, 1.0  # head 1: every score -50 * 64 / 8
     dout = torch.randn(q.shape, device=q.device).to(dtype)
     mask, scale = Mask.of(causal), 0.125
@@ -1188,7 +1225,7 @@ def test_sm90_bwd_tail_rows_beside_a_head_of_very_negative_lse(device, causal, d
     got = launch.backward(dout, q, k, v, out, lse, mask=mask, scale=scale,
                           cfg=Sm90BwdConfig(BLOCK_M=rows), dq=dq, dk=dk, dv=dv)
     _, *ref = reference_grads(q, k, v, dout, is_causal=causal, scale=scale)
-    check_grads(f"seed={seed} causal={causal} {dtype} rows={rows}", got, ref, dtype)
+    check_grads(f"seed={seed} causal={causal} {dtype} rows={rows} n={n}", got, ref, dtype)
 
 
 @pytest.mark.gpu

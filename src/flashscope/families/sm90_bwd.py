@@ -286,44 +286,43 @@ def _fp32_layout():
     return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 
 
-def rows_by_tma(n_q: int) -> bool:
-    """Whether the producer brings each query tile's log-sum-exp and delta by TMA (the
-    consumer then reads them from shared memory, with 16-24 registers fewer live in its
-    loop: 1.06-1.15x the GPU time of loading them itself, H200, D = 128, 1k-16k keys):
-    where a head's row vector is a whole number of 16-byte units, which TMA needs of the
-    stride of a (B H, Nq) view, so Nq a multiple of 4."""
-    return n_q % 4 == 0
-
-
-def _rows_desc(x, rows: int, by_tma: bool):
-    """A rank-2 TMA descriptor over contiguous fp32 row vectors ``x`` (:func:`row_shape`),
-    a row per head, block (1, ``rows``): the consumer's log-sum-exp and delta for one
-    query tile. A tile's rows past its head's end come back zero-filled (L = 0 and
-    delta = 0 beside zero Q and dO rows: P = 1 and dS = 0, nothing added), not the next
-    head's: a head whose rows saw only very negative scores has L near -400, and P =
-    2^(0 - L) = inf there made dK and dV NaN. Packed, the padding's +inf and 0 come first.
-    Where a head's row is not 16-byte aligned (not ``by_tma``) the kernel reads none:
-    the descriptor is one row over the whole vector, as TMA accepts it."""
+def _rows_desc(x, rows: int, n_q: int):
+    """A rank-2 TMA descriptor over fp32 row vectors ``x`` (:func:`row_shape`), a row per
+    head with its first ``n_q`` values read, block (1, ``rows``): the consumer's
+    log-sum-exp and delta for one query tile. A tile's rows past ``n_q`` come back
+    zero-filled (L = 0 and delta = 0 beside zero Q and dO rows: P = 1 and dS = 0, nothing
+    added), not the next head's: a head whose rows saw only very negative scores has L
+    near -400, and P = 2^(0 - L) = inf there made dK and dV NaN. Packed, the padding's
+    +inf and 0 come first."""
     from .sm90_fwd import _descriptor
 
-    n_rows = x.shape[-1] if by_tma else x.numel()
+    n_rows = x.shape[-1]
     heads = x.numel() // n_rows
-    stride = n_rows if heads > 1 else -(-n_rows // 4) * 4  # a lone row's never moves
-    return _descriptor(x, dict(shape=[heads, n_rows], strides=[stride, 1],
+    return _descriptor(x, dict(shape=[heads, n_q], strides=[n_rows, 1],
                                block_shape=[1, rows], layout=_fp32_layout(), padding="zero"))
 
 
 def row_shape(q, packed, cfg: Sm90BwdConfig) -> tuple:
-    """The shape of the fp32 row vectors (delta; with a packed batch also a copy of the
-    log-sum-exp) the kernel reads a query tile's rows from by TMA: (B, H, Nq) dense; for
-    a packed batch (H, rows) with each sequence from a multiple of BLOCK_M, so that every
-    tile's copy starts 16-byte aligned wherever its sequence starts in the packed tensors
-    (``attention_bwd.padded_start``; the preprocess writes them). Loading them in the
-    consumer instead cost 1.06-1.15x on dense rows (:func:`rows_by_tma`)."""
+    """The shape of the fp32 row vectors the kernel reads a query tile's log-sum-exp and
+    delta from by TMA (delta; a copy of the log-sum-exp where :func:`copies_lse`): (B, H,
+    Nq rounded up to 4) dense, so that each head's vector starts 16-byte aligned, as a
+    copy's stride must; for a packed batch (H, rows) with each sequence from a multiple of
+    BLOCK_M, so that every tile's copy starts 16-byte aligned wherever its sequence
+    starts in the packed tensors (``attention_bwd.padded_start``). The delta launch writes
+    them. Loaded by the consumer instead, rows in registers across its loop, they cost
+    1.06-1.15x the GPU time (H200, D = 128, 1k-16k keys)."""
     if packed is None:
-        return tuple(q.shape[:3])
+        return (*q.shape[:2], -(-q.shape[2] // 4) * 4)
     m = cfg.BLOCK_M
     return q.shape[1], -(-(q.shape[2] + packed.batch * m) // m) * m
+
+
+def copies_lse(q, packed) -> bool:
+    """Whether the delta launch copies the log-sum-exp into a :func:`row_shape` vector
+    (``lse_rows``): for a packed batch, and where a dense head's Nq values are not a whole
+    number of 16-byte units (the forward's (B, H, Nq) vector then gives TMA no aligned
+    stride)."""
+    return packed is not None or q.shape[2] % 4 != 0
 
 
 #: rows of a dQ tile in the buffer: one per consumer thread (the kernel's FRAG_ROWS)
@@ -368,14 +367,15 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
           cfg: Sm90BwdConfig, packed=None, lse_rows=None, dq=None) -> dict:
     """``{name: (function name, grid, positional args, constexpr keywords, launch
     options)}``: ``bwd_preprocess`` (delta, the portable backward's kernel) and
-    ``sm90-bwd``, which adds dQ into ``acc`` (fp32, zeroed, :func:`acc_shape`), and
+    ``sm90-bwd``, which adds dQ into ``acc`` (fp32, :func:`acc_shape`; the delta launch
+    zeroes it), and
     with ``dq`` ``dq_unpack``, which scales and casts it into ``dq``. The one place their
     argument lists are built: :func:`run` launches them, offline compilation binds them.
     ``packed``: a :class:`~flashscope.launch.Packed` batch, the tensors (1, H, total, D)
     (the kernel's VARLEN: its programs run the order ``key_list`` writes before it, the
-    batch's key tiles with the longest sequences first, into a list this allocates);
-    ``delta`` and ``lse_rows`` are then the padded row vectors of :func:`row_shape`, which
-    the preprocess fills (``lse_rows`` from ``lse``)."""
+    batch's key tiles with the longest sequences first, into a list this allocates).
+    ``delta``, and where :func:`copies_lse` ``lse_rows``, are row vectors of
+    :func:`row_shape`, which the preprocess fills (``lse_rows`` from ``lse``)."""
     from ..launch import LOG2E, triton_cdiv
     from . import triton_bwd
     from .sm90_fwd import LIST_BLOCK_B, LIST_BLOCK_E, _desc_problem, tma_desc4
@@ -388,9 +388,10 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     varlen = packed is not None
     lengths = (None, None) if varlen else (Nq, Nk)  # packed: each sequence's own
     cu = (lse, lse) if packed is None else (packed.cu_seqlens_q, packed.cu_seqlens_k)
-    padded = (lse, lse_rows, cfg.BLOCK_M) if varlen else None
-    rows_in = lse_rows if varlen else lse
-    by_tma = varlen or rows_by_tma(Nq)
+    copied = copies_lse(q, packed)
+    padded = (lse, lse_rows, cfg.BLOCK_M if varlen else 0) if copied else None
+    rows_in = lse_rows if copied else lse
+    n_rows = delta.shape[-1] if varlen else Nq  # the rows a copy reads of a head
     opts = {"num_warps": WARPS, "num_stages": cfg.num_stages, **CODEGEN_OPTIONS}
     # dK and dV by TMA where their buffers take a descriptor (else the key descriptors
     # stand in, unused)
@@ -427,12 +428,12 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
     return {
         "bwd_preprocess": triton_bwd.preprocess_call(
             out, dout, delta, triton_bwd.TritonBwdConfig().PRE_BLOCK, rows, cu[0], varlen,
-            padded),
+            padded, zero=acc),
         **order,
         KERNEL: (
             FUNCTION, grid,
-            (q_d, k_d, v_d, do_d, acc_d, _rows_desc(rows_in, cfg.BLOCK_M, by_tma),
-             _rows_desc(delta, cfg.BLOCK_M, by_tma), dk_d, dv_d, rows_in, delta, dk, dv, acc,
+            (q_d, k_d, v_d, do_d, acc_d, _rows_desc(rows_in, cfg.BLOCK_M, n_rows),
+             _rows_desc(delta, cfg.BLOCK_M, n_rows), dk_d, dv_d, dk, dv, acc,
              *cu, listed,
              *dk.stride()[:3], *dv.stride()[:3], H, Hkv, Nq, keys, delta.shape[-1],
              float(scale * LOG2E), float(scale), *mask.scalars(*lengths),
@@ -441,7 +442,7 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
              "BLOCK_N": cfg.BLOCK_N, "STAGES": cfg.num_stages, "DQ_SLOTS": cfg.DQ_SLOTS,
              "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": 0 if varlen else section,
-             "ROWS_TMA": by_tma, "VARLEN": varlen, "KEY_TAIL": varlen or Nk % cfg.BLOCK_N != 0,
+             "VARLEN": varlen, "KEY_TAIL": varlen or Nk % cfg.BLOCK_N != 0,
              "LSE_ACC": lse_in_acc(cfg, varlen),
              "DKV_TMA": kv_tma,
              **{name: on for name, on in mask.switches(*lengths).items()
@@ -470,7 +471,7 @@ _PLANS_MAX = 256
 
 def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90BwdConfig,
         packed=None) -> None:
-    """Launch the backward on a GPU: delta, the one pass into a zeroed fp32 dQ buffer,
+    """Launch the backward on a GPU: delta (zeroing the fp32 dQ buffer), the one pass into it,
     then dQ scaled and cast into ``dq``. dK and dV need a contiguous last dimension (the kernel
     stores them by TMA, or row by row where they take no descriptor); dO without a TMA
     descriptor is copied. ``packed``: a packed
@@ -495,8 +496,8 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
             for x in (dk, dv)]
     rows = dict(size=row_shape(q, packed, cfg), device=q.device, dtype=torch.float32)
     delta = torch.empty(**rows)
-    lse_rows = None if packed is None else torch.empty(**rows)
-    acc = torch.zeros(acc_shape(q, packed, cfg), device=q.device, dtype=torch.float32)
+    lse_rows = torch.empty(**rows) if copies_lse(q, packed) else None
+    acc = torch.empty(acc_shape(q, packed, cfg), device=q.device, dtype=torch.float32)
     key = triton_bwd.plan_key(dout, q, k, v, out, lse, dq, *work, mask=mask, scale=scale,
                               cfg=cfg, packed=packed)
     compiled = remembered(_PLANS, key, lambda: {}, _PLANS_MAX)
@@ -552,13 +553,16 @@ def _filled(args, fills, now) -> list:
 
 
 def _buffers(q, k, v, cfg: Sm90BwdConfig) -> tuple:
-    """A dense backward's buffers: delta, (no packed log-sum-exp copy), the zeroed fp32
-    dQ buffer, dq, dk, dv."""
+    """A dense backward's buffers: delta, the log-sum-exp's copy where
+    :func:`copies_lse` (else None), the fp32 dQ buffer (the delta launch zeroes it), dq,
+    dk, dv."""
     import torch
 
     f32 = dict(device=q.device, dtype=torch.float32)
-    return (torch.empty(row_shape(q, None, cfg), **f32), None,
-            torch.zeros(acc_shape(q, None, cfg), **f32), torch.empty_like(q),
+    rows = row_shape(q, None, cfg)
+    return (torch.empty(rows, **f32),
+            torch.empty(rows, **f32) if copies_lse(q, None) else None,
+            torch.empty(acc_shape(q, None, cfg), **f32), torch.empty_like(q),
             torch.empty_like(k), torch.empty_like(v))
 
 

@@ -224,13 +224,17 @@ def calls(dout, q, k, v, out, lse, delta, dq, dk, dv, *, mask, scale: float,
 
 
 def preprocess_call(out, dout, delta, block: int, rows: int, cu_seqlens_q,
-                    varlen: bool = False, padded=None) -> tuple:
+                    varlen: bool = False, padded=None, zero=None) -> tuple:
     """The delta launch (:func:`calls`' format) over ``rows`` query rows (a packed batch's
     longest sequence with ``varlen``) of (B, H, Nq, D) ``out`` and ``dout``; the Hopper
     backward launches it too. A packed batch's (1, H, total, D) tensors hold as many
-    sequences as its prefix sums say, each a row of the grid per head. ``padded``: (lse,
-    lse_rows, pad) for a packed batch whose delta and log-sum-exp go to (H, N) vectors
-    with each sequence at a multiple of ``pad`` rows (the kernel's PAD_ROWS)."""
+    sequences as its prefix sums say, each a row of the grid per head. Delta's heads lie
+    ``delta.shape[-1]`` rows apart. ``padded``: (lse, lse_rows, pad), the log-sum-exp
+    copied into ``lse_rows``, laid out as delta: for a packed batch whose vectors are (H,
+    N) with each sequence at a multiple of ``pad`` rows (the kernel's PAD_ROWS), or with
+    ``pad`` 0 dense (B, H, N) vectors whose heads start 16-byte aligned. ``zero``: an
+    fp32 buffer the launch fills with zeros, shared evenly among its programs."""
+    from ..kernels.attention_bwd import ZERO_BLOCK
     from ..launch import triton_cdiv
 
     B, H, Nq, D = out.shape
@@ -239,11 +243,16 @@ def preprocess_call(out, dout, delta, block: int, rows: int, cu_seqlens_q,
     lse, lse_rows, pad = padded or (delta, delta, 0)
     if pad:
         rows = triton_cdiv(rows, pad) * pad
-    return (FUNCTIONS["bwd_preprocess"], (triton_cdiv(rows, block), B * H),
+    grid = (triton_cdiv(rows, block), B * H)
+    n_zero = 0 if zero is None else zero.numel()
+    step = ZERO_BLOCK.value
+    chunk = triton_cdiv(triton_cdiv(n_zero, grid[0] * grid[1]), step) * step
+    return (FUNCTIONS["bwd_preprocess"], grid,
             (out, dout, delta, *out.stride(), *dout.stride(), H, Nq, cu_seqlens_q, lse,
-             lse_rows, lse_rows.shape[-1] if pad else 0),
+             lse_rows, delta.shape[-1], delta if zero is None else zero, n_zero, chunk),
             {"HEAD_DIM": D, "HEAD_DIM_PAD": head_dim_pad(D), "BLOCK_M": block,
-             "VARLEN": varlen, "PAD_ROWS": pad, **unit_consts(out, dout)}, dict(PRE_OPTIONS))
+             "VARLEN": varlen, "PAD_ROWS": pad, "COPY_LSE": padded is not None,
+             "ZERO": zero is not None, **unit_consts(out, dout)}, dict(PRE_OPTIONS))
 
 
 #: Compiled kernels of the launches per :func:`plan_key` and schedule (``{name: {device:

@@ -63,20 +63,34 @@ def _attn_bwd_preprocess(
     Out, DOut, Delta,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    H, N_Q, CuSeqQ, Lse, LseRows, N_ROWS,
+    H, N_Q, CuSeqQ, Lse, LseRows, N_ROWS, Zero, ZERO_N, ZERO_CHUNK,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-    VARLEN: tl.constexpr, PAD_ROWS: tl.constexpr = 0, ROW_UNIT: tl.constexpr = 1,
+    VARLEN: tl.constexpr, PAD_ROWS: tl.constexpr = 0, COPY_LSE: tl.constexpr = False,
+    ZERO: tl.constexpr = False, ROW_UNIT: tl.constexpr = 1,
 ):
     """delta = rowsum(dO * O) in fp32. Grid: (cdiv(N_Q, BLOCK_M), B * H); with VARLEN
     N_Q is the packed total and the grid's first axis covers the longest sequence.
+    Delta's heads lie N_ROWS rows apart (N_Q, or dense a multiple of 4 above it: each
+    head's vector then starts 16-byte aligned, as the Hopper backward's copies need).
+    COPY_LSE: the log-sum-exp (Lse, (B, H, N_Q) or packed (H, N_Q)) is copied into
+    LseRows, laid out as delta.
 
     PAD_ROWS (VARLEN): the rows go to (H, N_ROWS) vectors in which each sequence starts
     at a multiple of PAD_ROWS (:func:`padded_start`) and is followed by rows up to one,
-    delta there and the log-sum-exp too (from Lse, +inf in the padding): a consumer can
-    then read any PAD_ROWS-row tile of a sequence as one aligned block, its rows past the
-    sequence giving P = 0 (the Hopper backward's rank-1 copies). The grid's first axis
-    covers the longest sequence rounded up to PAD_ROWS. ROW_UNIT: the strides' unit
-    (:func:`~flashscope.kernels.common.in_units`)."""
+    delta there and the log-sum-exp too (+inf in the padding): a consumer can then read
+    any PAD_ROWS-row tile of a sequence as one aligned block, its rows past the sequence
+    giving P = 0 (the Hopper backward's rank-1 copies). The grid's first axis covers the
+    longest sequence rounded up to PAD_ROWS. ROW_UNIT: the strides' unit
+    (:func:`~flashscope.kernels.common.in_units`).
+
+    ZERO: the launch also zeroes the fp32 buffer Zero (ZERO_N elements), each program
+    ZERO_CHUNK of them (a multiple of ZERO_BLOCK) in grid order: the Hopper backward's dQ
+    buffer, which its one pass adds into, cleared without a launch of its own."""
+    if ZERO:
+        first = (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64)
+        for i in range(0, ZERO_CHUNK, ZERO_BLOCK):
+            offs = first * ZERO_CHUNK + i + tl.arange(0, ZERO_BLOCK)
+            tl.store(Zero + offs, tl.zeros([ZERO_BLOCK], tl.float32), mask=offs < ZERO_N)
     stride_ob, stride_oh, stride_om = in_units(stride_ob, stride_oh, stride_om, ROW_UNIT)
     stride_dob, stride_doh, stride_dom = in_units(stride_dob, stride_doh, stride_dom, ROW_UNIT)
     pid_m = tl.program_id(0)
@@ -105,8 +119,16 @@ def _attn_bwd_preprocess(
         tl.store(LseRows + rows, lse, mask=offs_m < end)
         tl.store(Delta + rows, delta, mask=offs_m < end)
     else:
-        tl.store(Delta + row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m, delta,
-                 mask=offs_m < n_q)
+        rows = row_start(pid_bh, off_h, q_start, N_ROWS, VARLEN) + offs_m
+        if COPY_LSE:
+            lse = tl.load(Lse + row_start(pid_bh, off_h, q_start, N_Q, VARLEN) + offs_m,
+                          mask=offs_m < n_q)
+            tl.store(LseRows + rows, lse, mask=offs_m < n_q)
+        tl.store(Delta + rows, delta, mask=offs_m < n_q)
+
+
+#: elements a delta program zeroes a step (ZERO): 16 bytes a thread of 4 warps, twice
+ZERO_BLOCK: tl.constexpr = tl.constexpr(1024)
 
 
 @triton.jit

@@ -77,13 +77,13 @@ query tile in the edge loops, where they are masked.
 SOFTCAP caps the scores as the forward does (``softcapped``: c tanh(s / c)) and carries
 the cap's derivative into dS (:func:`_tile`).
 
-With ROWS_TMA the producer also brings each query tile's log-sum-exp and delta into
-the ring slot (TMA copies from (heads, N_ROWS) views, zero past a head's end), so the
-consumer reads them from shared memory and keeps no row offsets live across its loop
-(sm_90 at D = 128 causal: 10 spilled registers against 49); without it (dense Nq not a
-multiple of 4, where a head's row would not be 16-byte aligned) the consumer loads them,
-+inf past the end. A packed
-batch's vectors are padded so that each sequence starts on a tile (VARLEN, below).
+The producer also brings each query tile's log-sum-exp and delta into the ring slot
+(TMA copies from (heads, Nq) views whose heads start N_ROWS apart, zero past a head's
+end), so the consumer reads them from shared memory and keeps no row offsets live across
+its loop (sm_90 at D = 128 causal: 10 spilled registers against 49). A dense head's
+vector starts 16-byte aligned: N_ROWS is Nq rounded up to 4 (where Nq is not a multiple
+of 4 the delta launch copies the log-sum-exp into such a vector). A packed batch's
+vectors are padded so that each sequence starts on a tile (VARLEN, below).
 
 HEAD_DIM is the tiles' width (64, 128 or 256), HEAD_COLS the head dim D (0: HEAD_DIM). A head
 narrower than its tiles runs padded: TMA zero-fills Q, K, V and dO past D (the scores
@@ -108,11 +108,11 @@ kernel, which allocates the shared memory and barriers and starts the partitions
 (``_attn_bwd_sm90``).
 
 Shapes: Q, dO (B, H, Nq, D), K, V (B, Hkv, Nk, D), all through rank-4 TMA descriptors
-(block (1, 1, rows, HEAD_DIM)); Lse, Delta fp32 contiguous (base e and plain), N_ROWS a head:
-(B, H, Nq) dense, (H, N_ROWS) padded packed, also through rank-2 descriptors (block
-(1, rows)); the dQ buffer fp32, zeroed, cdiv(N_ROWS, BLOCK_M) tiles a head of FRAG_ROWS
-rows each (B H heads dense, H packed), through a rank-2 descriptor (block (FRAG_ROWS,
-BLOCK_M HEAD_DIM / FRAG_ROWS)); DK, DV (B, Hkv, Nk, D), any strides.
+(block (1, 1, rows, HEAD_DIM)); the log-sum-exp (base e) and delta, fp32, N_ROWS a head
+((B, H, N_ROWS) dense, (H, N_ROWS) padded packed), through rank-2 descriptors (block
+(1, rows)); the dQ buffer fp32, zeroed by the delta launch, cdiv(N_ROWS, BLOCK_M) tiles a
+head of FRAG_ROWS rows each (B H heads dense, H packed), through a rank-2 descriptor
+(block (FRAG_ROWS, BLOCK_M HEAD_DIM / FRAG_ROWS)); DK, DV (B, Hkv, Nk, D), any strides.
 """
 
 import triton
@@ -192,7 +192,7 @@ def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
 def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem, k_smem,
               v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb, off_hkv, q0, r0,
               k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP, BLOCK_M: gl.constexpr,
-              STAGES: gl.constexpr, ROWS_TMA: gl.constexpr, T, HEAD_DIM: gl.constexpr,
+              STAGES: gl.constexpr, T, HEAD_DIM: gl.constexpr,
               HEAD_TAIL: gl.constexpr):
     """K and V once, then Q and dO of every query tile of every head of the group; with
     a head-dim tail (``T``) each copy brings its tile's tail columns too."""
@@ -213,19 +213,18 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
             for start_m in range(a, b, BLOCK_M):
                 s = i % STAGES
                 mbarrier.wait(q_empty.index(s), ((i // STAGES) + 1) & 1, pred=i >= STAGES)
-                # Q and dO, with ROWS_TMA the rows' vectors, with a tail its columns
+                # Q and dO, the rows' vectors, with a tail its columns
                 nbytes: gl.constexpr = (q_desc.block_type.nbytes + do_desc.block_type.nbytes
-                                        + ROWS_TMA * (lse_desc.block_type.nbytes
-                                                      + dl_desc.block_type.nbytes))
+                                        + lse_desc.block_type.nbytes
+                                        + dl_desc.block_type.nbytes)
                 if HEAD_TAIL > 0:
                     mbarrier.expect(q_ready.index(s), nbytes + T.q_desc.block_type.nbytes
                                     + T.do_desc.block_type.nbytes)
                 else:
                     mbarrier.expect(q_ready.index(s), nbytes)
-                if ROWS_TMA:
-                    row = [tb * H + off_h, r0 + start_m]
-                    tma_load(lse_desc, row, q_ready.index(s), lse_smem.index(s))
-                    tma_load(dl_desc, row, q_ready.index(s), dl_smem.index(s))
+                row = [tb * H + off_h, r0 + start_m]
+                tma_load(lse_desc, row, q_ready.index(s), lse_smem.index(s))
+                tma_load(dl_desc, row, q_ready.index(s), dl_smem.index(s))
                 if HEAD_TAIL > 0:
                     at = [tb, off_h, q0 + start_m, HEAD_DIM]
                     tma_load(T.q_desc, at, q_ready.index(s), T.q_smem.index(s))
@@ -350,10 +349,10 @@ def _dq_unpack(Acc, DQ, CU_Q, stride_b, stride_h, stride_n, stride_d, H, N_Q, N_
 
 @gluon.jit
 def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq_smem,
-          q_ready, q_empty, dq_full, dq_empty, lse_base, delta_base, offs_n, n_q, n_k,
+          q_ready, q_empty, dq_full, dq_empty, offs_n, n_q, n_k,
           qk_scale, s_zero, dq_zero, a_layout: gl.constexpr, BLOCK_M: gl.constexpr,
           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr,
-          CAUSAL: gl.constexpr, KEYS: gl.constexpr, ROWS_TMA: gl.constexpr,
+          CAUSAL: gl.constexpr, KEYS: gl.constexpr,
           OFFSET=0, LEFT=0, RIGHT=0, BAND: gl.constexpr = False, IS_CAUSAL: gl.constexpr = False,
           HAS_LEFT: gl.constexpr = False, HAS_RIGHT: gl.constexpr = False,
           SHIFTED: gl.constexpr = False, cap_in=0.0, cap_out=0.0,
@@ -387,18 +386,12 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     SPLIT_D: gl.constexpr = _split_d(k.shape[0], gl.num_warps())
     s = i % STAGES
     col: gl.constexpr = gl.SliceLayout(0, s_zero.type.layout)
-    if not ROWS_TMA:
-        offs_m = start_m + gl.arange(0, BLOCK_M, layout=col)
-        m_ok = offs_m < n_q
-        lse2 = gl.load(lse_base + offs_m, mask=m_ok, other=float("inf")) * LOG2E
-        delta = gl.load(delta_base + offs_m, mask=m_ok, other=0.0)
     mbarrier.wait(q_ready.index(s), (i // STAGES) & 1)
     q = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     FOLD_L: gl.constexpr = LSE_ACC and not SOFTCAP
     if FOLD_L:
-        if ROWS_TMA:
-            lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
+        lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
         st = warpgroup_mma(k, q.permute((1, 0)),
                            s_zero + gl.expand_dims(lse2 * (-1.0 / qk_scale), 0), is_async=True)
     else:
@@ -410,8 +403,7 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
         st = warpgroup_mma(kt, qt.permute((1, 0)), st, is_async=True)
     # dP^T accumulates onto -delta, so dS^T = P^T dP^T: no delta vector (BLOCK_M / 4
     # values a thread) stays live beside P^T and dP^T
-    if ROWS_TMA:
-        delta = dl_smem.index(s).reshape([BLOCK_M]).load(col)
+    delta = dl_smem.index(s).reshape([BLOCK_M]).load(col)
     dpt = warpgroup_mma(v, do.permute((1, 0)), s_zero - gl.expand_dims(delta, 0),
                         is_async=True)
     if TAILED:
@@ -420,7 +412,7 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     # L read once both products are issued: a product's issue waits for every
     # shared-memory read before it (read before S^T's and dP^T's, the stall at dP's issue
     # was 10% of the loop's samples; 1.01-1.08x the GPU time this way, H200)
-    if ROWS_TMA and not FOLD_L:
+    if not FOLD_L:
         lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
     st = warpgroup_mma_wait(PAIR, deps=(st,))
     tt = 0.0
@@ -556,12 +548,12 @@ def _add_dq(dq, acc_base, start_m, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr
 @gluon.jit
 def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_smem, kv_ready,
               q_ready, q_empty,
-              dq_full, dq_empty, Lse, Delta, DK, DV, stride_dkb, stride_dkh, stride_dkn,
+              dq_full, dq_empty, DK, DV, stride_dkb, stride_dkh, stride_dkn,
               stride_dvb, stride_dvh, stride_dvn, tb, off_hkv, r0, k0, n_q, n_k, start_n,
               lo, full_lo, full_hi, hi, H, GROUP, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT,
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_SLOTS: gl.constexpr,
-              ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, BAND: gl.constexpr,
+              VARLEN: gl.constexpr, BAND: gl.constexpr,
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
               cap_in, cap_out, SOFTCAP: gl.constexpr, KEY_TAIL: gl.constexpr,
               dk_desc, dv_desc, DKV_TMA: gl.constexpr, HEAD_COLS: gl.constexpr, T,
@@ -626,8 +618,6 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
     i = 0
     for g in range(0, GROUP):
         bh = tb * H + off_hkv * GROUP + g
-        lse_base = Lse + bh * N_ROWS + r0
-        delta_base = Delta + bh * N_ROWS + r0
         acc_base = ACC + (bh.to(gl.int64) * gl.cdiv(N_ROWS, BLOCK_M) + r0 // BLOCK_M) * (
             BLOCK_M * HEAD_DIM)
         # the tiles that cross the diagonal, masked, then the whole ones: one loop body
@@ -642,9 +632,9 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                 for start_m in range(a, b, BLOCK_M):
                     acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                    ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
-                                   lse_base, delta_base, offs_n, n_q, n_k, qk_scale, s_zero,
+                                   offs_n, n_q, n_k, qk_scale, s_zero,
                                    dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
-                                   KEY_TAIL and seg < 2, ROWS_TMA, OFFSET, LEFT, RIGHT, seg < 2,
+                                   KEY_TAIL and seg < 2, OFFSET, LEFT, RIGHT, seg < 2,
                                    IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in=cap_in,
                                    cap_out=cap_out, SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero,
                                    at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
@@ -652,19 +642,19 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
         else:
             for start_m in range(lo, whole, BLOCK_M):
                 acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                               delta_base, offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
+                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
+                               offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
                                a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL,
-                               KEY_TAIL, ROWS_TMA, cap_in=cap_in, cap_out=cap_out,
+                               KEY_TAIL, cap_in=cap_in, cap_out=cap_out,
                                SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero, at_layout=at_layout,
                                HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC, p_smem=p_smem,
                                acc_base=acc_base)
             for start_m in range(whole, hi, BLOCK_M):
                 acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, lse_base,
-                               delta_base, offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
+                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
+                               offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
                                a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False, False,
-                               ROWS_TMA, cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP, T=T,
+                               cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP, T=T,
                                dqt_zero=dqt_zero, at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
                                LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base)
 
@@ -740,14 +730,14 @@ def _stage_store(x, ring, desc, b, h, row, col=0):
 
 @gluon.jit
 def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, dk_desc,
-                   dv_desc, Lse, Delta, DK, DV, ACC, CU_Q, CU_K, LIST,
+                   dv_desc, DK, DV, ACC, CU_Q, CU_K, LIST,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
                    H, HKV, N_Q, N_K, N_ROWS, qk_scale, scale, OFFSET, LEFT, RIGHT, cap_in,
                    cap_out, q_tail, k_tail, v_tail, do_tail, dk_tail, dv_tail, dq_tail,
                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    STAGES: gl.constexpr, DQ_SLOTS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    WORKER_REGS: gl.constexpr, SECTION: gl.constexpr,
-                   ROWS_TMA: gl.constexpr, VARLEN: gl.constexpr, HAS_LEFT: gl.constexpr = False,
+                   VARLEN: gl.constexpr, HAS_LEFT: gl.constexpr = False,
                    HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False,
                    SOFTCAP: gl.constexpr = False, KEY_TAIL: gl.constexpr = False,
                    DKV_TMA: gl.constexpr = False, HEAD_COLS: gl.constexpr = 0,
@@ -887,19 +877,19 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
         mbarrier.init(dq_empty.index(i), count=1)
     gl.warp_specialize(
         [(_consumer, (q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_smem,
-                      kv_ready, q_ready, q_empty, dq_full, dq_empty, Lse, Delta, DK, DV,
+                      kv_ready, q_ready, q_empty, dq_full, dq_empty, DK, DV,
                       stride_dkb, stride_dkh,
                       stride_dkn, stride_dvb, stride_dvh, stride_dvn, tb, off_hkv, r0, k0,
                       n_q, n_k, start_n, lo, full_lo, full_hi, hi, H, GROUP, N_ROWS, qk_scale,
                       scale, shift, LEFT, RIGHT,
-                      HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS, ROWS_TMA,
+                      HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS,
                       VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP,
                       KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS, T, HEAD_TAIL, LSE_ACC,
                       p_smem, ACC)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
-                      BLOCK_M, STAGES, ROWS_TMA, T, HEAD_DIM, HEAD_TAIL)),
+                      BLOCK_M, STAGES, T, HEAD_DIM, HEAD_TAIL)),
          (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo,
                      full_hi, hi, H, GROUP, N_ROWS, BLOCK_M, DQ_SLOTS, T, HEAD_TAIL))],
         [1, 1], [WORKER_REGS, WORKER_REGS])
