@@ -56,8 +56,7 @@ and dO, so it adds nothing (its dQ row lands in the buffer's padding, which
 row there scores 0, which a query row of very negative L (every score far below zero)
 would turn into P = inf and dS K = inf 0 = NaN: the key tile that runs past N_K runs
 every query tile in the masked loop, its keys past N_K masked (KEYS), as a packed
-sequence's last key tile does (KEY_TAIL: N_K not a tile multiple, or a packed batch; the
-masked loop beside the whole one cost the latter 2/2 spilled registers, sm_90 D = 128);
+sequence's last key tile does (KEY_TAIL: N_K not a tile multiple, or a packed batch);
 dK and dV rows past N_K are not stored: they leave through the free Q and dO rings by
 TMA stores, which clip at N_K (DKV_TMA), or, for a packed sequence's last key tile, from
 registers with a row mask.
@@ -189,11 +188,31 @@ def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
 
 
 @gluon.jit
+def _visit(SEG: gl.constexpr, BAND: gl.constexpr, lo, full_lo, full_hi, hi):
+    """Query rows [a, b) of the SEG-th range a program visits, as all three partitions
+    visit them (``keyrange.segment``'s ranges: [lo, full_lo) and [full_hi, hi) masked,
+    [full_lo, full_hi) whole). Under a band its two masked edges, then its whole tiles;
+    otherwise the whole tiles, then those the causal diagonal or a ragged key tile masks
+    (SEG 2 empty). With the whole tiles' loop first, sm_90's D = 64 build keeps it free of
+    spills: 551-564 instructions a tile and no spill store, against 600-605 and 11-12
+    after the masked loop (causal, or Nk not a multiple of 128)."""
+    if BAND:
+        a, b = segment((2 * SEG) % 3, lo, full_lo, full_hi, hi)
+    elif SEG == 0:
+        a, b = full_lo, full_hi
+    elif SEG == 1:
+        a, b = lo, full_lo
+    else:
+        a, b = hi, hi
+    return a, b
+
+
+@gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem, k_smem,
               v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb, off_hkv, q0, r0,
               k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP, BLOCK_M: gl.constexpr,
               STAGES: gl.constexpr, T, HEAD_DIM: gl.constexpr,
-              HEAD_TAIL: gl.constexpr):
+              HEAD_TAIL: gl.constexpr, BAND: gl.constexpr):
     """K and V once, then Q and dO of every query tile of every head of the group; with
     a head-dim tail (``T``) each copy brings its tile's tail columns too."""
     if HEAD_TAIL > 0:
@@ -208,8 +227,8 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
     i = 0
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
-        for seg in gl.static_range(3):  # the consumer's order: both edges, then whole tiles
-            a, b = segment((2 * seg) % 3, lo, full_lo, full_hi, hi)
+        for seg in gl.static_range(3):  # the consumer's order
+            a, b = _visit(seg, BAND, lo, full_lo, full_hi, hi)
             for start_m in range(a, b, BLOCK_M):
                 s = i % STAGES
                 mbarrier.wait(q_empty.index(s), ((i // STAGES) + 1) & 1, pred=i >= STAGES)
@@ -238,7 +257,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
 @gluon.jit
 def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo, full_hi, hi, H,
              GROUP, N_ROWS, BLOCK_M: gl.constexpr, DQ_SLOTS: gl.constexpr, T,
-             HEAD_TAIL: gl.constexpr):
+             HEAD_TAIL: gl.constexpr, BAND: gl.constexpr):
     """Each finished dQ tile added into the fp32 buffer by the copy engine (a head-dim
     tail's part by a second reduction); its slot goes back once the engine has read it
     (the ``.read`` wait), not when the sum lands. DQ_SLOTS = 0: the consumer adds dQ
@@ -247,8 +266,8 @@ def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo, 
         i = 0
         for g in range(0, GROUP):
             off_h = off_hkv * GROUP + g
-            for seg in gl.static_range(3):  # the consumer's order: both edges, then whole tiles
-                a, b = segment((2 * seg) % 3, lo, full_lo, full_hi, hi)
+            for seg in gl.static_range(3):  # the consumer's order
+                a, b = _visit(seg, BAND, lo, full_lo, full_hi, hi)
                 for start_m in range(a, b, BLOCK_M):
                     d = i % DQ_SLOTS
                     mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
@@ -559,11 +578,11 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               dk_desc, dv_desc, DKV_TMA: gl.constexpr, HEAD_COLS: gl.constexpr, T,
               HEAD_TAIL: gl.constexpr, LSE_ACC: gl.constexpr, p_smem, ACC):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
-    and dV (and a head-dim tail's, ``T``) stored at the end. Under a causal mask the
-    tiles that cross the diagonal (those above start_n + BLOCK_N) run masked, in a loop of
-    their own; without one, ``whole`` = lo and that loop is empty. A key tile that runs
-    past n_k (zero-filled rows, or a packed sequence's next keys) runs every query tile
-    masked."""
+    and dV (and a head-dim tail's, ``T``) stored at the end. The whole tiles [full_lo,
+    full_hi) first, then in a loop of their own the masked ones: under a causal mask
+    those that cross the diagonal (below start_n + BLOCK_N), and every one where the key
+    tile runs past n_k (zero-filled rows, or a packed sequence's next keys); under a band
+    its two edges first (:func:`_visit`)."""
     W: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = k_smem.dtype
     SPLIT_D: gl.constexpr = _split_d(BLOCK_N, W)
@@ -609,26 +628,18 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
     mbarrier.wait(kv_ready, 0)
     k = k_smem.reshape([BLOCK_N, HEAD_DIM])
     v = v_smem.reshape([BLOCK_N, HEAD_DIM])
-    whole = lo
-    if IS_CAUSAL:
-        whole = gl.minimum(start_n + BLOCK_N, hi)
-    if KEY_TAIL:
-        if start_n + BLOCK_N > n_k:  # keys past n_k in the tile: masked in every query tile
-            whole = hi
     i = 0
     for g in range(0, GROUP):
         bh = tb * H + off_hkv * GROUP + g
         acc_base = ACC + (bh.to(gl.int64) * gl.cdiv(N_ROWS, BLOCK_M) + r0 // BLOCK_M) * (
             BLOCK_M * HEAD_DIM)
-        # the tiles that cross the diagonal, masked, then the whole ones: one loop body
-        # each, so the whole tiles' carries no mask (13 spilled registers fewer in sm_90's
-        # loop, 1.02-1.05x the GPU time of one loop masking where start_m < start_n +
-        # BLOCK_N, H200)
-        # under a band: its two masked edges, then its whole tiles (keyrange's segments
-        # 0, 2, 1; the producer and reducer visit them in the same order)
+        # the whole tiles and the masked ones in loops of their own, so the whole tiles'
+        # carries no mask (13 spilled registers fewer in sm_90's loop, 1.02-1.05x the GPU
+        # time of one loop masking where start_m < start_n + BLOCK_N, H200), in
+        # :func:`_visit`'s order, which the producer and reducer follow
         if BAND:
             for seg in gl.static_range(3):  # seg < 2: an edge, masked
-                a, b = segment((2 * seg) % 3, lo, full_lo, full_hi, hi)
+                a, b = _visit(seg, True, lo, full_lo, full_hi, hi)
                 for start_m in range(a, b, BLOCK_M):
                     acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                    ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
@@ -640,23 +651,18 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                    at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
                                    LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base)
         else:
-            for start_m in range(lo, whole, BLOCK_M):
-                acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
-                               offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
-                               a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL,
-                               KEY_TAIL, cap_in=cap_in, cap_out=cap_out,
-                               SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero, at_layout=at_layout,
-                               HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC, p_smem=p_smem,
-                               acc_base=acc_base)
-            for start_m in range(whole, hi, BLOCK_M):
-                acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
-                               offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
-                               a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False, False,
-                               cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP, T=T,
-                               dqt_zero=dqt_zero, at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
-                               LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base)
+            for seg in gl.static_range(2):  # seg 1: the masked tiles
+                a, b = _visit(seg, False, lo, full_lo, full_hi, hi)
+                for start_m in range(a, b, BLOCK_M):
+                    acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
+                                   offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
+                                   a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS,
+                                   IS_CAUSAL and seg == 1, KEY_TAIL and seg == 1,
+                                   cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP, T=T,
+                                   dqt_zero=dqt_zero, at_layout=at_layout,
+                                   HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC, p_smem=p_smem,
+                                   acc_base=acc_base)
 
     dk = (acc[0] * scale).to(dtype)
     dv = acc[1].to(dtype)
@@ -813,7 +819,16 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
         tb = off_b
         hi = N_Q
     BAND: gl.constexpr = HAS_LEFT or HAS_RIGHT or SHIFTED
+    # without a band every query tile sees the whole key tile but those the causal
+    # diagonal crosses (up to start_n + BLOCK_N) and, where the key tile runs past n_k,
+    # every one (its zero-filled keys would score 0: P = 2^(0 - L), inf for a row whose
+    # scores were all very negative)
     full_lo = lo
+    if IS_CAUSAL:
+        full_lo = gl.minimum(start_n + BLOCK_N, hi)
+    if KEY_TAIL:
+        if start_n + BLOCK_N > n_k:
+            full_lo = hi
     full_hi = hi
     shift = OFFSET
     if BAND:
@@ -889,7 +904,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
-                      BLOCK_M, STAGES, T, HEAD_DIM, HEAD_TAIL)),
+                      BLOCK_M, STAGES, T, HEAD_DIM, HEAD_TAIL, BAND)),
          (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo,
-                     full_hi, hi, H, GROUP, N_ROWS, BLOCK_M, DQ_SLOTS, T, HEAD_TAIL))],
+                     full_hi, hi, H, GROUP, N_ROWS, BLOCK_M, DQ_SLOTS, T, HEAD_TAIL, BAND))],
         [1, 1], [WORKER_REGS, WORKER_REGS])
