@@ -113,24 +113,26 @@ def kernel_spec(name: str, target=None, cfg=None) -> KernelSpec:
 
 
 def default_config(kernel: str, target, head_dim: int = 128, dtype: str = "bfloat16",
-                   causal: bool = False, **variant):
+                   causal: bool = False, shape=None, **variant):
     """The config the library would run ``kernel`` with for this problem on ``target``:
     the family's tuned entry or rule (the forward family the target runs, for ``fwd``).
-    ``variant``: :data:`VARIANT_OPTIONS`."""
-    return parse_config("", kernel, target, head_dim, dtype, causal, **variant)
+    ``shape``: (batch, heads, kv heads, query length, key length), else the kernel's
+    representative problem; ``variant``: :data:`VARIANT_OPTIONS`."""
+    return parse_config("", kernel, target, head_dim, dtype, causal, shape=shape, **variant)
 
 
 def parse_config(text, kernel: str, target, head_dim: int = 128, dtype: str = "bfloat16",
-                 causal: bool = False, **variant):
+                 causal: bool = False, shape=None, **variant):
     """``[family:]K=V,...`` text (or a dict of knobs) on top of ``target``'s own default for
-    ``kernel`` (:func:`flashscope.families.config_from_text`); ``variant``:
-    :data:`VARIANT_OPTIONS`."""
+    ``kernel`` (:func:`flashscope.families.config_from_text`) for the problem ``shape``
+    (as :func:`default_config`'s); ``variant``: :data:`VARIANT_OPTIONS`."""
     from .families import config_from_text
 
     problem = variant_problem(target, dtype, head_dim, causal, **variant)
     spec = None if kernel in FORWARD_ALIASES else kernel_spec(kernel)
-    if spec is not None and spec.problem is not None:
-        problem = dataclasses.replace(problem, **problem_fields(spec.problem))
+    shape = shape or (None if spec is None else spec.problem)
+    if shape is not None:
+        problem = dataclasses.replace(problem, **problem_fields(shape))
     base = spec.default(problem) if spec is not None and spec.default else None
     return config_from_text(text, problem, None if spec is None else spec.family, base=base)
 
@@ -711,7 +713,7 @@ def build(config, target, *, head_dim: int = 128, dtype: str = "bfloat16",
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
     if isinstance(config, (str, dict)):
-        config = parse_config(config, kernel, t, head_dim, dtype, causal,
+        config = parse_config(config, kernel, t, head_dim, dtype, causal, shape=problem,
                               **{k: v for k, v in extra.items() if k in VARIANT_OPTIONS})
     spec = kernel_spec(kernel, t, config)
     if getattr(config, "KERNEL", None) != spec.family:

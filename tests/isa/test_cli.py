@@ -41,6 +41,28 @@ def test_json_record_keys(capsys, artifacts):
     assert rec["registers"] == _registers(artifacts, CASES[1]) and rec["mix"]["mma"] > 0
 
 
+def test_shape_builds_that_problem(capsys, artifacts):
+    """--shape binds the build to that problem: a key length off the tiles specializes the
+    kernel otherwise than the representative 1024 rows do (the launch a real call of
+    that shape runs); its D is the head dim; beside --head-dim, or malformed, it is one
+    line, exit 2."""
+    from flashscope import compile as fcompile
+
+    code, out, err = _run(capsys, "--target", "sm80", "--config", SM80, "--causal",
+                          "--shape", "2,4,577,64", "--json")
+    assert code == 0, err
+    (rec,) = json.loads(out)["kernels"]
+    assert rec["head_dim"] == 64 and CASES[1] == ("sm80", SM80, 64, True)
+    golden = record_for(artifacts[case_id(CASES[1])])
+    assert rec["instructions"] != golden.instructions
+    # the default config follows the shape too: 64 rows split their keys on sm_90
+    assert fcompile.parse_config("", "fwd", "sm90", 128, shape=(1, 8, 8, 64, 64)).SPLIT_KV
+    assert not fcompile.parse_config("", "fwd", "sm90", 128).SPLIT_KV
+    _bad(capsys, "--shape", "2,4,577,64", "--head-dim", "64", match="--head-dim")
+    _bad(capsys, "--shape", "2,4,577", match="--shape '2,4,577'")
+    _bad(capsys, "--shape", "2,3,64,64,64,2", match="must divide")
+
+
 def test_csv_and_table(capsys, artifacts):
     code, out, _ = _run(capsys, "--target", "sm80", "--config", SM80, "--head-dim", "64",
                         "--causal", "--csv")

@@ -38,7 +38,14 @@ def register(sub):
                         "e.g. sm90-fwd:BLOCK_M=192; default: the target's default config")
     p.add_argument("--configs", metavar="FILE",
                    help="JSON list of configs (objects or 'K=V,...' strings)")
-    common.add_head_dim(p, default="128")
+    common.add_head_dim(p, default=None, help="head dims, comma list (default 128; with "
+                        "--shape its D)")
+    p.add_argument("--shape", metavar="B,H,N,D[,Nk[,Hkv]]",
+                   help="build for this problem, as bench's --shape: the launch arguments "
+                        "and the default config of these lengths and heads (a key length "
+                        "off the tiles, say, builds the masked tail a real call runs); "
+                        "default: a representative problem of 1024 rows, all multiples of "
+                        "16")
     common.add_dtype(p, default="bf16")
     common.add_causal(p, default="no")
     p.add_argument("--lse", action="store_true",
@@ -108,9 +115,37 @@ def _parse(args, item, target, d, dt, c, variant=None):
     where = (f"--configs {args.configs}: entry {item[0]}" if isinstance(item, tuple)
              else f"--config {item!r}")  # a --diff operand is a --config alike
     text = item[1] if isinstance(item, tuple) else item
-    kw = common.variant_kw(args) if variant is None else variant
+    kw = _extra(args) if variant is None else variant
+    shape = kw.get("problem")
+    kw = {k: v for k, v in kw.items() if k != "problem"}
     return common.config_from(
-        lambda x: fcompile.parse_config(x, args.kernel, target, d, dt, c, **kw), text, where)
+        lambda x: fcompile.parse_config(x, args.kernel, target, d, dt, c, shape=shape, **kw),
+        text, where)
+
+
+def _resolve_shape(args) -> None:
+    """--shape into the head dim and the build's problem (``args.problem``: (B, H, Hkv,
+    Nq, Nk), None without one); --head-dim beside it is refused."""
+    from ..bench.suite import parse_shape
+    from ..errors import FlashscopeError
+
+    args.problem = None
+    if args.shape is None:
+        args.head_dim = args.head_dim or [128]
+        return
+    if args.head_dim is not None:
+        raise FlashscopeError("--head-dim: give the head dim in --shape B,H,N,D[,Nk[,Hkv]] "
+                              "or --head-dim, not both")
+    B, H, Nq, D, Nk, Hkv = parse_shape(args.shape)
+    args.head_dim, args.problem = [D], (B, H, Hkv, Nq, Nk)
+
+
+def _extra(args) -> dict:
+    """The build keywords of the command's variant flags and --shape."""
+    kw = common.variant_kw(args)
+    if getattr(args, "problem", None) is not None:
+        kw["problem"] = args.problem
+    return kw
 
 
 def _variants(args) -> list:
@@ -120,7 +155,7 @@ def _variants(args) -> list:
 
 def _build_kw(args, head_dim, dtype, causal, variant=None) -> dict:
     kw = dict(head_dim=head_dim, dtype=dtype, causal=causal, kernel=args.kernel,
-              **(common.variant_kw(args) if variant is None else variant))
+              **(_extra(args) if variant is None else variant))
     if args.lse:
         kw["return_lse"] = True
     return kw
@@ -171,7 +206,7 @@ def _side_settings(text, args) -> tuple:
 
     d, dt, c = common.one(_variants(args), "--head-dim/--dtype/--causal", "variant")
     t = args.target[0]
-    kw = common.variant_kw(args)
+    kw = _extra(args)
     prefix, sep, body = text.rpartition(":") if ":" in text.split("=", 1)[0] else ("", "", text)
     knobs, named = [], []
     for part in filter(None, (x.strip() for x in body.split(","))):
@@ -270,6 +305,7 @@ def run(args):
     from ..errors import FlashscopeError
     from ..isa import diff, read_path
 
+    _resolve_shape(args)
     if args.diff:
         if args.path or args.config or args.configs:
             raise FlashscopeError("--diff A B takes its two operands alone (no PATH/--config)")
