@@ -191,20 +191,13 @@ def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
 def _visit(SEG: gl.constexpr, BAND: gl.constexpr, lo, full_lo, full_hi, hi):
     """Query rows [a, b) of the SEG-th range a program visits, as all three partitions
     visit them (``keyrange.segment``'s ranges: [lo, full_lo) and [full_hi, hi) masked,
-    [full_lo, full_hi) whole). Under a band its two masked edges, then its whole tiles;
-    otherwise the whole tiles, then those the causal diagonal or a ragged key tile masks
-    (SEG 2 empty). With the whole tiles' loop first, sm_90's D = 64 build keeps it free of
-    spills: 551-564 instructions a tile and no spill store, against 600-605 and 11-12
-    after the masked loop (causal, or Nk not a multiple of 128)."""
-    if BAND:
-        a, b = segment((2 * SEG) % 3, lo, full_lo, full_hi, hi)
-    elif SEG == 0:
-        a, b = full_lo, full_hi
-    elif SEG == 1:
-        a, b = lo, full_lo
-    else:
-        a, b = hi, hi
-    return a, b
+    [full_lo, full_hi) whole): under a band its two masked edges, then its whole tiles
+    (segments 0, 2, 1); otherwise the whole tiles, then those the causal diagonal or a
+    ragged key tile masks (segments 1, 0, 2, the last empty: full_hi is hi). With the
+    whole tiles' loop first, sm_90's D = 64 build keeps it free of spills: 551-564
+    instructions a tile and no spill store, against 600-605 and 11-12 after the masked
+    loop (causal, or Nk not a multiple of 128)."""
+    return segment((2 * SEG) % 3 if BAND else (1 - SEG) % 3, lo, full_lo, full_hi, hi)
 
 
 @gluon.jit
