@@ -64,12 +64,14 @@ registers with a row mask.
 Windows and bottom-right alignment (HAS_LEFT, HAS_RIGHT, SHIFTED, the forward's
 switches): a key tile's query tiles come from :func:`~flashscope.kernels.keyrange.
 query_range`, the rows of the band that reach it, [lo, hi), of which [full_lo, full_hi)
-see all its keys. Producer, consumer and reducer visit the two masked edges first, each
-in a loop of its own with :func:`~flashscope.kernels.keyrange.visible`, and the whole
-tiles last, unmasked: with one loop for both edges, or the whole tiles between them, the
-band's scalars stayed live across the whole tiles' loop and it spilled 48-56 registers
-(sm_90, D = 128; 2/7 stores/loads this way, 0.60-0.72x against 1.03-1.38x the two
-passes' GPU time, H200). In a packed batch (VARLEN) each sequence is aligned on its own
+see all its keys. Producer, consumer and reducer visit the whole tiles first, unmasked,
+then the lower and the upper masked edge, each in a loop of its own with
+:func:`~flashscope.kernels.keyrange.visible`: with one loop for both edges beside the
+whole tiles' the band's scalars stayed live across the whole tiles' loop and it spilled
+48-56 registers (sm_90, D = 128; 0.60-0.72x against 1.03-1.38x the two passes' GPU time,
+H200); with the edges first the whole tiles' loop took 15-22 instructions a tile more
+than this way (1.01-1.03x the GPU time at D = 96 and 128, level at D = 64). In a packed
+batch (VARLEN) each sequence is aligned on its own
 lengths (shift n_k - n_q), and a key tile that holds the next sequence's keys runs every
 query tile in the edge loops, where they are masked.
 
@@ -189,24 +191,23 @@ def _first_query(start_n, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
 
 
 @gluon.jit
-def _visit(SEG: gl.constexpr, BAND: gl.constexpr, lo, full_lo, full_hi, hi):
+def _visit(SEG: gl.constexpr, lo, full_lo, full_hi, hi):
     """Query rows [a, b) of the SEG-th range a program visits, as all three partitions
     visit them (``keyrange.segment``'s ranges: [lo, full_lo) and [full_hi, hi) masked,
-    [full_lo, full_hi) whole): under a band its two masked edges, then its whole tiles
-    (segments 0, 2, 1); otherwise the whole tiles, then those the causal diagonal or a
-    ragged key tile masks (segments 1, 0, 2, the last empty: full_hi is hi). With the
+    [full_lo, full_hi) whole): the whole tiles, then the masked ones, a band's lower edge
+    before its upper one (segments 1, 0, 2; without a band the last is empty, full_hi is
+    hi: the tiles the causal diagonal or a ragged key tile masks come second). With the
     whole tiles' loop first, sm_90's D = 64 build keeps it free of spills: 551-564
     instructions a tile and no spill store, against 600-605 and 11-12 after the masked
     loop (causal, or Nk not a multiple of 128)."""
-    return segment((2 * SEG) % 3 if BAND else (1 - SEG) % 3, lo, full_lo, full_hi, hi)
+    return segment((1 - SEG) % 3, lo, full_lo, full_hi, hi)
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem, k_smem,
               v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb, off_hkv, q0, r0,
               k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP, BLOCK_M: gl.constexpr,
-              STAGES: gl.constexpr, T, HEAD_DIM: gl.constexpr,
-              HEAD_TAIL: gl.constexpr, BAND: gl.constexpr):
+              STAGES: gl.constexpr, T, HEAD_DIM: gl.constexpr, HEAD_TAIL: gl.constexpr):
     """K and V once, then Q and dO of every query tile of every head of the group; with
     a head-dim tail (``T``) each copy brings its tile's tail columns too."""
     if HEAD_TAIL > 0:
@@ -222,7 +223,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
         for seg in gl.static_range(3):  # the consumer's order
-            a, b = _visit(seg, BAND, lo, full_lo, full_hi, hi)
+            a, b = _visit(seg, lo, full_lo, full_hi, hi)
             for start_m in range(a, b, BLOCK_M):
                 s = i % STAGES
                 mbarrier.wait(q_empty.index(s), ((i // STAGES) + 1) & 1, pred=i >= STAGES)
@@ -251,7 +252,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_sme
 @gluon.jit
 def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo, full_hi, hi, H,
              GROUP, N_ROWS, BLOCK_M: gl.constexpr, DQ_SLOTS: gl.constexpr, T,
-             HEAD_TAIL: gl.constexpr, BAND: gl.constexpr):
+             HEAD_TAIL: gl.constexpr):
     """Each finished dQ tile added into the fp32 buffer by the copy engine (a head-dim
     tail's part by a second reduction); its slot goes back once the engine has read it
     (the ``.read`` wait), not when the sum lands. DQ_SLOTS = 0: the consumer adds dQ
@@ -261,7 +262,7 @@ def _reducer(dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo, 
         for g in range(0, GROUP):
             off_h = off_hkv * GROUP + g
             for seg in gl.static_range(3):  # the consumer's order
-                a, b = _visit(seg, BAND, lo, full_lo, full_hi, hi)
+                a, b = _visit(seg, lo, full_lo, full_hi, hi)
                 for start_m in range(a, b, BLOCK_M):
                     d = i % DQ_SLOTS
                     mbarrier.wait(dq_full.index(d), (i // DQ_SLOTS) & 1)
@@ -576,7 +577,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
     full_hi) first, then in a loop of their own the masked ones: under a causal mask
     those that cross the diagonal (below start_n + BLOCK_N), and every one where the key
     tile runs past n_k (zero-filled rows, or a packed sequence's next keys); under a band
-    its two edges first (:func:`_visit`)."""
+    its two edges after them, each in a loop of its own (:func:`_visit`)."""
     W: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = k_smem.dtype
     SPLIT_D: gl.constexpr = _split_d(BLOCK_N, W)
@@ -632,21 +633,21 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
         # time of one loop masking where start_m < start_n + BLOCK_N, H200), in
         # :func:`_visit`'s order, which the producer and reducer follow
         if BAND:
-            for seg in gl.static_range(3):  # seg < 2: an edge, masked
-                a, b = _visit(seg, True, lo, full_lo, full_hi, hi)
+            for seg in gl.static_range(3):  # seg > 0: an edge, masked
+                a, b = _visit(seg, lo, full_lo, full_hi, hi)
                 for start_m in range(a, b, BLOCK_M):
                     acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                    ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
                                    offs_n, n_q, n_k, qk_scale, s_zero,
                                    dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
-                                   KEY_TAIL and seg < 2, OFFSET, LEFT, RIGHT, seg < 2,
+                                   KEY_TAIL and seg > 0, OFFSET, LEFT, RIGHT, seg > 0,
                                    IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in=cap_in,
                                    cap_out=cap_out, SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero,
                                    at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
                                    LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base)
         else:
             for seg in gl.static_range(2):  # seg 1: the masked tiles
-                a, b = _visit(seg, False, lo, full_lo, full_hi, hi)
+                a, b = _visit(seg, lo, full_lo, full_hi, hi)
                 for start_m in range(a, b, BLOCK_M):
                     acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
                                    ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
@@ -898,7 +899,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
                       off_hkv, q0, r0, k0, start_n, lo, full_lo, full_hi, hi, H, N_ROWS, GROUP,
-                      BLOCK_M, STAGES, T, HEAD_DIM, HEAD_TAIL, BAND)),
+                      BLOCK_M, STAGES, T, HEAD_DIM, HEAD_TAIL)),
          (_reducer, (dq_desc, dq_smem, dq_full, dq_empty, tb, off_hkv, r0, lo, full_lo,
-                     full_hi, hi, H, GROUP, N_ROWS, BLOCK_M, DQ_SLOTS, T, HEAD_TAIL, BAND))],
+                     full_hi, hi, H, GROUP, N_ROWS, BLOCK_M, DQ_SLOTS, T, HEAD_TAIL))],
         [1, 1], [WORKER_REGS, WORKER_REGS])
