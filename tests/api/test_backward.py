@@ -663,19 +663,28 @@ def test_offline_build_rejects_unknown_kernel():
 
 # --- offline builds ------------------------------------------------------------------------
 
-def _sm90_default(head_dim, banded=False, softcap=False):
+def _sm90_default(head_dim, banded=False, softcap=False, **fields):
     """The family's default config for a problem of this head dim and mask."""
     return sm90_bwd.select(Problem("sm90", "bfloat16", head_dim, window=banded,
-                                   softcap=softcap))
+                                   softcap=softcap, **fields))
 
 
-def test_sm90_bwd_takes_128_query_rows_at_d64_without_band_or_cap():
-    """D <= 64 streams 128-row query tiles, but under a band or a logit cap (whose builds
-    spill at 128 rows); D > 64 streams 64."""
-    rows = {(d, w, c): _sm90_default(d, w, c).BLOCK_M for d in (48, 64, 80, 128)
-            for w in (False, True) for c in (False, True)}
-    assert rows == {(d, w, c): 128 if d <= 64 and not (w or c) else 64
-                    for (d, w, c) in rows}
+@pytest.mark.parametrize("fields,rows", [
+    ({}, 128), ({"causal": True}, 128), ({"varlen": True, "causal": True}, 128),
+    ({"banded": True}, 128),  # a band as wide as the rows (bottom-right causal)
+    ({"banded": True, "band_keys": 1024}, 128), ({"banded": True, "band_keys": 4096}, 128),
+    ({"banded": True, "band_keys": 512}, 64), ({"banded": True, "band_keys": 128}, 64),
+    ({"banded": True, "band_keys": 4096, "varlen": True}, 64),
+    ({"softcap": True}, 128), ({"softcap": True, "causal": True}, 64),
+    ({"softcap": True, "banded": True, "band_keys": 4096}, 64)])
+def test_sm90_bwd_query_rows_at_d64_follow_the_whole_tiles(fields, rows):
+    """D <= 64 streams 128-row query tiles where most of a key tile's query tiles are
+    whole (no band, or one of 1024 keys or more, dense; a cap only without a mask); D > 64
+    streams 64 whatever the mask."""
+    assert _sm90_default(64, **fields).BLOCK_M == rows
+    assert _sm90_default(48, **fields).BLOCK_M == rows
+    assert _sm90_default(80, **fields).BLOCK_M == 64
+    assert _sm90_default(128, **fields).BLOCK_M == 64
 
 
 @BUILDS.of("test_sm90_bwd_default_builds_keep_their_registers")

@@ -174,25 +174,46 @@ def accepts(problem: Problem) -> Optional[str]:
     return head_dim_problem(problem.head_dim)
 
 
-#: Query rows a streamed tile takes at the 64-column width (D <= 64), where the build has
-#: no band and no softcap: a tile's fixed steps (the ring and dQ-slot waits, the dS and dQ
+#: Query rows a streamed tile takes at the 64-column width (D <= 64) where :func:`wide_rows`
+#: says so: a tile's fixed steps (the ring and dQ-slot waits, the dS and dQ
 #: stores with their barriers, the reduction's hand-off) serve twice the rows, as in
 #: FlashAttention-3's D = 64 tiles. Its dP^T starting at -delta keeps it at 5/5 spilled
 #: registers (sm_90; 75/94 with delta live beside P^T and dP^T). GPU time against 64 rows
 #: (H200, bf16; in parentheses against 64 rows with dP^T from -delta too): dense
 #: 4x32x4096 1.15x (1.11x) / 1.07x (1.05x) causal, 16x32x1024 1.15x (1.10x), 2x16x16384
 #: causal 1.07x (1.07x), GQA 32/8 4k causal 1.08x (1.05x); packed 64k-token batches
-#: 1.04-1.09x. Band and softcap builds stay at 64 rows: at 128 they spill 25-53 registers.
+#: 1.04-1.09x.
 WIDE_ROWS = 128
+
+#: The narrowest band (the keys it spans, ``Mask.span``) that takes :data:`WIDE_ROWS` rows.
+WIDE_BAND = 1024
+
+
+def wide_rows(problem: Problem) -> bool:
+    """Whether a D <= 64 problem streams :data:`WIDE_ROWS` query rows: where most of a key
+    tile's query tiles are whole. The masked ones (a band's edges, a packed sequence's ends)
+    spill at 128 rows (sm_90: 4/13 stores/loads a tile in a window's edge loops, 12/20
+    packed, 96-101/115-125 with a logit cap), and the cap's causal build spills in its
+    whole tiles' loop as well (11/15). GPU time of 128 rows over 64, one-pass backward
+    (H200, bf16, 4 alternating rounds, 2026-11-30): causal window 4096 at 16k, GQA 32/8,
+    1.09-1.10x; window 1024 at 8k 1.02-1.03x; bottom-right causal, 2k queries over 4k keys,
+    1.03x; a logit cap without a mask 1.06x. Left at 64: window 128 at 32k (0.90x at 128),
+    two-sided 256 (1.00x), D = 48 window 512 (0.98x), a packed 64k-token batch under a
+    1024 window (0.93x), window 4096 with a cap (0.94x), a causal cap (1.01x)."""
+    if problem.softcap:
+        return not (problem.causal or problem.window)
+    if not problem.window:
+        return True
+    return not problem.varlen and (problem.band_keys == 0 or problem.band_keys >= WIDE_BAND)
 
 
 def select(problem: Problem) -> Sm90BwdConfig:
     """The default for a problem the family accepts: 64 x 128 tiles, a 2-stage ring, two
     dQ slots (214 KB of shared memory at D = 128: one program an SM); query tiles of
-    :data:`WIDE_ROWS` rows at D <= 64 without a band or softcap (199 KB); above D = 128
+    :data:`WIDE_ROWS` rows at D <= 64 where :func:`wide_rows` says so (199 KB); above D = 128
     64 x 64 tiles with the head dim split between the warpgroups and dQ added by atomics
     (225 KB at D = 256: a dQ slot would take 64 KB more)."""
-    if width(problem.head_dim) == WIDTHS[0] and not (problem.window or problem.softcap):
+    if width(problem.head_dim) == WIDTHS[0] and wide_rows(problem):
         return Sm90BwdConfig(BLOCK_M=WIDE_ROWS)
     if split(problem.head_dim):
         return Sm90BwdConfig(BLOCK_N=SPLIT_KEYS, DQ_SLOTS=0)
