@@ -66,14 +66,14 @@ switches): a key tile's query tiles come from :func:`~flashscope.kernels.keyrang
 query_range`, the rows of the band that reach it, [lo, hi), of which [full_lo, full_hi)
 see all its keys. Producer, consumer and reducer visit the whole tiles first, unmasked,
 then the lower and the upper masked edge, each in a loop of its own with
-:func:`~flashscope.kernels.keyrange.visible`: with one loop for both edges beside the
-whole tiles' the band's scalars stayed live across the whole tiles' loop and it spilled
-48-56 registers (sm_90, D = 128; 0.60-0.72x against 1.03-1.38x the two passes' GPU time,
-H200); with the edges first the whole tiles' loop took 15-22 instructions a tile more
-than this way (1.01-1.03x the GPU time at D = 96 and 128, level at D = 64). In a packed
-batch (VARLEN) each sequence is aligned on its own
-lengths (shift n_k - n_q), and a key tile that holds the next sequence's keys runs every
-query tile in the edge loops, where they are masked.
+:func:`~flashscope.kernels.keyrange.visible`. With both edges in one loop beside the
+whole tiles' loop, the band's scalars stayed live across the latter and it spilled 48-56
+registers (sm_90, D = 128; 0.60-0.72x against 1.03-1.38x the two passes' GPU time, H200);
+with the edges first, the whole tiles' loop took 15-22 instructions a tile more than in
+this order (1.01-1.03x the GPU time at D = 96 and 128, level at D = 64). In a packed
+batch (VARLEN) each sequence is aligned on its own lengths (shift n_k - n_q), and a key
+tile that holds the next sequence's keys runs every query tile in the edge loops, where
+they are masked.
 
 SOFTCAP caps the scores as the forward does (``softcapped``: c tanh(s / c)) and carries
 the cap's derivative into dS (:func:`_tile`).
