@@ -634,37 +634,24 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
         bh = tb * H + off_hkv * GROUP + g
         acc_base = ACC + (bh.to(gl.int64) * gl.cdiv(N_ROWS, BLOCK_M) + r0 // BLOCK_M) * (
             BLOCK_M * HEAD_DIM)
-        # the whole tiles and the masked ones in loops of their own, so the whole tiles'
-        # carries no mask (13 spilled registers fewer in sm_90's loop, 1.02-1.05x the GPU
-        # time of one loop masking where start_m < start_n + BLOCK_N, H200), in
-        # :func:`_visit`'s order, which the producer and reducer follow
-        if BAND:
-            for seg in gl.static_range(3):  # seg > 0: an edge, masked
-                a, b = _visit(seg, lo, full_lo, full_hi, hi)
-                for start_m in range(a, b, BLOCK_M):
-                    acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
-                                   offs_n, n_q, n_k, qk_scale, s_zero,
-                                   dq_zero, a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS, False,
-                                   KEY_TAIL and seg > 0, OFFSET, LEFT, RIGHT, seg > 0,
-                                   IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in=cap_in,
-                                   cap_out=cap_out, SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero,
-                                   at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
-                                   LSE_ACC=LSE_ACC, p_smem=p_smem, acc_base=acc_base,
-                                   ROWS_IN=seg == 1 and not KEY_TAIL)
-        else:
-            for seg in gl.static_range(2):  # seg 1: the masked tiles
-                a, b = _visit(seg, lo, full_lo, full_hi, hi)
-                for start_m in range(a, b, BLOCK_M):
-                    acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
-                                   ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty,
-                                   offs_n, n_q, n_k, qk_scale, s_zero, dq_zero,
-                                   a_layout, BLOCK_M, HEAD_DIM, STAGES, DQ_SLOTS,
-                                   IS_CAUSAL and seg == 1, KEY_TAIL and seg == 1,
-                                   cap_in=cap_in, cap_out=cap_out, SOFTCAP=SOFTCAP, T=T,
-                                   dqt_zero=dqt_zero, at_layout=at_layout,
-                                   HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC, p_smem=p_smem,
-                                   acc_base=acc_base)
+        # the whole tiles (seg 0) and the masked ones (seg 1; a band's upper edge seg 2) in
+        # loops of their own, so the whole tiles' carries no mask (13 spilled registers
+        # fewer in sm_90's loop, 1.02-1.05x the GPU time of one loop masking where start_m
+        # < start_n + BLOCK_N, H200), in :func:`_visit`'s order, which the producer and
+        # reducer follow
+        for seg in gl.static_range(3 if BAND else 2):
+            a, b = _visit(seg, lo, full_lo, full_hi, hi)
+            for start_m in range(a, b, BLOCK_M):
+                acc, i = _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v,
+                               ds_smem, dq_smem, q_ready, q_empty, dq_full, dq_empty, offs_n,
+                               n_q, n_k, qk_scale, s_zero, dq_zero, a_layout, BLOCK_M,
+                               HEAD_DIM, STAGES, DQ_SLOTS, IS_CAUSAL and seg > 0 and not BAND,
+                               KEY_TAIL and seg > 0, OFFSET, LEFT, RIGHT, BAND and seg > 0,
+                               IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in=cap_in,
+                               cap_out=cap_out, SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero,
+                               at_layout=at_layout, HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC,
+                               p_smem=p_smem, acc_base=acc_base,
+                               ROWS_IN=seg == 1 and not KEY_TAIL)
 
     dk = (acc[0] * scale).to(dtype)
     dv = acc[1].to(dtype)
