@@ -515,10 +515,7 @@ def run(dout, q, k, v, out, lse, dq, dk, dv, *, mask, scale: float, cfg: Sm90Bwd
         lse = lse.clone()
     work = [x if x.stride(-1) == 1 else torch.empty_like(x, memory_format=torch.contiguous_format)
             for x in (dk, dv)]
-    rows = dict(size=row_shape(q, packed, cfg), device=q.device, dtype=torch.float32)
-    delta = torch.empty(**rows)
-    lse_rows = torch.empty(**rows) if copies_lse(q, packed) else None
-    acc = torch.empty(acc_shape(q, packed, cfg), device=q.device, dtype=torch.float32)
+    delta, lse_rows, acc = _scratch(q, packed, cfg)
     key = triton_bwd.plan_key(dout, q, k, v, out, lse, dq, *work, mask=mask, scale=scale,
                               cfg=cfg, packed=packed)
     compiled = remembered(_PLANS, key, lambda: {}, _PLANS_MAX)
@@ -573,18 +570,24 @@ def _filled(args, fills, now) -> list:
     return call
 
 
-def _buffers(q, k, v, cfg: Sm90BwdConfig) -> tuple:
-    """A dense backward's buffers: delta, the log-sum-exp's copy where
-    :func:`copies_lse` (else None), the fp32 dQ buffer (the delta launch zeroes it), dq,
-    dk, dv."""
+def _scratch(q, packed, cfg: Sm90BwdConfig) -> tuple:
+    """The backward's own fp32 buffers: delta, the log-sum-exp's copy where
+    :func:`copies_lse` (else None), and the dQ buffer (the delta launch zeroes it)."""
     import torch
 
     f32 = dict(device=q.device, dtype=torch.float32)
-    rows = row_shape(q, None, cfg)
+    rows = row_shape(q, packed, cfg)
     return (torch.empty(rows, **f32),
-            torch.empty(rows, **f32) if copies_lse(q, None) else None,
-            torch.empty(acc_shape(q, None, cfg), **f32), torch.empty_like(q),
-            torch.empty_like(k), torch.empty_like(v))
+            torch.empty(rows, **f32) if copies_lse(q, packed) else None,
+            torch.empty(acc_shape(q, packed, cfg), **f32))
+
+
+def _buffers(q, k, v, cfg: Sm90BwdConfig) -> tuple:
+    """A dense backward's buffers: :func:`_scratch`'s, then dq, dk, dv."""
+    import torch
+
+    return (*_scratch(q, None, cfg), torch.empty_like(q), torch.empty_like(k),
+            torch.empty_like(v))
 
 
 def bind(dout, q, k, v, out, lse, *, mask, scale: float, cfg: Sm90BwdConfig):
