@@ -41,6 +41,16 @@ def test_windows_suite_spans_the_widths_lengths_and_caps():
     assert any(not c.causal and c.window for c in cases)
 
 
+def test_a_table_suite_runs_the_rows_of_the_head_dims_asked_for():
+    every = table_suite("models")
+    some = table_suite("models", head_dims=[64, 96])
+    assert {c.D for c in some} == {64, 96}
+    assert some == [c for c in every if c.D in (64, 96)]
+    with pytest.raises(FlashscopeError, match="--head-dim 72: the windows suite has rows "
+                                              "of head dims 64, 128, 256"):
+        table_suite("windows", head_dims=[72])
+
+
 @pytest.mark.parametrize("extra,row,msg", [
     (["window"], [[3, -1]], "rows\\[0\\] window \\[3, -1\\]: expected \\[left, right\\]"),
     (["softcap"], [0], "softcap 0: expected a number > 0"),

@@ -210,11 +210,12 @@ def _row_case(name: str, p, i: int, row: list, columns: list) -> dict:
 
 
 def table_suite(name: str, *, dtypes: Iterable[str] = ("bfloat16",), modes=("fwd",),
-                path=None, case: type = Case) -> list:
+                path=None, case: type = Case, head_dims=None) -> list:
     """The cases of a suite held as a table (``data/suites/<name>.json``), each row in every
-    dtype and mode given, as ``case`` records; FlashscopeError naming the file and row
-    when it is malformed. Columns: :data:`_COLUMNS`, then any of :data:`_EXTRA_COLUMNS`
-    (window, align, softcap, seqlens)."""
+    dtype and mode given, as ``case`` records; only the rows of ``head_dims`` when given
+    (FlashscopeError when none is). FlashscopeError naming the file and row when it is
+    malformed. Columns: :data:`_COLUMNS`, then any of :data:`_EXTRA_COLUMNS` (window,
+    align, softcap, seqlens)."""
     p = Path(path) if path else SUITES_DIR / f"{name}.json"
     try:
         data = json.loads(p.read_text())
@@ -228,12 +229,18 @@ def table_suite(name: str, *, dtypes: Iterable[str] = ("bfloat16",), modes=("fwd
             len(set(columns)) != len(columns) or not isinstance(data.get("rows"), list):
         raise FlashscopeError(f"--suite {name}: {p}: expected columns {_COLUMNS} (then any "
                               f"of {', '.join(_EXTRA_COLUMNS)}) and rows")
-    out = []
+    out, dims = [], set()
     for i, row in enumerate(data["rows"]):
         fields = _row_case(name, p, i, row, columns)
+        dims.add(fields["D"])
+        if head_dims is not None and fields["D"] not in head_dims:
+            continue
         for mode in modes:
             for dtype in dtypes:
                 out.append(case(dtype=dtype, mode=mode, **fields))
+    if not out and head_dims is not None:
+        raise FlashscopeError(f"--head-dim {','.join(map(str, head_dims))}: the {name} suite "
+                              f"has rows of head dims {', '.join(map(str, sorted(dims)))}")
     return out
 
 

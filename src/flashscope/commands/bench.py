@@ -79,8 +79,9 @@ def register(sub):
     p.add_argument("--mode", default="fwd", help="comma list of fwd, bwd (the backward "
                                                  "alone), fwd+bwd")
     common.add_causal(p, default="both")
-    common.add_head_dim(p, default="64,128,256", help="suite head dims, comma list "
-                                                      "(default 64,128,256)")
+    common.add_head_dim(p, default=None, help="head dims, comma list: the standard suite's "
+                                              "(default 64,128,256); with a suite held as a "
+                                              "table its rows of these head dims (default all)")
     p.add_argument("--lengths", default=None, type=common.argtype(common.parse_int_list,
                                                                    "lengths"),
                    help="suite lengths N (comma list; default 512..16384); with --suite "
@@ -189,10 +190,12 @@ def run(args) -> int:
         cases += decode.suite_cases(dtypes=args.dtype, head_dims=args.head_dim,
                                     lengths=args.lengths)
     elif args.suite == "standard":
-        cases += suite.standard_suite(dtypes=args.dtype, head_dims=args.head_dim,
+        cases += suite.standard_suite(dtypes=args.dtype,
+                                      head_dims=args.head_dim or suite.SUITE_HEAD_DIMS,
                                       lengths=lengths, causal=args.causal, modes=modes)
     elif args.suite:
-        cases += suite.table_suite(args.suite, dtypes=args.dtype, modes=modes)
+        cases += suite.table_suite(args.suite, dtypes=args.dtype, modes=modes,
+                                   head_dims=args.head_dim)
     chosen = providers.select(_csv(args.only), _csv(args.skip),
                               registry=decode.DECODE if decoding else None)
     options = {}
