@@ -214,3 +214,49 @@ def test_packed_rows_ranges_cover_their_positions():
                     assert r.lo <= lo and hi < r.hi, where
                 assert all(lo <= k <= hi for k in range(r.full_lo, min(r.full_hi, n_k))), \
                     where
+
+
+@triton.jit
+def _probe_visible(Out, OFFSET, LEFT, RIGHT, SIDE: tl.constexpr, CAUSAL: tl.constexpr,
+                   HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr):
+    rows = tl.arange(0, SIDE)[:, None]
+    cols = tl.arange(0, SIDE)[None, :]
+    whole = kr.visible(rows, cols, OFFSET, LEFT, RIGHT, CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED)
+    # the rows' share of bits 1 and 2 moved to the keys' side (the backward's tiles), and
+    # the keys' share moved to the rows' side (as a tile with keys along its columns would)
+    by_row = kr.visible_from(rows & ~6, cols - (rows & 6), OFFSET, LEFT, RIGHT, CAUSAL,
+                             HAS_LEFT, HAS_RIGHT, SHIFTED)
+    by_col = kr.visible_from(-(cols & ~6), (cols & 6) - rows, OFFSET, LEFT, RIGHT, CAUSAL,
+                             HAS_LEFT, HAS_RIGHT, SHIFTED)
+    at = Out + (rows * SIDE + cols) * 3
+    tl.store(at, whole.to(tl.int32))
+    tl.store(at + 1, by_row.to(tl.int32))
+    tl.store(at + 2, by_col.to(tl.int32))
+
+
+@pytest.mark.interpreter
+def test_visible_from_answers_as_visible_does():
+    """``visible_from`` (the bounds on the keys' side, a thread's share of an index moved
+    across) keeps the pairs ``visible`` keeps and the host's definition keeps."""
+    import torch
+
+    from flashscope import kernels
+
+    global kr
+    kr = kernels.load("keyrange", interpret=True)
+    rng = random.Random(SEED)
+    side, done = 32, 0
+    while done < 30:
+        mask = _masks(rng)
+        if mask.plain:
+            continue
+        n_q, n_k = rng.randint(1, side), rng.randint(1, side)
+        out = torch.full((side, side, 3), -1, dtype=torch.int32)
+        sw = mask.switches(n_q, n_k)
+        sw.pop("GUARD")
+        _probe_visible[(1,)](out, *mask.scalars(n_q, n_k), SIDE=side, **sw)
+        for i in range(n_q):
+            for j in range(n_k):
+                want = int(mask.visible(i, j, n_q, n_k))
+                assert out[i, j].tolist() == [want] * 3, (SEED, mask, n_q, n_k, i, j)
+        done += 1

@@ -192,14 +192,15 @@ WIDE_BAND = 1024
 def wide_rows(problem: Problem) -> bool:
     """Whether a D <= 64 problem streams :data:`WIDE_ROWS` query rows: where most of a key
     tile's query tiles are whole. The masked ones (a band's edges, a packed sequence's ends)
-    spill at 128 rows (sm_90: 4/13 stores/loads a tile in a window's edge loops, 12/20
-    packed, 96-101/115-125 with a logit cap), and the cap's causal build spills in its
-    whole tiles' loop as well (11/15). GPU time of 128 rows over 64, one-pass backward
-    (H200, bf16, 4 alternating rounds, 2026-11-30): causal window 4096 at 16k, GQA 32/8,
-    1.09-1.10x; window 1024 at 8k 1.02-1.03x; bottom-right causal, 2k queries over 4k keys,
-    1.03x; a logit cap without a mask 1.06x. Left at 64: window 128 at 32k (0.90x at 128),
-    two-sided 256 (1.00x), D = 48 window 512 (0.98x), a packed 64k-token batch under a
-    1024 window (0.93x), window 4096 with a cap (0.94x), a causal cap (1.01x)."""
+    cost 1.5-1.7x a whole tile's instructions at 128 rows (sm_90, a causal window's edges
+    840 and 937 against 561), and with a logit cap they spill (22-94 stores a tile), as
+    does the cap's causal build in its whole tiles' loop (9/12). GPU time of 128 rows over
+    64, one-pass backward (H200, bf16, 4 alternating rounds, 2026-11-30): causal window
+    4096 at 16k, GQA 32/8, 1.09-1.10x; window 1024 at 8k 1.02-1.03x; bottom-right causal,
+    2k queries over 4k keys, 1.03x; a logit cap without a mask 1.06x. Left at 64: window
+    512 at 16k (1.00x at 128), window 128 (0.99x), two-sided 256 (1.00x), a packed
+    64k-token batch under a 1024 window (1.01x), window 4096 with a cap (0.94x), a causal
+    cap (1.01x)."""
     if problem.softcap:
         return not (problem.causal or problem.window)
     if not problem.window:

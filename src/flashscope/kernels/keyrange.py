@@ -54,6 +54,27 @@ def visible(rows, cols, OFFSET, LEFT, RIGHT, CAUSAL: tl.constexpr, HAS_LEFT: tl.
 
 
 @triton.jit
+def visible_from(rows, cols, OFFSET, LEFT, RIGHT, CAUSAL: tl.constexpr,
+                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr):
+    """:func:`visible` with the bounds moved to the keys' side (the answer depends on
+    rows - cols alone, so it is the same). Where ``rows`` holds a constant in each register
+    (a thread's share of the query index moved into ``cols``, which then holds a few
+    distinct values a thread), each element costs one compare against a constant."""
+    if SHIFTED:
+        cols = cols - OFFSET
+    if CAUSAL:
+        keep = rows >= cols
+    elif HAS_RIGHT:
+        keep = rows >= cols - RIGHT
+    if HAS_LEFT:
+        if CAUSAL or HAS_RIGHT:
+            keep = keep & (rows <= cols + LEFT)
+        else:
+            keep = rows <= cols + LEFT
+    return keep
+
+
+@triton.jit
 def key_range(start_m, N_K, OFFSET, LEFT, RIGHT,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
               HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SHIFTED: tl.constexpr):
