@@ -374,17 +374,6 @@ def _acc_desc(acc, cols: int):
                                  layout=_fp32_layout(), padding="zero"))
 
 
-def lse_in_acc(cfg: Sm90BwdConfig, varlen: bool) -> bool:
-    """Whether S^T's accumulator starts at -L / scale (the kernel's LSE_ACC): for packed
-    batches on 128-row tiles, whose build otherwise keeps the L vector live across the
-    product and spills 21/31 registers (8/15 this way, sm_90 D = 64). GPU time against
-    reading L after the product (H200, bf16, D = 64, 64k-token batches): 1.03-1.04x.
-    The dense builds keep reading it after: non-causal (5/5 spilled either way) read
-    0.96-1.01x this way, its S^T product waiting for the L read; causal (19/25 against
-    7/12) 0.98-1.02x over two runs."""
-    return varlen and cfg.BLOCK_M >= WIDE_ROWS
-
-
 def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
           cfg: Sm90BwdConfig, packed=None, lse_rows=None, dq=None) -> dict:
     """``{name: (function name, grid, positional args, constexpr keywords, launch
@@ -465,7 +454,6 @@ def calls(dout, q, k, v, out, lse, delta, acc, dk, dv, *, mask, scale: float,
              "IS_CAUSAL": mask.causal,
              "WORKER_REGS": WORKER_REGS, "SECTION": 0 if varlen else section,
              "VARLEN": varlen, "KEY_TAIL": varlen or Nk % cfg.BLOCK_N != 0,
-             "LSE_ACC": lse_in_acc(cfg, varlen),
              "DKV_TMA": kv_tma,
              **{name: on for name, on in mask.switches(*lengths).items()
                 if name in ("HAS_LEFT", "HAS_RIGHT", "SHIFTED", "SOFTCAP")}},

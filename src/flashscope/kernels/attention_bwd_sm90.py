@@ -371,7 +371,7 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
           HAS_LEFT: gl.constexpr = False, HAS_RIGHT: gl.constexpr = False,
           SHIFTED: gl.constexpr = False, cap_in=0.0, cap_out=0.0,
           SOFTCAP: gl.constexpr = False, T=(), dqt_zero=0.0, at_layout: gl.constexpr = None,
-          HEAD_TAIL: gl.constexpr = 0, LSE_ACC: gl.constexpr = False, p_smem=None,
+          HEAD_TAIL: gl.constexpr = 0, p_smem=None,
           acc_base=None, ROWS_IN: gl.constexpr = False):
     """One query tile's five products against the key tile; dQ handed to the reducer,
     or with DQ_SLOTS = 0 added into the buffer (``acc_base``: this head's first tile)
@@ -388,9 +388,7 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     live beside P. A head-dim tail (HEAD_TAIL > 0, ``T``) adds its columns' products to
     S^T and dP^T (onto the same accumulators) and has dV, dK and dQ products of its own
     (``at_layout``: P^T and dS^T as its operands; ``dqt_zero``: its dQ tile's zeros);
-    every wait counts the products of a chain (``_chain``). LSE_ACC (not with SOFTCAP,
-    whose cap takes the raw scores): S^T's accumulator starts at -L / scale, so P^T =
-    2^(S^T c) and no L vector stays live across the product.
+    every wait counts the products of a chain (``_chain``).
 
     SPLIT_D (:func:`_split_d` of the key tile: 64 keys, D = 256): the warpgroups share
     the key tile. Each forms S^T and
@@ -407,13 +405,7 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     mbarrier.wait(q_ready.index(s), (i // STAGES) & 1)
     q = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
-    FOLD_L: gl.constexpr = LSE_ACC and not SOFTCAP
-    if FOLD_L:
-        lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
-        st = warpgroup_mma(k, q.permute((1, 0)),
-                           s_zero + gl.expand_dims(lse2 * (-1.0 / qk_scale), 0), is_async=True)
-    else:
-        st = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    st = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     if TAILED:
         qt = T.q_smem.index(s).reshape([BLOCK_M, HEAD_TAIL])
         dot = T.do_smem.index(s).reshape([BLOCK_M, HEAD_TAIL])
@@ -430,18 +422,14 @@ def _tile(acc, i, start_m, q_smem, do_smem, lse_smem, dl_smem, k, v, ds_smem, dq
     # L read once both products are issued: a product's issue waits for every
     # shared-memory read before it (read before S^T's and dP^T's, the stall at dP's issue
     # was 10% of the loop's samples; 1.01-1.08x the GPU time this way, H200)
-    if not FOLD_L:
-        lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
+    lse2 = lse_smem.index(s).reshape([BLOCK_M]).load(col) * LOG2E
     st = warpgroup_mma_wait(PAIR, deps=(st,))
     tt = 0.0
     if SOFTCAP:
         st, tt = softcapped(st, cap_in, cap_out)
         pt = gl.exp2(st - gl.expand_dims(lse2, 0))
     else:
-        if FOLD_L:
-            pt = gl.exp2(st * qk_scale)
-        else:
-            pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
     if CAUSAL or KEYS or BAND:
         pt = _masked(pt, start_m, offs_n, n_q, n_k, OFFSET, LEFT, RIGHT, BLOCK_M, CAUSAL, KEYS,
                      BAND, ROWS_IN, IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, SPLIT_D)
@@ -614,7 +602,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, SHIFTED: gl.constexpr,
               cap_in, cap_out, SOFTCAP: gl.constexpr, KEY_TAIL: gl.constexpr,
               dk_desc, dv_desc, DKV_TMA: gl.constexpr, HEAD_COLS: gl.constexpr, T,
-              HEAD_TAIL: gl.constexpr, LSE_ACC: gl.constexpr, p_smem, ACC):
+              HEAD_TAIL: gl.constexpr, p_smem, ACC):
     """The five products of every query tile against this key tile (:func:`_tile`); dK
     and dV (and a head-dim tail's, ``T``) stored at the end. The whole tiles [full_lo,
     full_hi) first, then in a loop of their own the masked ones: under a causal mask
@@ -686,7 +674,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem, ds_smem, dq_sm
                                KEY_TAIL and seg > 0, OFFSET, LEFT, RIGHT, BAND and seg > 0,
                                IS_CAUSAL, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in=cap_in,
                                cap_out=cap_out, SOFTCAP=SOFTCAP, T=T, dqt_zero=dqt_zero,
-                               at_layout=at_layout, HEAD_TAIL=HEAD_TAIL, LSE_ACC=LSE_ACC,
+                               at_layout=at_layout, HEAD_TAIL=HEAD_TAIL,
                                p_smem=p_smem, acc_base=acc_base,
                                ROWS_IN=seg == 1 and not KEY_TAIL)
 
@@ -773,7 +761,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                    HAS_RIGHT: gl.constexpr = False, SHIFTED: gl.constexpr = False,
                    SOFTCAP: gl.constexpr = False, KEY_TAIL: gl.constexpr = False,
                    DKV_TMA: gl.constexpr = False, HEAD_COLS: gl.constexpr = 0,
-                   HEAD_TAIL: gl.constexpr = 0, LSE_ACC: gl.constexpr = False):
+                   HEAD_TAIL: gl.constexpr = 0):
     """Grid (cdiv(N_K, BLOCK_N), B * HKV): a program owns one key tile of one kv head of
     one batch. qk_scale = scale * log2(e). dK, dV last dims contiguous.
 
@@ -925,7 +913,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_desc, dl_desc, 
                       scale, shift, LEFT, RIGHT,
                       HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, IS_CAUSAL, DQ_SLOTS,
                       VARLEN, BAND, HAS_LEFT, HAS_RIGHT, SHIFTED, cap_in, cap_out, SOFTCAP,
-                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS, T, HEAD_TAIL, LSE_ACC,
+                      KEY_TAIL, dk_desc, dv_desc, DKV_TMA, HEAD_COLS, T, HEAD_TAIL,
                       p_smem, ACC)),
          (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, dl_desc, q_smem, do_smem,
                       k_smem, v_smem, lse_smem, dl_smem, kv_ready, q_ready, q_empty, tb,
