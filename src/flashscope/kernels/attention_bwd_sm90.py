@@ -102,8 +102,8 @@ H200, bf16, ABBA medians): D = 80 1.07x / 1.11x (causal), 72 1.09x, 88 1.03x, 96
 
 The file reads top down: the tail's bundle (``Tail``, ``_chain``), the split test
 (``_split_d``), the order a program visits its query tiles in (``_visit``), the producer
-and the reducer, dQ's fragment order and its unpacking
-launch (``_fragments``, ``_dq_unpack``), one query tile's products (``_tile``; with the
+and the reducer, dQ's fragment order and its unpacking launch (``_fragments``,
+``_dq_unpack``), one query tile's products (``_tile``; its masks in ``_masked``; with the
 head dim split, its last three in ``_split_products``; dQ by atomics in ``_add_dq``), the
 consumer and its dK/dV stores (``_consumer``, ``_store_rows``, ``_stage_store``), and the
 kernel, which allocates the shared memory and barriers and starts the partitions
